@@ -1,1 +1,15 @@
-//! placeholder
+//! Pure logic of Stampede: the scenario model and validation, the arrival schedule, the
+//! sharding plan, the histogram spec/codec/merge, report building and threshold evaluation.
+//! No async runtime, no clocks, no sockets.
+
+pub mod duration;
+pub mod hist;
+pub mod plan;
+pub mod report;
+pub mod scenario;
+
+pub use duration::HumanDuration;
+pub use scenario::{Scenario, ScenarioError};
+pub mod schedule;
+pub mod shard;
+pub mod stats;

@@ -1,0 +1,62 @@
+//! The run plan: the whole-test schedule cut into shards, with planned counts per agent and
+//! phase. Computed by the controller before a run, and checked again by each agent.
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::Scenario;
+use crate::schedule::Schedule;
+use crate::shard::{ShardError, ShardMap};
+
+/// Planned sessions per agent and phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub agents: u32,
+    pub seed: u64,
+    /// `sessions[agent][phase]`: planned sessions.
+    pub sessions: Vec<Vec<u64>>,
+    pub requests_per_session: u64,
+}
+
+impl Plan {
+    /// Walks the schedule once and assigns each arrival to its shard.
+    pub fn new(
+        scenario: &Scenario,
+        agents: u32,
+        weights: &[u32],
+        seed: u64,
+    ) -> Result<Self, ShardError> {
+        let map = ShardMap::new(agents, weights)?;
+        let schedule = Schedule::new(&scenario.phases, scenario.arrival, seed);
+        let mut sessions = vec![vec![0u64; scenario.phases.len()]; agents as usize];
+        for a in schedule.iter() {
+            sessions[map.owner(a.index) as usize][a.phase as usize] += 1;
+        }
+        Ok(Self {
+            agents,
+            seed,
+            sessions,
+            requests_per_session: scenario.requests_per_session(),
+        })
+    }
+
+    /// Planned sessions per phase, all agents together.
+    pub fn sessions_per_phase(&self) -> Vec<u64> {
+        let phases = self.sessions.first().map_or(0, Vec::len);
+        (0..phases)
+            .map(|p| self.sessions.iter().map(|a| a[p]).sum())
+            .collect()
+    }
+
+    /// Planned sessions of one agent, all phases.
+    pub fn agent_sessions(&self, agent: usize) -> u64 {
+        self.sessions.get(agent).map_or(0, |a| a.iter().sum())
+    }
+
+    pub fn total_sessions(&self) -> u64 {
+        self.sessions.iter().flatten().sum()
+    }
+
+    pub fn total_requests(&self) -> u64 {
+        self.total_sessions() * self.requests_per_session
+    }
+}

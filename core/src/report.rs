@@ -1,0 +1,644 @@
+//! Merging agents' interval data into one exact report, live and final.
+//!
+//! [`RunAccumulator`] takes every agent's per-interval, per-phase [`Stats`] and adds them up
+//! per phase, per agent and per timeline interval. Addition commutes, so the order in which
+//! agents report cannot change the result. [`Report`] is the JSON contract (README, issue 2 §8).
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::hist::{self, HistError, HistSpec};
+use crate::plan::Plan;
+use crate::scenario::Scenario;
+use crate::stats::{Counters, Stats};
+
+/// Percentiles and moments of one latency histogram, in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub min_us: u64,
+    pub mean_us: f64,
+    pub stdev_us: f64,
+    pub p50_us: u64,
+    pub p75_us: u64,
+    pub p90_us: u64,
+    pub p95_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub p9999_us: u64,
+    pub max_us: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        // Report the highest value equivalent of each bucket, as HdrHistogram tools do, so a
+        // percentile is never below the true value.
+        let q = |p: f64| h.highest_equivalent(h.value_at_quantile(p));
+        Self {
+            count: h.len(),
+            min_us: h.min(),
+            mean_us: h.mean(),
+            stdev_us: h.stdev(),
+            p50_us: q(0.50),
+            p75_us: q(0.75),
+            p90_us: q(0.90),
+            p95_us: q(0.95),
+            p99_us: q(0.99),
+            p999_us: q(0.999),
+            p9999_us: q(0.9999),
+            max_us: h.highest_equivalent(h.max()),
+        }
+    }
+}
+
+/// The two latencies of design.md §3.3.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// From the intended send time: the headline, free of coordinated omission.
+    pub response_time: Percentiles,
+    /// From the actual send time.
+    pub service_time: Percentiles,
+}
+
+impl Latency {
+    fn of(s: &Stats) -> Self {
+        Self {
+            response_time: Percentiles::of(&s.response),
+            service_time: Percentiles::of(&s.service),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionTotals {
+    pub planned: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub dropped: u64,
+}
+
+/// Request totals. `planned` counts planned requests (planned sessions × requests per session).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub planned: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Errors by kind; empty when there were none.
+    pub errors: BTreeMap<String, u64>,
+    pub error_count: u64,
+    /// Failed requests over finished requests.
+    pub error_rate: f64,
+    /// Successful requests per second over the run's duration.
+    pub throughput_rps: f64,
+    /// Completed requests over planned requests.
+    pub achieved_ratio: f64,
+    pub sessions: SessionTotals,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+/// How well the generator kept to its schedule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Generator {
+    /// Session start lag behind the intended time.
+    pub lag: Percentiles,
+    pub late_arrivals: u64,
+    pub dropped_arrivals: u64,
+    pub out_of_range: u64,
+    /// True when the generator fell behind: the report must not be read as if it had not.
+    pub behind_schedule: bool,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    pub index: u32,
+    pub name: String,
+    pub start_s: f64,
+    pub duration_s: f64,
+    /// Planned requests in this phase.
+    pub planned: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub sessions_planned: u64,
+    pub throughput_rps: f64,
+    pub latency: Latency,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub name: String,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub latency: Latency,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub id: String,
+    pub shard: u32,
+    /// Planned requests of this agent's shard.
+    pub planned: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// The agent was lost before it finished.
+    pub lost: bool,
+    /// Share of the whole run's planned requests this agent did not deliver because it was lost.
+    pub lost_share: f64,
+    /// Estimated clock offset of the agent against the controller (agent − controller).
+    pub clock_offset_us: i64,
+    pub lag_p99_us: u64,
+    pub lag_max_us: u64,
+    pub late_arrivals: u64,
+}
+
+/// One timeline interval, all agents merged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineRow {
+    pub interval: u64,
+    /// Start of the interval, seconds after T0.
+    pub t_s: f64,
+    pub sessions_planned: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub rps: f64,
+    pub response_p50_us: u64,
+    pub response_p90_us: u64,
+    pub response_p99_us: u64,
+    pub response_max_us: u64,
+    pub service_p99_us: u64,
+    /// The interval's response-time histogram, compressed V2, base64 (for `.hlog` output).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub response_hist: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_hist: String,
+}
+
+/// Final state of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    #[default]
+    Succeeded,
+    Failed,
+    Aborted,
+}
+
+/// The merged report of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub run_id: String,
+    pub scenario: String,
+    pub outcome: RunOutcome,
+    /// Why the run failed or was aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub started_at_unix_ms: u64,
+    /// Seconds from T0 to the end of the run.
+    pub duration_s: f64,
+    pub planned_duration_s: f64,
+    pub arrival: String,
+    pub seed: u64,
+    pub hist_spec: HistSpec,
+    pub totals: Totals,
+    pub latency: Latency,
+    pub generator: Generator,
+    pub phases: Vec<PhaseReport>,
+    pub steps: Vec<StepReport>,
+    pub agents: Vec<AgentReport>,
+    /// Share of planned requests not delivered because agents were lost.
+    pub lost_share: f64,
+    pub timeline: Vec<TimelineRow>,
+}
+
+/// A small live view, sent while the run goes on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveSnapshot {
+    pub elapsed_s: f64,
+    pub planned_so_far: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub rps: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub active_agents: u32,
+}
+
+#[derive(Debug, Clone)]
+struct AgentAcc {
+    id: String,
+    stats: Stats,
+    lost: bool,
+    clock_offset_us: i64,
+    /// Highest interval this agent has reported as complete.
+    reported_through: Option<u64>,
+}
+
+/// Adds up a run's interval data.
+#[derive(Debug, Clone)]
+pub struct RunAccumulator {
+    plan: Plan,
+    interval_s: f64,
+    phases: Vec<Stats>,
+    agents: Vec<AgentAcc>,
+    open: BTreeMap<u64, Stats>,
+    closed: Vec<TimelineRow>,
+    n_steps: usize,
+}
+
+/// Agent data that does not fit the run.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("agent index {0} is not part of the run")]
+    UnknownAgent(usize),
+    #[error("phase index {0} is not part of the scenario")]
+    UnknownPhase(u32),
+    #[error("too many request steps: {0}")]
+    TooManySteps(usize),
+    #[error(transparent)]
+    Hist(#[from] HistError),
+}
+
+impl RunAccumulator {
+    pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
+        let n_steps = scenario.step_names().len();
+        Self {
+            phases: (0..scenario.phases.len())
+                .map(|_| Stats::with_steps(n_steps))
+                .collect(),
+            agents: agent_ids
+                .into_iter()
+                .map(|id| AgentAcc {
+                    id,
+                    stats: Stats::with_steps(n_steps),
+                    lost: false,
+                    clock_offset_us: 0,
+                    reported_through: None,
+                })
+                .collect(),
+            plan,
+            interval_s,
+            open: BTreeMap::new(),
+            closed: Vec::new(),
+            n_steps,
+        }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Adds one agent's data for one interval and phase.
+    pub fn add(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        phase: u32,
+        stats: &Stats,
+    ) -> Result<(), MergeError> {
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if phase as usize >= self.phases.len() {
+            return Err(MergeError::UnknownPhase(phase));
+        }
+        if stats.steps.len() > self.n_steps {
+            return Err(MergeError::TooManySteps(stats.steps.len()));
+        }
+        self.phases[phase as usize].add(stats)?;
+        self.agents[agent].stats.add(stats)?;
+        // Late data for an interval already closed goes into the last open or a new row;
+        // the totals above are exact either way.
+        let slot = match self.closed.last() {
+            Some(last) if interval <= last.interval => last.interval + 1,
+            _ => interval,
+        };
+        self.open.entry(slot).or_default().add(stats)?;
+        Ok(())
+    }
+
+    /// Notes that `agent` has sent everything up to and including `interval`, and closes
+    /// the intervals every live agent has reported.
+    pub fn reported_through(&mut self, agent: usize, interval: u64) -> Result<(), MergeError> {
+        let a = self
+            .agents
+            .get_mut(agent)
+            .ok_or(MergeError::UnknownAgent(agent))?;
+        a.reported_through = Some(a.reported_through.map_or(interval, |r| r.max(interval)));
+        let horizon = self
+            .agents
+            .iter()
+            .filter(|a| !a.lost)
+            .map(|a| a.reported_through)
+            .min()
+            .flatten();
+        if let Some(h) = horizon {
+            self.close_through(Some(h))?;
+        }
+        Ok(())
+    }
+
+    pub fn set_clock_offset(&mut self, agent: usize, offset_us: i64) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.clock_offset_us = offset_us;
+        }
+    }
+
+    pub fn mark_lost(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.lost = true;
+        }
+    }
+
+    pub fn is_lost(&self, agent: usize) -> bool {
+        self.agents.get(agent).is_some_and(|a| a.lost)
+    }
+
+    /// Share of the planned requests that lost agents did not deliver, 0..=1.
+    pub fn lost_share(&self) -> f64 {
+        let total = self.plan.total_requests();
+        if total == 0 {
+            return 0.0;
+        }
+        let undelivered: u64 = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.lost)
+            .map(|(i, a)| {
+                self.agent_planned_requests(i)
+                    .saturating_sub(a.stats.counters.requests_started)
+            })
+            .sum();
+        undelivered as f64 / total as f64
+    }
+
+    fn agent_planned_requests(&self, agent: usize) -> u64 {
+        self.plan.agent_sessions(agent) * self.plan.requests_per_session
+    }
+
+    fn close_through(&mut self, horizon: Option<u64>) -> Result<(), MergeError> {
+        let keys: Vec<u64> = self
+            .open
+            .keys()
+            .copied()
+            .filter(|k| horizon.is_none_or(|h| *k <= h))
+            .collect();
+        for k in keys {
+            if let Some(stats) = self.open.remove(&k) {
+                self.closed.push(self.row(k, &stats)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn row(&self, interval: u64, s: &Stats) -> Result<TimelineRow, MergeError> {
+        use base64::Engine as _;
+        let b64 = |h: &Histogram<u64>| -> Result<String, HistError> {
+            Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode(h)?))
+        };
+        let r = Percentiles::of(&s.response);
+        Ok(TimelineRow {
+            interval,
+            t_s: interval as f64 * self.interval_s,
+            sessions_planned: s.counters.sessions_planned,
+            completed: s.counters.requests_completed,
+            failed: s.counters.requests_failed,
+            errors: s.counters.errors.clone(),
+            rps: s.counters.requests_completed as f64 / self.interval_s,
+            response_p50_us: r.p50_us,
+            response_p90_us: r.p90_us,
+            response_p99_us: r.p99_us,
+            response_max_us: r.max_us,
+            service_p99_us: Percentiles::of(&s.service).p99_us,
+            response_hist: b64(&s.response)?,
+            service_hist: b64(&s.service)?,
+        })
+    }
+
+    /// Merged counters over every phase.
+    pub fn totals(&self) -> Result<Stats, MergeError> {
+        let mut t = Stats::with_steps(self.n_steps);
+        for p in &self.phases {
+            t.add(p)?;
+        }
+        Ok(t)
+    }
+
+    /// A live view of the run so far.
+    pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
+        let t = self.totals()?;
+        let r = Percentiles::of(&t.response);
+        Ok(LiveSnapshot {
+            elapsed_s,
+            planned_so_far: t.counters.sessions_planned * self.plan.requests_per_session,
+            completed: t.counters.requests_completed,
+            failed: t.counters.requests_failed,
+            rps: self.closed.last().map_or(0.0, |row| row.rps),
+            p50_us: r.p50_us,
+            p99_us: r.p99_us,
+            active_agents: self.agents.iter().filter(|a| !a.lost).count() as u32,
+        })
+    }
+
+    /// Builds the final report. `meta` carries what the accumulator does not know.
+    pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
+        self.close_through(None)?;
+        let totals_stats = self.totals()?;
+        let c = &totals_stats.counters;
+        let duration_s = meta.duration_s.max(1e-9);
+        let planned_per_phase = self.plan.sessions_per_phase();
+        let rps = self.plan.requests_per_session;
+        let total_planned = self.plan.total_requests();
+
+        let mut start_s = 0.0;
+        let phases = scenario
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let s = &self.phases[i];
+                let d = p.duration.as_secs_f64();
+                let row = PhaseReport {
+                    index: i as u32,
+                    name: p.display_name(i),
+                    start_s,
+                    duration_s: d,
+                    planned: planned_per_phase.get(i).copied().unwrap_or(0) * rps,
+                    started: s.counters.requests_started,
+                    completed: s.counters.requests_completed,
+                    failed: s.counters.requests_failed,
+                    errors: s.counters.errors.clone(),
+                    sessions_planned: planned_per_phase.get(i).copied().unwrap_or(0),
+                    throughput_rps: s.counters.requests_completed as f64 / d,
+                    latency: Latency::of(s),
+                };
+                start_s += d;
+                row
+            })
+            .collect();
+
+        let steps = scenario
+            .step_names()
+            .into_iter()
+            .zip(&totals_stats.steps)
+            .map(|(name, s)| StepReport {
+                name,
+                completed: s.requests_completed,
+                failed: s.requests_failed,
+                errors: s.errors.clone(),
+                latency: Latency {
+                    response_time: Percentiles::of(&s.response),
+                    service_time: Percentiles::of(&s.service),
+                },
+            })
+            .collect();
+
+        let agents: Vec<AgentReport> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let planned = self.agent_planned_requests(i);
+                let lag = Percentiles::of(&a.stats.lag);
+                AgentReport {
+                    id: a.id.clone(),
+                    shard: i as u32,
+                    planned,
+                    started: a.stats.counters.requests_started,
+                    completed: a.stats.counters.requests_completed,
+                    failed: a.stats.counters.requests_failed,
+                    lost: a.lost,
+                    lost_share: if a.lost && total_planned > 0 {
+                        planned.saturating_sub(a.stats.counters.requests_started) as f64
+                            / total_planned as f64
+                    } else {
+                        0.0
+                    },
+                    clock_offset_us: a.clock_offset_us,
+                    lag_p99_us: lag.p99_us,
+                    lag_max_us: lag.max_us,
+                    late_arrivals: a.stats.counters.late_arrivals,
+                }
+            })
+            .collect();
+
+        let generator = generator_verdict(&totals_stats, c, &agents);
+        let finished = c.requests_completed + c.requests_failed;
+        let report = Report {
+            run_id: meta.run_id,
+            scenario: scenario.name.clone(),
+            outcome: meta.outcome,
+            message: meta.message,
+            started_at_unix_ms: meta.started_at_unix_ms,
+            duration_s: meta.duration_s,
+            planned_duration_s: scenario.duration().as_secs_f64(),
+            arrival: format!("{:?}", scenario.arrival).to_lowercase(),
+            seed: self.plan.seed,
+            hist_spec: hist::SPEC,
+            totals: Totals {
+                planned: total_planned,
+                started: c.requests_started,
+                completed: c.requests_completed,
+                failed: c.requests_failed,
+                errors: c.errors.clone(),
+                error_count: c.error_count(),
+                error_rate: if finished > 0 {
+                    c.requests_failed as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                throughput_rps: c.requests_completed as f64 / duration_s,
+                achieved_ratio: if total_planned > 0 {
+                    c.requests_completed as f64 / total_planned as f64
+                } else {
+                    0.0
+                },
+                sessions: SessionTotals {
+                    planned: self.plan.total_sessions(),
+                    started: c.sessions_started,
+                    completed: c.sessions_completed,
+                    failed: c.sessions_failed,
+                    dropped: c.dropped_arrivals,
+                },
+                bytes_sent: c.bytes_sent,
+                bytes_received: c.bytes_received,
+            },
+            latency: Latency::of(&totals_stats),
+            generator,
+            phases,
+            steps,
+            lost_share: self.lost_share(),
+            agents,
+            timeline: std::mem::take(&mut self.closed),
+        };
+        Ok(report)
+    }
+}
+
+/// Inputs of the final report the accumulator cannot know.
+#[derive(Debug, Clone, Default)]
+pub struct ReportMeta {
+    pub run_id: String,
+    pub outcome: RunOutcome,
+    pub message: Option<String>,
+    pub started_at_unix_ms: u64,
+    pub duration_s: f64,
+}
+
+fn generator_verdict(t: &Stats, c: &Counters, agents: &[AgentReport]) -> Generator {
+    let lag = Percentiles::of(&t.lag);
+    let mut warnings = Vec::new();
+    if c.late_arrivals > 0 {
+        warnings.push(format!(
+            "{} of {} sessions started more than {} ms late: the generator fell behind its schedule \
+             (response times still count from the intended start)",
+            c.late_arrivals,
+            c.sessions_started,
+            crate::stats::LATE_THRESHOLD_US / 1000
+        ));
+    }
+    if c.dropped_arrivals > 0 {
+        warnings.push(format!(
+            "{} planned sessions were never started",
+            c.dropped_arrivals
+        ));
+    }
+    if c.out_of_range > 0 {
+        warnings.push(format!(
+            "{} latencies fell outside the histogram range (1 µs to 1 h) and were recorded at its bounds",
+            c.out_of_range
+        ));
+    }
+    let by_id: HashMap<&str, &AgentReport> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    for a in by_id.values().filter(|a| a.lost) {
+        warnings.push(format!(
+            "agent {} was lost; {:.2}% of the planned load was not delivered",
+            a.id,
+            a.lost_share * 100.0
+        ));
+    }
+    warnings.sort();
+    let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
+        || c.dropped_arrivals > 0;
+    Generator {
+        lag,
+        late_arrivals: c.late_arrivals,
+        dropped_arrivals: c.dropped_arrivals,
+        out_of_range: c.out_of_range,
+        behind_schedule: behind,
+        warnings,
+    }
+}

@@ -1,0 +1,586 @@
+//! The scenario file: the user's contract. Parsing names the offending field; validation
+//! names the field and the reason. Nothing here panics on user input.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::HumanDuration;
+
+/// Largest arrival rate accepted for one phase, in new sessions per second.
+pub const MAX_ARRIVAL_RATE: f64 = 10_000_000.0;
+/// Most agents one run may ask for.
+pub const MAX_AGENTS: u32 = 4096;
+
+/// A load test: arrival phases, and what each arriving virtual client does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A short name for the run.
+    pub name: String,
+    /// Base URL for http steps, e.g. `http://127.0.0.1:8080`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// How many agents share the load (with `--local`, how many to start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<u32>,
+    /// The arrival process within each phase.
+    #[serde(default)]
+    pub arrival: ArrivalProcess,
+    /// Seed of the arrival process; the schedule is deterministic given the seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Arrival phases (open model), run one after the other.
+    pub phases: Vec<Phase>,
+    /// The steps each arriving session runs, in order, over one connection.
+    pub session: Vec<Step>,
+    /// What happens when an agent is lost mid-run.
+    #[serde(default)]
+    pub on_agent_loss: AgentLossPolicy,
+    /// How long one request may take before it counts as a `timeout` error.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: HumanDuration,
+}
+
+fn default_request_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(10))
+}
+
+/// The arrival process within a phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrivalProcess {
+    /// Evenly spaced arrivals following the (possibly ramping) rate.
+    #[default]
+    Uniform,
+    /// A (non-homogeneous) Poisson process with the phase's rate.
+    Poisson,
+}
+
+/// One arrival phase: a duration and a rate, optionally ramping linearly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub duration: HumanDuration,
+    /// New sessions per second, for the whole test (all agents together), at the phase start.
+    pub arrival_rate: f64,
+    /// If set, the rate ramps linearly to this value by the end of the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_to: Option<f64>,
+}
+
+impl Phase {
+    /// Rate at the end of the phase.
+    pub fn end_rate(&self) -> f64 {
+        self.ramp_to.unwrap_or(self.arrival_rate)
+    }
+    /// Expected number of arrivals: the integral of the rate over the phase.
+    pub fn expected_arrivals(&self) -> f64 {
+        (self.arrival_rate + self.end_rate()) / 2.0 * self.duration.as_secs_f64()
+    }
+    /// The phase's display name: its `name`, or `phase-N` (1-based).
+    pub fn display_name(&self, index: usize) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("phase-{}", index + 1))
+    }
+}
+
+/// What to do when an agent is lost mid-run: `fail`, or `{ tolerate: PCT }`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "LossPolicyRepr", into = "LossPolicyRepr")]
+pub enum AgentLossPolicy {
+    /// Abort the whole run.
+    #[default]
+    Fail,
+    /// Go on while at most this percentage of the planned load is lost with lost agents.
+    Tolerate(f64),
+}
+
+/// The file form of [`AgentLossPolicy`]: the word `fail`, or a map `{ tolerate: PCT }`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum LossPolicyRepr {
+    /// `fail`: abort the run when an agent is lost.
+    Word(LossWord),
+    /// `{ tolerate: PCT }`: go on while at most PCT % of the load is lost.
+    Tolerate {
+        #[serde(rename = "tolerate")]
+        pct: f64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum LossWord {
+    Fail,
+}
+
+impl From<LossPolicyRepr> for AgentLossPolicy {
+    fn from(r: LossPolicyRepr) -> Self {
+        match r {
+            LossPolicyRepr::Word(LossWord::Fail) => Self::Fail,
+            LossPolicyRepr::Tolerate { pct } => Self::Tolerate(pct),
+        }
+    }
+}
+
+impl From<AgentLossPolicy> for LossPolicyRepr {
+    fn from(p: AgentLossPolicy) -> Self {
+        match p {
+            AgentLossPolicy::Fail => Self::Word(LossWord::Fail),
+            AgentLossPolicy::Tolerate(pct) => Self::Tolerate { pct },
+        }
+    }
+}
+
+impl JsonSchema for AgentLossPolicy {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AgentLossPolicy".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        LossPolicyRepr::json_schema(g)
+    }
+}
+
+/// One step of a session.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Name used in per-step breakdowns; defaults to `step-N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An HTTP request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpRequest>,
+    /// A pause before the next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_time: Option<ThinkTime>,
+    /// Run this step N times in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
+    /// Open a new connection for each request of this step instead of reusing the session's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_connection: bool,
+}
+
+impl Step {
+    pub fn repeat(&self) -> u32 {
+        self.repeat.unwrap_or(1)
+    }
+    /// Number of requests this step sends.
+    pub fn requests(&self) -> u64 {
+        if self.http.is_some() {
+            u64::from(self.repeat())
+        } else {
+            0
+        }
+    }
+    pub fn display_name(&self, index: usize) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("step-{}", index + 1))
+    }
+}
+
+/// A pause: fixed, or uniformly random within a range.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ThinkTime {
+    Fixed(HumanDuration),
+    Range {
+        min: HumanDuration,
+        max: HumanDuration,
+    },
+}
+
+/// An HTTP/1.1 request, relative to the scenario's `target`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpRequest {
+    #[serde(default = "default_method")]
+    pub method: String,
+    #[serde(default = "default_path")]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Status codes that count as success; default: any 2xx or 3xx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_status: Option<Vec<u16>>,
+}
+
+fn default_method() -> String {
+    "GET".to_string()
+}
+fn default_path() -> String {
+    "/".to_string()
+}
+
+impl HttpRequest {
+    pub fn status_ok(&self, status: u16) -> bool {
+        match &self.expect_status {
+            Some(list) => list.contains(&status),
+            None => (200..400).contains(&status),
+        }
+    }
+}
+
+/// A scenario that does not parse or does not validate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScenarioError {
+    /// The text is not YAML/JSON of the scenario's shape.
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    /// A field has a value the scenario cannot run with.
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+}
+
+impl ScenarioError {
+    fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+    /// The dotted field path the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            Self::Parse { path, .. } | Self::Invalid { path, .. } => path,
+        }
+    }
+}
+
+impl Scenario {
+    /// Parses YAML (or JSON, which is YAML) and validates it.
+    pub fn from_yaml(text: &str) -> Result<Self, ScenarioError> {
+        let de = serde_norway::Deserializer::from_str(text);
+        let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." || path.is_empty() {
+                "scenario".to_string()
+            } else {
+                path
+            };
+            let message = strip_location_prefix(&e.into_inner().to_string());
+            ScenarioError::Parse { path, message }
+        })?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Checks every value the types cannot express. Returns the first problem found.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        if self.name.trim().is_empty() {
+            return Err(ScenarioError::invalid("name", "must not be empty"));
+        }
+        if let Some(agents) = self.agents {
+            if agents == 0 || agents > MAX_AGENTS {
+                return Err(ScenarioError::invalid(
+                    "agents",
+                    format!("must be between 1 and {MAX_AGENTS}"),
+                ));
+            }
+        }
+        if let AgentLossPolicy::Tolerate(pct) = self.on_agent_loss {
+            if !(0.0..=100.0).contains(&pct) {
+                return Err(ScenarioError::invalid(
+                    "on_agent_loss.tolerate",
+                    "must be a percentage between 0 and 100",
+                ));
+            }
+        }
+        if self.request_timeout.0.is_zero() {
+            return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
+        }
+        self.validate_phases()?;
+        self.validate_session()
+    }
+
+    fn validate_phases(&self) -> Result<(), ScenarioError> {
+        if self.phases.is_empty() {
+            return Err(ScenarioError::invalid(
+                "phases",
+                "must contain at least one phase",
+            ));
+        }
+        for (i, p) in self.phases.iter().enumerate() {
+            if p.duration.0.is_zero() {
+                return Err(ScenarioError::invalid(
+                    format!("phases[{i}].duration"),
+                    "must be > 0",
+                ));
+            }
+            check_rate(&format!("phases[{i}].arrival_rate"), p.arrival_rate)?;
+            if let Some(r) = p.ramp_to {
+                check_rate(&format!("phases[{i}].ramp_to"), r)?;
+            }
+        }
+        if self.phases.iter().all(|p| p.expected_arrivals() <= 0.0) {
+            return Err(ScenarioError::invalid(
+                "phases",
+                "every phase has a rate of 0: nothing would be sent",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_session(&self) -> Result<(), ScenarioError> {
+        if self.session.is_empty() {
+            return Err(ScenarioError::invalid(
+                "session",
+                "must contain at least one step",
+            ));
+        }
+        for (i, step) in self.session.iter().enumerate() {
+            let kinds = usize::from(step.http.is_some()) + usize::from(step.think_time.is_some());
+            if kinds != 1 {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}]"),
+                    "a step needs exactly one of: http, think_time",
+                ));
+            }
+            if step.repeat == Some(0) {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}].repeat"),
+                    "must be >= 1",
+                ));
+            }
+            if let Some(ThinkTime::Range { min, max }) = step.think_time {
+                if min > max {
+                    return Err(ScenarioError::invalid(
+                        format!("session[{i}].think_time"),
+                        "min must be <= max",
+                    ));
+                }
+            }
+            if let Some(http) = &step.http {
+                self.validate_http(i, http)?;
+            }
+        }
+        if self.requests_per_session() == 0 {
+            return Err(ScenarioError::invalid(
+                "session",
+                "must contain at least one request step",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_http(&self, i: usize, http: &HttpRequest) -> Result<(), ScenarioError> {
+        match self.target.as_deref() {
+            None => {
+                return Err(ScenarioError::invalid(
+                    "target",
+                    format!("session[{i}] is an http step, so a base URL is required"),
+                ))
+            }
+            Some(t) => {
+                let rest = t
+                    .strip_prefix("http://")
+                    .or_else(|| t.strip_prefix("https://"));
+                match rest {
+                    Some(host) if !host.is_empty() && !host.starts_with('/') => {}
+                    _ => {
+                        return Err(ScenarioError::invalid(
+                            "target",
+                            format!("`{t}` is not an http:// or https:// URL with a host"),
+                        ))
+                    }
+                }
+            }
+        }
+        let method_ok = !http.method.is_empty()
+            && http.method.len() <= 32
+            && http
+                .method
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !method_ok {
+            return Err(ScenarioError::invalid(
+                format!("session[{i}].http.method"),
+                format!("`{}` is not an HTTP method", http.method),
+            ));
+        }
+        if !http.path.starts_with('/') || http.path.contains(char::is_whitespace) {
+            return Err(ScenarioError::invalid(
+                format!("session[{i}].http.path"),
+                "must start with / and contain no spaces",
+            ));
+        }
+        for name in http.headers.keys() {
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}].http.headers"),
+                    format!("`{name}` is not a valid header name"),
+                ));
+            }
+        }
+        if let Some(codes) = &http.expect_status {
+            if codes.is_empty() || codes.iter().any(|c| !(100..=599).contains(c)) {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}].http.expect_status"),
+                    "must list status codes between 100 and 599",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Requests one session sends (each request step times its repeat).
+    pub fn requests_per_session(&self) -> u64 {
+        self.session.iter().map(Step::requests).sum()
+    }
+
+    /// Total test duration (sum of phase durations).
+    pub fn duration(&self) -> std::time::Duration {
+        self.phases.iter().map(|p| p.duration.0).sum()
+    }
+
+    /// Display names of the steps that send requests, in order (the per-step breakdown).
+    pub fn step_names(&self) -> Vec<String> {
+        self.session
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.requests() > 0)
+            .map(|(i, s)| s.display_name(i))
+            .collect()
+    }
+}
+
+/// The YAML library prefixes its messages with its own idea of the path (`session[0]: ...`);
+/// we report the path ourselves, so drop it.
+fn strip_location_prefix(message: &str) -> String {
+    match message.split_once(": ") {
+        Some((head, tail)) if !head.is_empty() && !head.contains(char::is_whitespace) => {
+            tail.to_string()
+        }
+        _ => message.to_string(),
+    }
+}
+
+fn check_rate(path: &str, rate: f64) -> Result<(), ScenarioError> {
+    if !rate.is_finite() || rate < 0.0 {
+        return Err(ScenarioError::invalid(path, "must be >= 0"));
+    }
+    if rate > MAX_ARRIVAL_RATE {
+        return Err(ScenarioError::invalid(
+            path,
+            format!("must be <= {MAX_ARRIVAL_RATE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The JSON Schema of the scenario file, generated from the types.
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(Scenario);
+    serde_json::to_value(schema).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEMO: &str = r#"
+name: ramp-demo
+target: http://127.0.0.1:8080
+agents: 3
+arrival: uniform
+phases:
+  - duration: 10s
+    arrival_rate: 20
+  - duration: 10s
+    arrival_rate: 20
+    ramp_to: 100
+session:
+  - http: { method: GET, path: /data }
+"#;
+
+    #[test]
+    fn accepts_the_contract_subset() {
+        let s = Scenario::from_yaml(DEMO).unwrap();
+        assert_eq!(s.name, "ramp-demo");
+        assert_eq!(s.agents, Some(3));
+        assert_eq!(s.phases.len(), 2);
+        assert_eq!(s.phases[1].end_rate(), 100.0);
+        assert_eq!(s.requests_per_session(), 1);
+        assert_eq!(s.phases[1].expected_arrivals(), 600.0);
+        assert_eq!(s.on_agent_loss, AgentLossPolicy::Fail);
+    }
+
+    fn err(text: &str) -> ScenarioError {
+        Scenario::from_yaml(text).expect_err("should be rejected")
+    }
+
+    #[test]
+    fn negative_ramp_names_the_field() {
+        let e = err(&DEMO.replace("ramp_to: 100", "ramp_to: -5"));
+        assert_eq!(e.to_string(), "phases[1].ramp_to: must be >= 0");
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let e = err(&DEMO.replace(
+            "arrival_rate: 20\n  - duration",
+            "arrival_rate: lots\n  - duration",
+        ));
+        assert_eq!(e.path(), "phases[0].arrival_rate", "{e}");
+    }
+
+    #[test]
+    fn unknown_protocol_is_rejected() {
+        let e = err(&DEMO.replace("http: { method: GET, path: /data }", "ftp: { path: /x }"));
+        assert_eq!(e.path(), "session[0].ftp", "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("session[0].ftp: unknown field `ftp`"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("ftp"), "{e}");
+    }
+
+    #[test]
+    fn empty_phases_are_rejected() {
+        let text = "name: x\ntarget: http://h:1\nphases: []\nsession:\n  - http: {path: /}\n";
+        assert_eq!(
+            err(text).to_string(),
+            "phases: must contain at least one phase"
+        );
+    }
+
+    #[test]
+    fn loss_policy_parses() {
+        let s = Scenario::from_yaml(&format!("{DEMO}on_agent_loss: {{ tolerate: 50 }}\n")).unwrap();
+        assert_eq!(s.on_agent_loss, AgentLossPolicy::Tolerate(50.0));
+        let e = err(&format!("{DEMO}on_agent_loss: {{ tolerate: 150 }}\n"));
+        assert_eq!(e.path(), "on_agent_loss.tolerate");
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for text in [
+            "",
+            "[",
+            "{{{",
+            "name: [1,2",
+            "phases: 3",
+            "- - -",
+            "name: x\nphases:\n - 1",
+            "\u{0}\u{1}",
+        ] {
+            let _ = Scenario::from_yaml(text);
+        }
+    }
+
+    #[test]
+    fn http_step_needs_target() {
+        let e = err(&DEMO.replace("target: http://127.0.0.1:8080\n", ""));
+        assert_eq!(e.path(), "target");
+    }
+}

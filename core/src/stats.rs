@@ -1,0 +1,241 @@
+//! The additive measurement unit: counters and histograms that agents send per interval and
+//! per phase, and that the controller adds up. Everything here merges by addition.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::hist::{self, HistError, Recorded};
+
+/// Error kinds, as counted in reports (design.md §3.7).
+pub mod error_kind {
+    pub const CONNECT_REFUSED: &str = "connect_refused";
+    pub const CONNECT_TIMEOUT: &str = "connect_timeout";
+    pub const CONNECT: &str = "connect";
+    pub const ADDR_NOT_AVAILABLE: &str = "addr_not_available";
+    pub const RESET: &str = "reset";
+    pub const READ: &str = "read";
+    pub const READ_TIMEOUT: &str = "read_timeout";
+    pub const WRITE: &str = "write";
+    pub const TIMEOUT: &str = "timeout";
+    pub const STATUS: &str = "status";
+    pub const PROTOCOL: &str = "protocol";
+    pub const TLS: &str = "tls";
+}
+
+/// Additive counters of one agent, one interval, one phase.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Arrivals whose intended start time has passed.
+    pub sessions_planned: u64,
+    pub sessions_started: u64,
+    /// Sessions whose every request succeeded.
+    pub sessions_completed: u64,
+    pub sessions_failed: u64,
+    pub requests_started: u64,
+    /// Requests answered successfully.
+    pub requests_completed: u64,
+    pub requests_failed: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Sessions started more than [`LATE_THRESHOLD_US`] after their intended time.
+    pub late_arrivals: u64,
+    /// Planned sessions never started (the run was stopped, or the in-flight cap was hit).
+    pub dropped_arrivals: u64,
+    /// Latencies outside the histogram spec (recorded at the nearest bound).
+    pub out_of_range: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+/// A session that starts this late behind its intended time counts as a late arrival.
+pub const LATE_THRESHOLD_US: u64 = 10_000;
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.sessions_planned += o.sessions_planned;
+        self.sessions_started += o.sessions_started;
+        self.sessions_completed += o.sessions_completed;
+        self.sessions_failed += o.sessions_failed;
+        self.requests_started += o.requests_started;
+        self.requests_completed += o.requests_completed;
+        self.requests_failed += o.requests_failed;
+        for (k, v) in &o.errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+        self.late_arrivals += o.late_arrivals;
+        self.dropped_arrivals += o.dropped_arrivals;
+        self.out_of_range += o.out_of_range;
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    pub fn count_error(&mut self, kind: &str) {
+        match self.errors.get_mut(kind) {
+            Some(v) => *v += 1,
+            None => {
+                self.errors.insert(kind.to_string(), 1);
+            }
+        }
+    }
+}
+
+/// Latency of one request step (the per-step breakdown).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStats {
+    pub requests_completed: u64,
+    pub requests_failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub response: Histogram<u64>,
+    pub service: Histogram<u64>,
+}
+
+impl Default for StepStats {
+    fn default() -> Self {
+        Self {
+            requests_completed: 0,
+            requests_failed: 0,
+            errors: BTreeMap::new(),
+            response: hist::new_histogram(),
+            service: hist::new_histogram(),
+        }
+    }
+}
+
+impl StepStats {
+    pub fn add(&mut self, o: &StepStats) -> Result<(), HistError> {
+        self.requests_completed += o.requests_completed;
+        self.requests_failed += o.requests_failed;
+        for (k, v) in &o.errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+        hist::merge(&mut self.response, &o.response)?;
+        hist::merge(&mut self.service, &o.service)
+    }
+}
+
+/// Counters plus the three latency histograms: response time (from the intended send, the
+/// headline), service time (from the actual send) and the generator's start lag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    pub counters: Counters,
+    pub response: Histogram<u64>,
+    pub service: Histogram<u64>,
+    /// How late sessions started behind their intended time.
+    pub lag: Histogram<u64>,
+    /// Per request step, indexed by the step's ordinal among request steps.
+    pub steps: Vec<StepStats>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            counters: Counters::default(),
+            response: hist::new_histogram(),
+            service: hist::new_histogram(),
+            lag: hist::new_histogram(),
+            steps: Vec::new(),
+        }
+    }
+}
+
+impl Stats {
+    pub fn with_steps(steps: usize) -> Self {
+        Self {
+            steps: (0..steps).map(|_| StepStats::default()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Adds another unit into this one.
+    pub fn add(&mut self, o: &Stats) -> Result<(), HistError> {
+        self.counters.add(&o.counters);
+        hist::merge(&mut self.response, &o.response)?;
+        hist::merge(&mut self.service, &o.service)?;
+        hist::merge(&mut self.lag, &o.lag)?;
+        if self.steps.len() < o.steps.len() {
+            self.steps.resize_with(o.steps.len(), StepStats::default);
+        }
+        for (mine, theirs) in self.steps.iter_mut().zip(&o.steps) {
+            mine.add(theirs)?;
+        }
+        Ok(())
+    }
+
+    /// Records one successful request of request-step `step`.
+    #[inline]
+    pub fn record_success(&mut self, step: usize, response_us: u64, service_us: u64) {
+        self.counters.requests_completed += 1;
+        self.record_latency(step, response_us, service_us);
+        if let Some(s) = self.steps.get_mut(step) {
+            s.requests_completed += 1;
+        }
+    }
+
+    /// Records one failed request of request-step `step`.
+    #[inline]
+    pub fn record_failure(&mut self, step: usize, kind: &str) {
+        self.counters.requests_failed += 1;
+        self.counters.count_error(kind);
+        if let Some(s) = self.steps.get_mut(step) {
+            s.requests_failed += 1;
+            match s.errors.get_mut(kind) {
+                Some(v) => *v += 1,
+                None => {
+                    s.errors.insert(kind.to_string(), 1);
+                }
+            }
+        }
+    }
+
+    fn record_latency(&mut self, step: usize, response_us: u64, service_us: u64) {
+        let mut oor = 0;
+        if hist::record(&mut self.response, response_us) == Recorded::OutOfRange {
+            oor += 1;
+        }
+        if hist::record(&mut self.service, service_us) == Recorded::OutOfRange {
+            oor += 1;
+        }
+        if let Some(s) = self.steps.get_mut(step) {
+            hist::record(&mut s.response, response_us);
+            hist::record(&mut s.service, service_us);
+        }
+        self.counters.out_of_range += oor;
+    }
+
+    /// Records the start of a session `lag_us` behind its intended time.
+    #[inline]
+    pub fn record_start(&mut self, lag_us: u64) {
+        self.counters.sessions_started += 1;
+        if lag_us > crate::stats::LATE_THRESHOLD_US {
+            self.counters.late_arrivals += 1;
+        }
+        if hist::record(&mut self.lag, lag_us.max(1)) == Recorded::OutOfRange {
+            self.counters.out_of_range += 1;
+        }
+    }
+
+    /// Clears all counts, keeping allocations (for the agent's interval recorder).
+    pub fn reset(&mut self) {
+        self.counters = Counters::default();
+        self.response.reset();
+        self.service.reset();
+        self.lag.reset();
+        for s in &mut self.steps {
+            s.requests_completed = 0;
+            s.requests_failed = 0;
+            s.errors.clear();
+            s.response.reset();
+            s.service.reset();
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counters == Counters::default() && self.response.is_empty() && self.lag.is_empty()
+    }
+}

@@ -1,0 +1,225 @@
+//! Property tests of the core invariants (design.md §3.1, §3.2) and the scenario schema.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use stampede_core::hist;
+use stampede_core::plan::Plan;
+use stampede_core::report::{ReportMeta, RunAccumulator};
+use stampede_core::scenario::{ArrivalProcess, Phase, Scenario};
+use stampede_core::schedule::Schedule;
+use stampede_core::shard::Shard;
+use stampede_core::stats::Stats;
+use stampede_core::HumanDuration;
+
+fn phase_strategy() -> impl Strategy<Value = Phase> {
+    (
+        1u64..20_000, // duration in ms
+        prop_oneof![0.0..5.0f64, 0.0..400.0f64, Just(0.5), Just(0.0)],
+        proptest::option::of(prop_oneof![0.0..400.0f64, Just(0.0)]),
+    )
+        .prop_map(|(ms, rate, ramp_to)| Phase {
+            name: None,
+            duration: HumanDuration(std::time::Duration::from_millis(ms)),
+            arrival_rate: rate,
+            ramp_to,
+        })
+}
+
+fn process() -> impl Strategy<Value = ArrivalProcess> {
+    prop_oneof![Just(ArrivalProcess::Uniform), Just(ArrivalProcess::Poisson)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The union of all shards is exactly the single-agent schedule; no arrival is lost or
+    /// duplicated, and per phase the shard sizes differ by at most one.
+    #[test]
+    fn shards_partition_the_schedule(
+        phases in proptest::collection::vec(phase_strategy(), 1..4),
+        agents in 1u32..=64,
+        proc_ in process(),
+        seed in any::<u64>(),
+    ) {
+        let schedule = Schedule::new(&phases, proc_, seed);
+        let single: Vec<_> = schedule.iter().collect();
+        let mut union = Vec::with_capacity(single.len());
+        let mut per_phase = vec![vec![0u64; phases.len()]; agents as usize];
+        for k in 0..agents {
+            let f = Shard::new(k, agents).filter().unwrap();
+            for a in schedule.iter().filter(|a| f.owns(a.index)) {
+                per_phase[k as usize][a.phase as usize] += 1;
+                union.push(a);
+            }
+        }
+        union.sort_by_key(|a| a.index);
+        prop_assert_eq!(&union, &single);
+        for p in 0..phases.len() {
+            let sizes: Vec<u64> = per_phase.iter().map(|s| s[p]).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            prop_assert!(hi - lo <= 1, "phase {p}: sizes {sizes:?}");
+        }
+    }
+
+    /// Weighted shards follow the weights exactly over every full period, and still partition.
+    #[test]
+    fn weighted_shards_partition(weights in proptest::collection::vec(1u32..10, 1..8), n in 0u64..500) {
+        let count = weights.len() as u32;
+        let filters: Vec<_> = (0..count)
+            .map(|k| Shard { index: k, count, weights: weights.clone() }.filter().unwrap())
+            .collect();
+        let period: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        let mut owned = vec![0u64; weights.len()];
+        for i in 0..period * (n % 5 + 1) {
+            let owners: Vec<usize> = (0..filters.len()).filter(|&k| filters[k].owns(i)).collect();
+            prop_assert_eq!(owners.len(), 1);
+            owned[owners[0]] += 1;
+        }
+        for (k, &w) in weights.iter().enumerate() {
+            prop_assert_eq!(owned[k], u64::from(w) * (n % 5 + 1));
+        }
+    }
+
+    /// Uniform arrivals: each phase plans the integral of its rate, within one.
+    #[test]
+    fn uniform_phase_counts_match_integral(phases in proptest::collection::vec(phase_strategy(), 1..5)) {
+        let counts = Schedule::new(&phases, ArrivalProcess::Uniform, 0).count_per_phase();
+        for (p, c) in phases.iter().zip(&counts) {
+            prop_assert!((*c as f64 - p.expected_arrivals()).abs() <= 1.0 + 1e-9,
+                "planned {c}, integral {}", p.expected_arrivals());
+        }
+    }
+
+    /// Arrivals are in time order and inside their phase.
+    #[test]
+    fn arrivals_are_ordered_and_in_phase(phases in proptest::collection::vec(phase_strategy(), 1..4), proc_ in process(), seed in any::<u64>()) {
+        let mut bounds = vec![0u64];
+        for p in &phases { bounds.push(bounds.last().unwrap() + p.duration.as_nanos()); }
+        let mut last = 0;
+        for a in Schedule::new(&phases, proc_, seed).iter() {
+            prop_assert!(a.at_ns >= last);
+            last = a.at_ns;
+            let p = a.phase as usize;
+            prop_assert!(a.at_ns + 1 >= bounds[p] && a.at_ns <= bounds[p + 1] + 1, "{a:?} {bounds:?}");
+        }
+    }
+
+    /// Histogram merge is addition: any order gives the same histogram, counts add up, and the
+    /// codec round-trips exactly.
+    #[test]
+    fn merge_is_order_independent(values in proptest::collection::vec((0usize..5, 1u64..3_600_000_000), 0..400), perm_seed in any::<u64>()) {
+        let mut parts: Vec<_> = (0..5).map(|_| hist::new_histogram()).collect();
+        for (k, v) in &values { hist::record(&mut parts[*k], *v); }
+        let decoded: Vec<_> = parts.iter().map(|h| hist::decode(&hist::encode(h).unwrap()).unwrap()).collect();
+        prop_assert_eq!(&decoded, &parts);
+        let mut forward = hist::new_histogram();
+        for h in &decoded { hist::merge(&mut forward, h).unwrap(); }
+        let mut order: Vec<usize> = (0..5).collect();
+        let mut s = perm_seed;
+        for i in (1..order.len()).rev() { s = s.wrapping_mul(6364136223846793005).wrapping_add(1); order.swap(i, (s >> 33) as usize % (i + 1)); }
+        let mut shuffled = hist::new_histogram();
+        for &i in &order { hist::merge(&mut shuffled, &decoded[i]).unwrap(); }
+        prop_assert_eq!(&forward, &shuffled);
+        prop_assert_eq!(forward.len(), values.len() as u64);
+    }
+
+    /// The merged report does not depend on the order in which agents' intervals arrive.
+    #[test]
+    fn report_is_order_independent(samples in proptest::collection::vec((0usize..3, 0u64..5, 0u32..2, 1u64..100_000, any::<bool>()), 1..60)) {
+        let scenario = Scenario::from_yaml(include_str!("../../examples/demo.yaml")).unwrap();
+        let plan = Plan::new(&scenario, 3, &[], 1).unwrap();
+        let ids = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let build = |order: &[(usize, u64, u32, u64, bool)]| {
+            let mut acc = RunAccumulator::new(&scenario, plan.clone(), ids.clone(), 1.0);
+            for &(agent, interval, phase, us, ok) in order {
+                let mut s = Stats::with_steps(1);
+                s.counters.requests_started += 1;
+                if ok { s.record_success(0, us, us / 2 + 1) } else { s.record_failure(0, "status") }
+                acc.add(agent, interval, phase, &s).unwrap();
+            }
+            let mut r = acc.finish(&scenario, ReportMeta { duration_s: 12.0, ..ReportMeta::default() }).unwrap();
+            r.timeline.clear(); // rows close in arrival order; totals must not
+            r
+        };
+        let forward = build(&samples);
+        let mut reversed = samples.clone();
+        reversed.reverse();
+        let backward = build(&reversed);
+        prop_assert_eq!(&forward, &backward);
+        let agent_sum: u64 = forward.agents.iter().map(|a| a.completed).sum();
+        prop_assert_eq!(forward.totals.completed, agent_sum);
+        let phase_sum: u64 = forward.phases.iter().map(|p| p.completed).sum();
+        prop_assert_eq!(forward.totals.completed, phase_sum);
+        prop_assert_eq!(forward.latency.response_time.count, forward.totals.completed);
+    }
+}
+
+#[test]
+fn low_rate_over_many_agents_loses_nothing() {
+    // 0.5/s for 7 s over 7 agents: 3 or 4 arrivals, some agents get none, none is lost.
+    let text = "name: low\ntarget: http://h:1\nphases:\n  - { duration: 7s, arrival_rate: 0.5 }\nsession:\n  - http: { path: / }\n";
+    let s = Scenario::from_yaml(text).unwrap();
+    let plan = Plan::new(&s, 7, &[], 0).unwrap();
+    assert_eq!(plan.total_sessions(), 3); // arrivals at Λ = 0.5, 1.5, 2.5 of a total 3.5
+    assert!(plan.sessions.iter().all(|a| a[0] <= 1));
+}
+
+fn schema_validator() -> jsonschema::Validator {
+    jsonschema::validator_for(&stampede_core::scenario::json_schema()).unwrap()
+}
+
+#[test]
+fn committed_schema_matches_the_types() {
+    let generated =
+        serde_json::to_string_pretty(&stampede_core::scenario::json_schema()).unwrap() + "\n";
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../schema/scenario.schema.json"
+    );
+    if std::env::var_os("STAMPEDE_BLESS").is_some() {
+        std::fs::write(path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "schema/scenario.schema.json is stale: run `STAMPEDE_BLESS=1 cargo test -p stampede-core`"
+    );
+}
+
+#[test]
+fn every_example_validates_against_the_schema_and_parses() {
+    let validator = schema_validator();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    let mut seen = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: serde_json::Value = serde_norway::from_str(&text).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{}: {}", e.instance_path(), e))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        Scenario::from_yaml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        seen.insert(path, ());
+    }
+    assert!(seen.len() >= 3, "examples missing: {seen:?}");
+}
+
+#[test]
+fn schema_rejects_what_validation_rejects() {
+    let validator = schema_validator();
+    for bad in [
+        "name: x\nphases: 3\nsession: []\n",
+        "name: x\nphases:\n  - { duration: 10, arrival_rate: 1 }\nsession: []\n",
+        "name: x\nphases:\n  - { duration: 1s, arrival_rate: 1 }\nsession:\n  - ftp: {}\n",
+    ] {
+        let value: serde_json::Value = serde_norway::from_str(bad).unwrap();
+        assert!(!validator.is_valid(&value), "schema accepted {bad}");
+        assert!(Scenario::from_yaml(bad).is_err());
+    }
+}

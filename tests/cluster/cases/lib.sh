@@ -1,0 +1,79 @@
+# shellcheck shell=bash
+# Helpers for e2e cases (sourced). A case gets its own namespace, deleted on exit; on failure the namespace's
+# state, events and pod logs are printed first.
+set -euo pipefail
+
+: "${KUBECTL:?run cases through tests/cluster/e2e.sh}"
+CASE_NAME=$(basename "$0" .sh)
+NS=e2e-$(echo "$CASE_NAME" | tr -c 'a-z0-9\n' '-' | sed 's/^[0-9-]*//' | cut -c1-40)-$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+say() { printf '[%s %s] %s\n' "$CASE_NAME" "$(date +%T)" "$*" >&2; }
+fail() {
+  say "FAIL: $*"
+  exit 1
+}
+k() { timeout 120 "$KUBECTL" "$@"; }
+kn() { timeout 120 "$KUBECTL" -n "$NS" "$@"; }
+
+diagnostics() {
+  say "diagnostics for namespace $NS"
+  kn get all,events -o wide >&2 || true
+  local p
+  for p in $(kn get pods -o name 2>/dev/null); do
+    echo "--- logs $p" >&2
+    kn logs "$p" --all-containers --tail=50 >&2 || true
+  done
+}
+
+case_exit() {
+  local rc=$?
+  if [ "$rc" != 0 ]; then diagnostics; fi
+  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  exit "$rc"
+}
+trap case_exit EXIT
+k create namespace "$NS" >/dev/null
+say "namespace $NS"
+
+# ip_in_cidr IP CIDR (IPv4 only)
+ip_in_cidr() {
+  local ip=$1 net=${2%/*} bits=${2#*/} a b c d n
+  IFS=. read -r a b c d <<<"$ip"
+  local x=$(((a << 24) | (b << 16) | (c << 8) | d))
+  IFS=. read -r a b c d <<<"$net"
+  n=$(((a << 24) | (b << 16) | (c << 8) | d))
+  local mask=$(((0xffffffff << (32 - bits)) & 0xffffffff))
+  [ $((x & mask)) = $((n & mask)) ]
+}
+
+# run_pod NAME IMAGE ARGS...: run a one-shot pod to completion (120 s), print its log, fail unless it succeeded.
+run_pod() {
+  local name=$1 image=$2 phase i
+  shift 2
+  local args=""
+  local a
+  for a in "$@"; do args+="\"$a\","; done
+  kn apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, labels: {app: $name}}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}
+  containers:
+    - name: main
+      image: $image
+      imagePullPolicy: $STAMPEDE_IMAGE_PULL_POLICY
+      command: [${args%,}]
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 10m, memory: 16Mi}, limits: {memory: 64Mi}}
+EOF
+  for ((i = 0; i < 120; i++)); do
+    phase=$(kn get pod "$name" -o jsonpath='{.status.phase}')
+    case $phase in Succeeded | Failed) break ;; esac
+    sleep 1
+  done
+  kn logs "$name" >&2 || true
+  [ "$phase" = Succeeded ] || fail "pod $name ended in phase '${phase:-unknown}'"
+}

@@ -1,0 +1,792 @@
+//! The HTTP target: HTTP/1.1 and h2c on one port (hyper 1 + hyper-util's `auto` builder).
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `GET /` | a tiny body (`hello from stampede\n`) |
+//! | `GET /work?ms=N` | burns N ms of CPU time (a real computation, per request) |
+//! | `GET /delay?ms=N` | answers after N ms without using CPU |
+//! | `GET /bytes?n=N` | N bytes |
+//! | `POST /echo` (or `PUT`) | the request body (at most [`HttpConfig::max_body_bytes`], else 413) |
+//! | `GET /data` and any other `GET` path | the configured defaults: work [`HttpConfig::work_ms`], then delay [`HttpConfig::delay_ms`], then [`HttpConfig::bytes`] bytes; `?work_ms=`, `?delay_ms=`, `?bytes=` override them |
+//! | `GET /metrics` | Prometheus text format |
+//! | `GET /healthz`, `GET /readyz` | `ok`; `/readyz` is 503 while draining |
+//!
+//! `HEAD` is accepted wherever `GET` is. Keep-alive is the default; `Connection: close` is honoured.
+//! A bad query value is 400, a wrong method 405, a body over the limit 413, a body not received within
+//! [`HttpConfig::read_timeout`] 408.
+//!
+//! ## Metrics (`stampede_target_http_` prefix)
+//! * `connections_open` (gauge: connected clients), `connections_total`, `connections_rejected_total`
+//! * `distinct_source_ips` (gauge: distinct client IPs seen, tracking capped at
+//!   [`HttpConfig::max_source_ips`])
+//! * `requests_in_flight` (gauge)
+//! * `requests_total{route,status}`, `request_duration_seconds{route}` (histogram, from request
+//!   head received to response head ready)
+//! * `errors_total{kind}`: `connection` (protocol error or header timeout), `body_timeout`,
+//!   `body_too_large`, `bad_request`
+
+mod access_log;
+mod body;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
+use tokio::net::{TcpListener, TcpStream};
+
+pub use access_log::AccessLog;
+use access_log::AccessLogger;
+use body::Body;
+
+use crate::common::{self, ConnGuard, ConnTracker, Lifecycle, Phase, SourceIps};
+use crate::work;
+use crate::TargetError;
+
+/// Configuration of the HTTP target. [`Default`] gives sensible limits and no per-request cost.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// CPU milliseconds burnt by `GET /data` (and unknown `GET` paths); also `/work`'s default.
+    pub work_ms: u64,
+    /// Milliseconds `GET /data` waits before answering; also `/delay`'s default.
+    pub delay_ms: u64,
+    /// Bytes returned by `GET /data`; also `/bytes`'s default.
+    pub bytes: u64,
+    /// Largest request body accepted by `POST /echo`; larger is answered 413.
+    pub max_body_bytes: u64,
+    /// Largest `n` for `/bytes` (and `bytes` for `/data`); larger is answered 400.
+    pub max_response_bytes: u64,
+    /// Largest `ms` for `/work`; larger is answered 400.
+    pub max_work_ms: u64,
+    /// Largest `ms` for `/delay`; larger is answered 400.
+    pub max_delay_ms: u64,
+    /// Connections held open at once; connections beyond it are closed right after accept.
+    pub max_connections: usize,
+    /// Time allowed to receive a request head (also the keep-alive idle timeout) and a request body.
+    pub read_timeout: Duration,
+    /// After shutdown is asked for, how long open connections get to finish.
+    pub shutdown_grace: Duration,
+    /// Access log destination.
+    pub access_log: AccessLog,
+    /// Access log buffer size in bytes.
+    pub access_log_buffer: usize,
+    /// Distinct client IPs tracked for `distinct_source_ips` (memory bound).
+    pub max_source_ips: usize,
+    /// HTTP/2 streams allowed at once per connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            work_ms: 0,
+            delay_ms: 0,
+            bytes: 1024,
+            max_body_bytes: 1 << 20,
+            max_response_bytes: 1 << 30,
+            max_work_ms: 10_000,
+            max_delay_ms: 60_000,
+            max_connections: 10_000,
+            read_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            access_log: AccessLog::Off,
+            access_log_buffer: 64 * 1024,
+            max_source_ips: 65_536,
+            max_concurrent_streams: 256,
+        }
+    }
+}
+
+/// Counters of an [`HttpServer`], read without scraping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpStats {
+    /// Requests answered (any route, any status), counted before the response is sent.
+    pub requests_total: u64,
+    /// Requests being handled now.
+    pub requests_in_flight: u64,
+    /// Connections open now (the connected-clients gauge).
+    pub connections_open: u64,
+    /// Connections accepted since start (not counting rejected ones).
+    pub connections_total: u64,
+    /// Connections closed at once because [`HttpConfig::max_connections`] were open.
+    pub connections_rejected: u64,
+    /// Distinct client IP addresses seen (capped at [`HttpConfig::max_source_ips`]).
+    pub distinct_source_ips: u64,
+    /// Sum of `errors_total` over all kinds.
+    pub errors_total: u64,
+}
+
+/// An HTTP target server and a handle on its counters.
+///
+/// Cheap to clone; all clones share the same state. Typical in-process use:
+///
+/// ```no_run
+/// # async fn f() -> Result<(), stampede_target_servers::TargetError> {
+/// use stampede_target_servers::http::{HttpConfig, HttpServer};
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// let server = HttpServer::new(HttpConfig { delay_ms: 5, ..HttpConfig::default() })?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let task = tokio::spawn(server.clone().serve(listener, async { let _ = stopped.await; }));
+/// // ... drive load ...
+/// assert!(server.stats().requests_total > 0);
+/// let _ = stop.send(());
+/// task.await.unwrap()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct HttpServer {
+    shared: Arc<Shared>,
+}
+
+/// Serves HTTP on `listener` with `cfg` until `shutdown` resolves, then drains gracefully.
+///
+/// Equivalent to `HttpServer::new(cfg)?.serve(listener, shutdown)`.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: HttpConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), TargetError> {
+    HttpServer::new(cfg)?.serve(listener, shutdown).await
+}
+
+impl HttpServer {
+    /// Builds the server state: metrics registry, access log (opened here), limits.
+    pub fn new(cfg: HttpConfig) -> Result<Self, TargetError> {
+        if cfg.max_connections == 0 {
+            return Err(TargetError::Config(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        let metrics = HttpMetrics::new()?;
+        let access_log = AccessLogger::open(&cfg.access_log, cfg.access_log_buffer)?;
+        let conns = Arc::new(ConnTracker::new(
+            cfg.max_connections,
+            metrics.conn_open.clone(),
+            metrics.conn_total.clone(),
+            metrics.conn_rejected.clone(),
+        ));
+        let source_ips = SourceIps::new(cfg.max_source_ips, metrics.source_ips.clone());
+        let pattern: Vec<u8> = (0..64 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                cfg,
+                metrics,
+                access_log,
+                conns,
+                source_ips,
+                lifecycle: Lifecycle::new(),
+                requests_total: AtomicU64::new(0),
+                pattern: Bytes::from(pattern),
+            }),
+        })
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &HttpConfig {
+        &self.shared.cfg
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> HttpStats {
+        let s = &self.shared;
+        HttpStats {
+            requests_total: s.requests_total.load(Ordering::Relaxed),
+            requests_in_flight: u64::try_from(s.metrics.in_flight.get()).unwrap_or(0),
+            connections_open: s.conns.open(),
+            connections_total: s.conns.total(),
+            connections_rejected: s.conns.rejected(),
+            distinct_source_ips: s.source_ips.count(),
+            errors_total: s.metrics.errors_sum(),
+        }
+    }
+
+    /// Waits until `pred(&self.stats())` holds. The predicate is re-evaluated whenever a
+    /// connection opens or closes (not on every request); bound it with a timeout in tests.
+    pub async fn wait_until(&self, mut pred: impl FnMut(&HttpStats) -> bool) {
+        self.shared.conns.wait_until(|_| pred(&self.stats())).await;
+    }
+
+    /// The `/metrics` text (Prometheus text exposition format).
+    pub fn metrics_text(&self) -> String {
+        crate::metrics::render(&self.shared.metrics.registry)
+    }
+
+    /// Serves `listener` until `shutdown` resolves, then stops accepting, lets open connections
+    /// finish their current request for [`HttpConfig::shutdown_grace`], drops the rest and returns.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), TargetError> {
+        let shared = self.shared;
+        let local = listener.local_addr().map_err(TargetError::LocalAddr)?;
+        tracing::info!(addr = %local, "http target listening");
+        let builder = Arc::new(shared.builder());
+        let flusher = shared.access_log.is_some().then(|| {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    if let Some(log) = &shared.access_log {
+                        log.flush();
+                    }
+                }
+            })
+        });
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let Some(guard) = shared.conns.try_admit() else {
+                            drop(stream);
+                            continue;
+                        };
+                        shared.source_ips.record(peer.ip());
+                        tokio::spawn(connection(Arc::clone(&shared), Arc::clone(&builder), stream, peer, guard));
+                    }
+                    Err(e) => common::accept_backoff(&e).await,
+                },
+            }
+        }
+        drop(listener);
+        tracing::info!(open = shared.conns.open(), "http target draining");
+        common::drain(&shared.lifecycle, &shared.conns, shared.cfg.shutdown_grace).await;
+        if let Some(f) = flusher {
+            f.abort();
+        }
+        if let Some(log) = &shared.access_log {
+            log.flush();
+        }
+        tracing::info!("http target stopped");
+        Ok(())
+    }
+}
+
+struct Shared {
+    cfg: HttpConfig,
+    metrics: HttpMetrics,
+    access_log: Option<AccessLogger>,
+    conns: Arc<ConnTracker>,
+    source_ips: SourceIps,
+    lifecycle: Lifecycle,
+    requests_total: AtomicU64,
+    /// Source of `/bytes` and `/data` bodies.
+    pattern: Bytes,
+}
+
+impl Shared {
+    fn builder(&self) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.cfg.read_timeout)
+            .max_buf_size(64 * 1024)
+            .keep_alive(true);
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.cfg.max_concurrent_streams)
+            .max_header_list_size(16 * 1024)
+            .max_send_buf_size(256 * 1024)
+            .keep_alive_interval(None);
+        b
+    }
+
+    async fn handle(&self, req: Request<Incoming>, peer: IpAddr) -> Response<Body> {
+        let start = Instant::now();
+        self.metrics.in_flight.inc();
+        let log_head = self.access_log.as_ref().map(|_| {
+            (
+                req.method().clone(),
+                req.uri()
+                    .path_and_query()
+                    .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned()),
+                req.version(),
+            )
+        });
+        let (route, resp) = self.route(req).await;
+        let elapsed = start.elapsed();
+        self.metrics.observe(route, resp.status(), elapsed);
+        self.requests_total.fetch_add(1, Ordering::Relaxed);
+        self.metrics.in_flight.dec();
+        if let (Some(log), Some((method, target, version))) = (&self.access_log, log_head) {
+            log.log(
+                peer,
+                method.as_str(),
+                &target,
+                version_str(version),
+                resp.status().as_u16(),
+                resp.body().len(),
+                elapsed,
+            );
+        }
+        resp
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> (Route, Response<Body>) {
+        let get = matches!(*req.method(), Method::GET | Method::HEAD);
+        let path = req.uri().path();
+        let route = Route::of(path);
+        if route == Route::Echo {
+            return if matches!(*req.method(), Method::POST | Method::PUT) {
+                (route, self.echo(req).await)
+            } else {
+                (route, status_only(StatusCode::METHOD_NOT_ALLOWED))
+            };
+        }
+        if !get {
+            let status = if route == Route::Data {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::METHOD_NOT_ALLOWED
+            };
+            return (route, status_only(status));
+        }
+        let query = req.uri().query();
+        let resp = match route {
+            Route::Root => text(StatusCode::OK, Body::from_static(b"hello from stampede\n")),
+            Route::Work => match self.param(query, "ms", self.cfg.work_ms, self.cfg.max_work_ms) {
+                Ok(ms) => {
+                    let sum = work::burn(Duration::from_millis(ms), ms).await;
+                    text(
+                        StatusCode::OK,
+                        Body::full(Bytes::from(format!("worked {ms} ms ({sum:016x})\n"))),
+                    )
+                }
+                Err(resp) => *resp,
+            },
+            Route::Delay => match self.param(query, "ms", self.cfg.delay_ms, self.cfg.max_delay_ms)
+            {
+                Ok(ms) => {
+                    if ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    text(
+                        StatusCode::OK,
+                        Body::full(Bytes::from(format!("delayed {ms} ms\n"))),
+                    )
+                }
+                Err(resp) => *resp,
+            },
+            Route::Bytes => {
+                match self.param(query, "n", self.cfg.bytes, self.cfg.max_response_bytes) {
+                    Ok(n) => octets(Body::repeat(&self.pattern, n)),
+                    Err(resp) => *resp,
+                }
+            }
+            Route::Data => self.data(query).await,
+            Route::Metrics => {
+                let mut resp = Response::new(Body::full(Bytes::from(self.metrics.render())));
+                resp.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                );
+                resp
+            }
+            Route::Healthz => text(StatusCode::OK, Body::from_static(b"ok\n")),
+            Route::Readyz => {
+                if self.lifecycle.phase() == Phase::Running {
+                    text(StatusCode::OK, Body::from_static(b"ok\n"))
+                } else {
+                    text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Body::from_static(b"draining\n"),
+                    )
+                }
+            }
+            Route::Echo => status_only(StatusCode::METHOD_NOT_ALLOWED),
+        };
+        (route, resp)
+    }
+
+    async fn data(&self, query: Option<&str>) -> Response<Body> {
+        let cfg = &self.cfg;
+        let work_ms = match self.param(query, "work_ms", cfg.work_ms, cfg.max_work_ms) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let delay_ms = match self.param(query, "delay_ms", cfg.delay_ms, cfg.max_delay_ms) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        let bytes = match self.param(query, "bytes", cfg.bytes, cfg.max_response_bytes) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        };
+        if work_ms > 0 {
+            std::hint::black_box(work::burn(Duration::from_millis(work_ms), bytes).await);
+        }
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        octets(Body::repeat(&self.pattern, bytes))
+    }
+
+    async fn echo(&self, req: Request<Incoming>) -> Response<Body> {
+        let max = self.cfg.max_body_bytes;
+        let declared = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max) {
+            self.metrics.error("body_too_large");
+            return status_only(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        let limit = usize::try_from(max).unwrap_or(usize::MAX);
+        let collect = Limited::new(req.into_body(), limit).collect();
+        match tokio::time::timeout(self.cfg.read_timeout, collect).await {
+            Err(_) => {
+                self.metrics.error("body_timeout");
+                status_only(StatusCode::REQUEST_TIMEOUT)
+            }
+            Ok(Err(e)) => {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    self.metrics.error("body_too_large");
+                    status_only(StatusCode::PAYLOAD_TOO_LARGE)
+                } else {
+                    self.metrics.error("bad_request");
+                    status_only(StatusCode::BAD_REQUEST)
+                }
+            }
+            Ok(Ok(body)) => octets(Body::full(body.to_bytes())),
+        }
+    }
+
+    /// Reads `key` from the query: absent is `default`; unparsable or above `max` is a 400.
+    fn param(
+        &self,
+        query: Option<&str>,
+        key: &str,
+        default: u64,
+        max: u64,
+    ) -> Result<u64, Box<Response<Body>>> {
+        match query_u64(query, key) {
+            Ok(Some(v)) if v <= max => Ok(v),
+            Ok(None) if default <= max => Ok(default),
+            Ok(_) => {
+                self.metrics.error("bad_request");
+                Err(Box::new(text(
+                    StatusCode::BAD_REQUEST,
+                    Body::full(Bytes::from(format!("{key} must be at most {max}\n"))),
+                )))
+            }
+            Err(()) => {
+                self.metrics.error("bad_request");
+                Err(Box::new(text(
+                    StatusCode::BAD_REQUEST,
+                    Body::full(Bytes::from(format!(
+                        "{key} must be a non-negative integer\n"
+                    ))),
+                )))
+            }
+        }
+    }
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    guard: ConnGuard,
+) {
+    let _ = stream.set_nodelay(true);
+    let ip = peer.ip();
+    let svc_shared = Arc::clone(&shared);
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let shared = Arc::clone(&svc_shared);
+        async move { Ok::<_, Infallible>(shared.handle(req, ip).await) }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let mut phase = shared.lifecycle.subscribe();
+    let result = tokio::select! {
+        res = conn.as_mut() => Some(res),
+        () = phase.reached(Phase::Draining) => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                res = conn.as_mut() => Some(res),
+                () = phase.reached(Phase::Forced) => None,
+            }
+        }
+    };
+    if let Some(Err(e)) = result {
+        shared.metrics.error("connection");
+        tracing::debug!(peer = %peer, error = %e, "http connection error");
+    }
+    drop(guard);
+}
+
+fn version_str(v: hyper::Version) -> &'static str {
+    match v {
+        hyper::Version::HTTP_09 => "HTTP/0.9",
+        hyper::Version::HTTP_10 => "HTTP/1.0",
+        hyper::Version::HTTP_11 => "HTTP/1.1",
+        hyper::Version::HTTP_2 => "HTTP/2.0",
+        hyper::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/?",
+    }
+}
+
+fn text(status: StatusCode, body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn octets(body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    resp
+}
+
+fn status_only(status: StatusCode) -> Response<Body> {
+    let reason = status.canonical_reason().unwrap_or("error");
+    text(status, Body::full(Bytes::from(format!("{reason}\n"))))
+}
+
+/// The value of `key` in a query string: `Ok(None)` if absent, `Err` if not a `u64`.
+/// The last occurrence wins.
+fn query_u64(query: Option<&str>, key: &str) -> Result<Option<u64>, ()> {
+    let mut found = None;
+    for pair in query.unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == key {
+            found = Some(v.parse::<u64>().map_err(|_| ())?);
+        }
+    }
+    Ok(found)
+}
+
+/// Routes, as used in the `route` metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Root,
+    Work,
+    Delay,
+    Bytes,
+    Echo,
+    Data,
+    Metrics,
+    Healthz,
+    Readyz,
+}
+
+impl Route {
+    const ALL: [Route; 9] = [
+        Route::Root,
+        Route::Work,
+        Route::Delay,
+        Route::Bytes,
+        Route::Echo,
+        Route::Data,
+        Route::Metrics,
+        Route::Healthz,
+        Route::Readyz,
+    ];
+
+    fn of(path: &str) -> Self {
+        match path {
+            "/" => Self::Root,
+            "/work" => Self::Work,
+            "/delay" => Self::Delay,
+            "/bytes" => Self::Bytes,
+            "/echo" => Self::Echo,
+            "/metrics" => Self::Metrics,
+            "/healthz" => Self::Healthz,
+            "/readyz" => Self::Readyz,
+            _ => Self::Data,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Root => "root",
+            Self::Work => "work",
+            Self::Delay => "delay",
+            Self::Bytes => "bytes",
+            Self::Echo => "echo",
+            Self::Data => "data",
+            Self::Metrics => "metrics",
+            Self::Healthz => "healthz",
+            Self::Readyz => "readyz",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Statuses this server produces; each gets a cached counter per route.
+const STATUSES: [StatusCode; 7] = [
+    StatusCode::OK,
+    StatusCode::BAD_REQUEST,
+    StatusCode::NOT_FOUND,
+    StatusCode::METHOD_NOT_ALLOWED,
+    StatusCode::REQUEST_TIMEOUT,
+    StatusCode::PAYLOAD_TOO_LARGE,
+    StatusCode::SERVICE_UNAVAILABLE,
+];
+
+const N_ROUTES: usize = Route::ALL.len();
+const N_STATUSES: usize = STATUSES.len();
+
+struct HttpMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    durations: HistogramVec,
+    errors: IntCounterVec,
+    conn_open: IntGauge,
+    conn_total: IntCounter,
+    conn_rejected: IntCounter,
+    source_ips: IntGauge,
+    in_flight: IntGauge,
+    /// Label lookups done once, on first use (so unused series are not exported as zeros).
+    request_cells: [[OnceLock<IntCounter>; N_STATUSES]; N_ROUTES],
+    duration_cells: [OnceLock<Histogram>; N_ROUTES],
+}
+
+impl HttpMetrics {
+    fn new() -> Result<Self, TargetError> {
+        let registry = crate::metrics::registry("http")?;
+        let requests = IntCounterVec::new(
+            prometheus::Opts::new(
+                "requests_total",
+                "HTTP requests answered, by route and status.",
+            ),
+            &["route", "status"],
+        )?;
+        let durations = HistogramVec::new(
+            crate::metrics::histogram_opts(
+                "request_duration_seconds",
+                "Time from request head received to response head ready, by route.",
+            ),
+            &["route"],
+        )?;
+        let errors = IntCounterVec::new(
+            prometheus::Opts::new(
+                "errors_total",
+                "Errors by kind (connection, body_timeout, body_too_large, bad_request).",
+            ),
+            &["kind"],
+        )?;
+        let conn_open = IntGauge::new("connections_open", "Connected clients (open connections).")?;
+        let conn_total = IntCounter::new("connections_total", "Connections accepted.")?;
+        let conn_rejected = IntCounter::new(
+            "connections_rejected_total",
+            "Connections closed at accept because the connection cap was reached.",
+        )?;
+        let source_ips = IntGauge::new(
+            "distinct_source_ips",
+            "Distinct client source IP addresses seen since start (tracking is capped).",
+        )?;
+        let in_flight = IntGauge::new("requests_in_flight", "Requests being handled now.")?;
+        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(durations.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(conn_open.clone()))?;
+        registry.register(Box::new(conn_total.clone()))?;
+        registry.register(Box::new(conn_rejected.clone()))?;
+        registry.register(Box::new(source_ips.clone()))?;
+        Ok(Self {
+            registry,
+            requests,
+            durations,
+            errors,
+            conn_open,
+            conn_total,
+            conn_rejected,
+            source_ips,
+            in_flight,
+            request_cells: Default::default(),
+            duration_cells: Default::default(),
+        })
+    }
+
+    fn observe(&self, route: Route, status: StatusCode, elapsed: Duration) {
+        let r = route.index();
+        self.duration_cells[r]
+            .get_or_init(|| self.durations.with_label_values(&[route.as_str()]))
+            .observe(elapsed.as_secs_f64());
+        match STATUSES.iter().position(|s| *s == status) {
+            Some(s) => self.request_cells[r][s]
+                .get_or_init(|| {
+                    self.requests
+                        .with_label_values(&[route.as_str(), status.as_str()])
+                })
+                .inc(),
+            None => self
+                .requests
+                .with_label_values(&[route.as_str(), status.as_str()])
+                .inc(),
+        }
+    }
+
+    fn error(&self, kind: &str) {
+        self.errors.with_label_values(&[kind]).inc();
+    }
+
+    fn errors_sum(&self) -> u64 {
+        [
+            "connection",
+            "body_timeout",
+            "body_too_large",
+            "bad_request",
+        ]
+        .iter()
+        .map(|k| self.errors.with_label_values(&[*k]).get())
+        .sum()
+    }
+
+    fn render(&self) -> String {
+        crate::metrics::render(&self.registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values() {
+        assert_eq!(query_u64(None, "ms"), Ok(None));
+        assert_eq!(query_u64(Some("ms=5"), "ms"), Ok(Some(5)));
+        assert_eq!(query_u64(Some("a=1&ms=5&ms=7"), "ms"), Ok(Some(7)));
+        assert_eq!(query_u64(Some("msx=5"), "ms"), Ok(None));
+        assert_eq!(query_u64(Some("ms=-1"), "ms"), Err(()));
+        assert_eq!(query_u64(Some("ms="), "ms"), Err(()));
+        assert_eq!(query_u64(Some("ms"), "ms"), Err(()));
+        assert_eq!(query_u64(Some("ms=99999999999999999999999"), "ms"), Err(()));
+    }
+
+    #[test]
+    fn routes_round_trip() {
+        for r in Route::ALL {
+            assert_eq!(Route::ALL[r.index()], r);
+        }
+        assert_eq!(Route::of("/anything"), Route::Data);
+        assert_eq!(Route::of("/data"), Route::Data);
+    }
+}

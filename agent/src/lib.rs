@@ -1,1 +1,389 @@
-//! placeholder
+//! Stampede agent: dials the controller and holds one stream, runs its shard of the arrival
+//! schedule over real sockets, records both latencies, and streams interval histograms.
+//!
+//! The dead-man switch (design.md §3.5): a run holds a lease the controller renews. If the
+//! lease lapses — controller gone, stream broken — load stops within the lease period. The
+//! data already collected is kept and replayed when the controller comes back; the
+//! controller drops intervals it already has.
+
+pub mod http1;
+pub mod runner;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::Rng;
+use stampede_core::scenario::Scenario;
+use stampede_core::schedule::Schedule;
+use stampede_core::shard::Shard;
+use stampede_proto::v1::{self, agent_message::Msg as Out, controller_message::Msg as In};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+
+use crate::http1::PreparedRequest;
+use crate::runner::{RunSpec, StepPlan};
+
+/// How the agent connects and describes itself.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Controller URL, e.g. `http://127.0.0.1:7070`.
+    pub controller: String,
+    pub id: String,
+    /// Shared secret sent as `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Sessions in flight at once before arrivals are dropped (and counted).
+    pub capacity: u32,
+    pub pod_name: String,
+    pub node_name: String,
+    pub pod_ip: String,
+    /// Longest pause between reconnection attempts.
+    pub max_backoff: Duration,
+}
+
+impl AgentConfig {
+    pub fn new(controller: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            controller: controller.into(),
+            id: id.into(),
+            token: None,
+            capacity: 10_000,
+            pod_name: String::new(),
+            node_name: String::new(),
+            pod_ip: String::new(),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Errors of one connection to the controller (the agent retries them all).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid controller URL: {0}")]
+    Url(String),
+    #[error("connecting to the controller: {0}")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("controller refused the stream: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("controller closed the stream")]
+    Closed,
+    #[error("invalid token: it must be printable ASCII")]
+    Token,
+}
+
+fn unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Reads the local ephemeral port range, if the kernel exposes it.
+pub fn ephemeral_ports() -> v1::PortRange {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = text.split_whitespace().filter_map(|s| s.parse::<u32>().ok());
+    match (it.next(), it.next()) {
+        (Some(low), Some(high)) => v1::PortRange { low, high },
+        _ => v1::PortRange { low: 0, high: 0 },
+    }
+}
+
+/// A run this agent holds: its stop switch and lease.
+struct ActiveRun {
+    run_id: String,
+    stop: CancellationToken,
+    lease_deadline: Arc<Mutex<Instant>>,
+    lease: Duration,
+}
+
+/// A shard prepared on Assign, waiting for Start.
+struct PendingRun {
+    spec: Arc<RunSpec>,
+}
+
+/// State that outlives one connection.
+struct AgentState {
+    pending: Option<PendingRun>,
+    active: Option<ActiveRun>,
+    /// Every message of the current run, kept until the next run, for replay after a reconnect.
+    retained: Vec<v1::AgentMessage>,
+    run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
+    run_rx: mpsc::UnboundedReceiver<v1::AgentMessage>,
+    lease: Duration,
+}
+
+/// Runs the agent until `shutdown` resolves, reconnecting with backoff.
+pub async fn run(cfg: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> Result<(), AgentError> {
+    let (run_tx, run_rx) = mpsc::unbounded_channel();
+    let mut state = AgentState {
+        pending: None,
+        active: None,
+        retained: Vec::new(),
+        run_tx,
+        run_rx,
+        lease: Duration::from_secs(1),
+    };
+    tokio::pin!(shutdown);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let started = Instant::now();
+        let result = tokio::select! {
+            r = connection(&cfg, &mut state) => r,
+            _ = &mut shutdown => {
+                if let Some(a) = &state.active { a.stop.cancel(); }
+                return Ok(());
+            }
+        };
+        match result {
+            Ok(()) => tracing::info!("controller closed the stream; reconnecting"),
+            Err(e) => tracing::warn!(error = %e, "controller connection failed; retrying"),
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        let jitter = rand::rng().random_range(0.8..1.2);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            _ = &mut shutdown => {
+                if let Some(a) = &state.active { a.stop.cancel(); }
+                return Ok(());
+            }
+        }
+        backoff = (backoff * 2).min(cfg.max_backoff);
+    }
+}
+
+fn msg(m: Out) -> v1::AgentMessage {
+    v1::AgentMessage { msg: Some(m) }
+}
+
+async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), AgentError> {
+    let endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
+        .map_err(|e| AgentError::Url(e.to_string()))?
+        .connect_timeout(Duration::from_secs(3))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5));
+    let channel = endpoint.connect().await?;
+    let (tx, rx) = mpsc::channel::<v1::AgentMessage>(1024);
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(token) = &cfg.token {
+        let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| AgentError::Token)?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let register = v1::Register {
+        agent_id: cfg.id.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        capacity: cfg.capacity,
+        hist_spec: Some(stampede_core::hist::SPEC.into()),
+        pod_name: cfg.pod_name.clone(),
+        node_name: cfg.node_name.clone(),
+        pod_ip: cfg.pod_ip.clone(),
+        ephemeral_ports: Some(ephemeral_ports()),
+    };
+    let _ = tx.send(msg(Out::Register(register))).await;
+    let mut inbound = v1::agent_service_client::AgentServiceClient::new(channel)
+        .attach(request)
+        .await?
+        .into_inner();
+    tracing::info!(controller = %cfg.controller, id = %cfg.id, "attached to controller");
+    // Replay what the controller may have missed; it ignores intervals it already has.
+    for m in &state.retained {
+        if tx.send(m.clone()).await.is_err() {
+            return Err(AgentError::Closed);
+        }
+    }
+    loop {
+        tokio::select! {
+            m = inbound.next() => {
+                let m = match m {
+                    Some(Ok(m)) => m,
+                    Some(Err(status)) => return Err(status.into()),
+                    None => return Err(AgentError::Closed),
+                };
+                handle(cfg, state, &tx, m).await;
+            }
+            Some(out) = state.run_rx.recv() => {
+                if let Some(Out::Done(_)) = &out.msg {
+                    state.active = None;
+                }
+                state.retained.push(out.clone());
+                if tx.send(out).await.is_err() {
+                    return Err(AgentError::Closed);
+                }
+            }
+        }
+    }
+}
+
+async fn handle(cfg: &AgentConfig, state: &mut AgentState, tx: &mpsc::Sender<v1::AgentMessage>, m: v1::ControllerMessage) {
+    let Some(m) = m.msg else { return };
+    match m {
+        In::Registered(r) => {
+            if r.lease_ms > 0 {
+                state.lease = Duration::from_millis(r.lease_ms);
+            }
+            if let Err(e) = stampede_proto::convert::check_spec("registered.hist_spec", r.hist_spec.as_ref()) {
+                tracing::error!(error = %e, "controller uses another histogram spec");
+            }
+        }
+        In::Assign(a) => {
+            let run_id = a.run_id.clone();
+            let reply = if state.active.is_some() {
+                Out::Failed(v1::AgentFailed { run_id, reason: "agent is busy with another run".into() })
+            } else {
+                match prepare(cfg, &a).await {
+                    Ok(spec) => {
+                        let planned = spec.schedule.iter().filter(|x| spec.filter.owns(x.index)).count() as u64;
+                        if planned != a.planned_sessions {
+                            Out::Failed(v1::AgentFailed {
+                                run_id,
+                                reason: format!("plan mismatch: controller planned {} sessions for this shard, agent computed {planned}", a.planned_sessions),
+                            })
+                        } else {
+                            state.pending = Some(PendingRun { spec: Arc::new(spec) });
+                            state.retained.clear();
+                            Out::Ready(v1::Ready { run_id, planned_sessions: planned })
+                        }
+                    }
+                    Err(reason) => Out::Failed(v1::AgentFailed { run_id, reason }),
+                }
+            };
+            let _ = tx.send(msg(reply)).await;
+        }
+        In::Start(s) => {
+            let Some(pending) = state.pending.take().filter(|p| p.spec.run_id == s.run_id) else {
+                let _ = tx.send(msg(Out::Failed(v1::AgentFailed { run_id: s.run_id, reason: "start for a run that was not assigned".into() }))).await;
+                return;
+            };
+            // T0 on our clock = T0 on the controller's + (agent − controller) offset.
+            let t0_local = s.t0_unix_ns.saturating_add(s.clock_offset_ns);
+            let delta = t0_local.saturating_sub(unix_ns());
+            let t0 = if delta >= 0 {
+                Instant::now() + Duration::from_nanos(delta as u64)
+            } else {
+                Instant::now()
+            };
+            let stop = CancellationToken::new();
+            let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));
+            state.active = Some(ActiveRun {
+                run_id: s.run_id.clone(),
+                stop: stop.clone(),
+                lease_deadline: lease_deadline.clone(),
+                lease: state.lease,
+            });
+            tokio::spawn(watchdog(lease_deadline, stop.clone(), s.run_id.clone()));
+            tokio::spawn(runner::execute(pending.spec, t0, state.run_tx.clone(), stop));
+        }
+        In::Lease(l) => {
+            if let Some(a) = &state.active {
+                let lease = if l.lease_ms > 0 { Duration::from_millis(l.lease_ms) } else { a.lease };
+                let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
+                *d = (*d).max(Instant::now() + lease);
+            }
+        }
+        In::Abort(a) => {
+            if let Some(active) = state.active.as_ref().filter(|x| x.run_id == a.run_id) {
+                tracing::warn!(run = %a.run_id, reason = %a.reason, "run aborted by the controller");
+                active.stop.cancel();
+            }
+            if state.pending.as_ref().is_some_and(|p| p.spec.run_id == a.run_id) {
+                state.pending = None;
+            }
+        }
+        In::ClockPing(p) => {
+            let t2 = unix_ns();
+            let pong = v1::ClockPong { seq: p.seq, t1_unix_ns: p.t1_unix_ns, t2_unix_ns: t2, t3_unix_ns: unix_ns() };
+            let _ = tx.send(msg(Out::ClockPong(pong))).await;
+        }
+    }
+}
+
+/// The dead-man switch: stops the run when its lease lapses.
+async fn watchdog(deadline: Arc<Mutex<Instant>>, stop: CancellationToken, run_id: String) {
+    loop {
+        let d = *deadline.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::select! {
+            _ = tokio::time::sleep_until(d) => {}
+            _ = stop.cancelled() => return,
+        }
+        let current = *deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if Instant::now() >= current {
+            tracing::warn!(run = %run_id, "lease lapsed: the controller is gone; stopping load");
+            stop.cancel();
+            return;
+        }
+    }
+}
+
+/// Parses and checks an assignment, resolves the target, and compiles the steps.
+async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
+    let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
+    let shard = Shard { index: a.shard_index, count: a.shard_count, weights: a.weights.clone() };
+    let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
+    let target = scenario.target.clone().unwrap_or_default();
+    let (addr, host_header) = resolve(&target).await?;
+    let mut ordinal = 0;
+    let steps = scenario
+        .session
+        .iter()
+        .map(|s| {
+            if let Some(h) = &s.http {
+                let plan = StepPlan::Http {
+                    ordinal,
+                    request: PreparedRequest::new(h, &host_header),
+                    expect: h.expect_status.clone(),
+                    repeat: s.repeat(),
+                    new_connection: s.new_connection,
+                };
+                ordinal += 1;
+                plan
+            } else {
+                StepPlan::Think(s.think_time.unwrap_or(stampede_core::scenario::ThinkTime::Fixed(Default::default())))
+            }
+        })
+        .collect();
+    let interval = Duration::from_millis(a.interval_ms.clamp(100, 60_000));
+    Ok(RunSpec {
+        run_id: a.run_id.clone(),
+        schedule: Schedule::new(&scenario.phases, scenario.arrival, a.seed),
+        request_timeout: scenario.request_timeout.0,
+        scenario,
+        filter,
+        interval,
+        target: addr,
+        steps,
+        capacity: cfg.capacity.max(1) as usize,
+    })
+}
+
+/// Resolves `http://host:port` once per run.
+async fn resolve(url: &str) -> Result<(SocketAddr, String), String> {
+    let rest = if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else if url.starts_with("https://") {
+        return Err("target: https is not supported by this agent yet".into());
+    } else {
+        return Err(format!("target: `{url}` is not an http:// URL"));
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(format!("target: `{url}` has no host"));
+    }
+    let with_port = if authority.starts_with('[') {
+        if authority.contains("]:") { authority.to_string() } else { format!("{authority}:80") }
+    } else if authority.contains(':') {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = tokio::net::lookup_host(&with_port)
+        .await
+        .map_err(|e| format!("target: cannot resolve `{authority}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("target: `{authority}` resolved to no address"))?;
+    Ok((addr, authority.to_string()))
+}

@@ -1,0 +1,354 @@
+//! A small HTTP/1.1 client for the hot path: the request is rendered once per step, the
+//! response is parsed with `httparse` into a buffer owned by the connection, and bodies are
+//! read and discarded. Nothing is allocated per request. Lengths from the server are never
+//! trusted beyond what is actually read.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::{Buf, Bytes, BytesMut};
+use stampede_core::scenario::HttpRequest;
+use stampede_core::stats::error_kind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest response head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 64;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why a request failed, as a report error kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure(pub &'static str);
+
+/// A request rendered to bytes once.
+#[derive(Debug, Clone)]
+pub struct PreparedRequest {
+    bytes: Bytes,
+    head: bool,
+}
+
+impl PreparedRequest {
+    pub fn new(req: &HttpRequest, host_header: &str) -> Self {
+        let mut out = String::with_capacity(256);
+        out.push_str(&req.method);
+        out.push(' ');
+        out.push_str(&req.path);
+        out.push_str(" HTTP/1.1\r\nHost: ");
+        out.push_str(host_header);
+        out.push_str("\r\n");
+        let mut has_ua = false;
+        for (k, v) in &req.headers {
+            if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("host") {
+                continue;
+            }
+            has_ua |= k.eq_ignore_ascii_case("user-agent");
+            out.push_str(k);
+            out.push_str(": ");
+            out.push_str(v);
+            out.push_str("\r\n");
+        }
+        if !has_ua {
+            out.push_str("User-Agent: stampede\r\n");
+        }
+        let body = req.body.as_deref().unwrap_or("");
+        if !body.is_empty() || matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
+            out.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        out.push_str("\r\n");
+        out.push_str(body);
+        Self {
+            bytes: Bytes::from(out),
+            head: req.method.eq_ignore_ascii_case("HEAD"),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// What came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    /// The server allows another request on this connection.
+    pub keep_alive: bool,
+    pub bytes_received: u64,
+}
+
+/// One client connection with its reusable read buffer.
+#[derive(Debug)]
+pub struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+/// Maps a connect error to its kind.
+pub fn connect_failure(e: &io::Error) -> Failure {
+    Failure(match e.kind() {
+        io::ErrorKind::ConnectionRefused => error_kind::CONNECT_REFUSED,
+        io::ErrorKind::AddrNotAvailable => error_kind::ADDR_NOT_AVAILABLE,
+        io::ErrorKind::TimedOut => error_kind::CONNECT_TIMEOUT,
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => error_kind::RESET,
+        _ => error_kind::CONNECT,
+    })
+}
+
+fn io_failure(e: &io::Error, writing: bool) -> Failure {
+    Failure(match e.kind() {
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe => {
+            error_kind::RESET
+        }
+        io::ErrorKind::TimedOut => error_kind::TIMEOUT,
+        io::ErrorKind::UnexpectedEof => error_kind::RESET,
+        _ if writing => error_kind::WRITE,
+        _ => error_kind::READ,
+    })
+}
+
+impl Conn {
+    pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
+        let stream = TcpStream::connect(addr).await.map_err(|e| connect_failure(&e))?;
+        // Latency matters more than packet count for a load generator.
+        let _ = stream.set_nodelay(true);
+        Ok(Self {
+            stream,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        })
+    }
+
+    /// Sends one request and reads the whole response.
+    pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
+        self.buf.clear();
+        self.stream
+            .write_all(&req.bytes)
+            .await
+            .map_err(|e| io_failure(&e, true))?;
+        let (status, keep_alive, body, head_len) = loop {
+            if let Some(parsed) = self.parse_head(req.head)? {
+                break parsed;
+            }
+            if self.buf.len() >= MAX_HEAD {
+                return Err(Failure(error_kind::PROTOCOL));
+            }
+            self.fill().await?;
+        };
+        let mut received = head_len as u64;
+        self.buf.advance(head_len);
+        received += match body {
+            Body::None => 0,
+            Body::Length(n) => self.skip_exact(n).await?,
+            Body::Chunked => self.skip_chunked().await?,
+            Body::UntilClose => self.skip_to_close().await?,
+        };
+        Ok(Response {
+            status,
+            keep_alive: keep_alive && !matches!(body, Body::UntilClose),
+            bytes_received: received,
+        })
+    }
+
+    async fn fill(&mut self) -> Result<usize, Failure> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        match self.stream.read_buf(&mut self.buf).await {
+            Ok(0) => Err(Failure(error_kind::RESET)),
+            Ok(n) => Ok(n),
+            Err(e) => Err(io_failure(&e, false)),
+        }
+    }
+
+    fn parse_head(&self, head_request: bool) -> Result<Option<(u16, bool, Body, usize)>, Failure> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut headers);
+        let n = match resp.parse(&self.buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err(Failure(error_kind::PROTOCOL)),
+        };
+        let status = resp.code.unwrap_or(0);
+        let mut keep_alive = resp.version == Some(1);
+        let mut length = None;
+        let mut chunked = false;
+        for h in resp.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let v = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                match v {
+                    Some(v) if length.is_none_or(|l| l == v) => length = Some(v),
+                    _ => return Err(Failure(error_kind::PROTOCOL)),
+                }
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = h.value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked"));
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                if h.value.windows(5).any(|w| w.eq_ignore_ascii_case(b"close")) {
+                    keep_alive = false;
+                } else if h.value.windows(10).any(|w| w.eq_ignore_ascii_case(b"keep-alive")) {
+                    keep_alive = true;
+                }
+            }
+        }
+        let body = if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+            Body::None
+        } else if chunked {
+            Body::Chunked
+        } else if let Some(l) = length {
+            Body::Length(l)
+        } else {
+            Body::UntilClose
+        };
+        Ok(Some((status, keep_alive, body, n)))
+    }
+
+    /// Reads and discards exactly `n` body bytes.
+    async fn skip_exact(&mut self, n: u64) -> Result<u64, Failure> {
+        let mut left = n;
+        loop {
+            let take = (self.buf.len() as u64).min(left);
+            self.buf.advance(take as usize);
+            left -= take;
+            if left == 0 {
+                return Ok(n);
+            }
+            self.buf.clear();
+            self.fill().await?;
+        }
+    }
+
+    async fn skip_to_close(&mut self) -> Result<u64, Failure> {
+        let mut total = self.buf.len() as u64;
+        loop {
+            self.buf.clear();
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) => return Ok(total),
+                Ok(n) => total += n as u64,
+                Err(e) => return Err(io_failure(&e, false)),
+            }
+        }
+    }
+
+    /// Reads and discards a chunked body, trailers included.
+    async fn skip_chunked(&mut self) -> Result<u64, Failure> {
+        let mut total = 0u64;
+        loop {
+            // Chunk-size line.
+            let line_end = loop {
+                if let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                    break pos;
+                }
+                if self.buf.len() > 1024 {
+                    return Err(Failure(error_kind::PROTOCOL));
+                }
+                self.fill().await?;
+            };
+            let size = {
+                let line = &self.buf[..line_end];
+                let hex_end = line.iter().position(|&b| b == b';').unwrap_or(line.len());
+                let text = std::str::from_utf8(&line[..hex_end]).map_err(|_| Failure(error_kind::PROTOCOL))?;
+                u64::from_str_radix(text.trim(), 16).map_err(|_| Failure(error_kind::PROTOCOL))?
+            };
+            total += line_end as u64 + 2;
+            self.buf.advance(line_end + 2);
+            if size == 0 {
+                // Trailers until an empty line.
+                loop {
+                    let end = loop {
+                        if let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                            break pos;
+                        }
+                        if self.buf.len() > MAX_HEAD {
+                            return Err(Failure(error_kind::PROTOCOL));
+                        }
+                        self.fill().await?;
+                    };
+                    self.buf.advance(end + 2);
+                    total += end as u64 + 2;
+                    if end == 0 {
+                        return Ok(total);
+                    }
+                }
+            }
+            total += self.skip_exact(size + 2).await?;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    async fn serve_once(reply: &'static [u8]) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(reply).await;
+            let _ = s.shutdown().await;
+        });
+        addr
+    }
+
+    fn get() -> PreparedRequest {
+        let req = HttpRequest {
+            method: "GET".into(),
+            path: "/x".into(),
+            headers: Default::default(),
+            body: None,
+            expect_status: None,
+        };
+        PreparedRequest::new(&req, "h")
+    }
+
+    #[tokio::test]
+    async fn reads_content_length_and_chunked_bodies() {
+        let addr = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").await;
+        let mut c = Conn::connect(addr).await.unwrap();
+        let r = c.request(&get()).await.unwrap();
+        assert_eq!((r.status, r.keep_alive), (200, true));
+
+        let addr = serve_once(b"HTTP/1.1 404 NF\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n").await;
+        let mut c = Conn::connect(addr).await.unwrap();
+        let r = c.request(&get()).await.unwrap();
+        assert_eq!((r.status, r.keep_alive), (404, false));
+    }
+
+    #[tokio::test]
+    async fn hostile_responses_are_protocol_errors_or_resets() {
+        for reply in [
+            &b"garbage\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+        ] {
+            let addr = serve_once(reply).await;
+            let mut c = Conn::connect(addr).await.unwrap();
+            let e = c.request(&get()).await.unwrap_err();
+            assert!(matches!(e.0, error_kind::PROTOCOL | error_kind::RESET), "{e:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_connect_is_classified() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        assert_eq!(Conn::connect(addr).await.unwrap_err(), Failure(error_kind::CONNECT_REFUSED));
+    }
+}

@@ -1,0 +1,361 @@
+//! Runs one shard: walks the whole-test schedule, starts the sessions this shard owns at their
+//! intended times, records both latencies per request, and ships interval data.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::Rng;
+use stampede_core::scenario::{Scenario, ThinkTime};
+use stampede_core::schedule::Schedule;
+use stampede_core::shard::ShardFilter;
+use stampede_core::stats::{error_kind, Stats};
+use stampede_proto::convert::sample_to_wire;
+use stampede_proto::v1;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::http1::{Conn, Failure, PreparedRequest};
+
+/// A step compiled for the hot path.
+#[derive(Debug, Clone)]
+pub enum StepPlan {
+    Http {
+        /// Ordinal among request steps (the per-step breakdown index).
+        ordinal: usize,
+        request: PreparedRequest,
+        expect: Option<Vec<u16>>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    Think(ThinkTime),
+}
+
+/// Everything needed to run a shard.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub run_id: String,
+    pub scenario: Scenario,
+    pub schedule: Schedule,
+    pub filter: ShardFilter,
+    pub interval: Duration,
+    pub target: SocketAddr,
+    pub steps: Vec<StepPlan>,
+    pub request_timeout: Duration,
+    /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
+    pub capacity: usize,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    Completed,
+    Stopped,
+}
+
+/// The interval recorder: one [`Stats`] per phase, double-buffered so the ticker encodes
+/// outside the lock.
+#[derive(Debug)]
+pub struct Recorder {
+    active: Mutex<Vec<Stats>>,
+    pub in_flight: AtomicUsize,
+    pub open_connections: AtomicU64,
+}
+
+impl Recorder {
+    pub fn new(phases: usize, steps: usize) -> Self {
+        Self {
+            active: Mutex::new((0..phases).map(|_| Stats::with_steps(steps)).collect()),
+            in_flight: AtomicUsize::new(0),
+            open_connections: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Stats>> {
+        // A panic while holding the lock cannot leave the counters half-written in a way
+        // that matters more than losing the run's data, so keep going.
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `f` to the phase's stats.
+    #[inline]
+    pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut Stats) -> R) -> Option<R> {
+        self.lock().get_mut(phase as usize).map(f)
+    }
+
+    /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
+    /// in `spare`.
+    pub fn swap(&self, spare: &mut Vec<Stats>) {
+        std::mem::swap(&mut *self.lock(), spare);
+    }
+}
+
+/// Builds the Progress message for one interval from filled buffers, then resets them.
+fn progress(run_id: &str, interval: u64, filled: &mut [Stats], open: u64) -> v1::AgentMessage {
+    let samples = filled
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .filter_map(|(phase, s)| match sample_to_wire(phase as u32, s) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::error!(error = %e, "dropping an interval sample that cannot be encoded");
+                None
+            }
+        })
+        .collect();
+    for s in filled.iter_mut() {
+        s.reset();
+    }
+    v1::AgentMessage {
+        msg: Some(v1::agent_message::Msg::Progress(v1::Progress {
+            run_id: run_id.to_string(),
+            interval,
+            samples,
+            open_connections: open,
+        })),
+    }
+}
+
+fn interval_index(t0: Instant, interval: Duration) -> u64 {
+    let elapsed = Instant::now().saturating_duration_since(t0);
+    (elapsed.as_nanos() / interval.as_nanos().max(1)) as u64
+}
+
+/// Runs the shard from `t0` until the schedule is done and every session has finished, or
+/// until `stop` fires. Progress and Done go to `out`.
+pub async fn execute(
+    spec: Arc<RunSpec>,
+    t0: Instant,
+    out: mpsc::UnboundedSender<v1::AgentMessage>,
+    stop: CancellationToken,
+) -> RunEnd {
+    let n_steps = spec.scenario.step_names().len();
+    let rec = Arc::new(Recorder::new(spec.scenario.phases.len(), n_steps));
+    let tracker = TaskTracker::new();
+
+    // The interval ticker.
+    let ticker_stop = CancellationToken::new();
+    let ticker = {
+        let (rec, spec, out, ticker_stop) = (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
+        tokio::spawn(async move {
+            let mut spare: Vec<Stats> = (0..spec.scenario.phases.len()).map(|_| Stats::with_steps(n_steps)).collect();
+            let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let mut next = 0u64;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = ticker_stop.cancelled() => break,
+                }
+                let now_index = interval_index(t0, spec.interval);
+                // Everything recorded so far belongs to intervals < now_index; send it as the
+                // newest complete one.
+                let interval = now_index.saturating_sub(1).max(next);
+                rec.swap(&mut spare);
+                let msg = progress(&spec.run_id, interval, &mut spare, rec.open_connections.load(Ordering::Relaxed));
+                if out.send(msg).is_err() {
+                    break;
+                }
+                next = interval + 1;
+            }
+            (spare, next)
+        })
+    };
+
+    // The arrival loop.
+    let mut stopped = false;
+    let mut iter = spec.schedule.iter();
+    for a in iter.by_ref() {
+        if !spec.filter.owns(a.index) {
+            continue;
+        }
+        let intended = t0 + Duration::from_nanos(a.at_ns);
+        if Instant::now() < intended {
+            tokio::select! {
+                _ = sleep_until(intended) => {}
+                _ = stop.cancelled() => {
+                    rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        if stop.is_cancelled() {
+            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+            stopped = true;
+            break;
+        }
+        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
+            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+            continue;
+        }
+        rec.in_flight.fetch_add(1, Ordering::Relaxed);
+        let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
+        tracker.spawn(async move {
+            session(&spec, &rec, intended, a.phase, &stop).await;
+            rec.in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    if stopped {
+        // Count what this shard will now never start.
+        for a in iter.filter(|a| spec.filter.owns(a.index)) {
+            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+    ticker_stop.cancel();
+    let (mut spare, next) = match ticker.await {
+        Ok(v) => v,
+        Err(_) => ((0..spec.scenario.phases.len()).map(|_| Stats::with_steps(n_steps)).collect(), 0),
+    };
+    // Final flush: whatever was recorded since the last tick.
+    let last = interval_index(t0, spec.interval).max(next);
+    rec.swap(&mut spare);
+    let _ = out.send(progress(&spec.run_id, last, &mut spare, 0));
+    let end = if stop.is_cancelled() { RunEnd::Stopped } else { RunEnd::Completed };
+    let _ = out.send(v1::AgentMessage {
+        msg: Some(v1::agent_message::Msg::Done(v1::Done {
+            run_id: spec.run_id.clone(),
+            last_interval: last,
+            stopped_early: end == RunEnd::Stopped,
+        })),
+    });
+    end
+}
+
+/// Decrements the open-connection gauge when a connection is dropped.
+struct Tracked<'a> {
+    conn: Conn,
+    gauge: &'a AtomicU64,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
+    let d = match *t {
+        ThinkTime::Fixed(d) => d.0,
+        ThinkTime::Range { min, max } => {
+            let span = max.0.saturating_sub(min.0);
+            min.0 + span.mul_f64(rand::rng().random::<f64>())
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// One virtual client: runs the steps over one connection.
+async fn session(spec: &RunSpec, rec: &Recorder, intended: Instant, phase: u32, stop: &CancellationToken) {
+    let lag = Instant::now().saturating_duration_since(intended);
+    rec.with(phase, |s| s.record_start(us(lag)));
+    let mut conn: Option<Tracked<'_>> = None;
+    // The time the next request should have been sent: the arrival for the first request,
+    // then the end of the previous step.
+    let mut due = intended;
+    let mut ok = true;
+    'steps: for step in &spec.steps {
+        match step {
+            StepPlan::Think(t) => {
+                if !think(t, stop).await {
+                    return;
+                }
+                due = Instant::now();
+            }
+            StepPlan::Http { ordinal, request, expect, repeat, new_connection } => {
+                for _ in 0..*repeat {
+                    if *new_connection {
+                        conn = None;
+                    }
+                    let sent = Instant::now();
+                    rec.with(phase, |s| s.counters.requests_started += 1);
+                    let result = tokio::select! {
+                        r = exchange(spec, rec, &mut conn, request) => r,
+                        _ = stop.cancelled() => return,
+                    };
+                    let done = Instant::now();
+                    match result {
+                        Ok(resp) => {
+                            let good = match expect {
+                                Some(list) => list.contains(&resp.status),
+                                None => (200..400).contains(&resp.status),
+                            };
+                            rec.with(phase, |s| {
+                                s.counters.bytes_sent += request.len() as u64;
+                                s.counters.bytes_received += resp.bytes_received;
+                                if good {
+                                    s.record_success(*ordinal, us(done - due), us(done - sent));
+                                } else {
+                                    s.record_failure(*ordinal, error_kind::STATUS);
+                                }
+                            });
+                            if !resp.keep_alive {
+                                conn = None;
+                            }
+                            if !good {
+                                ok = false;
+                                break 'steps;
+                            }
+                        }
+                        Err(Failure(kind)) => {
+                            rec.with(phase, |s| s.record_failure(*ordinal, kind));
+                            ok = false;
+                            break 'steps;
+                        }
+                    }
+                    due = done;
+                }
+            }
+        }
+    }
+    drop(conn);
+    rec.with(phase, |s| {
+        if ok {
+            s.counters.sessions_completed += 1;
+        } else {
+            s.counters.sessions_failed += 1;
+        }
+    });
+}
+
+/// Connects if needed, then sends one request, within the request timeout.
+async fn exchange<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    conn: &mut Option<Tracked<'a>>,
+    request: &PreparedRequest,
+) -> Result<crate::http1::Response, Failure> {
+    let deadline = Instant::now() + spec.request_timeout;
+    if conn.is_none() {
+        let c = tokio::time::timeout_at(deadline, Conn::connect(spec.target))
+            .await
+            .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
+        rec.open_connections.fetch_add(1, Ordering::Relaxed);
+        *conn = Some(Tracked { conn: c, gauge: &rec.open_connections });
+    }
+    let Some(c) = conn.as_mut() else {
+        return Err(Failure(error_kind::CONNECT));
+    };
+    let result = tokio::time::timeout_at(deadline, c.conn.request(request))
+        .await
+        .map_err(|_| Failure(error_kind::TIMEOUT))
+        .and_then(|r| r);
+    if result.is_err() {
+        *conn = None;
+    }
+    result
+}

@@ -5,13 +5,18 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, UdpSocket, UnixListener};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::common::parse_duration;
+use crate::echo::{EchoConfig, EchoServer};
+use crate::frame::Framing;
 use crate::http::{self, AccessLog, HttpConfig};
+use crate::login::{LoginConfig, LoginServer, UserTable};
 use crate::TargetError;
 
 /// Listen backlog for the TCP targets (load tests open many connections at once).
@@ -23,6 +28,115 @@ pub enum TargetCommand {
     /// HTTP/1.1 and h2c target: `/`, `/work?ms=N`, `/delay?ms=N`, `/bytes?n=N`, `POST /echo`,
     /// `/data` (configured defaults), `/metrics`, `/healthz`, `/readyz`.
     Http(HttpArgs),
+    /// TCP login service: length-delimited JSON `LoginRequest` frames answered with a
+    /// `LoginAction` (granted with a role, or denied with a reason).
+    Login(LoginArgs),
+    /// TCP echo: each frame (length- or newline-delimited) is sent back.
+    EchoTcp(EchoTcpArgs),
+    /// UDP echo: each datagram is sent back to its sender.
+    EchoUdp(EchoUdpArgs),
+    /// Unix-socket echo: each frame (length- or newline-delimited) is sent back.
+    EchoUnix(EchoUnixArgs),
+}
+
+/// Options shared by the frame-based servers.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamOpts {
+    /// Largest frame payload accepted; a longer one closes the connection (UDP: is dropped).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_frame_bytes: usize,
+    /// Most connections open at once; more are closed right after accept.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Each frame must arrive within this time of the previous one (also the idle timeout),
+    /// e.g. `60s`, `500ms`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long open connections get to finish.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Serve Prometheus `/metrics` (and `/healthz`, `/readyz`) on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Options of `stampede target login`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoginArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:7000")]
+    pub listen: SocketAddr,
+    /// Users file: a JSON array of `{"username","password","role","locked"}`. Without it, the
+    /// built-in table (alice/wonderland, bob/builder, locked mallory, user<N>/pass<N>).
+    #[arg(long)]
+    pub users: Option<PathBuf>,
+    /// Largest request frame payload accepted; a longer one closes the connection.
+    #[arg(long, default_value_t = 4096)]
+    pub max_frame_bytes: usize,
+    /// Most connections open at once; more are closed right after accept.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Each request must arrive within this time of the previous one (also the idle timeout).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long open connections get to finish.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Serve Prometheus `/metrics` (and `/healthz`, `/readyz`) on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Options of `stampede target echo-tcp`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EchoTcpArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:7001")]
+    pub listen: SocketAddr,
+    /// Framing: `length` (4-byte big-endian length prefix) or `newline`.
+    #[arg(long, value_enum, default_value_t = Framing::Length)]
+    pub framing: Framing,
+    #[command(flatten)]
+    pub opts: StreamOpts,
+}
+
+/// Options of `stampede target echo-udp`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EchoUdpArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:7002")]
+    pub listen: SocketAddr,
+    /// Largest datagram echoed; longer ones are dropped and counted as errors.
+    #[arg(long, default_value_t = 65_507)]
+    pub max_datagram_bytes: usize,
+    /// Serve Prometheus `/metrics` (and `/healthz`, `/readyz`) on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Options of `stampede target echo-unix`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EchoUnixArgs {
+    /// Socket path to listen on (a stale socket file there is replaced).
+    #[arg(long, default_value = "/tmp/stampede-echo.sock")]
+    pub listen: PathBuf,
+    /// Framing: `length` (4-byte big-endian length prefix) or `newline`.
+    #[arg(long, value_enum, default_value_t = Framing::Length)]
+    pub framing: Framing,
+    #[command(flatten)]
+    pub opts: StreamOpts,
+}
+
+impl StreamOpts {
+    fn echo_config(&self, framing: Framing) -> EchoConfig {
+        EchoConfig {
+            framing,
+            max_frame_bytes: self.max_frame_bytes,
+            max_connections: self.max_connections,
+            read_timeout: self.read_timeout,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
 }
 
 /// Options of `stampede target http`.
@@ -103,6 +217,114 @@ impl TargetCommand {
                 let listener = bind_tcp(args.listen)?;
                 http::serve(listener, HttpConfig::from(&args), shutdown).await
             }
+            TargetCommand::Login(args) => {
+                let users = match &args.users {
+                    Some(path) => UserTable::from_file(path)?,
+                    None => UserTable::builtin(),
+                };
+                let server = LoginServer::new(LoginConfig {
+                    users,
+                    max_frame_bytes: args.max_frame_bytes,
+                    max_connections: args.max_connections,
+                    read_timeout: args.read_timeout,
+                    shutdown_grace: args.shutdown_grace,
+                })?;
+                let listener = bind_tcp(args.listen)?;
+                let render = server.clone();
+                with_metrics(
+                    args.metrics_listen,
+                    move || render.metrics_text(),
+                    async move { server.serve(listener, shutdown).await },
+                )
+                .await
+            }
+            TargetCommand::EchoTcp(args) => {
+                let server = EchoServer::new(args.opts.echo_config(args.framing))?;
+                let listener = bind_tcp(args.listen)?;
+                let render = server.clone();
+                with_metrics(
+                    args.opts.metrics_listen,
+                    move || render.metrics_text(),
+                    async move { server.serve_tcp(listener, shutdown).await },
+                )
+                .await
+            }
+            TargetCommand::EchoUdp(args) => {
+                let server = EchoServer::new(EchoConfig {
+                    max_frame_bytes: args.max_datagram_bytes,
+                    ..EchoConfig::default()
+                })?;
+                let socket =
+                    UdpSocket::bind(args.listen)
+                        .await
+                        .map_err(|source| TargetError::Bind {
+                            addr: args.listen,
+                            source,
+                        })?;
+                let render = server.clone();
+                with_metrics(
+                    args.metrics_listen,
+                    move || render.metrics_text(),
+                    async move { server.serve_udp(socket, shutdown).await },
+                )
+                .await
+            }
+            TargetCommand::EchoUnix(args) => {
+                let server = EchoServer::new(args.opts.echo_config(args.framing))?;
+                remove_stale_socket(&args.listen);
+                let listener =
+                    UnixListener::bind(&args.listen).map_err(|source| TargetError::BindUnix {
+                        path: args.listen.clone(),
+                        source,
+                    })?;
+                let render = server.clone();
+                let result = with_metrics(
+                    args.opts.metrics_listen,
+                    move || render.metrics_text(),
+                    async move { server.serve_unix(listener, shutdown).await },
+                )
+                .await;
+                remove_stale_socket(&args.listen);
+                result
+            }
+        }
+    }
+}
+
+/// Runs `main`, with a metrics endpoint beside it when `listen` is given; the endpoint stays
+/// up while `main` drains and stops after it.
+async fn with_metrics<R>(
+    listen: Option<SocketAddr>,
+    render: R,
+    main: impl Future<Output = Result<(), TargetError>>,
+) -> Result<(), TargetError>
+where
+    R: Fn() -> String + Send + Sync + 'static,
+{
+    let Some(addr) = listen else {
+        return main.await;
+    };
+    let listener = bind_tcp(addr)?;
+    tracing::info!(addr = %addr, "metrics listening");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = tokio::spawn(crate::metrics::serve(listener, render, async move {
+        let _ = stopped.await;
+    }));
+    let result = main.await;
+    let _ = stop.send(());
+    match metrics.await {
+        Ok(Err(e)) => tracing::warn!(error = %e, "metrics endpoint failed"),
+        Err(e) => tracing::warn!(error = %e, "metrics endpoint task failed"),
+        Ok(Ok(())) => {}
+    }
+    result
+}
+
+/// Removes `path` if it is a socket (left over by an earlier run); never removes other files.
+fn remove_stale_socket(path: &Path) {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -168,11 +390,41 @@ mod tests {
             "stdout",
         ])
         .unwrap();
-        let TargetCommand::Http(a) = cli.target;
+        let TargetCommand::Http(a) = cli.target else {
+            panic!("not http");
+        };
         let cfg = HttpConfig::from(&a);
         assert_eq!(cfg.delay_ms, 5);
         assert_eq!(cfg.read_timeout, Duration::from_millis(500));
         assert_eq!(cfg.access_log, AccessLog::Stdout);
+    }
+
+    #[test]
+    fn stream_args_parse() {
+        let cli = Cli::try_parse_from([
+            "t",
+            "echo-tcp",
+            "--framing",
+            "newline",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--max-frame-bytes",
+            "10",
+        ])
+        .unwrap();
+        let TargetCommand::EchoTcp(a) = cli.target else {
+            panic!("not echo-tcp");
+        };
+        assert_eq!(a.framing, Framing::Newline);
+        assert_eq!(a.opts.echo_config(a.framing).max_frame_bytes, 10);
+        assert!(a.opts.metrics_listen.is_some());
+        for args in [
+            &["t", "login", "--users", "/x.json"][..],
+            &["t", "echo-udp", "--listen", "127.0.0.1:0"],
+            &["t", "echo-unix", "--listen", "/tmp/x.sock"],
+        ] {
+            Cli::try_parse_from(args).unwrap();
+        }
     }
 
     #[test]

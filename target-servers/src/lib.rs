@@ -19,6 +19,7 @@ mod common;
 pub mod echo;
 mod error;
 pub mod frame;
+mod framed;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

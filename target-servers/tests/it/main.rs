@@ -3,6 +3,9 @@
 //! Every test is bounded by [`support::bounded`]; none sleeps to wait for readiness (a listener
 //! is bound before the server starts, so connecting right away is always fine).
 
+mod echo;
+mod hostile;
 mod http;
+mod login;
 mod prom;
 mod support;

@@ -305,7 +305,8 @@ where
         return main.await;
     };
     let listener = bind_tcp(addr)?;
-    tracing::info!(addr = %addr, "metrics listening");
+    let local = listener.local_addr().map_err(TargetError::LocalAddr)?;
+    tracing::info!(addr = %local, "metrics listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics = tokio::spawn(crate::metrics::serve(listener, render, async move {
         let _ = stopped.await;

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Benchmark: the `http` target's `GET /` keep-alive throughput next to nginx's.
+#
+# nginx (Debian package, one worker, `return 200` of the same 20-byte body, access log off) and
+# the http target each run pinned to CPU 0 with taskset; wrk (Debian package) drives each in turn
+# from CPU 1. The script prints req/s, the server's CPU use during the run (near 100% means the
+# server, not wrk, was the bottleneck), and the ratio target/nginx.
+#
+# Usage (from anywhere in the repo; needs root for apt-get unless nginx and wrk are installed):
+#   target-servers/bench/vs-nginx.sh
+# Environment: DURATION (default 15s), CONNECTIONS (64), ROUNDS (2), SERVER_CPU (0), LOAD_CPU (1),
+#   NGINX_PORT (18080), TARGET_PORT (18081), RUNTIME (multi-thread | current-thread).
+# Not part of CI. Loopback only.
+set -euo pipefail
+
+DURATION=${DURATION:-15s}
+CONNECTIONS=${CONNECTIONS:-64}
+ROUNDS=${ROUNDS:-2}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+NGINX_PORT=${NGINX_PORT:-18080}
+TARGET_PORT=${TARGET_PORT:-18081}
+RUNTIME=${RUNTIME:-multi-thread}
+
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# 1. Tools from Debian.
+have_nginx() { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }
+if ! command -v wrk >/dev/null || ! have_nginx; then
+    apt-get update -qq
+    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 || apt-get install -y -qq nginx wrk >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+# 2. The target, release build.
+cargo build --release -q -p stampede-target-servers --example target --manifest-path "$root/Cargo.toml"
+TARGET_BIN="$root/target/release/examples/target"
+
+# 3. nginx: one worker, same body as the target's GET /.
+cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    default_type text/plain;
+    server {
+        listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
+        location = / { return 200 "hello from stampede\n"; }
+    }
+}
+CONF
+
+wait_port() {
+    for _ in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "port $1 did not open" >&2
+    return 1
+}
+
+# Sum of utime+stime (clock ticks) of a process and all its threads/children we started.
+cpu_ticks() {
+    local total=0 p
+    for p in "$@"; do
+        if [ -r "/proc/$p/stat" ]; then
+            total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+        fi
+    done
+    echo "$total"
+}
+
+taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
+pids+=($!)
+STAMPEDE_TARGET_RUNTIME=$RUNTIME RUST_LOG=warn taskset -c "$SERVER_CPU" "$TARGET_BIN" http --listen "127.0.0.1:$TARGET_PORT" &
+target_pid=$!
+pids+=("$target_pid")
+wait_port "$NGINX_PORT"
+wait_port "$TARGET_PORT"
+nginx_pids=$(pgrep -P "${pids[0]}" || true)   # the worker(s) of the nginx master we started
+nginx_all="${pids[0]} $nginx_pids"
+
+curl_check() { # a sanity check that both answer the same body
+    local body
+    body=$(exec 3<>"/dev/tcp/127.0.0.1/$1"; printf 'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3)
+    case "$body" in *"hello from stampede"*) ;; *) echo "unexpected answer on port $1: $body" >&2; exit 1;; esac
+}
+curl_check "$NGINX_PORT"
+curl_check "$TARGET_PORT"
+
+hz=$(getconf CLK_TCK)
+run() { # name port pids...
+    local name=$1 port=$2; shift 2
+    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
+    local t0 c0 out t1 c1 rps cpu
+    c0=$(cpu_ticks "$@"); t0=$(date +%s.%N)
+    out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$port/")
+    c1=$(cpu_ticks "$@"); t1=$(date +%s.%N)
+    rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+    cpu=$(awk -v c="$((c1 - c0))" -v hz="$hz" -v t0="$t0" -v t1="$t1" 'BEGIN {printf "%.0f", 100 * c / hz / (t1 - t0)}')
+    local p99
+    p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+    printf '%-7s %12.0f req/s   server cpu %3s%%   p99 %s\n' "$name" "$rps" "$cpu" "$p99" >&2
+    echo "$rps"
+}
+
+echo "wrk -t1 -c$CONNECTIONS -d$DURATION, servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU, target runtime $RUNTIME" >&2
+nginx_sum=0; target_sum=0
+for r in $(seq 1 "$ROUNDS"); do
+    n=$(run nginx "$NGINX_PORT" $nginx_all)
+    t=$(run target "$TARGET_PORT" "$target_pid")
+    nginx_sum=$(awk -v a="$nginx_sum" -v b="$n" 'BEGIN {print a + b}')
+    target_sum=$(awk -v a="$target_sum" -v b="$t" 'BEGIN {print a + b}')
+done
+awk -v n="$nginx_sum" -v t="$target_sum" -v r="$ROUNDS" 'BEGIN {
+    printf "mean over %d rounds: nginx %.0f req/s, target %.0f req/s, ratio target/nginx %.2f\n", r, n / r, t / r, t / n
+}'

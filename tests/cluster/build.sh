@@ -9,6 +9,7 @@
 # env:   STAMPEDE_CLUSTER_CACHE   cache directory (default /var/cache/stampede-cluster as root)
 #        STAMPEDE_CLUSTER_GO_P    go build -p (parallel compile jobs; default: the number of CPUs)
 # A cold build needs about 4 GB of Go build cache and module downloads, and 10-30 minutes on 2 cores.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 command -v go >/dev/null || die "go is not installed (a Go toolchain >= 1.25 is needed to build the cluster binaries)"

@@ -6,6 +6,7 @@
 #       compare with the snapshot: no cluster process (recorded PIDs, or anything running our binaries, our
 #       containerd socket or state directory), no mount under the cluster's directories, no new network namespace,
 #       no new network interface (bridge or veth), no new iptables/ip6tables chain, no cluster directory.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 snapshot_to() { # DIR

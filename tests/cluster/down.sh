@@ -6,6 +6,7 @@
 # iptables chains that were not there before up.sh, the bridge, and restores the sysctls up.sh changed.
 #
 # usage: tests/cluster/down.sh
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root "down.sh"
 set +e # best effort: every step runs even when an earlier one failed

@@ -18,6 +18,7 @@
 #      STAMPEDE_E2E_BUILD_TIMEOUT seconds for building binaries and images (default 3600: a cold Go build)
 #      STAMPEDE_E2E_KEEP=1        leave the local cluster running afterwards (no teardown, no leak check)
 # exit: 0 all cases passed; 1 a case or the leak check failed; 3 this machine cannot run the cluster (see ci.sh)
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CASE_TIMEOUT=${STAMPEDE_E2E_CASE_TIMEOUT:-600}

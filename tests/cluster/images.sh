@@ -13,6 +13,7 @@
 # usage: tests/cluster/images.sh [build|load|all]    (default all: build, then load if the cluster is up)
 # env:   STAMPEDE_IMAGE_PROFILE   cargo profile for the stampede binary: release (default) or dev
 #        STAMPEDE_IMAGE_SKIP_CARGO=1  pack the binary already in target/ without running cargo
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PROFILE=${STAMPEDE_IMAGE_PROFILE:-release}
@@ -30,7 +31,7 @@ copy_with_libs() {
   while read -r lib; do
     [ -n "$lib" ] || continue
     install -D -m 0755 "$(readlink -f "$lib")" "$rootfs$lib"
-  done < <(ldd "$file" | awk '/=> \//{print $3} /^\s*\/[^ ]*ld-linux/{print $1}')
+  done < <(ldd "$file" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}')
 }
 
 # pack NAME:TAG ROOTFS ENTRYPOINT USER: make $IMAGES/<file>.tar from ROOTFS unless the same content is packed.
@@ -41,6 +42,7 @@ pack() {
     find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)
   if [ -f "$IMAGES/$file.tar" ] && [ "$(cat "$IMAGES/.$file.key" 2>/dev/null)" = "$key" ]; then
     log "image $ref: cached"
+    rm -rf "$rootfs"
     return 0
   fi
   layout=$IMAGES/.$file.layout
@@ -55,7 +57,7 @@ pack() {
   tar -C "$layout" -cf "$IMAGES/.$file.tar" .
   mv -f "$IMAGES/.$file.tar" "$IMAGES/$file.tar"
   echo "$key" >"$IMAGES/.$file.key"
-  rm -rf "$layout"
+  rm -rf "$layout" "$rootfs"
   log "image $ref: packed ($(du -h "$IMAGES/$file.tar" | cut -f1))"
 }
 
@@ -87,6 +89,15 @@ build_stampede() {
   etc_files "$rootfs"
   mkdir -p "$rootfs/home/nonroot"
   chown 65532:65532 "$rootfs/home/nonroot"
+  # The image's own loader and libraries must be complete: run the binary inside the rootfs.
+  if [ "$(id -u)" = 0 ]; then
+    local out rc=0
+    out=$(chroot --userspec=65532:65532 "$rootfs" /usr/local/bin/stampede --help 2>&1) || rc=$?
+    if [ "$rc" = 126 ] || [ "$rc" = 127 ] || grep -q 'error while loading shared libraries' <<<"$out"; then
+      die "the stampede binary does not start inside its image root (exit $rc): $out"
+    fi
+    chroot --userspec=65532:65532 "$rootfs" /usr/bin/getent passwd nonroot >/dev/null || die "getent does not work inside the image root"
+  fi
   pack "$STAMPEDE_IMAGE" "$rootfs" /usr/local/bin/stampede 65532:65532
 }
 

@@ -8,6 +8,7 @@
 #
 # usage: tests/cluster/up.sh      (root; builds what is missing first; prints the kubeconfig to use)
 # env:   STAMPEDE_CLUSTER_KEEP_ON_FAILURE=1   leave a half-started cluster for debugging instead of tearing it down
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root "up.sh"
 
@@ -65,7 +66,7 @@ ip netns list 2>/dev/null | awk '{print $1}' >"$STATE/baseline-netns"
 # ---------------------------------------------------------------- PKI (ECDSA P-256, openssl only)
 log "generating certificates"
 (
-  cd "$PKI"
+  cd "$PKI" || exit 1
   umask 077
   openssl ecparam -name prime256v1 -genkey -noout -out ca.key
   openssl req -x509 -new -key ca.key -subj "/CN=stampede-test-cluster-ca" -days 30 -out ca.crt 2>/dev/null
@@ -127,11 +128,15 @@ ip addr add "$BRIDGE_IP/${NODE_POD_SUBNET#*/}" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 echo 1 >/proc/sys/net/ipv4/ip_forward
 if [ -f /proc/sys/net/bridge/bridge-nf-call-iptables ]; then echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables; fi
-iptables -N STAMPEDE-GUARD
-iptables -A STAMPEDE-GUARD -s "$CLUSTER_NET" -d "$CLUSTER_NET" -j ACCEPT
-iptables -A STAMPEDE-GUARD -s "$CLUSTER_NET" -j REJECT --reject-with icmp-net-prohibited
-iptables -A STAMPEDE-GUARD -i "$BRIDGE" -j REJECT --reject-with icmp-net-prohibited
-iptables -I FORWARD 1 -m comment --comment "stampede test cluster: nothing leaves 198.18.0.0/15" -j STAMPEDE-GUARD
+# In mangle FORWARD: it runs before filter FORWARD, where kube-proxy and kubelet put their ACCEPT rules first, and
+# after nat PREROUTING, so it sees Service traffic with its real (DNATed) destination.
+iptables -t mangle -N STAMPEDE-GUARD
+iptables -t mangle -A STAMPEDE-GUARD -s "$CLUSTER_NET" -d "$CLUSTER_NET" -j RETURN
+iptables -t mangle -A STAMPEDE-GUARD -s "$CLUSTER_NET" -j DROP
+iptables -t mangle -A STAMPEDE-GUARD -i "$BRIDGE" -j DROP
+iptables -t mangle -A STAMPEDE-GUARD -o "$BRIDGE" ! -s "$CLUSTER_NET" -j DROP
+iptables -t mangle -A STAMPEDE-GUARD -d "$CLUSTER_NET" -j DROP
+iptables -t mangle -I FORWARD 1 -m comment --comment "stampede test cluster: nothing crosses 198.18.0.0/15" -j STAMPEDE-GUARD
 
 # ---------------------------------------------------------------- control plane
 start_daemon etcd "$LOGS/etcd.log" "$BIN/etcd" --name stampede --data-dir "$STATE/etcd" \

@@ -7,9 +7,14 @@
 #     Service's ClusterIP: cluster DNS works and the image carries what glibc needs for DNS.
 #  4. A third pod GETs http://stampede-target:8080/ and http://stampede-target.<ns>.svc.cluster.local:8080/healthz
 #     by name and gets 200.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-say "deploying stampede target http ($STAMPEDE_IMAGE, pull policy $STAMPEDE_IMAGE_PULL_POLICY)"
+# Debugging knobs for the harness itself (not for CI): serve with another image/command.
+TARGET_IMAGE=${STAMPEDE_SMOKE_TARGET_IMAGE:-$STAMPEDE_IMAGE}
+TARGET_COMMAND=${STAMPEDE_SMOKE_TARGET_COMMAND:-'[/usr/local/bin/stampede, target, http, --listen, "0.0.0.0:8080"]'}
+
+say "deploying $TARGET_COMMAND ($TARGET_IMAGE, pull policy $STAMPEDE_IMAGE_PULL_POLICY)"
 kn apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
 kind: Deployment
@@ -24,9 +29,9 @@ spec:
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}
       containers:
         - name: target
-          image: $STAMPEDE_IMAGE
+          image: $TARGET_IMAGE
           imagePullPolicy: $STAMPEDE_IMAGE_PULL_POLICY
-          args: [target, http, --listen, "0.0.0.0:8080"]
+          command: $TARGET_COMMAND
           ports: [{name: http, containerPort: 8080}]
           readinessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 1}
           livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10}

@@ -2,6 +2,7 @@
 //
 //	probe get URL [WANT_STATUS]   GET the URL (retrying for up to 60 s) and exit 0 once the status is WANT_STATUS (200).
 //	probe resolve NAME            resolve NAME through /etc/resolv.conf and print the addresses.
+//	probe serve ADDR              answer every HTTP request with 200 "ok" (a stand-in target for harness checks).
 //
 // It never follows redirects and only prints what it saw, so a failing smoke test shows why.
 package main
@@ -19,7 +20,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: probe get URL [STATUS] | probe resolve NAME")
+		fmt.Fprintln(os.Stderr, "usage: probe get URL [STATUS] | probe resolve NAME | probe serve ADDR")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -36,6 +37,12 @@ func main() {
 		os.Exit(get(os.Args[2], want))
 	case "resolve":
 		os.Exit(resolve(os.Args[2]))
+	case "serve":
+		err := http.ListenAndServe(os.Args[2], http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "ok\n")
+		}))
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		os.Exit(1)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)

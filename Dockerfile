@@ -1,0 +1,19 @@
+# syntax=docker/dockerfile:1
+# The stampede image for users with a container registry: one binary serves every role
+# (controller, agent, target servers, CLI). Build:  docker build -t <registry>/stampede:<tag> .
+# The test cluster (tests/cluster) packs an equivalent image without Docker or a registry.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p stampede \
+ && install -D -m 0755 target/release/stampede /out/stampede
+
+FROM debian:bookworm-slim
+RUN groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nonroot
+COPY --from=build /out/stampede /usr/local/bin/stampede
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/stampede"]

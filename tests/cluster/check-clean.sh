@@ -17,7 +17,10 @@ snapshot_to() { # DIR
     for t in filter nat mangle raw; do iptables -t "$t" -S 2>/dev/null | awk -v t="$t" '/^-N /{print "ip4", t, $2}'; done
     for t in filter nat mangle raw; do ip6tables -t "$t" -S 2>/dev/null | awk -v t="$t" '/^-N /{print "ip6", t, $2}'; done
   } | sort >"$1/chains"
-  { iptables -S FORWARD 2>/dev/null; iptables -t nat -S 2>/dev/null | grep '^-A \(PREROUTING\|OUTPUT\|POSTROUTING\)'; } | sort >"$1/rules"
+  # Rules in the built-in chains of every table (a leftover jump to a deleted chain would show here).
+  for t in filter nat mangle raw; do
+    iptables -t "$t" -S 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) ' | sed "s/^/$t /" || true
+  done | sort >"$1/rules"
 }
 
 case ${1:-} in
@@ -38,12 +41,12 @@ case ${1:-} in
       if kill -0 "$pid" 2>/dev/null; then leak "process $(basename "$f") (pid $pid) still runs"; fi
     done
     for p in /proc/[0-9]*; do
-      cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+      cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
       case $cmd in
         *"$BIN/"* | *"$CONTAINERD_SOCK"* | *"$STATE/"*) leak "process ${p#/proc/} still runs: ${cmd:0:200}" ;;
       esac
     done
-    while read -r mp; do leak "mount $mp"; done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)(/|$)")
+    while read -r mp; do leak "mount $mp"; done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)(/|$)" || true)
     while read -r x; do leak "network namespace $x"; done < <(comm -13 "$before/netns" "$now/netns")
     while read -r x; do leak "network interface $x"; done < <(comm -13 "$before/links" "$now/links")
     while read -r x; do leak "iptables chain $x"; done < <(comm -13 "$before/chains" "$now/chains")

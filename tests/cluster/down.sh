@@ -10,6 +10,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root "down.sh"
 set +e # best effort: every step runs even when an earlier one failed
+trap - ERR
 T0=$(date +%s)
 
 # stop NAME [SECONDS]: TERM the recorded PID, wait, then KILL.
@@ -46,7 +47,7 @@ pod_netns() {
 our_shims() {
   local p
   for p in /proc/[0-9]*; do
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK "; then echo "${p#/proc/}"; fi
+    if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $CONTAINERD_SOCK "; then echo "${p#/proc/}"; fi
   done
 }
 

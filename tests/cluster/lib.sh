@@ -7,7 +7,9 @@
 #   $STAMPEDE_CLUSTER_STATE  one cluster's PKI, etcd data, containerd and kubelet roots, logs, PIDs
 #   $STAMPEDE_CLUSTER_RUN    containerd's state and socket (must be on a local, non-overlay filesystem)
 
-set -euo pipefail
+set -Eeuo pipefail
+# Never fail silently: name the command that failed.
+trap 'echo "[cluster $(date +%T)] ERROR: command failed (exit $?): $BASH_COMMAND (${BASH_SOURCE[0]##*/}:$LINENO)" >&2' ERR
 
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CLUSTER_DIR/../.." && pwd)

@@ -10,11 +10,7 @@
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Debugging knobs for the harness itself (not for CI): serve with another image/command.
-TARGET_IMAGE=${STAMPEDE_SMOKE_TARGET_IMAGE:-$STAMPEDE_IMAGE}
-TARGET_COMMAND=${STAMPEDE_SMOKE_TARGET_COMMAND:-'[/usr/local/bin/stampede, target, http, --listen, "0.0.0.0:8080"]'}
-
-say "deploying $TARGET_COMMAND ($TARGET_IMAGE, pull policy $STAMPEDE_IMAGE_PULL_POLICY)"
+say "deploying stampede target http ($STAMPEDE_IMAGE, pull policy $STAMPEDE_IMAGE_PULL_POLICY)"
 kn apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
 kind: Deployment
@@ -29,9 +25,9 @@ spec:
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}
       containers:
         - name: target
-          image: $TARGET_IMAGE
+          image: $STAMPEDE_IMAGE
           imagePullPolicy: $STAMPEDE_IMAGE_PULL_POLICY
-          command: $TARGET_COMMAND
+          args: [target, http, --listen, "0.0.0.0:8080"]
           ports: [{name: http, containerPort: 8080}]
           readinessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 1}
           livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10}

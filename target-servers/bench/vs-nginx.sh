@@ -113,18 +113,25 @@ run() { # name port pids...
     cpu=$(awk -v c="$((c1 - c0))" -v hz="$hz" -v t0="$t0" -v t1="$t1" 'BEGIN {printf "%.0f", 100 * c / hz / (t1 - t0)}')
     local p99
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-    printf '%-7s %12.0f req/s   server cpu %3s%%   p99 %s\n' "$name" "$rps" "$cpu" "$p99" >&2
-    echo "$rps"
+    local per_cpu
+    per_cpu=$(awk -v r="$rps" -v c="$cpu" 'BEGIN {if (c > 0) printf "%.0f", r * 100 / c; else print 0}')
+    printf '%-7s %9.0f req/s   server cpu %3s%%   %9s req per cpu-second   p99 %s\n' \
+        "$name" "$rps" "$cpu" "$per_cpu" "$p99" >&2
+    echo "$rps $per_cpu"
 }
 
 echo "wrk -t1 -c$CONNECTIONS -d$DURATION, servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU, target runtime $RUNTIME" >&2
-nginx_sum=0; target_sum=0
+results=""
 for r in $(seq 1 "$ROUNDS"); do
-    n=$(run nginx "$NGINX_PORT" $nginx_all)
-    t=$(run target "$TARGET_PORT" "$target_pid")
-    nginx_sum=$(awk -v a="$nginx_sum" -v b="$n" 'BEGIN {print a + b}')
-    target_sum=$(awk -v a="$target_sum" -v b="$t" 'BEGIN {print a + b}')
+    results+="nginx $(run nginx "$NGINX_PORT" $nginx_all)"$'\n'
+    results+="target $(run target "$TARGET_PORT" "$target_pid")"$'\n'
 done
-awk -v n="$nginx_sum" -v t="$target_sum" -v r="$ROUNDS" 'BEGIN {
-    printf "mean over %d rounds: nginx %.0f req/s, target %.0f req/s, ratio target/nginx %.2f\n", r, n / r, t / r, t / n
-}'
+# Mean req/s, and mean req per server cpu-second (steadier when other work shares the machine).
+awk -v rounds="$ROUNDS" '
+    NF == 3 { rps[$1] += $2; eff[$1] += $3 }
+    END {
+        printf "mean over %d rounds: nginx %.0f req/s, target %.0f req/s, ratio target/nginx %.2f\n",
+            rounds, rps["nginx"] / rounds, rps["target"] / rounds, rps["target"] / rps["nginx"]
+        printf "per server cpu-second: nginx %.0f, target %.0f, ratio target/nginx %.2f\n",
+            eff["nginx"] / rounds, eff["target"] / rounds, eff["target"] / eff["nginx"]
+    }' <<<"$results"

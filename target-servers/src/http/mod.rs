@@ -294,6 +294,7 @@ impl Shared {
             .timer(TokioTimer::new())
             .header_read_timeout(self.cfg.read_timeout)
             .max_buf_size(64 * 1024)
+            .writev(false)
             .keep_alive(true);
         b.http2()
             .timer(TokioTimer::new())
@@ -306,7 +307,8 @@ impl Shared {
 
     async fn handle(&self, req: Request<Incoming>, peer: IpAddr) -> Response<Body> {
         let start = Instant::now();
-        self.metrics.in_flight.inc();
+        // Decrements on drop, also when the client goes away mid-request.
+        let in_flight = InFlight::new(&self.metrics.in_flight);
         let log_head = self.access_log.as_ref().map(|_| {
             (
                 req.method().clone(),
@@ -320,7 +322,7 @@ impl Shared {
         let elapsed = start.elapsed();
         self.metrics.observe(route, resp.status(), elapsed);
         self.requests_total.fetch_add(1, Ordering::Relaxed);
-        self.metrics.in_flight.dec();
+        drop(in_flight);
         if let (Some(log), Some((method, target, version))) = (&self.access_log, log_head) {
             log.log(
                 peer,
@@ -341,7 +343,7 @@ impl Shared {
         let route = Route::of(path);
         if route == Route::Echo {
             return if matches!(*req.method(), Method::POST | Method::PUT) {
-                (route, self.echo(req).await)
+                (route, Box::pin(self.echo(req)).await)
             } else {
                 (route, status_only(StatusCode::METHOD_NOT_ALLOWED))
             };
@@ -359,7 +361,7 @@ impl Shared {
             Route::Root => text(StatusCode::OK, Body::from_static(b"hello from stampede\n")),
             Route::Work => match self.param(query, "ms", self.cfg.work_ms, self.cfg.max_work_ms) {
                 Ok(ms) => {
-                    let sum = work::burn(Duration::from_millis(ms), ms).await;
+                    let sum = Box::pin(work::burn(Duration::from_millis(ms), ms)).await;
                     text(
                         StatusCode::OK,
                         Body::full(Bytes::from(format!("worked {ms} ms ({sum:016x})\n"))),
@@ -371,7 +373,7 @@ impl Shared {
             {
                 Ok(ms) => {
                     if ms > 0 {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        Box::pin(tokio::time::sleep(Duration::from_millis(ms))).await;
                     }
                     text(
                         StatusCode::OK,
@@ -386,7 +388,7 @@ impl Shared {
                     Err(resp) => *resp,
                 }
             }
-            Route::Data => self.data(query).await,
+            Route::Data => Box::pin(self.data(query)).await,
             Route::Metrics => {
                 let mut resp = Response::new(Body::full(Bytes::from(self.metrics.render())));
                 resp.headers_mut().insert(
@@ -493,6 +495,22 @@ impl Shared {
                 )))
             }
         }
+    }
+}
+
+/// Holds one unit of the in-flight gauge.
+struct InFlight<'a>(&'a IntGauge);
+
+impl<'a> InFlight<'a> {
+    fn new(gauge: &'a IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -67,7 +67,7 @@ pub struct LoginArgs {
     #[arg(long, default_value = "0.0.0.0:7000")]
     pub listen: SocketAddr,
     /// Users file: a JSON array of `{"username","password","role","locked"}`. Without it, the
-    /// built-in table (alice/wonderland, bob/builder, locked mallory, user<N>/pass<N>).
+    /// built-in table (alice/wonderland, bob/builder, locked mallory, userN/passN).
     #[arg(long)]
     pub users: Option<PathBuf>,
     /// Largest request frame payload accepted; a longer one closes the connection.

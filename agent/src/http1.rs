@@ -101,9 +101,9 @@ pub fn connect_failure(e: &io::Error) -> Failure {
 
 fn io_failure(e: &io::Error, writing: bool) -> Failure {
     Failure(match e.kind() {
-        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe => {
-            error_kind::RESET
-        }
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => error_kind::RESET,
         io::ErrorKind::TimedOut => error_kind::TIMEOUT,
         io::ErrorKind::UnexpectedEof => error_kind::RESET,
         _ if writing => error_kind::WRITE,
@@ -113,7 +113,9 @@ fn io_failure(e: &io::Error, writing: bool) -> Failure {
 
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
-        let stream = TcpStream::connect(addr).await.map_err(|e| connect_failure(&e))?;
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| connect_failure(&e))?;
         // Latency matters more than packet count for a load generator.
         let _ = stream.set_nodelay(true);
         Ok(Self {
@@ -178,22 +180,32 @@ impl Conn {
         let mut chunked = false;
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
-                let v = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                let v = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
                 match v {
                     Some(v) if length.is_none_or(|l| l == v) => length = Some(v),
                     _ => return Err(Failure(error_kind::PROTOCOL)),
                 }
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = h.value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked"));
+                chunked = h
+                    .value
+                    .windows(7)
+                    .any(|w| w.eq_ignore_ascii_case(b"chunked"));
             } else if h.name.eq_ignore_ascii_case("connection") {
                 if h.value.windows(5).any(|w| w.eq_ignore_ascii_case(b"close")) {
                     keep_alive = false;
-                } else if h.value.windows(10).any(|w| w.eq_ignore_ascii_case(b"keep-alive")) {
+                } else if h
+                    .value
+                    .windows(10)
+                    .any(|w| w.eq_ignore_ascii_case(b"keep-alive"))
+                {
                     keep_alive = true;
                 }
             }
         }
-        let body = if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+        let body = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
+        {
             Body::None
         } else if chunked {
             Body::Chunked
@@ -249,7 +261,8 @@ impl Conn {
             let size = {
                 let line = &self.buf[..line_end];
                 let hex_end = line.iter().position(|&b| b == b';').unwrap_or(line.len());
-                let text = std::str::from_utf8(&line[..hex_end]).map_err(|_| Failure(error_kind::PROTOCOL))?;
+                let text = std::str::from_utf8(&line[..hex_end])
+                    .map_err(|_| Failure(error_kind::PROTOCOL))?;
                 u64::from_str_radix(text.trim(), 16).map_err(|_| Failure(error_kind::PROTOCOL))?
             };
             total += line_end as u64 + 2;
@@ -340,7 +353,10 @@ mod tests {
             let addr = serve_once(reply).await;
             let mut c = Conn::connect(addr).await.unwrap();
             let e = c.request(&get()).await.unwrap_err();
-            assert!(matches!(e.0, error_kind::PROTOCOL | error_kind::RESET), "{e:?}");
+            assert!(
+                matches!(e.0, error_kind::PROTOCOL | error_kind::RESET),
+                "{e:?}"
+            );
         }
     }
 
@@ -349,6 +365,9 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         drop(l);
-        assert_eq!(Conn::connect(addr).await.unwrap_err(), Failure(error_kind::CONNECT_REFUSED));
+        assert_eq!(
+            Conn::connect(addr).await.unwrap_err(),
+            Failure(error_kind::CONNECT_REFUSED)
+        );
     }
 }

@@ -83,8 +83,11 @@ fn unix_ns() -> i64 {
 
 /// Reads the local ephemeral port range, if the kernel exposes it.
 pub fn ephemeral_ports() -> v1::PortRange {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-    let mut it = text.split_whitespace().filter_map(|s| s.parse::<u32>().ok());
+    let text =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = text
+        .split_whitespace()
+        .filter_map(|s| s.parse::<u32>().ok());
     match (it.next(), it.next()) {
         (Some(low), Some(high)) => v1::PortRange { low, high },
         _ => v1::PortRange { low: 0, high: 0 },
@@ -116,7 +119,10 @@ struct AgentState {
 }
 
 /// Runs the agent until `shutdown` resolves, reconnecting with backoff.
-pub async fn run(cfg: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> Result<(), AgentError> {
+pub async fn run(
+    cfg: AgentConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), AgentError> {
     let (run_tx, run_rx) = mpsc::unbounded_channel();
     let mut state = AgentState {
         pending: None,
@@ -171,7 +177,8 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
     let (tx, rx) = mpsc::channel::<v1::AgentMessage>(1024);
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     if let Some(token) = &cfg.token {
-        let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| AgentError::Token)?;
+        let value =
+            MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| AgentError::Token)?;
         request.metadata_mut().insert("authorization", value);
     }
     let register = v1::Register {
@@ -219,34 +226,53 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
     }
 }
 
-async fn handle(cfg: &AgentConfig, state: &mut AgentState, tx: &mpsc::Sender<v1::AgentMessage>, m: v1::ControllerMessage) {
+async fn handle(
+    cfg: &AgentConfig,
+    state: &mut AgentState,
+    tx: &mpsc::Sender<v1::AgentMessage>,
+    m: v1::ControllerMessage,
+) {
     let Some(m) = m.msg else { return };
     match m {
         In::Registered(r) => {
             if r.lease_ms > 0 {
                 state.lease = Duration::from_millis(r.lease_ms);
             }
-            if let Err(e) = stampede_proto::convert::check_spec("registered.hist_spec", r.hist_spec.as_ref()) {
+            if let Err(e) =
+                stampede_proto::convert::check_spec("registered.hist_spec", r.hist_spec.as_ref())
+            {
                 tracing::error!(error = %e, "controller uses another histogram spec");
             }
         }
         In::Assign(a) => {
             let run_id = a.run_id.clone();
             let reply = if state.active.is_some() {
-                Out::Failed(v1::AgentFailed { run_id, reason: "agent is busy with another run".into() })
+                Out::Failed(v1::AgentFailed {
+                    run_id,
+                    reason: "agent is busy with another run".into(),
+                })
             } else {
                 match prepare(cfg, &a).await {
                     Ok(spec) => {
-                        let planned = spec.schedule.iter().filter(|x| spec.filter.owns(x.index)).count() as u64;
+                        let planned = spec
+                            .schedule
+                            .iter()
+                            .filter(|x| spec.filter.owns(x.index))
+                            .count() as u64;
                         if planned != a.planned_sessions {
                             Out::Failed(v1::AgentFailed {
                                 run_id,
                                 reason: format!("plan mismatch: controller planned {} sessions for this shard, agent computed {planned}", a.planned_sessions),
                             })
                         } else {
-                            state.pending = Some(PendingRun { spec: Arc::new(spec) });
+                            state.pending = Some(PendingRun {
+                                spec: Arc::new(spec),
+                            });
                             state.retained.clear();
-                            Out::Ready(v1::Ready { run_id, planned_sessions: planned })
+                            Out::Ready(v1::Ready {
+                                run_id,
+                                planned_sessions: planned,
+                            })
                         }
                     }
                     Err(reason) => Out::Failed(v1::AgentFailed { run_id, reason }),
@@ -256,7 +282,12 @@ async fn handle(cfg: &AgentConfig, state: &mut AgentState, tx: &mpsc::Sender<v1:
         }
         In::Start(s) => {
             let Some(pending) = state.pending.take().filter(|p| p.spec.run_id == s.run_id) else {
-                let _ = tx.send(msg(Out::Failed(v1::AgentFailed { run_id: s.run_id, reason: "start for a run that was not assigned".into() }))).await;
+                let _ = tx
+                    .send(msg(Out::Failed(v1::AgentFailed {
+                        run_id: s.run_id,
+                        reason: "start for a run that was not assigned".into(),
+                    })))
+                    .await;
                 return;
             };
             // T0 on our clock = T0 on the controller's + (agent − controller) offset.
@@ -276,11 +307,20 @@ async fn handle(cfg: &AgentConfig, state: &mut AgentState, tx: &mpsc::Sender<v1:
                 lease: state.lease,
             });
             tokio::spawn(watchdog(lease_deadline, stop.clone(), s.run_id.clone()));
-            tokio::spawn(runner::execute(pending.spec, t0, state.run_tx.clone(), stop));
+            tokio::spawn(runner::execute(
+                pending.spec,
+                t0,
+                state.run_tx.clone(),
+                stop,
+            ));
         }
         In::Lease(l) => {
             if let Some(a) = &state.active {
-                let lease = if l.lease_ms > 0 { Duration::from_millis(l.lease_ms) } else { a.lease };
+                let lease = if l.lease_ms > 0 {
+                    Duration::from_millis(l.lease_ms)
+                } else {
+                    a.lease
+                };
                 let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
                 *d = (*d).max(Instant::now() + lease);
             }
@@ -290,13 +330,22 @@ async fn handle(cfg: &AgentConfig, state: &mut AgentState, tx: &mpsc::Sender<v1:
                 tracing::warn!(run = %a.run_id, reason = %a.reason, "run aborted by the controller");
                 active.stop.cancel();
             }
-            if state.pending.as_ref().is_some_and(|p| p.spec.run_id == a.run_id) {
+            if state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.spec.run_id == a.run_id)
+            {
                 state.pending = None;
             }
         }
         In::ClockPing(p) => {
             let t2 = unix_ns();
-            let pong = v1::ClockPong { seq: p.seq, t1_unix_ns: p.t1_unix_ns, t2_unix_ns: t2, t3_unix_ns: unix_ns() };
+            let pong = v1::ClockPong {
+                seq: p.seq,
+                t1_unix_ns: p.t1_unix_ns,
+                t2_unix_ns: t2,
+                t3_unix_ns: unix_ns(),
+            };
             let _ = tx.send(msg(Out::ClockPong(pong))).await;
         }
     }
@@ -322,7 +371,11 @@ async fn watchdog(deadline: Arc<Mutex<Instant>>, stop: CancellationToken, run_id
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
 async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
-    let shard = Shard { index: a.shard_index, count: a.shard_count, weights: a.weights.clone() };
+    let shard = Shard {
+        index: a.shard_index,
+        count: a.shard_count,
+        weights: a.weights.clone(),
+    };
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
     let (addr, host_header) = resolve(&target).await?;
@@ -342,7 +395,10 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                 ordinal += 1;
                 plan
             } else {
-                StepPlan::Think(s.think_time.unwrap_or(stampede_core::scenario::ThinkTime::Fixed(Default::default())))
+                StepPlan::Think(
+                    s.think_time
+                        .unwrap_or(stampede_core::scenario::ThinkTime::Fixed(Default::default())),
+                )
             }
         })
         .collect();
@@ -374,7 +430,11 @@ async fn resolve(url: &str) -> Result<(SocketAddr, String), String> {
         return Err(format!("target: `{url}` has no host"));
     }
     let with_port = if authority.starts_with('[') {
-        if authority.contains("]:") { authority.to_string() } else { format!("{authority}:80") }
+        if authority.contains("]:") {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        }
     } else if authority.contains(':') {
         authority.to_string()
     } else {

@@ -14,7 +14,7 @@ use stampede_core::stats::{error_kind, Stats};
 use stampede_proto::convert::sample_to_wire;
 use stampede_proto::v1;
 use tokio::sync::mpsc;
-use tokio::time::{sleep_until, Instant, MissedTickBehavior};
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -140,9 +140,12 @@ pub async fn execute(
     // The interval ticker.
     let ticker_stop = CancellationToken::new();
     let ticker = {
-        let (rec, spec, out, ticker_stop) = (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
+        let (rec, spec, out, ticker_stop) =
+            (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
         tokio::spawn(async move {
-            let mut spare: Vec<Stats> = (0..spec.scenario.phases.len()).map(|_| Stats::with_steps(n_steps)).collect();
+            let mut spare: Vec<Stats> = (0..spec.scenario.phases.len())
+                .map(|_| Stats::with_steps(n_steps))
+                .collect();
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let mut next = 0u64;
@@ -156,7 +159,12 @@ pub async fn execute(
                 // newest complete one.
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
-                let msg = progress(&spec.run_id, interval, &mut spare, rec.open_connections.load(Ordering::Relaxed));
+                let msg = progress(
+                    &spec.run_id,
+                    interval,
+                    &mut spare,
+                    rec.open_connections.load(Ordering::Relaxed),
+                );
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -166,59 +174,40 @@ pub async fn execute(
         })
     };
 
-    // The arrival loop.
-    let mut stopped = false;
-    let mut iter = spec.schedule.iter();
-    for a in iter.by_ref() {
-        if !spec.filter.owns(a.index) {
-            continue;
-        }
-        let intended = t0 + Duration::from_nanos(a.at_ns);
-        if Instant::now() < intended {
-            tokio::select! {
-                _ = sleep_until(intended) => {}
-                _ = stop.cancelled() => {
-                    rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
-                    stopped = true;
-                    break;
-                }
-            }
-        }
-        if stop.is_cancelled() {
-            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
-            stopped = true;
-            break;
-        }
-        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
-        if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
-            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
-            continue;
-        }
-        rec.in_flight.fetch_add(1, Ordering::Relaxed);
-        let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
-        tracker.spawn(async move {
-            session(&spec, &rec, intended, a.phase, &stop).await;
-            rec.in_flight.fetch_sub(1, Ordering::Relaxed);
-        });
-    }
-    if stopped {
-        // Count what this shard will now never start.
-        for a in iter.filter(|a| spec.filter.owns(a.index)) {
-            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
-        }
+    // The arrival loop runs on its own thread: tokio's timer has millisecond granularity,
+    // a thread sleep lands within tens of microseconds of the intended time.
+    let arrivals = {
+        let (rec, spec, stop, tracker) = (rec.clone(), spec.clone(), stop.clone(), tracker.clone());
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            arrival_loop(&spec, &rec, t0.into_std(), &stop, &tracker, &handle)
+        })
+    };
+    if arrivals.await.is_err() {
+        tracing::error!("the arrival loop panicked; stopping the run");
+        stop.cancel();
     }
     tracker.close();
     tracker.wait().await;
     ticker_stop.cancel();
     let (mut spare, next) = match ticker.await {
         Ok(v) => v,
-        Err(_) => ((0..spec.scenario.phases.len()).map(|_| Stats::with_steps(n_steps)).collect(), 0),
+        Err(_) => (
+            (0..spec.scenario.phases.len())
+                .map(|_| Stats::with_steps(n_steps))
+                .collect(),
+            0,
+        ),
     };
     // Final flush: whatever was recorded since the last tick.
     let last = interval_index(t0, spec.interval).max(next);
     rec.swap(&mut spare);
     let _ = out.send(progress(&spec.run_id, last, &mut spare, 0));
-    let end = if stop.is_cancelled() { RunEnd::Stopped } else { RunEnd::Completed };
+    let end = if stop.is_cancelled() {
+        RunEnd::Stopped
+    } else {
+        RunEnd::Completed
+    };
     let _ = out.send(v1::AgentMessage {
         msg: Some(v1::agent_message::Msg::Done(v1::Done {
             run_id: spec.run_id.clone(),
@@ -227,6 +216,59 @@ pub async fn execute(
         })),
     });
     end
+}
+
+/// Longest single sleep of the arrival thread, so a stop is noticed promptly.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// Dispatches this shard's sessions at their intended times. Returns when the schedule is
+/// exhausted or `stop` fires (then the remaining arrivals are counted as dropped).
+fn arrival_loop(
+    spec: &Arc<RunSpec>,
+    rec: &Arc<Recorder>,
+    t0: std::time::Instant,
+    stop: &CancellationToken,
+    tracker: &TaskTracker,
+    handle: &tokio::runtime::Handle,
+) {
+    let mut iter = spec.schedule.iter();
+    let mut stopped = false;
+    'arrivals: for a in iter.by_ref() {
+        if !spec.filter.owns(a.index) {
+            continue;
+        }
+        let intended = t0 + Duration::from_nanos(a.at_ns);
+        loop {
+            if stop.is_cancelled() {
+                rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                stopped = true;
+                break 'arrivals;
+            }
+            let now = std::time::Instant::now();
+            if now >= intended {
+                break;
+            }
+            std::thread::sleep((intended - now).min(MAX_SLEEP));
+        }
+        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
+            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+            continue;
+        }
+        rec.in_flight.fetch_add(1, Ordering::Relaxed);
+        let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
+        let intended = Instant::from_std(intended);
+        handle.spawn(tracker.track_future(async move {
+            session(&spec, &rec, intended, a.phase, &stop).await;
+            rec.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }));
+    }
+    if stopped {
+        // Count what this shard will now never start.
+        for a in iter.filter(|a| spec.filter.owns(a.index)) {
+            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+        }
+    }
 }
 
 /// Decrements the open-connection gauge when a connection is dropped.
@@ -260,7 +302,13 @@ async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
 }
 
 /// One virtual client: runs the steps over one connection.
-async fn session(spec: &RunSpec, rec: &Recorder, intended: Instant, phase: u32, stop: &CancellationToken) {
+async fn session(
+    spec: &RunSpec,
+    rec: &Recorder,
+    intended: Instant,
+    phase: u32,
+    stop: &CancellationToken,
+) {
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
     let mut conn: Option<Tracked<'_>> = None;
@@ -276,7 +324,13 @@ async fn session(spec: &RunSpec, rec: &Recorder, intended: Instant, phase: u32, 
                 }
                 due = Instant::now();
             }
-            StepPlan::Http { ordinal, request, expect, repeat, new_connection } => {
+            StepPlan::Http {
+                ordinal,
+                request,
+                expect,
+                repeat,
+                new_connection,
+            } => {
                 for _ in 0..*repeat {
                     if *new_connection {
                         conn = None;
@@ -345,7 +399,10 @@ async fn exchange<'a>(
             .await
             .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
         rec.open_connections.fetch_add(1, Ordering::Relaxed);
-        *conn = Some(Tracked { conn: c, gauge: &rec.open_connections });
+        *conn = Some(Tracked {
+            conn: c,
+            gauge: &rec.open_connections,
+        });
     }
     let Some(c) = conn.as_mut() else {
         return Err(Failure(error_kind::CONNECT));

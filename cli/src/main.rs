@@ -1,1 +1,601 @@
-fn main() {}
+//! `stampede`: the CLI, and the controller, agent and target servers, in one binary.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use stampede_cli::client::{self, Live};
+use stampede_cli::local::LocalCluster;
+use stampede_cli::{exit, render};
+use stampede_core::report::{Report, RunOutcome};
+use stampede_core::Scenario;
+use stampede_proto::v1;
+
+/// Stampede: a distributed load tester with exact merged percentiles.
+#[derive(Parser, Debug)]
+#[command(name = "stampede", version, about, long_about = None)]
+struct Cli {
+    /// Log format: text, or json (the default in a cluster).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "STAMPEDE_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// Where the controller is.
+#[derive(clap::Args, Debug, Clone)]
+struct Conn {
+    /// Controller URL.
+    #[arg(
+        long,
+        env = "STAMPEDE_CONTROLLER",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    controller: String,
+    /// Shared token of the controller.
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a scenario against a controller, or embedded with --local, and print the report.
+    Run(RunArgs),
+    /// Start a local HTTP target, a controller and agents in this process, and run the demo scenario.
+    Demo(DemoArgs),
+    /// List runs known to the controller.
+    Status {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Fetch the report of a finished run.
+    Report {
+        run_id: String,
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List the agents attached to the controller.
+    Agents {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Abort a running run.
+    Abort {
+        run_id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Check a scenario file and print what it plans.
+    Validate { scenario: PathBuf },
+    /// Print the JSON Schema of the scenario file.
+    Schema,
+    /// Serve the controller.
+    Controller(ControllerArgs),
+    /// Serve an agent that dials the controller.
+    Agent(AgentArgs),
+    /// Serve a target server for tests.
+    #[command(subcommand)]
+    Target(stampede_target_servers::TargetCommand),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The scenario file (YAML or JSON).
+    scenario: PathBuf,
+    #[command(flatten)]
+    conn: Conn,
+    /// Run embedded: start a controller and agents in this process.
+    #[arg(long)]
+    local: bool,
+    /// Number of agents (overrides the scenario's `agents`).
+    #[arg(long)]
+    agents: Option<u32>,
+    /// How long to wait for enough agents, e.g. 30s.
+    #[arg(long, value_parser = parse_duration)]
+    agent_wait: Option<Duration>,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    /// Total length of the demo (its phases are scaled to it), e.g. 12s.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Number of embedded agents.
+    #[arg(long, default_value_t = 2)]
+    agents: u32,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "stampede-report.json")]
+    report: PathBuf,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(clap::Args, Debug)]
+struct ControllerArgs {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "0.0.0.0:7070")]
+    listen: SocketAddr,
+    /// Where reports are stored.
+    #[arg(long, default_value = "stampede-data", env = "STAMPEDE_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Token agents and CLIs must present.
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// How long a run waits for enough agents, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    agent_wait: Duration,
+    /// Lease granted to agents; load stops this long after the controller goes away.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    lease: Duration,
+}
+
+#[derive(clap::Args, Debug)]
+struct AgentArgs {
+    /// Controller URL.
+    #[arg(long, env = "STAMPEDE_CONTROLLER")]
+    controller: String,
+    /// Agent id (default: the pod name, or host name and pid).
+    #[arg(long, env = "STAMPEDE_AGENT_ID")]
+    id: Option<String>,
+    /// Shared token of the controller.
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Sessions in flight at once before arrivals are dropped (and counted).
+    #[arg(long, default_value_t = 10_000)]
+    capacity: u32,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    stampede_core::duration::parse_duration(s)
+}
+
+fn init_logging(format: LogFormat, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Resolves on the first SIGINT/SIGTERM; a second one exits at once.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!("shutting down (signal again to force)");
+    tokio::spawn(async move {
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        std::process::exit(130);
+    });
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let server = matches!(
+        cli.command,
+        Command::Controller(_) | Command::Agent(_) | Command::Target(_)
+    );
+    init_logging(cli.log_format, if server { "info" } else { "warn" });
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(exit::RUN_FAILED as u8);
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::RUN_FAILED as u8)
+        }
+    }
+}
+
+async fn dispatch(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Run(a) => run(a).await,
+        Command::Demo(a) => demo(a).await,
+        Command::Status { conn, output } => {
+            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let runs = c
+                .list_runs(v1::ListRunsRequest {})
+                .await
+                .map_err(client::status_error)?
+                .into_inner()
+                .runs;
+            if output == Output::Json {
+                let rows: Vec<_> = runs.iter().map(|r| serde_json::json!({"run_id": r.run_id, "scenario": r.scenario, "state": r.state, "submitted_at_unix_ms": r.submitted_at_unix_ms, "agents": r.agents, "message": r.message})).collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<18} {:<24} {:<10} {:>6}  message",
+                    "run", "scenario", "state", "agents"
+                );
+                for r in runs {
+                    println!(
+                        "{:<18} {:<24} {:<10} {:>6}  {}",
+                        r.run_id, r.scenario, r.state, r.agents, r.message
+                    );
+                }
+            }
+            Ok(exit::OK)
+        }
+        Command::Report {
+            run_id,
+            conn,
+            output,
+        } => {
+            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let report = client::get_report(&mut c, &run_id).await?;
+            print_report(&report, output)?;
+            Ok(outcome_code(&report))
+        }
+        Command::Agents { conn, output } => {
+            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let agents = c
+                .list_agents(v1::ListAgentsRequest {})
+                .await
+                .map_err(client::status_error)?
+                .into_inner()
+                .agents;
+            if output == Output::Json {
+                let rows: Vec<_> = agents.iter().map(|a| serde_json::json!({"id": a.agent_id, "version": a.version, "peer": a.peer, "pod": a.pod_name, "node": a.node_name, "ip": a.pod_ip, "state": a.state, "run_id": a.run_id, "clock_offset_us": a.clock_offset_us, "capacity": a.capacity})).collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<24} {:<6} {:<22} {:<16} {:<16} {:>10}",
+                    "id", "state", "peer", "node", "ip", "clock off"
+                );
+                for a in agents {
+                    println!(
+                        "{:<24} {:<6} {:<22} {:<16} {:<16} {:>8}µs",
+                        a.agent_id, a.state, a.peer, a.node_name, a.pod_ip, a.clock_offset_us
+                    );
+                }
+            }
+            Ok(exit::OK)
+        }
+        Command::Abort { run_id, conn } => {
+            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            c.abort_run(v1::AbortRunRequest {
+                run_id: run_id.clone(),
+                reason: "aborted from the CLI".into(),
+            })
+            .await
+            .map_err(client::status_error)?;
+            println!("abort requested for {run_id}");
+            Ok(exit::OK)
+        }
+        Command::Validate { scenario } => {
+            let (_, s) = client::read_scenario(&scenario)?;
+            let plan = stampede_core::plan::Plan::new(
+                &s,
+                s.agents.unwrap_or(1),
+                &[],
+                s.seed.unwrap_or(0),
+            )?;
+            println!(
+                "{}: ok — {} phases, {:.1}s, {} sessions and {} requests planned over {} agent(s)",
+                scenario.display(),
+                s.phases.len(),
+                s.duration().as_secs_f64(),
+                plan.total_sessions(),
+                plan.total_requests(),
+                plan.agents
+            );
+            Ok(exit::OK)
+        }
+        Command::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&stampede_core::scenario::json_schema())?
+            );
+            Ok(exit::OK)
+        }
+        Command::Controller(a) => {
+            let mut cfg = stampede_controller::ControllerConfig::new(&a.data_dir);
+            cfg.token = a.token;
+            cfg.agent_wait = a.agent_wait;
+            cfg.lease = a.lease;
+            if cfg.token.is_none() {
+                tracing::warn!("no --token/STAMPEDE_TOKEN: agents and CLIs are not authenticated");
+            }
+            let controller = stampede_controller::Controller::new(cfg)?;
+            let listener = tokio::net::TcpListener::bind(a.listen)
+                .await
+                .with_context(|| format!("binding {}", a.listen))?;
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, data_dir = %a.data_dir.display(), "controller listening");
+            // Scripts and tests read the bound address (useful with --listen 127.0.0.1:0).
+            println!("stampede controller listening on {addr}");
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            controller.serve(listener, shutdown_signal()).await?;
+            Ok(exit::OK)
+        }
+        Command::Agent(a) => {
+            let id =
+                a.id.or_else(|| std::env::var("POD_NAME").ok())
+                    .unwrap_or_else(default_agent_id);
+            let mut cfg = stampede_agent::AgentConfig::new(a.controller, id);
+            cfg.token = a.token;
+            cfg.capacity = a.capacity;
+            cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();
+            cfg.node_name = std::env::var("NODE_NAME").unwrap_or_default();
+            cfg.pod_ip = std::env::var("POD_IP").unwrap_or_default();
+            stampede_agent::run(cfg, shutdown_signal()).await?;
+            Ok(exit::OK)
+        }
+        Command::Target(t) => {
+            t.run().await?;
+            Ok(exit::OK)
+        }
+    }
+}
+
+fn default_agent_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "agent".to_string()
+    } else {
+        host
+    };
+    format!("{host}-{}", std::process::id())
+}
+
+fn outcome_code(r: &Report) -> i32 {
+    match r.outcome {
+        RunOutcome::Succeeded => exit::OK,
+        RunOutcome::Failed | RunOutcome::Aborted => exit::RUN_FAILED,
+    }
+}
+
+fn print_report(r: &Report, output: Output) -> Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(r)?),
+        Output::Text => print!("{}", render::report_text(r)),
+    }
+    Ok(())
+}
+
+fn write_report(r: &Report, path: &std::path::Path) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(r)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Prints live progress: a rewritten line on a terminal, a line every 5 s otherwise.
+struct Progress {
+    tty: bool,
+    quiet: bool,
+    last_printed: f64,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+            last_printed: -10.0,
+        }
+    }
+    fn on(&mut self, live: Live<'_>) {
+        if self.quiet {
+            return;
+        }
+        match live {
+            Live::State(s) => {
+                if self.tty {
+                    eprint!("\r\x1b[2K");
+                }
+                if s.message.is_empty() {
+                    eprintln!("run {}: {}", s.run_id, s.state);
+                } else {
+                    eprintln!("run {}: {} — {}", s.run_id, s.state, s.message);
+                }
+            }
+            Live::Snapshot(s) => {
+                if self.tty {
+                    eprint!("\r\x1b[2K{}", render::progress_line(s));
+                } else if s.elapsed_s - self.last_printed >= 5.0 {
+                    self.last_printed = s.elapsed_s;
+                    eprintln!("{}", render::progress_line(s));
+                }
+            }
+        }
+    }
+    fn done(&self) {
+        if self.tty && !self.quiet {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+/// Submits, follows, and on Ctrl-C aborts the run but still waits for its final report.
+async fn submit_follow(
+    url: &str,
+    token: Option<&str>,
+    text: &str,
+    agents: Option<u32>,
+    wait: Option<Duration>,
+    quiet: bool,
+) -> Result<Report> {
+    let mut c = client::connect(url, token).await?;
+    let run_id = c
+        .submit_run(v1::SubmitRunRequest {
+            scenario: text.to_string(),
+            agents: agents.unwrap_or(0),
+            agent_wait_ms: wait.map_or(0, |d| d.as_millis() as u64),
+        })
+        .await
+        .map_err(client::status_error)?
+        .into_inner()
+        .run_id;
+    let mut progress = Progress::new(quiet);
+    let mut watcher = c.clone();
+    let mut on_live = |l: Live<'_>| progress.on(l);
+    let watch = client::watch(&mut watcher, &run_id, &mut on_live);
+    tokio::pin!(watch);
+    let report = tokio::select! {
+        r = &mut watch => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: aborting {run_id} (Ctrl-C again to quit at once)");
+            c.abort_run(v1::AbortRunRequest { run_id: run_id.clone(), reason: "interrupted from the CLI".into() }).await.map_err(client::status_error)?;
+            tokio::select! {
+                r = &mut watch => r,
+                _ = tokio::signal::ctrl_c() => std::process::exit(130),
+            }
+        }
+    };
+    Progress::new(quiet).done();
+    report
+}
+
+async fn run(a: RunArgs) -> Result<i32> {
+    let (text, scenario) = match client::read_scenario(&a.scenario) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(exit::RUN_FAILED);
+        }
+    };
+    let report = if a.local {
+        let n = a.agents.or(scenario.agents).unwrap_or(1);
+        let cluster = LocalCluster::start(n, None).await?;
+        let r = submit_follow(
+            &cluster.url(),
+            Some(&cluster.token),
+            &text,
+            Some(n),
+            a.agent_wait,
+            a.quiet,
+        )
+        .await;
+        cluster.stop().await;
+        r?
+    } else {
+        submit_follow(
+            &a.conn.controller,
+            a.conn.token.as_deref(),
+            &text,
+            a.agents,
+            a.agent_wait,
+            a.quiet,
+        )
+        .await?
+    };
+    if let Some(path) = &a.report {
+        write_report(&report, path)?;
+    }
+    print_report(&report, a.output)?;
+    Ok(outcome_code(&report))
+}
+
+/// The demo scenario, with its phases scaled to `duration`.
+fn demo_scenario(target: &str, duration: Option<Duration>) -> Result<Scenario> {
+    let mut s = Scenario::from_yaml(include_str!("../../examples/demo.yaml"))?;
+    s.target = Some(target.to_string());
+    if let Some(d) = duration {
+        let factor = d.as_secs_f64() / s.duration().as_secs_f64();
+        for p in &mut s.phases {
+            p.duration =
+                stampede_core::HumanDuration::from_secs_f64(p.duration.as_secs_f64() * factor);
+        }
+    }
+    s.validate()?;
+    Ok(s)
+}
+
+async fn demo(a: DemoArgs) -> Result<i32> {
+    use stampede_target_servers::http::{HttpConfig, HttpServer};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the demo target")?;
+    let target_addr = listener.local_addr()?;
+    let server = HttpServer::new(HttpConfig {
+        delay_ms: 2,
+        bytes: 512,
+        ..HttpConfig::default()
+    })?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let s = stop.clone();
+    let target = tokio::spawn(
+        server
+            .clone()
+            .serve(listener, async move { s.cancelled().await }),
+    );
+    let scenario = demo_scenario(&format!("http://{target_addr}"), a.duration)?;
+    eprintln!(
+        "demo: HTTP target on {target_addr} (GET /data answers after 2 ms), controller and {} agents in-process; {:.0}s of load",
+        a.agents,
+        scenario.duration().as_secs_f64()
+    );
+    let text = serde_json::to_string(&scenario)?;
+    let cluster = LocalCluster::start(a.agents, None).await?;
+    let report = submit_follow(
+        &cluster.url(),
+        Some(&cluster.token),
+        &text,
+        Some(a.agents),
+        None,
+        false,
+    )
+    .await;
+    cluster.stop().await;
+    stop.cancel();
+    let _ = target.await;
+    let report = report?;
+    write_report(&report, &a.report)?;
+    print_report(&report, a.output)?;
+    eprintln!(
+        "target saw {} requests; report written to {}",
+        server.stats().requests_total,
+        a.report.display()
+    );
+    Ok(outcome_code(&report))
+}

@@ -1,0 +1,134 @@
+//! Talking to a controller: submit a run, follow it live, fetch reports, list, abort.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use stampede_core::report::Report;
+use stampede_proto::v1::{self, control_service_client::ControlServiceClient, run_event::Event};
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct Auth(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+pub type Client = ControlServiceClient<InterceptedService<Channel, Auth>>;
+
+/// Connects to a controller at `url` (e.g. `http://127.0.0.1:7070`).
+pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+        .with_context(|| format!("invalid controller URL `{url}`"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the controller at {url}"))?;
+    let auth = match token {
+        Some(t) => Some(
+            MetadataValue::try_from(format!("Bearer {t}"))
+                .context("the token must be printable ASCII")?,
+        ),
+        None => None,
+    };
+    Ok(ControlServiceClient::with_interceptor(channel, Auth(auth)))
+}
+
+/// What the watcher sees while a run goes on.
+pub enum Live<'a> {
+    State(&'a v1::RunState),
+    Snapshot(&'a v1::LiveSnapshot),
+}
+
+/// Submits the scenario text and follows the run to its report.
+pub async fn run_and_watch(
+    client: &mut Client,
+    scenario: &str,
+    agents: Option<u32>,
+    agent_wait: Option<Duration>,
+    mut on_live: impl FnMut(Live<'_>),
+) -> Result<Report> {
+    let run_id = client
+        .submit_run(v1::SubmitRunRequest {
+            scenario: scenario.to_string(),
+            agents: agents.unwrap_or(0),
+            agent_wait_ms: agent_wait.map_or(0, |d| d.as_millis() as u64),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .run_id;
+    watch(client, &run_id, &mut on_live).await
+}
+
+/// Follows a run until its final report.
+pub async fn watch(
+    client: &mut Client,
+    run_id: &str,
+    on_live: &mut impl FnMut(Live<'_>),
+) -> Result<Report> {
+    let mut stream = client
+        .watch_run(v1::WatchRunRequest {
+            run_id: run_id.to_string(),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    while let Some(ev) = stream.message().await.map_err(status_error)? {
+        match ev.event {
+            Some(Event::State(s)) => on_live(Live::State(&s)),
+            Some(Event::Snapshot(s)) => on_live(Live::Snapshot(&s)),
+            Some(Event::ReportJson(json)) => return parse_report(&json),
+            None => {}
+        }
+    }
+    // The stream ended without a report: ask for it once more (it is persisted first).
+    get_report(client, run_id).await
+}
+
+pub async fn get_report(client: &mut Client, run_id: &str) -> Result<Report> {
+    let json = client
+        .get_report(v1::GetReportRequest {
+            run_id: run_id.to_string(),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .report_json;
+    parse_report(&json)
+}
+
+fn parse_report(json: &str) -> Result<Report> {
+    serde_json::from_str(json).context("the controller sent a report this CLI cannot read")
+}
+
+/// Turns a gRPC status into an error that says what to do.
+pub fn status_error(s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::Unauthenticated => anyhow!("unauthenticated: {}", s.message()),
+        tonic::Code::InvalidArgument => anyhow!("{}", s.message()),
+        tonic::Code::NotFound => anyhow!("{}", s.message()),
+        tonic::Code::Unavailable => anyhow!("controller unavailable: {}", s.message()),
+        _ => anyhow!("controller error ({:?}): {}", s.code(), s.message()),
+    }
+}
+
+/// Reads a scenario file and validates it locally first, for a clear error before any RPC.
+pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::Scenario)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    match stampede_core::Scenario::from_yaml(&text) {
+        Ok(s) => Ok((text, s)),
+        Err(e) => bail!("{}: {e}", path.display()),
+    }
+}

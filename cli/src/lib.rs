@@ -1,0 +1,24 @@
+//! The `stampede` binary's logic, as a library so end-to-end tests can drive it in-process.
+
+pub mod client;
+pub mod local;
+pub mod render;
+
+/// Exit codes (documented in the README).
+pub mod exit {
+    /// The run completed (and every threshold passed).
+    pub const OK: i32 = 0;
+    /// A threshold was breached.
+    pub const THRESHOLD: i32 = 1;
+    /// The run could not complete: agents lost, invalid scenario, controller unreachable, aborted.
+    pub const RUN_FAILED: i32 = 2;
+}
+
+/// A random token for embedded runs.
+pub fn random_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! Human-readable output: the live progress line and the final report.
+
+use std::fmt::Write as _;
+
+use stampede_core::report::{Percentiles, Report, RunOutcome};
+use stampede_proto::v1;
+
+/// `812µs`, `5.21ms`, `1.20s`.
+pub fn us(v: u64) -> String {
+    if v < 1_000 {
+        format!("{v}µs")
+    } else if v < 1_000_000 {
+        format!("{:.2}ms", v as f64 / 1e3)
+    } else {
+        format!("{:.2}s", v as f64 / 1e6)
+    }
+}
+
+pub fn progress_line(s: &v1::LiveSnapshot) -> String {
+    format!(
+        "[{:>5.1}s/{:.0}s] {:>8.0} req/s  completed {:>9}  failed {:>6}  p50 {:>8}  p99 {:>8}  agents {}",
+        s.elapsed_s,
+        s.planned_duration_s,
+        s.rps,
+        s.completed,
+        s.failed,
+        us(s.p50_us),
+        us(s.p99_us),
+        s.active_agents
+    )
+}
+
+fn lat_row(out: &mut String, name: &str, p: &Percentiles) {
+    let _ = writeln!(
+        out,
+        "  {name:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        p.count,
+        us(p.min_us),
+        us(p.mean_us as u64),
+        us(p.p50_us),
+        us(p.p90_us),
+        us(p.p99_us),
+        us(p.p999_us),
+        us(p.p9999_us),
+        us(p.max_us)
+    );
+}
+
+/// The final report as text.
+pub fn report_text(r: &Report) -> String {
+    let mut o = String::new();
+    let outcome = match r.outcome {
+        RunOutcome::Succeeded => "succeeded",
+        RunOutcome::Failed => "FAILED",
+        RunOutcome::Aborted => "ABORTED",
+    };
+    let _ = writeln!(o, "Run {}  ({})  {outcome}", r.run_id, r.scenario);
+    if let Some(m) = &r.message {
+        let _ = writeln!(o, "  {m}");
+    }
+    let t = &r.totals;
+    let _ = writeln!(
+        o,
+        "  duration {:.1}s (planned {:.1}s), {} arrivals, seed {}, {} agent(s)",
+        r.duration_s,
+        r.planned_duration_s,
+        r.arrival,
+        r.seed,
+        r.agents.len()
+    );
+    let _ = writeln!(
+        o,
+        "Requests  planned {}  completed {} ({:.2}%)  failed {}  throughput {:.1}/s",
+        t.planned,
+        t.completed,
+        t.achieved_ratio * 100.0,
+        t.failed,
+        t.throughput_rps
+    );
+    let _ = writeln!(
+        o,
+        "Sessions  planned {}  started {}  completed {}  failed {}  dropped {}",
+        t.sessions.planned,
+        t.sessions.started,
+        t.sessions.completed,
+        t.sessions.failed,
+        t.sessions.dropped
+    );
+    if t.errors.is_empty() {
+        let _ = writeln!(o, "Errors    none");
+    } else {
+        let list: Vec<String> = t.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            o,
+            "Errors    {} (rate {:.3}%)",
+            list.join(", "),
+            t.error_rate * 100.0
+        );
+    }
+    let _ = writeln!(o, "Latency");
+    let _ = writeln!(
+        o,
+        "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+    );
+    lat_row(&mut o, "response time", &r.latency.response_time);
+    lat_row(&mut o, "service time", &r.latency.service_time);
+    let _ = writeln!(
+        o,
+        "  (response time counts from the intended send time; service time from the actual send)"
+    );
+    let g = &r.generator;
+    let _ = writeln!(
+        o,
+        "Generator start lag p50 {}  p99 {}  max {}  late {}  dropped {}{}",
+        us(g.lag.p50_us),
+        us(g.lag.p99_us),
+        us(g.lag.max_us),
+        g.late_arrivals,
+        g.dropped_arrivals,
+        if g.behind_schedule {
+            "  BEHIND SCHEDULE"
+        } else {
+            ""
+        }
+    );
+    for w in &g.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    if !r.phases.is_empty() {
+        let _ = writeln!(o, "Phases");
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
+            "name", "start", "planned", "completed", "failed", "rps", "p50", "p99"
+        );
+        for p in &r.phases {
+            let _ = writeln!(
+                o,
+                "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
+                p.name,
+                p.start_s,
+                p.planned,
+                p.completed,
+                p.failed,
+                p.throughput_rps,
+                us(p.latency.response_time.p50_us),
+                us(p.latency.response_time.p99_us)
+            );
+        }
+    }
+    if r.steps.len() > 1 {
+        let _ = writeln!(o, "Steps");
+        for s in &r.steps {
+            let _ = writeln!(
+                o,
+                "  {:<16} completed {:>9}  failed {:>6}  p50 {:>9}  p99 {:>9}",
+                s.name,
+                s.completed,
+                s.failed,
+                us(s.latency.response_time.p50_us),
+                us(s.latency.response_time.p99_us)
+            );
+        }
+    }
+    if !r.agents.is_empty() {
+        let _ = writeln!(o, "Agents");
+        let _ = writeln!(
+            o,
+            "  {:<20} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9}",
+            "id", "planned", "completed", "failed", "clock off", "lag p99", "status"
+        );
+        for a in &r.agents {
+            let status = if a.lost {
+                format!("LOST {:.1}%", a.lost_share * 100.0)
+            } else {
+                "ok".to_string()
+            };
+            let _ = writeln!(
+                o,
+                "  {:<20} {:>9} {:>9} {:>7} {:>8}µs {:>9} {:>9}",
+                a.id,
+                a.planned,
+                a.completed,
+                a.failed,
+                a.clock_offset_us,
+                us(a.lag_p99_us),
+                status
+            );
+        }
+        if r.lost_share > 0.0 {
+            let _ = writeln!(
+                o,
+                "  {:.2}% of the planned load was not delivered by lost agents",
+                r.lost_share * 100.0
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_durations() {
+        assert_eq!(us(812), "812µs");
+        assert_eq!(us(5_210), "5.21ms");
+        assert_eq!(us(1_200_000), "1.20s");
+    }
+
+    #[test]
+    fn renders_an_empty_report() {
+        let text = report_text(&Report::default());
+        assert!(text.contains("Errors    none"));
+    }
+}

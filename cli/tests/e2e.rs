@@ -1,0 +1,500 @@
+//! End-to-end tests of the spine: a real controller, real agents (in-process or as child
+//! processes of the `stampede` binary) and a real HTTP target, over loopback with ephemeral
+//! ports. Every test is bounded in time and stops what it started.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use stampede_cli::client::{self, Live};
+use stampede_cli::local::LocalCluster;
+use stampede_core::report::{Report, RunOutcome};
+use stampede_target_servers::http::{HttpConfig, HttpServer};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+const BIN: &str = env!("CARGO_BIN_EXE_stampede");
+
+/// The latency assertion needs the machine to itself: it takes this lock for writing, every
+/// other test for reading.
+static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+struct Target {
+    server: HttpServer,
+    url: String,
+    stop: CancellationToken,
+}
+
+impl Target {
+    async fn start(delay_ms: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = HttpServer::new(HttpConfig {
+            delay_ms,
+            ..HttpConfig::default()
+        })
+        .unwrap();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        tokio::spawn(
+            server
+                .clone()
+                .serve(listener, async move { s.cancelled().await }),
+        );
+        Self { server, url, stop }
+    }
+    fn requests(&self) -> u64 {
+        self.server.stats().requests_total
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A child process that is killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_agent(controller: &str, token: &str, id: &str) -> Proc {
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--controller",
+            controller,
+            "--id",
+            id,
+            "--token",
+            token,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn agent");
+    Proc(child)
+}
+
+/// Starts `stampede controller` on an ephemeral port; returns it and its URL.
+fn spawn_controller(token: &str, data_dir: &std::path::Path) -> (Proc, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            token,
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn controller");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    (Proc(child), format!("http://{addr}"))
+}
+
+fn scenario(target: &str, phases: &str, extra: &str) -> String {
+    format!("name: e2e\ntarget: {target}\nphases:\n{phases}session:\n  - http: {{ method: GET, path: /data }}\n{extra}")
+}
+
+async fn run(url: &str, token: &str, text: &str, agents: u32) -> Report {
+    let mut c = client::connect(url, Some(token)).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        client::run_and_watch(
+            &mut c,
+            text,
+            Some(agents),
+            Some(Duration::from_secs(20)),
+            |_| {},
+        ),
+    )
+    .await
+    .expect("run finished in time")
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_merge_exactly_and_measure_the_delay() {
+    let _quiet = QUIET.write().await;
+    let target = Target::start(5).await;
+    let cluster = LocalCluster::start(3, None).await.unwrap();
+    let text = scenario(&target.url, "  - { duration: 3s, arrival_rate: 100 }\n", "");
+    let r = run(&cluster.url(), &cluster.token, &text, 3).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert_eq!(r.totals.planned, 300);
+    assert_eq!(r.totals.completed, 300, "errors: {:?}", r.totals.errors);
+    assert!(r.totals.errors.is_empty());
+    let per_agent: u64 = r.agents.iter().map(|a| a.completed).sum();
+    assert_eq!(per_agent, r.totals.completed);
+    assert_eq!(r.agents.len(), 3);
+    assert!(
+        r.agents.iter().all(|a| a.completed == 100),
+        "{:?}",
+        r.agents
+    );
+    assert_eq!(target.requests(), 300);
+    let p50 = r.latency.response_time.p50_us;
+    eprintln!(
+        "response p50 {p50} µs, service p50 {} µs",
+        r.latency.service_time.p50_us
+    );
+    assert!((5_000..=7_000).contains(&p50), "response p50 {p50} µs");
+    assert_eq!(r.latency.response_time.count, 300);
+    assert!(r.latency.service_time.p50_us <= p50);
+    // The report was persisted and can be fetched after the watch ended.
+    let mut c = client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let again = client::get_report(&mut c, &r.run_id).await.unwrap();
+    assert_eq!(again.totals.completed, 300);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ramp_phases_plan_the_integral_of_their_rate() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let phases = "  - { name: flat, duration: 2s, arrival_rate: 25 }\n  - { name: ramp, duration: 3s, arrival_rate: 25, ramp_to: 95 }\n";
+    let r = run(
+        &cluster.url(),
+        &cluster.token,
+        &scenario(&target.url, phases, ""),
+        2,
+    )
+    .await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    let integrals = [50.0, 180.0];
+    for (p, want) in r.phases.iter().zip(integrals) {
+        assert!(
+            (p.planned as f64 - want).abs() <= 1.0,
+            "{}: planned {} vs integral {want}",
+            p.name,
+            p.planned
+        );
+        assert_eq!(p.completed, p.planned, "{}", p.name);
+    }
+    assert_eq!(r.totals.completed, 230);
+    cluster.stop().await;
+}
+
+/// Runs 3 child-process agents, kills one mid-run, and returns the report.
+async fn run_killing_one_agent(policy: &str) -> (Report, String) {
+    let target = Target::start(1).await;
+    let cluster = LocalCluster::start(0, None).await.unwrap();
+    let url = cluster.url();
+    let mut agents: Vec<Proc> = ["a-1", "a-2", "a-3"]
+        .iter()
+        .map(|id| spawn_agent(&url, &cluster.token, id))
+        .collect();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        cluster.controller.wait_for_agents(3),
+    )
+    .await
+    .expect("agents attach");
+    let text = scenario(
+        &target.url,
+        "  - { duration: 6s, arrival_rate: 60 }\n",
+        &format!("on_agent_loss: {policy}\n"),
+    );
+    let mut c = client::connect(&url, Some(&cluster.token)).await.unwrap();
+    let watch =
+        tokio::spawn(
+            async move { client::run_and_watch(&mut c, &text, Some(3), None, |_| {}).await },
+        );
+    // Kill a-2 once load is flowing.
+    let srv = target.server.clone();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        srv.wait_until(|s| s.requests_total >= 60),
+    )
+    .await
+    .expect("load started");
+    let victim = agents.remove(1);
+    drop(victim); // SIGKILL
+    let r = tokio::time::timeout(Duration::from_secs(60), watch)
+        .await
+        .expect("run ends")
+        .unwrap()
+        .unwrap();
+    drop(agents);
+    cluster.stop().await;
+    (r, "a-2".to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_an_agent_fails_the_run_under_fail_policy() {
+    let _quiet = QUIET.read().await;
+    let (r, victim) = run_killing_one_agent("fail").await;
+    assert_eq!(r.outcome, RunOutcome::Failed);
+    let msg = r.message.clone().unwrap_or_default();
+    assert!(msg.contains(&victim) && msg.contains("lost"), "{msg}");
+    let lost: Vec<_> = r
+        .agents
+        .iter()
+        .filter(|a| a.lost)
+        .map(|a| a.id.clone())
+        .collect();
+    assert_eq!(lost, vec![victim]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_an_agent_is_tolerated_and_reported() {
+    let _quiet = QUIET.read().await;
+    let (r, victim) = run_killing_one_agent("{ tolerate: 50 }").await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    let a = r.agents.iter().find(|a| a.id == victim).unwrap();
+    assert!(a.lost);
+    assert!(
+        a.lost_share > 0.0 && a.lost_share < 0.34,
+        "{}",
+        a.lost_share
+    );
+    assert!((r.lost_share - a.lost_share).abs() < 1e-9);
+    for other in r.agents.iter().filter(|a| a.id != victim) {
+        assert!(!other.lost);
+        assert_eq!(other.completed, other.planned, "{other:?}");
+    }
+    assert!(
+        r.generator.warnings.iter().any(|w| w.contains(&victim)),
+        "{:?}",
+        r.generator.warnings
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_stop_within_two_seconds_when_the_controller_dies() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = stampede_cli::random_token();
+    let (controller, url) = spawn_controller(&token, dir.path());
+    let agents: Vec<Proc> = ["k-1", "k-2", "k-3"]
+        .iter()
+        .map(|id| spawn_agent(&url, &token, id))
+        .collect();
+    let mut c = client::connect(&url, Some(&token)).await.unwrap();
+    let text = scenario(
+        &target.url,
+        "  - { duration: 30s, arrival_rate: 200 }\n",
+        "",
+    );
+    let _run = c
+        .submit_run(stampede_proto::v1::SubmitRunRequest {
+            scenario: text,
+            agents: 3,
+            agent_wait_ms: 20_000,
+        })
+        .await
+        .unwrap();
+    let srv = target.server.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        srv.wait_until(|s| s.requests_total >= 200),
+    )
+    .await
+    .expect("load started");
+    drop(controller); // SIGKILL: no goodbye to the agents
+                      // The measured window: the bound is 2 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at_2s = target.requests();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let at_3s = target.requests();
+    assert_eq!(
+        at_2s, at_3s,
+        "agents still sending 2 s after the controller died"
+    );
+    assert!(at_2s < 30 * 200, "the run was not cut short");
+    drop(agents);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few_agents_fail_with_a_clear_message() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    let mut c = client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let text = scenario(&target.url, "  - { duration: 1s, arrival_rate: 10 }\n", "");
+    let r = client::run_and_watch(
+        &mut c,
+        &text,
+        Some(2),
+        Some(Duration::from_millis(500)),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.outcome, RunOutcome::Failed);
+    let msg = r.message.unwrap_or_default();
+    assert!(
+        msg.contains("needs 2 agents") && msg.contains("only 1"),
+        "{msg}"
+    );
+    assert_eq!(target.requests(), 0);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_token_is_unauthenticated_and_health_stays_open() {
+    let _quiet = QUIET.read().await;
+    let cluster = LocalCluster::start(0, None).await.unwrap();
+    let mut c = client::connect(&cluster.url(), Some("wrong"))
+        .await
+        .unwrap();
+    let err = c
+        .list_agents(stampede_proto::v1::ListAgentsRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let mut anon = client::connect(&cluster.url(), None).await.unwrap();
+    assert_eq!(
+        anon.list_runs(stampede_proto::v1::ListRunsRequest {})
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::Unauthenticated
+    );
+    // An agent with a wrong token never registers.
+    let bad = spawn_agent(&cluster.url(), "wrong", "intruder");
+    let channel = tonic::transport::Endpoint::from_shared(cluster.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let resp = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "stampede.v1.ControlService".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.into_inner().status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    assert_eq!(cluster.controller.agent_count(), 0);
+    drop(bad);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_scenarios_get_clear_errors_and_no_panic() {
+    let _quiet = QUIET.read().await;
+    let cases = [
+        (
+            "phases:\n  - { duration: 1s, arrival_rate: fast }\n",
+            "phases[0].arrival_rate",
+        ),
+        (
+            "phases:\n  - { duration: 1s, arrival_rate: -3 }\n",
+            "phases[0].arrival_rate: must be >= 0",
+        ),
+        (
+            "phases:\n  - { duration: 1s, arrival_rate: 3, ramp_to: -1 }\n",
+            "phases[0].ramp_to: must be >= 0",
+        ),
+        ("phases: []\n", "phases: must contain at least one phase"),
+        (
+            "phases:\n  - { duration: soon, arrival_rate: 3 }\n",
+            "phases[0].duration",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (phases, expected)) in cases.iter().enumerate() {
+        let text = format!(
+            "name: bad\ntarget: http://127.0.0.1:9\n{phases}session:\n  - http: {{ path: / }}\n"
+        );
+        let path = dir.path().join(format!("bad{i}.yaml"));
+        std::fs::write(&path, &text).unwrap();
+        let out = Command::new(BIN)
+            .args(["run", "--local"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected `{expected}` in: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let path = dir.path().join("proto.yaml");
+    std::fs::write(&path, "name: x\ntarget: http://127.0.0.1:9\nphases:\n  - { duration: 1s, arrival_rate: 1 }\nsession:\n  - gopher: { path: / }\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("session[0].gopher: unknown field `gopher`"),
+        "{stderr}"
+    );
+
+    // The controller applies the same validation at its boundary.
+    let cluster = LocalCluster::start(0, None).await.unwrap();
+    let mut c = client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let err = c
+        .submit_run(stampede_proto::v1::SubmitRunRequest {
+            scenario: "name: x\nphases: 7\n".into(),
+            agents: 1,
+            agent_wait_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("phases"), "{}", err.message());
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_snapshots_arrive_while_the_run_goes_on() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    let mut c = client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let text = scenario(&target.url, "  - { duration: 3s, arrival_rate: 50 }\n", "");
+    let mut snapshots = Vec::new();
+    let mut states = Vec::new();
+    let r = client::run_and_watch(&mut c, &text, Some(1), None, |l| match l {
+        Live::Snapshot(s) => snapshots.push(s.completed),
+        Live::State(s) => states.push(s.state.clone()),
+    })
+    .await
+    .unwrap();
+    assert_eq!(r.totals.completed, 150);
+    assert!(snapshots.len() >= 2, "{snapshots:?}");
+    assert!(snapshots.windows(2).all(|w| w[0] <= w[1]));
+    assert!(
+        states.contains(&"running".to_string()) && states.last() == Some(&"done".to_string()),
+        "{states:?}"
+    );
+    assert!(!r.timeline.is_empty());
+    let timeline_total: u64 = r.timeline.iter().map(|t| t.completed).sum();
+    assert_eq!(timeline_total, 150);
+    cluster.stop().await;
+}

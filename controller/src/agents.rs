@@ -1,0 +1,280 @@
+//! The agent side: one bidirectional stream per agent, the registry entry it owns, clock
+//! estimation, and routing of run messages to run drivers.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_proto::v1::{self, agent_message::Msg as In, controller_message::Msg as Out};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::run::RunInput;
+use crate::{lock, unix_ms, unix_ns, Inner};
+
+/// Longest agent id accepted.
+const MAX_ID_LEN: usize = 128;
+
+/// Best clock sample so far: the one with the smallest round trip.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClockEstimate {
+    pub rtt_ns: Option<i64>,
+    /// agent − controller.
+    pub offset_ns: i64,
+}
+
+impl ClockEstimate {
+    /// NTP-style: offset = ((t2 − t1) + (t3 − t4)) / 2, delay = (t4 − t1) − (t3 − t2).
+    pub fn update(&mut self, t1: i64, t2: i64, t3: i64, t4: i64) {
+        let rtt = ((t4 - t1) - (t3 - t2)).max(0);
+        let offset = ((t2 - t1) + (t3 - t4)) / 2;
+        if self.rtt_ns.is_none_or(|best| rtt <= best) {
+            self.rtt_ns = Some(rtt);
+            self.offset_ns = offset;
+        }
+    }
+}
+
+/// A connected agent.
+pub struct AgentEntry {
+    pub conn_id: u64,
+    pub info: v1::AgentInfo,
+    pub tx: mpsc::Sender<Result<v1::ControllerMessage, Status>>,
+    pub clock: ClockEstimate,
+    pub run: Option<String>,
+    /// Ends this agent's session (when replaced by a reconnect of the same id).
+    pub kick: CancellationToken,
+}
+
+pub struct AgentSvc {
+    pub inner: Arc<Inner>,
+}
+
+fn out(m: Out) -> Result<v1::ControllerMessage, Status> {
+    Ok(v1::ControllerMessage { msg: Some(m) })
+}
+
+fn validate_register(r: &v1::Register) -> Result<(), Status> {
+    if r.agent_id.is_empty()
+        || r.agent_id.len() > MAX_ID_LEN
+        || r.agent_id.chars().any(char::is_control)
+    {
+        return Err(Status::invalid_argument(format!(
+            "register.agent_id: must be 1 to {MAX_ID_LEN} printable characters"
+        )));
+    }
+    stampede_proto::convert::check_spec("register.hist_spec", r.hist_spec.as_ref())
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+type OutStream = Pin<Box<dyn Stream<Item = Result<v1::ControllerMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::agent_service_server::AgentService for AgentSvc {
+    type AttachStream = OutStream;
+
+    async fn attach(
+        &self,
+        req: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<OutStream>, Status> {
+        let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
+        let register = match first.and_then(|m| m.msg) {
+            Some(In::Register(r)) => r,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must be register",
+                ))
+            }
+        };
+        validate_register(&register)?;
+        let inner = self.inner.clone();
+        let (tx, rx) = mpsc::channel(256);
+        let conn_id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
+        let kick = CancellationToken::new();
+        {
+            let mut agents = lock(&inner.agents);
+            // A reconnect under the same id replaces the old session.
+            let stale: Vec<u64> = agents
+                .values()
+                .filter(|a| a.info.agent_id == register.agent_id)
+                .map(|a| a.conn_id)
+                .collect();
+            for id in stale {
+                if let Some(old) = agents.remove(&id) {
+                    old.kick.cancel();
+                }
+            }
+            agents.insert(
+                conn_id,
+                AgentEntry {
+                    conn_id,
+                    info: v1::AgentInfo {
+                        agent_id: register.agent_id.clone(),
+                        version: register.version.clone(),
+                        peer,
+                        pod_name: register.pod_name.clone(),
+                        node_name: register.node_name.clone(),
+                        pod_ip: register.pod_ip.clone(),
+                        state: "idle".into(),
+                        run_id: String::new(),
+                        connected_at_unix_ms: unix_ms(),
+                        clock_offset_us: 0,
+                        capacity: register.capacity,
+                    },
+                    tx: tx.clone(),
+                    clock: ClockEstimate::default(),
+                    run: None,
+                    kick: kick.clone(),
+                },
+            );
+        }
+        tracing::info!(agent = %register.agent_id, conn_id, "agent registered");
+        let _ = tx
+            .send(out(Out::Registered(v1::Registered {
+                hist_spec: Some(stampede_core::hist::SPEC.into()),
+                lease_ms: inner.cfg.lease.as_millis() as u64,
+            })))
+            .await;
+        tokio::spawn(session(
+            inner.clone(),
+            conn_id,
+            register.agent_id,
+            inbound,
+            tx,
+            kick,
+        ));
+        inner.agents_changed.notify_waiters();
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Reads one agent's stream until it ends, the agent is replaced, or the controller stops.
+async fn session(
+    inner: Arc<Inner>,
+    conn_id: u64,
+    agent_id: String,
+    mut inbound: Streaming<v1::AgentMessage>,
+    tx: mpsc::Sender<Result<v1::ControllerMessage, Status>>,
+    kick: CancellationToken,
+) {
+    let mut seq = 0u64;
+    // Ten clock pings 100 ms apart once the stream has settled, then one every five seconds.
+    // The estimate keeps the sample with the smallest round trip.
+    let mut ping = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_millis(100),
+        Duration::from_millis(100),
+    );
+    loop {
+        tokio::select! {
+            m = inbound.message() => match m {
+                Ok(Some(m)) => route(&inner, conn_id, &agent_id, m),
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::warn!(agent = %agent_id, error = %status, "agent stream failed");
+                    break;
+                }
+            },
+            _ = ping.tick() => {
+                seq += 1;
+                if seq == 10 {
+                    ping = tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(5), Duration::from_secs(5));
+                }
+                let p = v1::ClockPing { seq, t1_unix_ns: unix_ns() };
+                if tx.send(out(Out::ClockPing(p))).await.is_err() {
+                    break;
+                }
+            }
+            _ = kick.cancelled() => break,
+            _ = inner.shutdown.cancelled() => break,
+        }
+    }
+    let run = {
+        let mut agents = lock(&inner.agents);
+        agents.remove(&conn_id).and_then(|a| a.run)
+    };
+    tracing::info!(agent = %agent_id, conn_id, "agent disconnected");
+    if let Some(run_id) = run {
+        if let Some(h) = lock(&inner.runs).get(&run_id) {
+            h.send(RunInput::Disconnected {
+                agent_id: agent_id.clone(),
+            });
+        }
+    }
+    inner.agents_changed.notify_waiters();
+}
+
+fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) {
+    let Some(m) = m.msg else { return };
+    let (run_id, input) = match m {
+        In::ClockPong(p) => {
+            let t4 = unix_ns();
+            if let Some(a) = lock(&inner.agents).get_mut(&conn_id) {
+                a.clock.update(p.t1_unix_ns, p.t2_unix_ns, p.t3_unix_ns, t4);
+                a.info.clock_offset_us = a.clock.offset_ns / 1000;
+            }
+            return;
+        }
+        In::Register(_) => {
+            tracing::warn!(agent = %agent_id, "ignoring a second register on one stream");
+            return;
+        }
+        In::Ready(r) => (
+            r.run_id,
+            RunInput::Ready {
+                agent_id: agent_id.to_string(),
+                planned: r.planned_sessions,
+            },
+        ),
+        In::Progress(p) => (
+            p.run_id.clone(),
+            RunInput::Progress {
+                agent_id: agent_id.to_string(),
+                progress: p,
+            },
+        ),
+        In::Done(d) => (
+            d.run_id.clone(),
+            RunInput::Done {
+                agent_id: agent_id.to_string(),
+                done: d,
+            },
+        ),
+        In::Failed(f) => (
+            f.run_id,
+            RunInput::Failed {
+                agent_id: agent_id.to_string(),
+                reason: f.reason,
+            },
+        ),
+    };
+    match lock(&inner.runs).get(&run_id) {
+        Some(h) => h.send(input),
+        None => {
+            tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_estimate_keeps_the_tightest_sample() {
+        let mut c = ClockEstimate::default();
+        // agent 1 ms ahead, 2 ms RTT
+        c.update(0, 2_000_000, 2_000_000, 2_000_000);
+        assert_eq!((c.rtt_ns, c.offset_ns), (Some(2_000_000), 1_000_000));
+        // a worse sample does not replace it
+        c.update(0, 9_000_000, 9_000_000, 10_000_000);
+        assert_eq!(c.offset_ns, 1_000_000);
+    }
+}

@@ -1,0 +1,206 @@
+//! The CLI-facing service: submit, watch, report, list, abort.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_core::Scenario;
+use stampede_proto::v1;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::{lock, run, ControllerError, Inner};
+
+pub struct ControlSvc {
+    pub inner: Arc<Inner>,
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::RunEvent, Status>> + Send>>;
+
+fn report_event(json: String) -> Result<v1::RunEvent, Status> {
+    Ok(v1::RunEvent {
+        event: Some(v1::run_event::Event::ReportJson(json)),
+    })
+}
+
+#[tonic::async_trait]
+impl v1::control_service_server::ControlService for ControlSvc {
+    async fn submit_run(
+        &self,
+        req: Request<v1::SubmitRunRequest>,
+    ) -> Result<Response<v1::SubmitRunResponse>, Status> {
+        let req = req.into_inner();
+        if req.scenario.len() > 4 << 20 {
+            return Err(ControllerError::Invalid("scenario: larger than 4 MiB".into()).into());
+        }
+        let scenario = Scenario::from_yaml(&req.scenario).map_err(ControllerError::from)?;
+        let agents = if req.agents > 0 {
+            req.agents
+        } else {
+            scenario.agents.unwrap_or(1)
+        };
+        if agents > stampede_core::scenario::MAX_AGENTS {
+            return Err(ControllerError::Invalid(format!(
+                "agents: must be at most {}",
+                stampede_core::scenario::MAX_AGENTS
+            ))
+            .into());
+        }
+        let wait = if req.agent_wait_ms > 0 {
+            Duration::from_millis(req.agent_wait_ms)
+        } else {
+            self.inner.cfg.agent_wait
+        };
+        let handle = run::start(self.inner.clone(), scenario, agents, wait);
+        Ok(Response::new(v1::SubmitRunResponse {
+            run_id: handle.run_id.clone(),
+        }))
+    }
+
+    type WatchRunStream = EventStream;
+
+    async fn watch_run(
+        &self,
+        req: Request<v1::WatchRunRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let run_id = req.into_inner().run_id;
+        let handle = lock(&self.inner.runs).get(&run_id).cloned();
+        let Some(h) = handle else {
+            // A finished run from before a restart: just the report.
+            let json = self
+                .inner
+                .store
+                .load(&run_id)
+                .map_err(ControllerError::from)?;
+            let json = json.ok_or_else(|| ControllerError::RunNotFound(run_id.clone()))?;
+            return Ok(Response::new(Box::pin(tokio_stream::once(report_event(
+                json,
+            )))));
+        };
+        // Subscribe before looking at the state, so nothing falls between the two.
+        let mut rx = h.events.subscribe();
+        let stream = async_stream(move |tx| async move {
+            let (state, message) = h.state();
+            let first = v1::RunEvent {
+                event: Some(v1::run_event::Event::State(v1::RunState {
+                    run_id: h.run_id.clone(),
+                    state,
+                    message,
+                })),
+            };
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            if let Some(json) = h.report_json() {
+                let _ = tx.send(report_event(json.clone())).await;
+                return;
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let last = matches!(ev.event, Some(v1::run_event::Event::ReportJson(_)));
+                        if tx.send(Ok(ev)).await.is_err() || last {
+                            return;
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
+    async fn get_report(
+        &self,
+        req: Request<v1::GetReportRequest>,
+    ) -> Result<Response<v1::GetReportResponse>, Status> {
+        let run_id = req.into_inner().run_id;
+        let handle = lock(&self.inner.runs).get(&run_id).cloned();
+        if let Some(h) = handle {
+            return match h.report_json() {
+                Some(json) => Ok(Response::new(v1::GetReportResponse {
+                    report_json: json.clone(),
+                })),
+                None => Err(ControllerError::NotFinished(run_id).into()),
+            };
+        }
+        match self
+            .inner
+            .store
+            .load(&run_id)
+            .map_err(ControllerError::from)?
+        {
+            Some(json) => Ok(Response::new(v1::GetReportResponse { report_json: json })),
+            None => Err(ControllerError::RunNotFound(run_id).into()),
+        }
+    }
+
+    async fn list_runs(
+        &self,
+        _: Request<v1::ListRunsRequest>,
+    ) -> Result<Response<v1::ListRunsResponse>, Status> {
+        let mut runs: Vec<v1::RunSummary> = lock(&self.inner.runs)
+            .values()
+            .map(|h| h.summary())
+            .collect();
+        for r in self.inner.store.list() {
+            if !runs.iter().any(|x| x.run_id == r.run_id) {
+                runs.push(v1::RunSummary {
+                    run_id: r.run_id.clone(),
+                    scenario: r.scenario.clone(),
+                    state: match r.outcome {
+                        stampede_core::report::RunOutcome::Succeeded => "done".into(),
+                        stampede_core::report::RunOutcome::Failed => "failed".into(),
+                        stampede_core::report::RunOutcome::Aborted => "aborted".into(),
+                    },
+                    submitted_at_unix_ms: r.started_at_unix_ms,
+                    message: r.message.clone().unwrap_or_default(),
+                    agents: r.agents.len() as u32,
+                });
+            }
+        }
+        runs.sort_by_key(|r| r.submitted_at_unix_ms);
+        Ok(Response::new(v1::ListRunsResponse { runs }))
+    }
+
+    async fn list_agents(
+        &self,
+        _: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        let mut agents: Vec<v1::AgentInfo> = lock(&self.inner.agents)
+            .values()
+            .map(|a| a.info.clone())
+            .collect();
+        agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        Ok(Response::new(v1::ListAgentsResponse { agents }))
+    }
+
+    async fn abort_run(
+        &self,
+        req: Request<v1::AbortRunRequest>,
+    ) -> Result<Response<v1::AbortRunResponse>, Status> {
+        let req = req.into_inner();
+        let handle = lock(&self.inner.runs).get(&req.run_id).cloned();
+        let h = handle.ok_or_else(|| ControllerError::RunNotFound(req.run_id.clone()))?;
+        let reason = if req.reason.is_empty() {
+            "aborted by user".to_string()
+        } else {
+            req.reason
+        };
+        h.request_abort(reason);
+        Ok(Response::new(v1::AbortRunResponse {}))
+    }
+}
+
+/// A stream fed by a spawned task through a channel.
+fn async_stream<F, Fut>(f: F) -> EventStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<v1::RunEvent, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(f(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}

@@ -1,0 +1,617 @@
+//! One run's life: wait for agents, assign shards, wait for ready, synchronized start, merge
+//! progress live, apply the agent-loss policy, then build, persist and publish the report.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use stampede_core::plan::Plan;
+use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome};
+use stampede_core::scenario::{AgentLossPolicy, Scenario, ThinkTime};
+use stampede_proto::convert::sample_from_wire;
+use stampede_proto::v1::{self, controller_message::Msg as Out};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{lock, unix_ms, unix_ns, Inner};
+
+/// Messages from agent sessions to a run driver.
+#[derive(Debug)]
+pub enum RunInput {
+    Ready {
+        agent_id: String,
+        planned: u64,
+    },
+    Progress {
+        agent_id: String,
+        progress: v1::Progress,
+    },
+    Done {
+        agent_id: String,
+        done: v1::Done,
+    },
+    Failed {
+        agent_id: String,
+        reason: String,
+    },
+    Disconnected {
+        agent_id: String,
+    },
+}
+
+/// A run as the services see it.
+pub struct RunHandle {
+    pub run_id: String,
+    pub scenario_name: String,
+    pub agents_wanted: u32,
+    pub submitted_at_unix_ms: u64,
+    state: Mutex<(String, String)>,
+    pub events: broadcast::Sender<v1::RunEvent>,
+    report_json: OnceLock<String>,
+    pub abort: CancellationToken,
+    abort_reason: Mutex<Option<String>>,
+    inbox: mpsc::UnboundedSender<RunInput>,
+}
+
+impl RunHandle {
+    pub fn send(&self, input: RunInput) {
+        let _ = self.inbox.send(input);
+    }
+
+    pub fn state(&self) -> (String, String) {
+        lock(&self.state).clone()
+    }
+
+    pub fn report_json(&self) -> Option<&String> {
+        self.report_json.get()
+    }
+
+    pub fn request_abort(&self, reason: String) {
+        lock(&self.abort_reason).get_or_insert(reason);
+        self.abort.cancel();
+    }
+
+    fn set_state(&self, state: &str, message: impl Into<String>) {
+        let message = message.into();
+        *lock(&self.state) = (state.to_string(), message.clone());
+        tracing::info!(run = %self.run_id, state, message = %message, "run state");
+        let _ = self.events.send(v1::RunEvent {
+            event: Some(v1::run_event::Event::State(v1::RunState {
+                run_id: self.run_id.clone(),
+                state: state.to_string(),
+                message,
+            })),
+        });
+    }
+
+    pub fn summary(&self) -> v1::RunSummary {
+        let (state, message) = self.state();
+        v1::RunSummary {
+            run_id: self.run_id.clone(),
+            scenario: self.scenario_name.clone(),
+            state,
+            submitted_at_unix_ms: self.submitted_at_unix_ms,
+            message,
+            agents: self.agents_wanted,
+        }
+    }
+}
+
+/// Creates the run and starts its driver.
+pub(crate) fn start(
+    inner: Arc<Inner>,
+    scenario: Scenario,
+    agents: u32,
+    agent_wait: Duration,
+) -> Arc<RunHandle> {
+    let run_id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let (inbox, rx) = mpsc::unbounded_channel();
+    let (events, _) = broadcast::channel(1024);
+    let handle = Arc::new(RunHandle {
+        run_id: run_id.clone(),
+        scenario_name: scenario.name.clone(),
+        agents_wanted: agents,
+        submitted_at_unix_ms: unix_ms(),
+        state: Mutex::new(("pending".into(), String::new())),
+        events,
+        report_json: OnceLock::new(),
+        abort: CancellationToken::new(),
+        abort_reason: Mutex::new(None),
+        inbox,
+    });
+    lock(&inner.runs).insert(run_id, handle.clone());
+    let driver = Driver {
+        inner,
+        h: handle.clone(),
+        scenario,
+        n: agents,
+        rx,
+        agent_wait,
+    };
+    tokio::spawn(driver.drive());
+    handle
+}
+
+struct Driver {
+    inner: Arc<Inner>,
+    h: Arc<RunHandle>,
+    scenario: Scenario,
+    n: u32,
+    rx: mpsc::UnboundedReceiver<RunInput>,
+    agent_wait: Duration,
+}
+
+/// An agent taking part in the run.
+struct Member {
+    agent_id: String,
+    conn_id: u64,
+    tx: mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>,
+    offset_ns: i64,
+    rtt_ns: i64,
+    ready: bool,
+    done: bool,
+    lost: bool,
+    received: BTreeSet<u64>,
+}
+
+enum Failure {
+    Failed(String),
+    Aborted(String),
+}
+
+impl Driver {
+    async fn drive(mut self) {
+        let members = match self.prepare().await {
+            Ok(m) => m,
+            Err(f) => {
+                let (outcome, message) = match f {
+                    Failure::Failed(m) => (RunOutcome::Failed, m),
+                    Failure::Aborted(m) => (RunOutcome::Aborted, m),
+                };
+                self.release();
+                // Nothing ran: persist a report with the outcome so it can be fetched later.
+                match Plan::new(
+                    &self.scenario,
+                    self.n.max(1),
+                    &[],
+                    self.scenario.seed.unwrap_or(0),
+                ) {
+                    Ok(plan) => {
+                        let acc = RunAccumulator::new(
+                            &self.scenario,
+                            plan,
+                            Vec::new(),
+                            self.inner.cfg.interval.as_secs_f64(),
+                        );
+                        self.finish(acc, outcome, Some(message), unix_ms(), 0.0);
+                    }
+                    Err(e) => self.h.set_state("failed", format!("{message}; plan: {e}")),
+                }
+                return;
+            }
+        };
+        self.run(members).await;
+    }
+
+    /// Waits for agents, assigns shards and collects Ready.
+    async fn prepare(&mut self) -> Result<(Vec<Member>, Plan), Failure> {
+        let n = self.n as usize;
+        let deadline = Instant::now() + self.agent_wait;
+        let picked: Vec<(u64, String)> = loop {
+            let notified = self.inner.agents_changed.notified();
+            {
+                let mut agents = lock(&self.inner.agents);
+                let mut idle: Vec<(String, u64)> = agents
+                    .values()
+                    .filter(|a| a.run.is_none())
+                    .map(|a| (a.info.agent_id.clone(), a.conn_id))
+                    .collect();
+                if idle.len() >= n {
+                    idle.sort();
+                    idle.truncate(n);
+                    for (_, conn) in &idle {
+                        if let Some(a) = agents.get_mut(conn) {
+                            a.run = Some(self.h.run_id.clone());
+                            a.info.state = "busy".into();
+                            a.info.run_id = self.h.run_id.clone();
+                        }
+                    }
+                    break idle.into_iter().map(|(id, c)| (c, id)).collect();
+                }
+                let connected = agents.len();
+                drop(agents);
+                self.h.set_state(
+                    "pending",
+                    format!("waiting for {n} idle agents ({connected} connected)"),
+                );
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    let connected = lock(&self.inner.agents).values().filter(|a| a.run.is_none()).count();
+                    return Err(Failure::Failed(format!(
+                        "the run needs {n} agents but only {connected} idle agents were connected after {:.0} s",
+                        self.agent_wait.as_secs_f64()
+                    )));
+                }
+                _ = self.h.abort.cancelled() => return Err(Failure::Aborted(self.abort_reason())),
+                _ = self.inner.shutdown.cancelled() => return Err(Failure::Aborted("controller shut down".into())),
+            }
+        };
+        self.h
+            .set_state("assigning", format!("assigning {n} shards"));
+        let seed = self.scenario.seed.unwrap_or_else(rand::random);
+        let plan = Plan::new(&self.scenario, self.n, &[], seed)
+            .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
+        let scenario_text = serde_json::to_string(&self.scenario)
+            .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;
+        let mut members = Vec::with_capacity(n);
+        {
+            let agents = lock(&self.inner.agents);
+            for (conn_id, agent_id) in &picked {
+                let Some(a) = agents.get(conn_id) else {
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} disconnected during assignment"
+                    )));
+                };
+                members.push(Member {
+                    agent_id: agent_id.clone(),
+                    conn_id: *conn_id,
+                    tx: a.tx.clone(),
+                    offset_ns: a.clock.offset_ns,
+                    rtt_ns: a.clock.rtt_ns.unwrap_or(0),
+                    ready: false,
+                    done: false,
+                    lost: false,
+                    received: BTreeSet::new(),
+                });
+            }
+        }
+        for (i, m) in members.iter().enumerate() {
+            let assign = v1::Assign {
+                run_id: self.h.run_id.clone(),
+                scenario: scenario_text.clone(),
+                shard_index: i as u32,
+                shard_count: self.n,
+                weights: Vec::new(),
+                seed,
+                interval_ms: self.inner.cfg.interval.as_millis() as u64,
+                planned_sessions: plan.agent_sessions(i),
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Assign(assign)),
+                }))
+                .await;
+        }
+        let deadline = Instant::now() + self.inner.cfg.ready_timeout;
+        while members.iter().any(|m| !m.ready) {
+            let input = tokio::select! {
+                i = self.rx.recv() => i,
+                _ = tokio::time::sleep_until(deadline) => {
+                    let slow: Vec<&str> = members.iter().filter(|m| !m.ready).map(|m| m.agent_id.as_str()).collect();
+                    return Err(Failure::Failed(format!("agents did not acknowledge their shard in time: {}", slow.join(", "))));
+                }
+                _ = self.h.abort.cancelled() => return Err(Failure::Aborted(self.abort_reason())),
+                _ = self.inner.shutdown.cancelled() => return Err(Failure::Aborted("controller shut down".into())),
+            };
+            match input {
+                Some(RunInput::Ready { agent_id, .. }) => {
+                    if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
+                        m.ready = true;
+                    }
+                }
+                Some(RunInput::Failed { agent_id, reason }) => {
+                    self.abort_members(&members, "another agent failed").await;
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} refused its shard: {reason}"
+                    )));
+                }
+                Some(RunInput::Disconnected { agent_id }) => {
+                    self.abort_members(&members, "another agent was lost").await;
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} was lost before the start"
+                    )));
+                }
+                Some(_) | None => {}
+            }
+        }
+        // Refresh clock estimates (pings went on while we waited).
+        {
+            let agents = lock(&self.inner.agents);
+            for m in &mut members {
+                if let Some(a) = agents.get(&m.conn_id) {
+                    m.offset_ns = a.clock.offset_ns;
+                    m.rtt_ns = a.clock.rtt_ns.unwrap_or(0);
+                }
+            }
+        }
+        Ok((members, plan))
+    }
+
+    fn abort_reason(&self) -> String {
+        lock(&self.h.abort_reason)
+            .clone()
+            .unwrap_or_else(|| "aborted".into())
+    }
+
+    async fn abort_members(&self, members: &[Member], reason: &str) {
+        for m in members.iter().filter(|m| !m.lost && !m.done) {
+            let abort = v1::Abort {
+                run_id: self.h.run_id.clone(),
+                reason: reason.to_string(),
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Abort(abort)),
+                }))
+                .await;
+        }
+    }
+
+    /// Upper bound of one session's length: every request timing out, every think at max.
+    fn session_bound(&self) -> Duration {
+        let timeout = self.scenario.request_timeout.0;
+        self.scenario
+            .session
+            .iter()
+            .map(|s| match s.think_time {
+                Some(ThinkTime::Fixed(d)) => d.0,
+                Some(ThinkTime::Range { max, .. }) => max.0,
+                None => timeout * s.repeat(),
+            })
+            .sum()
+    }
+
+    async fn run(mut self, (mut members, plan): (Vec<Member>, Plan)) {
+        let ids = members.iter().map(|m| m.agent_id.clone()).collect();
+        let mut acc = RunAccumulator::new(
+            &self.scenario,
+            plan,
+            ids,
+            self.inner.cfg.interval.as_secs_f64(),
+        );
+        let max_rtt = members.iter().map(|m| m.rtt_ns).max().unwrap_or(0);
+        let delay = self
+            .inner
+            .cfg
+            .start_delay
+            .max(Duration::from_nanos((max_rtt.max(0) as u64) * 4));
+        let t0_unix_ns = unix_ns() + delay.as_nanos() as i64;
+        let t0 = Instant::now() + delay;
+        let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
+        for (i, m) in members.iter().enumerate() {
+            acc.set_clock_offset(i, m.offset_ns / 1000);
+            let start = v1::Start {
+                run_id: self.h.run_id.clone(),
+                t0_unix_ns,
+                clock_offset_ns: m.offset_ns,
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Start(start)),
+                }))
+                .await;
+        }
+        let skew_us = members
+            .iter()
+            .map(|m| m.offset_ns.abs() / 1000)
+            .max()
+            .unwrap_or(0);
+        self.h.set_state(
+            "running",
+            format!(
+                "{} agents, T0 in {} ms, max clock offset {skew_us} µs",
+                members.len(),
+                delay.as_millis()
+            ),
+        );
+
+        let lease = self.inner.cfg.lease;
+        let mut renew = tokio::time::interval(lease / 4);
+        let mut snap =
+            tokio::time::interval_at(t0 + self.inner.cfg.interval, self.inner.cfg.interval);
+        let planned = self.scenario.duration();
+        let mut deadline = t0 + planned + self.session_bound() + Duration::from_secs(15);
+        let mut failure: Option<Failure> = None;
+        let n_steps = self.scenario.step_names().len();
+        let policy = self.scenario.on_agent_loss;
+
+        while members.iter().any(|m| !m.done && !m.lost) {
+            tokio::select! {
+                _ = renew.tick() => {
+                    if failure.is_none() {
+                        for m in members.iter().filter(|m| !m.done && !m.lost) {
+                            let l = v1::LeaseRenewal { lease_ms: lease.as_millis() as u64 };
+                            let _ = m.tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Lease(l)) }));
+                        }
+                    }
+                }
+                _ = snap.tick() => {
+                    let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
+                    if let Ok(s) = acc.snapshot(elapsed) {
+                        let mut w = v1::LiveSnapshot::from(&s);
+                        w.planned_duration_s = planned.as_secs_f64();
+                        let _ = self.h.events.send(v1::RunEvent { event: Some(v1::run_event::Event::Snapshot(w)) });
+                    }
+                }
+                input = self.rx.recv() => {
+                    let Some(input) = input else { break };
+                    match input {
+                        RunInput::Progress { agent_id, progress } => {
+                            let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else { continue };
+                            if !members[i].received.insert(progress.interval) {
+                                continue; // a replay of an interval we already have
+                            }
+                            for (k, w) in progress.samples.iter().enumerate() {
+                                let merged = sample_from_wire(&format!("progress.samples[{k}]"), w, n_steps)
+                                    .map_err(|e| e.to_string())
+                                    .and_then(|(phase, stats)| acc.add(i, progress.interval, phase, &stats).map_err(|e| e.to_string()));
+                                if let Err(e) = merged {
+                                    tracing::error!(agent = %agent_id, error = %e, "rejected progress data");
+                                }
+                            }
+                            let _ = acc.reported_through(i, progress.interval);
+                        }
+                        RunInput::Done { agent_id, done } => {
+                            if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
+                                m.done = true;
+                                tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
+                            }
+                            if members.iter().all(|m| m.done || m.lost) {
+                                break;
+                            }
+                            if failure.is_none() && members.iter().filter(|m| m.done).count() == 1 {
+                                self.h.set_state("finishing", "waiting for the remaining agents");
+                            }
+                        }
+                        RunInput::Failed { agent_id, reason } => {
+                            self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {reason}"), policy, &mut failure, &mut deadline).await;
+                        }
+                        RunInput::Disconnected { agent_id } => {
+                            self.agent_lost(&mut members, &mut acc, &agent_id, "connection closed", policy, &mut failure, &mut deadline).await;
+                        }
+                        RunInput::Ready { .. } => {}
+                    }
+                }
+                _ = self.h.abort.cancelled(), if failure.is_none() => {
+                    let reason = self.abort_reason();
+                    self.abort_members(&members, &reason).await;
+                    failure = Some(Failure::Aborted(reason));
+                    deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                }
+                _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
+                    failure = Some(Failure::Aborted("controller shut down".into()));
+                    break;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| !m.done && !m.lost) {
+                        tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
+                        m.lost = true;
+                        acc.mark_lost(i);
+                    }
+                    if failure.is_none() && matches!(policy, AgentLossPolicy::Fail) {
+                        failure = Some(Failure::Failed("agents did not finish in time".into()));
+                    }
+                    break;
+                }
+            }
+        }
+        let duration_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
+        let (outcome, message) = match failure {
+            None => (RunOutcome::Succeeded, None),
+            Some(Failure::Failed(m)) => (RunOutcome::Failed, Some(m)),
+            Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
+        };
+        self.release();
+        self.finish(acc, outcome, message, started_at, duration_s);
+    }
+
+    /// Builds the report, persists it, and only then declares the run finished.
+    fn finish(
+        &self,
+        acc: RunAccumulator,
+        outcome: RunOutcome,
+        message: Option<String>,
+        started_at_unix_ms: u64,
+        duration_s: f64,
+    ) {
+        let meta = ReportMeta {
+            run_id: self.h.run_id.clone(),
+            outcome,
+            message: message.clone(),
+            started_at_unix_ms,
+            duration_s,
+        };
+        let state = match outcome {
+            RunOutcome::Succeeded => "done",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Aborted => "aborted",
+        };
+        let report = match acc.finish(&self.scenario, meta) {
+            Ok(r) => r,
+            Err(e) => {
+                self.h
+                    .set_state("failed", format!("building the report failed: {e}"));
+                return;
+            }
+        };
+        let (json, state, message) = match self.inner.store.save(&report) {
+            Ok(json) => (json, state, message.unwrap_or_default()),
+            Err(e) => {
+                // Still hand the report to watchers; say loudly that it is not stored.
+                let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+                (
+                    json,
+                    "failed",
+                    format!("the report could not be persisted: {e}"),
+                )
+            }
+        };
+        let _ = self.h.report_json.set(json.clone());
+        self.h.set_state(state, message);
+        let _ = self.h.events.send(v1::RunEvent {
+            event: Some(v1::run_event::Event::ReportJson(json)),
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn agent_lost(
+        &self,
+        members: &mut [Member],
+        acc: &mut RunAccumulator,
+        agent_id: &str,
+        why: &str,
+        policy: AgentLossPolicy,
+        failure: &mut Option<Failure>,
+        deadline: &mut Instant,
+    ) {
+        let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
+            return;
+        };
+        if members[i].done || members[i].lost {
+            return;
+        }
+        members[i].lost = true;
+        acc.mark_lost(i);
+        let share = acc.lost_share() * 100.0;
+        tracing::warn!(run = %self.h.run_id, agent = %agent_id, why, share, "agent lost");
+        if failure.is_some() {
+            return;
+        }
+        match policy {
+            AgentLossPolicy::Fail => {
+                let msg =
+                    format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
+                self.abort_members(members, &msg).await;
+                *failure = Some(Failure::Failed(msg));
+                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+            }
+            AgentLossPolicy::Tolerate(pct) if share > pct => {
+                let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
+                self.abort_members(members, &msg).await;
+                *failure = Some(Failure::Failed(msg));
+                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+            }
+            AgentLossPolicy::Tolerate(pct) => {
+                self.h.set_state("running", format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
+            }
+        }
+    }
+
+    /// Frees the agents for other runs.
+    fn release(&self) {
+        let mut agents = lock(&self.inner.agents);
+        for a in agents
+            .values_mut()
+            .filter(|a| a.run.as_deref() == Some(self.h.run_id.as_str()))
+        {
+            a.run = None;
+            a.info.state = "idle".into();
+            a.info.run_id.clear();
+        }
+        drop(agents);
+        self.inner.agents_changed.notify_waiters();
+    }
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The Helm chart, end to end: install, a distributed run from the host, uninstall.
+#  0. helm/stampede/ci/validate.sh: lint --strict, offline schema validation (Kubernetes 1.33), pod checks.
+#  1. `helm install` into a namespace that enforces Pod Security "restricted", with 3 agents and the http and login
+#     targets; every Deployment rolls out.
+#  2. The host reaches the controller at its ClusterIP (kube-proxy), with the token read from the chart's Secret;
+#     `stampede agents --output json` lists 3 agents whose ids are the agent pod names and whose IPs are 3 distinct
+#     pod IPs in the pod network.
+#  3. `stampede run` of an arrival-phase scenario whose target is the http target's Service DNS name (the agents
+#     resolve it in the cluster): the merged totals.completed equals the sum of agents[].completed, and every agent
+#     did work. The http target's `stampede_target_http_distinct_source_ips` gauge grew by at least 3.
+#  4. `helm upgrade` keeps the generated token (lookup of the live Secret).
+#  5. `helm uninstall` leaves no object of the release in the namespace; the LoadTest CRD stays, as documented.
+# env: STAMPEDE_BIN  the stampede binary to run on the host (default: the one images.sh packed, from target/)
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+: "${HELM:?run cases through tests/cluster/e2e.sh}"
+CHART=$REPO_ROOT/helm/stampede
+REL=st
+FULL=$REL-stampede # the chart's fullname for this release
+CRD=loadtests.stampede.dev
+tmp=$(mktemp -d)
+pf_pid=""
+
+if [ -z "${STAMPEDE_BIN:-}" ]; then
+  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$REPO_ROOT/target/debug/stampede; else STAMPEDE_BIN=$REPO_ROOT/target/release/stampede; fi
+fi
+[ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN (cargo build --release -p stampede)"
+
+crd_preexisting=0
+if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
+
+# On exit: diagnostics on failure, stop our port-forward (if any), uninstall, remove the CRD if this case created
+# it, then the namespace (as lib.sh's case_exit does).
+chart_exit() {
+  local rc=$?
+  trap - EXIT
+  if [ "$rc" != 0 ]; then
+    diagnostics
+    timeout 30 "$HELM" status "$REL" -n "$NS" >&2 || true
+  fi
+  if [ -n "$pf_pid" ]; then kill "$pf_pid" 2>/dev/null || true; fi
+  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
+  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
+  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap chart_exit EXIT
+
+say "offline chart checks"
+HELM=$HELM "$CHART/ci/validate.sh" || fail "helm/stampede/ci/validate.sh"
+
+k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=v1.33 \
+  pod-security.kubernetes.io/warn=restricted >/dev/null
+say "namespace $NS enforces Pod Security restricted"
+
+say "helm install $REL ($STAMPEDE_IMAGE, 3 agents, http and login targets)"
+timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
+  --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
+  --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" \
+  --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true \
+  >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
+grep -i 'warning' "$tmp/install.txt" >&2 && fail "helm install printed warnings (Pod Security?)"
+sed -n '/^NOTES:/,$p' "$tmp/install.txt" >&2
+for d in controller agent target-http target-login; do
+  kn rollout status "deployment/$FULL-$d" --timeout=120s >/dev/null || fail "deployment $FULL-$d did not roll out"
+done
+kn get pods -o wide >&2
+
+TOKEN=$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)
+[ "${#TOKEN}" -ge 32 ] || fail "the chart's token is ${#TOKEN} characters long"
+export STAMPEDE_TOKEN=$TOKEN
+
+# How the host reaches the controller: its ClusterIP through kube-proxy (the local cluster), else its pod IP, else a
+# kubectl port-forward (a cluster whose service network the host cannot route to).
+cip=$(kn get service "$FULL-controller" -o jsonpath='{.spec.clusterIP}')
+ctl_pod_ip=$(kn get pod -l app.kubernetes.io/instance=$REL,app.kubernetes.io/component=controller -o jsonpath='{.items[0].status.podIP}')
+agents_json() { timeout 20 "$STAMPEDE_BIN" agents --controller "$1" --output json 2>"$tmp/agents.err"; }
+CONTROLLER=""
+for url in "http://$cip:7070" "http://$ctl_pod_ip:7070"; do
+  if agents_json "$url" >/dev/null; then
+    CONTROLLER=$url
+    break
+  fi
+  say "controller not reachable at $url: $(tail -1 "$tmp/agents.err")"
+done
+if [ -z "$CONTROLLER" ]; then
+  timeout 300 "$KUBECTL" -n "$NS" port-forward "service/$FULL-controller" 17070:7070 >"$tmp/pf.log" 2>&1 &
+  pf_pid=$!
+  for _ in $(seq 30); do grep -q Forwarding "$tmp/pf.log" && break; sleep 1; done
+  CONTROLLER=http://127.0.0.1:17070
+fi
+say "controller: $CONTROLLER (Service ClusterIP $cip)"
+
+# The agents attach on their own (they dial the controller's Service).
+for ((i = 0; i < 60; i++)); do
+  agents_json "$CONTROLLER" >"$tmp/agents.json" || true
+  [ "$(jq 'length' "$tmp/agents.json" 2>/dev/null || echo 0)" -ge 3 ] && break
+  sleep 1
+done
+jq -c '.[] | {id, pod, node, ip, state}' "$tmp/agents.json" >&2 || fail "stampede agents: $(cat "$tmp/agents.err")"
+n_agents=$(jq 'length' "$tmp/agents.json")
+[ "$n_agents" = 3 ] || fail "$n_agents agents attached, not 3"
+n_ips=$(jq '[.[].ip] | map(select(. != "")) | unique | length' "$tmp/agents.json")
+[ "$n_ips" = 3 ] || fail "the agents report $n_ips distinct pod IPs, not 3"
+kn get pods -l app.kubernetes.io/instance=$REL,app.kubernetes.io/component=agent \
+  -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}' | sort >"$tmp/agent-pods.txt"
+jq -r '.[] | "\(.id) \(.ip)"' "$tmp/agents.json" | sort >"$tmp/agent-ids.txt"
+diff "$tmp/agent-pods.txt" "$tmp/agent-ids.txt" >&2 || fail "agent ids and IPs are not the agent pods' names and IPs"
+if [ -n "${STAMPEDE_E2E_POD_CIDR:-}" ]; then
+  for ip in $(jq -r '.[].ip' "$tmp/agents.json"); do
+    ip_in_cidr "$ip" "$STAMPEDE_E2E_POD_CIDR" || fail "agent IP $ip is not in $STAMPEDE_E2E_POD_CIDR"
+  done
+  say "3 agents, 3 distinct pod IPs in $STAMPEDE_E2E_POD_CIDR: $(jq -r '[.[].ip] | sort | join(" ")' "$tmp/agents.json")"
+fi
+
+# The http target's distinct-source-IP gauge, read through the API server's service proxy (works on any cluster).
+METRIC=stampede_target_http_distinct_source_ips
+source_ips() {
+  k get --raw "/api/v1/namespaces/$NS/services/http:$FULL-target-http:8080/proxy/metrics" |
+    awk -v m="$METRIC" '$1 == m {print int($2)}'
+}
+ips_before=$(source_ips)
+[ -n "$ips_before" ] || fail "no $METRIC in the http target's /metrics"
+
+target_url=http://$FULL-target-http:8080
+cat >"$tmp/scenario.yaml" <<EOF
+name: chart-e2e
+target: $target_url
+agents: 3
+arrival: uniform
+seed: 20
+phases:
+  - name: steady
+    duration: 6s
+    arrival_rate: 50
+session:
+  - name: data
+    http: { method: GET, path: /data }
+EOF
+say "stampede run: 6 s at 50 arrivals/s over 3 agents against $target_url"
+timeout 180 "$STAMPEDE_BIN" run "$tmp/scenario.yaml" --controller "$CONTROLLER" --output json --quiet \
+  --report "$tmp/report.json" >"$tmp/run.json" 2>"$tmp/run.err" || {
+  cat "$tmp/run.err" >&2
+  fail "stampede run failed"
+}
+cmp -s <(jq -S . "$tmp/run.json") <(jq -S . "$tmp/report.json") || fail "--report file differs from the printed report"
+jq '{run_id, outcome, duration_s, totals: (.totals | {planned, started, completed, failed, error_count, throughput_rps, achieved_ratio}),
+     response_time_us: (.latency.response_time | {p50_us, p99_us, p999_us, max_us}),
+     agents: [.agents[] | {id, planned, completed, failed, lost}]}' "$tmp/run.json" >&2
+outcome=$(jq -r '.outcome' "$tmp/run.json")
+total=$(jq '.totals.completed' "$tmp/run.json")
+sum=$(jq '[.agents[].completed] | add' "$tmp/run.json")
+n=$(jq '.agents | length' "$tmp/run.json")
+idle=$(jq '[.agents[] | select(.completed == 0)] | length' "$tmp/run.json")
+[ "$outcome" = succeeded ] || fail "run outcome is $outcome"
+[ "$n" = 3 ] || fail "the report names $n agents, not 3"
+[ "$total" -gt 0 ] || fail "nothing completed"
+[ "$total" = "$sum" ] || fail "merged totals.completed $total != sum of agents[].completed $sum"
+[ "$idle" = 0 ] || fail "$idle agents completed nothing"
+jq -r '.agents[].id' "$tmp/run.json" | sort | diff - <(cut -d' ' -f1 "$tmp/agent-pods.txt") >&2 ||
+  fail "the report's agents are not the agent pods"
+say "merged totals.completed = $total = sum of the 3 agents' completed ($(jq -r '[.agents[].completed] | join(" + ")' "$tmp/run.json"))"
+
+ips_after=$(source_ips)
+say "$METRIC: $ips_before before the run, $ips_after after"
+[ "$ips_after" -ge 3 ] || fail "$METRIC is $ips_after, not >= 3"
+[ $((ips_after - ips_before)) -ge 3 ] || fail "$METRIC grew by $((ips_after - ips_before)), not >= 3"
+
+say "helm upgrade keeps the generated token"
+timeout 200 "$HELM" upgrade "$REL" "$CHART" -n "$NS" --reuse-values --wait --timeout 150s >/dev/null ||
+  fail "helm upgrade"
+[ "$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)" = "$TOKEN" ] || fail "helm upgrade changed the token"
+
+say "helm uninstall"
+timeout 150 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"
+kn wait --for=delete pod -l app.kubernetes.io/instance=$REL --timeout=90s >/dev/null 2>&1 || true
+left=$(kn get all,secrets,configmaps,serviceaccounts,roles,rolebindings,pvc,endpointslices -o name 2>/dev/null |
+  grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true)
+[ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"
+k get crd "$CRD" >/dev/null || fail "the CRD $CRD should be kept by helm uninstall (documented), but is gone"
+say "nothing of the release is left in $NS; the CRD $CRD is kept, as documented"
+say "chart case passed"

@@ -34,7 +34,7 @@ HELM=${HELM:-}
 if [ -z "$HELM" ]; then
   if [ -x "$CACHE/bin/helm" ]; then HELM=$CACHE/bin/helm; else HELM=$(command -v helm || true); fi
 fi
-[ -n "$HELM" ] && [ -x "$HELM" ] || die "no helm: set HELM, or build it with tests/cluster/build.sh"
+{ [ -n "$HELM" ] && [ -x "$HELM" ]; } || die "no helm: set HELM, or build it with tests/cluster/build.sh"
 
 if ! "$VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KV_VERSION"; then
   say "installing kubernetes-validate $KV_VERSION into $VENV"

@@ -391,7 +391,8 @@ fn default_agent_id() -> String {
 
 fn outcome_code(r: &Report) -> i32 {
     match r.outcome {
-        RunOutcome::Succeeded => exit::OK,
+        RunOutcome::Succeeded if r.thresholds_passed() => exit::OK,
+        RunOutcome::Succeeded => exit::THRESHOLD,
         RunOutcome::Failed | RunOutcome::Aborted => exit::RUN_FAILED,
     }
 }

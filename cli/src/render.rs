@@ -163,6 +163,17 @@ pub fn report_text(r: &Report) -> String {
             );
         }
     }
+    if !r.thresholds.is_empty() {
+        let _ = writeln!(o, "Thresholds");
+        for t in &r.thresholds {
+            let verdict = if t.passed { "pass" } else { "FAIL" };
+            let _ = writeln!(
+                o,
+                "  {verdict:<5} {:<36} measured {}",
+                t.expr, t.measured_text
+            );
+        }
+    }
     if !r.agents.is_empty() {
         let _ = writeln!(o, "Agents");
         let _ = writeln!(

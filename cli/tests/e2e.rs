@@ -498,3 +498,69 @@ async fn live_snapshots_arrive_while_the_run_goes_on() {
     assert_eq!(timeline_total, 150);
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thresholds_set_the_exit_code() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[\"p99 < 5s\", \"error_rate < 1%\", \"throughput >= 99% planned\"]",
+            0,
+        ),
+        ("[\"p99 < 1ms\"]", 1),
+    ];
+    for (i, (thresholds, code)) in cases.iter().enumerate() {
+        let text = scenario(
+            &target.url,
+            "  - { duration: 1s, arrival_rate: 40 }\n",
+            &format!("thresholds: {thresholds}\n"),
+        );
+        let path = dir.path().join(format!("t{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let report = dir.path().join(format!("t{i}.json"));
+        let out = Command::new(BIN)
+            .args(["run", "--local", "--quiet", "--agents", "2", "--report"])
+            .arg(&report)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("Thresholds"), "{stdout}");
+        let r: Report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(r.thresholds.iter().all(|t| t.passed), *code == 0);
+    }
+    // A run that cannot complete exits 2 (no agent can reach the controller in time).
+    let text = scenario(
+        &target.url,
+        "  - { duration: 1s, arrival_rate: 40 }\n",
+        "thresholds: [\"p99 < 5s\"]\n",
+    );
+    let path = dir.path().join("lost.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--quiet",
+            "--controller",
+            "http://127.0.0.1:1",
+            "--token",
+            "x",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -13,3 +13,4 @@ pub use scenario::{Scenario, ScenarioError};
 pub mod schedule;
 pub mod shard;
 pub mod stats;
+pub mod threshold;

@@ -220,7 +220,17 @@ pub struct Report {
     pub agents: Vec<AgentReport>,
     /// Share of planned requests not delivered because agents were lost.
     pub lost_share: f64,
+    /// Threshold verdicts, in the scenario's order.
+    #[serde(default)]
+    pub thresholds: Vec<crate::threshold::ThresholdResult>,
     pub timeline: Vec<TimelineRow>,
+}
+
+impl Report {
+    /// True when every threshold passed (also when there are none).
+    pub fn thresholds_passed(&self) -> bool {
+        self.thresholds.iter().all(|t| t.passed)
+    }
 }
 
 /// A small live view, sent while the run goes on.
@@ -582,8 +592,14 @@ impl RunAccumulator {
             steps,
             lost_share: self.lost_share(),
             agents,
+            thresholds: Vec::new(),
             timeline: std::mem::take(&mut self.closed),
         };
+        let mut report = report;
+        // Thresholds parsed when the scenario was validated; evaluate on the merged data.
+        if let Ok(ts) = scenario.parsed_thresholds() {
+            report.thresholds = crate::threshold::evaluate_all(&ts, &report);
+        }
         Ok(report)
     }
 }

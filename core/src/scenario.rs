@@ -41,6 +41,10 @@ pub struct Scenario {
     /// How long one request may take before it counts as a `timeout` error.
     #[serde(default = "default_request_timeout")]
     pub request_timeout: HumanDuration,
+    /// Pass/fail criteria on the merged result, e.g. `p99 < 50ms`, `error_rate < 0.1%`,
+    /// `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<String>,
 }
 
 fn default_request_timeout() -> HumanDuration {
@@ -299,7 +303,20 @@ impl Scenario {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }
         self.validate_phases()?;
-        self.validate_session()
+        self.validate_session()?;
+        self.parsed_thresholds().map(|_| ())
+    }
+
+    /// The thresholds, parsed; the error names the entry.
+    pub fn parsed_thresholds(&self) -> Result<Vec<crate::threshold::Threshold>, ScenarioError> {
+        self.thresholds
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                crate::threshold::Threshold::parse(t)
+                    .map_err(|why| ScenarioError::invalid(format!("thresholds[{i}]"), why))
+            })
+            .collect()
     }
 
     fn validate_phases(&self) -> Result<(), ScenarioError> {

@@ -1,0 +1,437 @@
+//! Pass/fail thresholds evaluated on the merged report, e.g. `p99 < 50ms`,
+//! `error_rate < 0.1%`, `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`,
+//! `step(login).service.p99 < 20ms`.
+//!
+//! Grammar: `[scope.]metric op value`, where scope is `phase(NAME)` or `step(NAME)`;
+//! metric is a latency (`min`, `mean`, `max`, `p50` … `p99.99`, optionally prefixed by
+//! `service.`; response time otherwise), `error_rate`, or `throughput`; op is `<`, `<=`, `>`,
+//! `>=`; value is a duration (`us`, `ms`, `s`), a percentage or fraction (`error_rate`), or
+//! requests/s or `N% planned` (`throughput`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Percentiles, Report};
+
+/// Where a threshold looks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Scope {
+    Run,
+    Phase(String),
+    Step(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Op {
+    fn holds(self, measured: f64, limit: f64) -> bool {
+        match self {
+            Op::Lt => measured < limit,
+            Op::Le => measured <= limit,
+            Op::Gt => measured > limit,
+            Op::Ge => measured >= limit,
+        }
+    }
+}
+
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Metric {
+    /// A latency statistic in microseconds; `quantile` is `None` for min/mean/max.
+    Latency {
+        service: bool,
+        stat: LatencyStat,
+    },
+    ErrorRate,
+    /// Completed requests per second.
+    Throughput,
+    /// Completed requests as a fraction of planned.
+    ThroughputOfPlanned,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum LatencyStat {
+    Min,
+    Mean,
+    Max,
+    Quantile(f64),
+}
+
+/// A parsed threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Threshold {
+    pub expr: String,
+    pub scope: Scope,
+    pub metric: Metric,
+    pub op: Op,
+    /// Limit in the metric's unit: µs, a fraction, or requests/s.
+    pub limit: f64,
+}
+
+/// The verdict on one threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdResult {
+    pub expr: String,
+    /// The measured value, in the metric's unit (µs, fraction, requests/s).
+    pub measured: f64,
+    pub limit: f64,
+    pub passed: bool,
+    /// Human form of the measured value.
+    pub measured_text: String,
+}
+
+fn bad(expr: &str, why: &str) -> String {
+    format!("`{expr}`: {why}")
+}
+
+fn parse_latency_stat(s: &str) -> Option<LatencyStat> {
+    match s {
+        "min" => Some(LatencyStat::Min),
+        "mean" | "avg" => Some(LatencyStat::Mean),
+        "max" => Some(LatencyStat::Max),
+        "median" => Some(LatencyStat::Quantile(0.5)),
+        _ => {
+            let n: f64 = s.strip_prefix('p')?.parse().ok()?;
+            (n > 0.0 && n < 100.0).then_some(LatencyStat::Quantile(n / 100.0))
+        }
+    }
+}
+
+fn parse_duration_us(s: &str) -> Option<f64> {
+    let (num, mult) = if let Some(n) = s.strip_suffix("us").or_else(|| s.strip_suffix("µs")) {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        return None;
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    (v.is_finite() && v >= 0.0).then_some(v * mult)
+}
+
+fn parse_fraction(s: &str) -> Option<f64> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().ok()? / 100.0,
+        None => s.parse::<f64>().ok()?,
+    };
+    (v.is_finite() && (0.0..=1.0).contains(&v)).then_some(v)
+}
+
+impl Threshold {
+    /// Parses one expression; the error says what is wrong with it.
+    pub fn parse(expr: &str) -> Result<Self, String> {
+        let text = expr.trim();
+        let (lhs, op, rhs) = ["<=", ">=", "<", ">"]
+            .iter()
+            .find_map(|op| text.split_once(op).map(|(l, r)| (l.trim(), *op, r.trim())))
+            .ok_or_else(|| bad(expr, "expected `metric < value` (operators: < <= > >=)"))?;
+        let op = match op {
+            "<" => Op::Lt,
+            "<=" => Op::Le,
+            ">" => Op::Gt,
+            _ => Op::Ge,
+        };
+        let (scope, metric_text) = if let Some(rest) = lhs
+            .strip_prefix("phase(")
+            .or_else(|| lhs.strip_prefix("step("))
+        {
+            let is_phase = lhs.starts_with("phase(");
+            let (name, tail) = rest
+                .split_once(").")
+                .ok_or_else(|| bad(expr, "expected `phase(NAME).metric` or `step(NAME).metric`"))?;
+            if name.is_empty() {
+                return Err(bad(expr, "the scope name is empty"));
+            }
+            let scope = if is_phase {
+                Scope::Phase(name.to_string())
+            } else {
+                Scope::Step(name.to_string())
+            };
+            (scope, tail)
+        } else {
+            (Scope::Run, lhs)
+        };
+        let (metric, limit) = match metric_text {
+            "error_rate" => (
+                Metric::ErrorRate,
+                parse_fraction(rhs).ok_or_else(|| {
+                    bad(
+                        expr,
+                        "error_rate takes a percentage like 0.1% or a fraction like 0.001",
+                    )
+                })?,
+            ),
+            "throughput" | "rps" => {
+                if let Some(pct) = rhs.strip_suffix("planned") {
+                    (
+                        Metric::ThroughputOfPlanned,
+                        parse_fraction(pct.trim()).ok_or_else(|| {
+                            bad(expr, "expected a percentage of planned, like `99% planned`")
+                        })?,
+                    )
+                } else {
+                    let v: f64 = rhs.trim_end_matches("/s").trim().parse().map_err(|_| {
+                        bad(
+                            expr,
+                            "throughput takes requests per second, or `N% planned`",
+                        )
+                    })?;
+                    if !v.is_finite() || v < 0.0 {
+                        return Err(bad(expr, "throughput must be >= 0"));
+                    }
+                    (Metric::Throughput, v)
+                }
+            }
+            m => {
+                let (service, stat) = match m.strip_prefix("service.") {
+                    Some(s) => (true, s),
+                    None => (false, m.strip_prefix("response.").unwrap_or(m)),
+                };
+                let stat = parse_latency_stat(stat).ok_or_else(|| {
+                    bad(expr, &format!("unknown metric `{m}` (try p99, p99.9, max, mean, error_rate, throughput)"))
+                })?;
+                let limit = parse_duration_us(rhs)
+                    .ok_or_else(|| bad(expr, "a latency limit needs a unit: us, ms or s"))?;
+                (Metric::Latency { service, stat }, limit)
+            }
+        };
+        if matches!(scope, Scope::Step(_))
+            && matches!(metric, Metric::Throughput | Metric::ThroughputOfPlanned)
+        {
+            return Err(bad(expr, "throughput is not defined per step"));
+        }
+        Ok(Self {
+            expr: expr.to_string(),
+            scope,
+            metric,
+            op,
+            limit,
+        })
+    }
+
+    /// Evaluates against a report. A scope that names no phase or step fails with a message.
+    pub fn evaluate(&self, r: &Report) -> ThresholdResult {
+        let measured = self.measure(r);
+        let (measured, passed, text) = match measured {
+            Some(v) => (v, self.op.holds(v, self.limit), self.format(v)),
+            None => (f64::NAN, false, "no such phase or step".to_string()),
+        };
+        ThresholdResult {
+            expr: self.expr.clone(),
+            measured,
+            limit: self.limit,
+            passed,
+            measured_text: text,
+        }
+    }
+
+    fn format(&self, v: f64) -> String {
+        match self.metric {
+            Metric::Latency { .. } => {
+                if v < 1e3 {
+                    format!("{v:.0}µs")
+                } else if v < 1e6 {
+                    format!("{:.2}ms", v / 1e3)
+                } else {
+                    format!("{:.3}s", v / 1e6)
+                }
+            }
+            Metric::ErrorRate | Metric::ThroughputOfPlanned => format!("{:.3}%", v * 100.0),
+            Metric::Throughput => format!("{v:.1}/s"),
+        }
+    }
+
+    fn measure(&self, r: &Report) -> Option<f64> {
+        let latency = |p: &Percentiles, stat: LatencyStat| -> f64 {
+            match stat {
+                LatencyStat::Min => p.min_us as f64,
+                LatencyStat::Mean => p.mean_us,
+                LatencyStat::Max => p.max_us as f64,
+                LatencyStat::Quantile(q) => quantile(p, q),
+            }
+        };
+        let rate = |completed: u64, failed: u64| {
+            let n = completed + failed;
+            if n == 0 {
+                0.0
+            } else {
+                failed as f64 / n as f64
+            }
+        };
+        match &self.scope {
+            Scope::Run => Some(match self.metric {
+                Metric::Latency { service, stat } => latency(
+                    if service {
+                        &r.latency.service_time
+                    } else {
+                        &r.latency.response_time
+                    },
+                    stat,
+                ),
+                Metric::ErrorRate => r.totals.error_rate,
+                Metric::Throughput => r.totals.throughput_rps,
+                Metric::ThroughputOfPlanned => r.totals.achieved_ratio,
+            }),
+            Scope::Phase(name) => {
+                let p = r.phases.iter().find(|p| &p.name == name)?;
+                Some(match self.metric {
+                    Metric::Latency { service, stat } => latency(
+                        if service {
+                            &p.latency.service_time
+                        } else {
+                            &p.latency.response_time
+                        },
+                        stat,
+                    ),
+                    Metric::ErrorRate => rate(p.completed, p.failed),
+                    Metric::Throughput => p.throughput_rps,
+                    Metric::ThroughputOfPlanned => {
+                        if p.planned == 0 {
+                            1.0
+                        } else {
+                            p.completed as f64 / p.planned as f64
+                        }
+                    }
+                })
+            }
+            Scope::Step(name) => {
+                let s = r.steps.iter().find(|s| &s.name == name)?;
+                Some(match self.metric {
+                    Metric::Latency { service, stat } => latency(
+                        if service {
+                            &s.latency.service_time
+                        } else {
+                            &s.latency.response_time
+                        },
+                        stat,
+                    ),
+                    Metric::ErrorRate => rate(s.completed, s.failed),
+                    Metric::Throughput | Metric::ThroughputOfPlanned => return None,
+                })
+            }
+        }
+    }
+}
+
+/// Reads a quantile from the report's fixed percentiles; others take the next one up
+/// (never optimistic).
+fn quantile(p: &Percentiles, q: f64) -> f64 {
+    let table = [
+        (0.50, p.p50_us),
+        (0.75, p.p75_us),
+        (0.90, p.p90_us),
+        (0.95, p.p95_us),
+        (0.99, p.p99_us),
+        (0.999, p.p999_us),
+        (0.9999, p.p9999_us),
+    ];
+    table
+        .iter()
+        .find(|(tq, _)| *tq >= q - 1e-12)
+        .map_or(p.max_us, |(_, v)| *v) as f64
+}
+
+/// Evaluates all thresholds.
+pub fn evaluate_all(thresholds: &[Threshold], r: &Report) -> Vec<ThresholdResult> {
+    thresholds.iter().map(|t| t.evaluate(r)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Latency, PhaseReport, Totals};
+
+    fn report() -> Report {
+        Report {
+            latency: Latency {
+                response_time: Percentiles {
+                    p99_us: 40_000,
+                    p999_us: 250_000,
+                    max_us: 300_000,
+                    ..Default::default()
+                },
+                service_time: Percentiles {
+                    p99_us: 10_000,
+                    ..Default::default()
+                },
+            },
+            totals: Totals {
+                error_rate: 0.0005,
+                throughput_rps: 990.0,
+                achieved_ratio: 0.995,
+                ..Default::default()
+            },
+            phases: vec![PhaseReport {
+                name: "ramp".into(),
+                completed: 90,
+                failed: 10,
+                ..Default::default()
+            }],
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn issue_examples_parse_and_evaluate() {
+        let r = report();
+        let verdicts: Vec<bool> = [
+            "p99 < 50ms",
+            "p99.9 < 200ms",
+            "error_rate < 0.1%",
+            "throughput >= 99% planned",
+        ]
+        .iter()
+        .map(|e| Threshold::parse(e).unwrap().evaluate(&r).passed)
+        .collect();
+        assert_eq!(verdicts, vec![true, false, true, true]);
+    }
+
+    #[test]
+    fn scopes_and_service_time() {
+        let r = report();
+        assert!(
+            Threshold::parse("service.p99 <= 10ms")
+                .unwrap()
+                .evaluate(&r)
+                .passed
+        );
+        let t = Threshold::parse("phase(ramp).error_rate < 5%")
+            .unwrap()
+            .evaluate(&r);
+        assert!(!t.passed);
+        assert!((t.measured - 0.1).abs() < 1e-12);
+        let missing = Threshold::parse("phase(nope).p99 < 1s")
+            .unwrap()
+            .evaluate(&r);
+        assert!(!missing.passed && missing.measured_text.contains("no such"));
+        assert!(
+            !Threshold::parse("throughput > 1000")
+                .unwrap()
+                .evaluate(&r)
+                .passed
+        );
+    }
+
+    #[test]
+    fn bad_expressions_say_why() {
+        for (e, why) in [
+            ("p99 50ms", "expected `metric < value`"),
+            ("p99 < 50", "needs a unit"),
+            ("p101 < 5ms", "unknown metric"),
+            ("error_rate < 150%", "percentage"),
+            ("throughput > lots", "requests per second"),
+            ("step(x).throughput > 5", "not defined per step"),
+            ("phase().p99 < 1ms", "empty"),
+        ] {
+            let err = Threshold::parse(e).unwrap_err();
+            assert!(err.contains(why), "{e}: {err}");
+        }
+    }
+}

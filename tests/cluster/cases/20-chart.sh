@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Helm chart, end to end: install, a distributed run from the host, uninstall.
 #  0. helm/stampede/ci/validate.sh: lint --strict, offline schema validation (Kubernetes 1.33), pod checks.
-#  1. `helm install` into a namespace that enforces Pod Security "restricted", with 3 agents and the http and login
-#     targets; every Deployment rolls out.
+#  1. `helm install` into a namespace that enforces Pod Security "restricted", with 3 agents (their port range widened
+#     by the pod sysctl) and the http and login targets; every Deployment rolls out. The controller's RBAC allows
+#     what it needs and nothing more (`kubectl auth can-i --as` its ServiceAccount); the repository's example
+#     scenarios are valid LoadTest specs (server-side dry run against the installed CRD).
 #  2. The host reaches the controller at its ClusterIP (kube-proxy), with the token read from the chart's Secret;
 #     `stampede agents --output json` lists 3 agents whose ids are the agent pod names and whose IPs are 3 distinct
 #     pod IPs in the pod network.
@@ -56,11 +58,13 @@ k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted pod-securi
   pod-security.kubernetes.io/warn=restricted >/dev/null
 say "namespace $NS enforces Pod Security restricted"
 
+PORT_RANGE="2000 64000"
 say "helm install $REL ($STAMPEDE_IMAGE, 3 agents, http and login targets)"
 timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
   --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
   --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" \
   --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true \
+  --set agents.portRange.enabled=true --set-string agents.portRange.value="$PORT_RANGE" \
   >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
 grep -i 'warning' "$tmp/install.txt" >&2 && fail "helm install printed warnings (Pod Security?)"
 sed -n '/^NOTES:/,$p' "$tmp/install.txt" >&2
@@ -68,6 +72,43 @@ for d in controller agent target-http target-login; do
   kn rollout status "deployment/$FULL-$d" --timeout=120s >/dev/null || fail "deployment $FULL-$d did not roll out"
 done
 kn get pods -o wide >&2
+
+# Least privilege: what the controller's ServiceAccount may and may not do.
+SA=system:serviceaccount:$NS:$FULL-controller
+can() { [ "$(kn auth can-i "$@" --as="$SA" 2>/dev/null)" = yes ]; }
+for ok in "watch pods" "patch deployments.apps/$FULL-agent --subresource=scale" "patch loadtests.stampede.dev" \
+  "patch loadtests.stampede.dev --subresource=status" "create events" "create events.events.k8s.io"; do
+  # shellcheck disable=SC2086  # split into verb, resource, flags
+  can $ok || fail "the controller may not: $ok"
+done
+for no in "get secrets" "delete pods" "patch deployments.apps/$FULL-agent" \
+  "patch deployments.apps/$FULL-controller --subresource=scale" "create loadtests.stampede.dev" "list pods -A"; do
+  # shellcheck disable=SC2086
+  ! can $no || fail "the controller may, but should not: $no"
+done
+say "controller RBAC: least privilege as documented"
+
+for ex in "$REPO_ROOT"/examples/*.yaml; do
+  { printf 'apiVersion: stampede.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: %s}\nspec:\n' "$(basename "$ex" .yaml)"
+    sed -e '/^[[:space:]]*#/d' -e 's/^/  /' "$ex"; } >"$tmp/lt.yaml"
+  kn apply --dry-run=server -f "$tmp/lt.yaml" >/dev/null || fail "examples/$(basename "$ex") is not a valid LoadTest spec"
+done
+say "every examples/*.yaml is a valid LoadTest spec (server-side dry run)"
+
+# The pod sysctl widened the agents' port range (checked in their network namespaces on the local cluster).
+if [ "${STAMPEDE_E2E_LOCAL:-0}" = 1 ]; then
+  checked=0
+  for pid in $(ps -eo pid=,args= | awk '$2 ~ /\/stampede$/ && $3 == "agent" {print $1}'); do
+    penv=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    grep -q "^POD_NAME=$FULL-agent-" <<<"$penv" || continue
+    grep -q "^STAMPEDE_CONTROLLER=http://$FULL-controller.$NS.svc:" <<<"$penv" || continue
+    range=$(nsenter -t "$pid" -n cat /proc/sys/net/ipv4/ip_local_port_range | tr -s ' \t' ' ')
+    [ "$range" = "$PORT_RANGE" ] || fail "agent pid $pid has ip_local_port_range '$range', not '$PORT_RANGE'"
+    checked=$((checked + 1))
+  done
+  [ "$checked" = 3 ] || fail "found $checked agent processes of this release to check the port range of, not 3"
+  say "3 agents run with net.ipv4.ip_local_port_range = $PORT_RANGE (host: $(tr -s ' \t' ' ' </proc/sys/net/ipv4/ip_local_port_range))"
+fi
 
 TOKEN=$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)
 [ "${#TOKEN}" -ge 32 ] || fail "the chart's token is ${#TOKEN} characters long"

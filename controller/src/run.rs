@@ -317,6 +317,10 @@ impl Driver {
                 Some(_) | None => {}
             }
         }
+        self.h.set_state(
+            "ready",
+            format!("{} agents acknowledged their shards", members.len()),
+        );
         // Refresh clock estimates (pings went on while we waited).
         {
             let agents = lock(&self.inner.agents);

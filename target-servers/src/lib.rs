@@ -25,6 +25,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod login;
 pub mod metrics;
+mod precise;
 mod work;
 
 pub use cli::TargetCommand;

@@ -373,7 +373,7 @@ impl Shared {
             {
                 Ok(ms) => {
                     if ms > 0 {
-                        Box::pin(tokio::time::sleep(Duration::from_millis(ms))).await;
+                        Box::pin(crate::precise::sleep(Duration::from_millis(ms))).await;
                     }
                     text(
                         StatusCode::OK,
@@ -431,7 +431,7 @@ impl Shared {
             std::hint::black_box(work::burn(Duration::from_millis(work_ms), bytes).await);
         }
         if delay_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            crate::precise::sleep(Duration::from_millis(delay_ms)).await;
         }
         octets(Body::repeat(&self.pattern, bytes))
     }

@@ -50,15 +50,14 @@ pub enum Live<'a> {
     Snapshot(&'a v1::LiveSnapshot),
 }
 
-/// Submits the scenario text and follows the run to its report.
-pub async fn run_and_watch(
+/// Submits the scenario text; returns the run id.
+pub async fn submit(
     client: &mut Client,
     scenario: &str,
     agents: Option<u32>,
     agent_wait: Option<Duration>,
-    mut on_live: impl FnMut(Live<'_>),
-) -> Result<Report> {
-    let run_id = client
+) -> Result<String> {
+    Ok(client
         .submit_run(v1::SubmitRunRequest {
             scenario: scenario.to_string(),
             agents: agents.unwrap_or(0),
@@ -67,7 +66,18 @@ pub async fn run_and_watch(
         .await
         .map_err(status_error)?
         .into_inner()
-        .run_id;
+        .run_id)
+}
+
+/// Submits the scenario text and follows the run to its report.
+pub async fn run_and_watch(
+    client: &mut Client,
+    scenario: &str,
+    agents: Option<u32>,
+    agent_wait: Option<Duration>,
+    mut on_live: impl FnMut(Live<'_>),
+) -> Result<Report> {
+    let run_id = submit(client, scenario, agents, agent_wait).await?;
     watch(client, &run_id, &mut on_live).await
 }
 

@@ -467,16 +467,7 @@ async fn submit_follow(
     quiet: bool,
 ) -> Result<Report> {
     let mut c = client::connect(url, token).await?;
-    let run_id = c
-        .submit_run(v1::SubmitRunRequest {
-            scenario: text.to_string(),
-            agents: agents.unwrap_or(0),
-            agent_wait_ms: wait.map_or(0, |d| d.as_millis() as u64),
-        })
-        .await
-        .map_err(client::status_error)?
-        .into_inner()
-        .run_id;
+    let run_id = client::submit(&mut c, text, agents, wait).await?;
     let mut progress = Progress::new(quiet);
     let mut watcher = c.clone();
     let mut on_live = |l: Live<'_>| progress.on(l);

@@ -63,7 +63,7 @@ build_go() { # name moddir pkg ldflags
   log "$name: building (this can take minutes)"
   tmp=$BIN/.$name.tmp
   start=$(date +%s)
-  (cd "$GO_DIR/$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly timeout 3600 \
+  (cd "$GO_DIR/$moddir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" timeout 3600 \
     go build -p "${STAMPEDE_CLUSTER_GO_P:-$(nproc)}" -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg")
   mv -f "$tmp" "$BIN/$name"
   echo "$key" >"$BIN/.$name.key"

@@ -47,10 +47,11 @@ case ${1:-} in
       esac
     done
     while read -r mp; do leak "mount $mp"; done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)(/|$)" || true)
-    while read -r x; do leak "network namespace $x"; done < <(comm -13 "$before/netns" "$now/netns")
-    while read -r x; do leak "network interface $x"; done < <(comm -13 "$before/links" "$now/links")
-    while read -r x; do leak "iptables chain $x"; done < <(comm -13 "$before/chains" "$now/chains")
-    while read -r x; do leak "iptables rule $x"; done < <(comm -13 "$before/rules" "$now/rules")
+    # Only what looks like ours counts: other programs on a shared machine may add their own namespaces etc.
+    while read -r x; do leak "network namespace $x"; done < <(comm -13 "$before/netns" "$now/netns" | grep '^cni-' || true)
+    while read -r x; do leak "network interface $x"; done < <(comm -13 "$before/links" "$now/links" | grep -E "^($BRIDGE|veth)" || true)
+    while read -r x; do leak "iptables chain $x"; done < <(comm -13 "$before/chains" "$now/chains" | grep -E ' (KUBE-|STAMPEDE-|CNI-)' || true)
+    while read -r x; do leak "iptables rule $x"; done < <(comm -13 "$before/rules" "$now/rules" | grep -E 'KUBE-|STAMPEDE-|CNI-|198\.1[89]\.' || true)
     for d in "$STATE" "$RUN"; do
       if [ -e "$d" ]; then leak "directory $d"; fi
     done

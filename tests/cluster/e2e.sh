@@ -57,6 +57,11 @@ else
   log "building cluster binaries and images (timeout ${BUILD_TIMEOUT}s)"
   timeout "$BUILD_TIMEOUT" "$CLUSTER_DIR/build.sh" || die "building the cluster binaries failed"
   timeout "$BUILD_TIMEOUT" "$CLUSTER_DIR/images.sh" build || die "building the images failed"
+  if cluster_running; then
+    log "a local test cluster is already running (pids in $PIDS); it is not ours to stop."
+    log "run against it with KUBECONFIG=$KUBECONFIG_OUT $0, or stop it first with tests/cluster/down.sh"
+    exit 3
+  fi
   baseline=$(mktemp -d)
   pidcopy=$(mktemp -d)
   "$CLUSTER_DIR/check-clean.sh" snapshot "$baseline"
@@ -80,8 +85,15 @@ else
   trap teardown EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
-  if ! timeout 600 "$CLUSTER_DIR/up.sh"; then
-    log "up.sh failed; retrying once from a clean state"
+  up_rc=0
+  timeout 600 "$CLUSTER_DIR/up.sh" || up_rc=$?
+  if [ "$up_rc" = 3 ]; then
+    trap - EXIT
+    log "the machine is busy (another cluster or its ports): not starting one"
+    exit 3
+  elif [ "$up_rc" != 0 ]; then
+    # up.sh tore its own half-started cluster down; nothing else runs (checked above), so retrying is safe.
+    log "up.sh failed (exit $up_rc); retrying once from a clean state"
     timeout 300 "$CLUSTER_DIR/down.sh" || true
     timeout 600 "$CLUSTER_DIR/up.sh" || die "the local cluster did not come up"
   fi

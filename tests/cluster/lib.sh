@@ -93,6 +93,22 @@ start_daemon() {
   log "started $name (pid $!)"
 }
 
+# cluster_running: any process recorded by up.sh is still alive.
+cluster_running() {
+  local f
+  for f in "$PIDS"/*; do
+    [ -f "$f" ] || continue
+    if kill -0 "$(cat "$f")" 2>/dev/null; then return 0; fi
+  done
+  return 1
+}
+
+# busy_ports: the cluster's ports that something already listens on (empty if none).
+busy_ports() {
+  { ss -Hltn 2>/dev/null || true; } | awk '{print $4}' |
+    grep -E ":($APISERVER_PORT|$ETCD_CLIENT_PORT|$ETCD_PEER_PORT|10248|10249|10250|10256|10257|10259)\$" | tr '\n' ' ' || true
+}
+
 # pid_alive NAME: the recorded process is still running.
 pid_alive() {
   local f=$PIDS/$1
@@ -108,8 +124,13 @@ ensure_packages() {
   [ ${#missing[@]} = 0 ] && return 0
   need_root "installing ${missing[*]}"
   log "apt-get install ${missing[*]}"
-  if [ ! -f /tmp/.stampede-cluster-apt-updated ]; then
-    timeout 300 apt-get update -qq && touch /tmp/.stampede-cluster-apt-updated
+  local stamp=/var/tmp/.stampede-cluster-apt-updated
+  if [ -z "$(find "$stamp" -mmin -360 2>/dev/null)" ]; then
+    timeout 300 apt-get update -qq && touch "$stamp"
   fi
-  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+    log "apt-get install failed; refreshing the package lists and retrying once"
+    timeout 300 apt-get update -qq && touch "$stamp"
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
 }

@@ -7,6 +7,7 @@
 #   anything from the cluster to elsewhere, and nothing is masqueraded: test traffic cannot leave the machine.
 #
 # usage: tests/cluster/up.sh      (root; builds what is missing first; prints the kubeconfig to use)
+# exit:  0 up; 1 failed (and torn down again); 3 busy: a cluster already runs or its ports are taken (nothing touched)
 # env:   STAMPEDE_CLUSTER_KEEP_ON_FAILURE=1   leave a half-started cluster for debugging instead of tearing it down
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,9 +34,20 @@ on_error() {
 trap on_error ERR
 
 # ---------------------------------------------------------------- preflight
-for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy containerd; do
-  if pid_alive "$name"; then die "a cluster is already running ($name pid $(cat "$PIDS/$name")); run tests/cluster/down.sh first"; fi
-done
+# Exit 3 (not 1) when the machine is busy: another cluster of this harness runs, or its ports are taken.
+# Nothing is stopped then: it may be someone else's cluster.
+trap - ERR
+if cluster_running; then
+  log "a test cluster is already running (pids in $PIDS): not touching it."
+  log "use it with KUBECONFIG=$KUBECONFIG_OUT, or stop it with tests/cluster/down.sh"
+  exit 3
+fi
+busy=$(busy_ports)
+if [ -n "$busy" ]; then
+  log "ports the cluster needs are already in use: $busy"
+  exit 3
+fi
+trap on_error ERR
 if [ -d "$STATE" ] || [ -d "$RUN" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
   log "leftovers of an earlier cluster found: cleaning them first"
   "$CLUSTER_DIR/down.sh"
@@ -44,8 +56,6 @@ ensure_packages "${NODE_PACKAGES[@]}"
 "$CLUSTER_DIR/build.sh" >&2
 "$CLUSTER_DIR/images.sh" build >&2
 
-busy=$(ss -Hltn | awk '{print $4}' | grep -E ":($APISERVER_PORT|$ETCD_CLIENT_PORT|$ETCD_PEER_PORT|10248|10249|10250|10256|10257|10259)\$" || true)
-[ -z "$busy" ] || die "ports the cluster needs are already in use: $(echo "$busy" | tr '\n' ' ')"
 
 mkdir -p "$STATE" "$RUN" "$LOGS" "$PIDS" "$PKI"
 chmod 0700 "$STATE"

@@ -3,7 +3,7 @@
 #
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (Debian, private socket and root),
 #   kubelet, kube-proxy (iptables), and CoreDNS as a pod. Pods 198.18.0.0/16 on bridge stampede0 (198.18.0.1),
-#   services 198.19.0.0/16 (DNS 198.19.0.10). Pods have a route to 198.18.0.0/15 only, a FORWARD guard rejects
+#   services 198.19.0.0/16 (DNS 198.19.0.10). Pods have a route to 198.18.0.0/15 only, a FORWARD guard drops
 #   anything from the cluster to elsewhere, and nothing is masqueraded: test traffic cannot leave the machine.
 #
 # usage: tests/cluster/up.sh      (root; builds what is missing first; prints the kubeconfig to use)

@@ -1,6 +1,7 @@
 //! The `stampede` binary's logic, as a library so end-to-end tests can drive it in-process.
 
 pub mod client;
+pub mod export;
 pub mod local;
 pub mod render;
 

@@ -120,6 +120,12 @@ struct RunArgs {
     /// Also write the JSON report to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Write the HdrHistogram interval log (.hlog) to this file.
+    #[arg(long)]
+    hdr_log: Option<PathBuf>,
+    /// Write the per-interval timeline as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
     /// No live progress line.
     #[arg(long)]
     quiet: bool,
@@ -523,6 +529,14 @@ async fn run(a: RunArgs) -> Result<i32> {
     };
     if let Some(path) = &a.report {
         write_report(&report, path)?;
+    }
+    if let Some(path) = &a.hdr_log {
+        std::fs::write(path, stampede_cli::export::hdr_log(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.csv {
+        std::fs::write(path, stampede_cli::export::csv(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     print_report(&report, a.output)?;
     Ok(outcome_code(&report))

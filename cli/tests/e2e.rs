@@ -564,3 +564,88 @@ async fn thresholds_set_the_exit_code() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The `.hlog` decodes with an independent HdrHistogram implementation (Python's `hdrh`) to the
+/// same percentiles as our report. CI installs `hdrhistogram` and sets `STAMPEDE_PYTHON`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hdr_log_matches_an_independent_decoder() {
+    let _quiet = QUIET.read().await;
+    let python = std::env::var("STAMPEDE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_hdrh = Command::new(&python)
+        .args(["-c", "import hdrh"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_hdrh {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide python with the hdrhistogram package ({python})"
+        );
+        eprintln!("SKIPPED hdr_log_matches_an_independent_decoder: `{python}` has no hdrh module (pip install hdrhistogram)");
+        return;
+    }
+    let target = Target::start(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "name: hlog\ntarget: {}\nphases:\n  - {{ duration: 2s, arrival_rate: 100 }}\nsession:\n  - http: {{ path: '/delay?ms=1' }}\n  - http: {{ path: '/delay?ms=4' }}\n",
+        target.url
+    );
+    let scenario = dir.path().join("s.yaml");
+    std::fs::write(&scenario, text).unwrap();
+    let (hlog, report, csv) = (
+        dir.path().join("r.hlog"),
+        dir.path().join("r.json"),
+        dir.path().join("r.csv"),
+    );
+    let out = Command::new(BIN)
+        .args(["run", "--local", "--quiet", "--agents", "2", "--hdr-log"])
+        .arg(&hlog)
+        .arg("--report")
+        .arg(&report)
+        .arg("--csv")
+        .arg(&csv)
+        .arg(&scenario)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hlog_check.py");
+    let py = Command::new(&python)
+        .arg(script)
+        .arg(&hlog)
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let theirs: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+    let ours = &r.latency.response_time;
+    assert_eq!(theirs["count"].as_u64(), Some(ours.count));
+    assert_eq!(ours.count, 400);
+    for (key, mine) in [
+        ("p50", ours.p50_us),
+        ("p90", ours.p90_us),
+        ("p99", ours.p99_us),
+        ("max", ours.max_us),
+    ] {
+        assert_eq!(
+            theirs[key].as_u64(),
+            Some(mine),
+            "{key}: python {} vs ours {mine}",
+            theirs[key]
+        );
+    }
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let completed: u64 = rows
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(3).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(completed, 400);
+}

@@ -1,0 +1,130 @@
+//! End-to-end tests: a real controller, real agents (in-process or as child processes of the
+//! `stampede` binary) and real target servers, over loopback with ephemeral ports. Every test
+//! is bounded in time and stops what it started. One test binary; one module per area.
+
+mod spine;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use stampede_cli::client;
+use stampede_core::report::Report;
+use stampede_target_servers::http::{HttpConfig, HttpServer};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stampede");
+
+/// The latency assertion needs the machine to itself: it takes this lock for writing, every
+/// other test for reading.
+pub static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+pub struct Target {
+    pub server: HttpServer,
+    pub url: String,
+    stop: CancellationToken,
+}
+
+impl Target {
+    pub async fn start(delay_ms: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = HttpServer::new(HttpConfig {
+            delay_ms,
+            ..HttpConfig::default()
+        })
+        .unwrap();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        tokio::spawn(
+            server
+                .clone()
+                .serve(listener, async move { s.cancelled().await }),
+        );
+        Self { server, url, stop }
+    }
+    pub fn requests(&self) -> u64 {
+        self.server.stats().requests_total
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A child process that is killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn_agent(controller: &str, token: &str, id: &str) -> Proc {
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--controller",
+            controller,
+            "--id",
+            id,
+            "--token",
+            token,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn agent");
+    Proc(child)
+}
+
+/// Starts `stampede controller` on an ephemeral port; returns it and its URL.
+pub fn spawn_controller(token: &str, data_dir: &std::path::Path) -> (Proc, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            token,
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn controller");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    (Proc(child), format!("http://{addr}"))
+}
+
+pub fn scenario(target: &str, phases: &str, extra: &str) -> String {
+    format!("name: e2e\ntarget: {target}\nphases:\n{phases}session:\n  - http: {{ method: GET, path: /data }}\n{extra}")
+}
+
+pub async fn run(url: &str, token: &str, text: &str, agents: u32) -> Report {
+    let mut c = client::connect(url, Some(token)).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        client::run_and_watch(
+            &mut c,
+            text,
+            Some(agents),
+            Some(Duration::from_secs(20)),
+            |_| {},
+        ),
+    )
+    .await
+    .expect("run finished in time")
+    .unwrap()
+}

@@ -86,6 +86,8 @@ else
   trap 'exit 130' INT
   trap 'exit 143' TERM
   up_rc=0
+  # The images were just built: up.sh must not run cargo again (the tree may have changed since).
+  export STAMPEDE_IMAGE_SKIP_CARGO=1
   timeout 600 "$CLUSTER_DIR/up.sh" || up_rc=$?
   if [ "$up_rc" = 3 ]; then
     trap - EXIT

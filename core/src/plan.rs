@@ -1,5 +1,10 @@
 //! The run plan: the whole-test schedule cut into shards, with planned counts per agent and
 //! phase. Computed by the controller before a run, and checked again by each agent.
+//!
+//! Load models: a `constant` load is the schedule of one synthetic phase at its rate, so its
+//! slots are sharded exactly like arrivals; a `closed` load has no schedule (its synthetic
+//! phase has rate 0), so it plans 0 sessions and the report counts planned = started. The
+//! connections of both are split with [`crate::shard::split_evenly`] ([`Plan::connections`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,8 +31,9 @@ impl Plan {
         seed: u64,
     ) -> Result<Self, ShardError> {
         let map = ShardMap::new(agents, weights)?;
-        let schedule = Schedule::new(&scenario.phases, scenario.arrival, seed);
-        let mut sessions = vec![vec![0u64; scenario.phases.len()]; agents as usize];
+        let phases = scenario.effective_phases();
+        let schedule = Schedule::new(&phases, scenario.arrival, seed);
+        let mut sessions = vec![vec![0u64; phases.len()]; agents as usize];
         for a in schedule.iter() {
             sessions[map.owner(a.index) as usize][a.phase as usize] += 1;
         }
@@ -36,6 +42,14 @@ impl Plan {
             seed,
             sessions,
             requests_per_session: scenario.requests_per_session(),
+        })
+    }
+
+    /// Connections per agent for a closed or constant load (empty for arrival phases):
+    /// counts differ by at most one.
+    pub fn connections(scenario: &Scenario, agents: u32) -> Vec<u64> {
+        scenario.load.as_ref().map_or_else(Vec::new, |l| {
+            crate::shard::split_evenly(u64::from(l.connections), agents)
         })
     }
 

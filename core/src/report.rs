@@ -186,6 +186,23 @@ pub struct TimelineRow {
     pub service_hist: String,
 }
 
+/// The closed or constant-rate load of a run, and what it achieved.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSummary {
+    /// `closed` or `constant`.
+    pub model: String,
+    /// Connections, all agents together.
+    pub connections: u32,
+    /// Constant model: the requested rate R in sessions (slots) per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Constant model: R × requests per session, in requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_rps: Option<f64>,
+    /// Completed requests over the load's duration (comparable with `target_rps`).
+    pub achieved_rps: f64,
+}
+
 /// Final state of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -211,6 +228,9 @@ pub struct Report {
     pub planned_duration_s: f64,
     pub arrival: String,
     pub seed: u64,
+    /// Set for a closed or constant-rate load (absent for arrival phases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSummary>,
     pub hist_spec: HistSpec,
     pub totals: Totals,
     pub latency: Latency,
@@ -266,6 +286,8 @@ pub struct RunAccumulator {
     open: BTreeMap<u64, Stats>,
     closed: Vec<TimelineRow>,
     n_steps: usize,
+    /// Closed load model: no schedule, so planned requests are the started ones.
+    unplanned: bool,
 }
 
 /// Agent data that does not fit the run.
@@ -285,7 +307,7 @@ impl RunAccumulator {
     pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
         let n_steps = scenario.step_names().len();
         Self {
-            phases: (0..scenario.phases.len())
+            phases: (0..scenario.effective_phases().len())
                 .map(|_| Stats::with_steps(n_steps))
                 .collect(),
             agents: agent_ids
@@ -303,6 +325,7 @@ impl RunAccumulator {
             open: BTreeMap::new(),
             closed: Vec::new(),
             n_steps,
+            unplanned: scenario.is_closed(),
         }
     }
 
@@ -396,6 +419,12 @@ impl RunAccumulator {
     }
 
     fn agent_planned_requests(&self, agent: usize) -> u64 {
+        if self.unplanned {
+            return self
+                .agents
+                .get(agent)
+                .map_or(0, |a| a.stats.counters.requests_started);
+        }
         self.plan.agent_sessions(agent) * self.plan.requests_per_session
     }
 
@@ -469,13 +498,27 @@ impl RunAccumulator {
         let totals_stats = self.totals()?;
         let c = &totals_stats.counters;
         let duration_s = meta.duration_s.max(1e-9);
-        let planned_per_phase = self.plan.sessions_per_phase();
         let rps = self.plan.requests_per_session;
-        let total_planned = self.plan.total_requests();
+        // A closed load has no schedule: what it started is what it planned, so the
+        // achieved ratio is completed over started.
+        let (planned_per_phase, total_planned, sessions_planned) = if self.unplanned {
+            let per_phase: Vec<u64> = self
+                .phases
+                .iter()
+                .map(|p| p.counters.sessions_planned)
+                .collect();
+            (per_phase, c.requests_started, c.sessions_planned)
+        } else {
+            (
+                self.plan.sessions_per_phase(),
+                self.plan.total_requests(),
+                self.plan.total_sessions(),
+            )
+        };
 
         let mut start_s = 0.0;
         let phases = scenario
-            .phases
+            .effective_phases()
             .iter()
             .enumerate()
             .map(|(i, p)| {
@@ -486,7 +529,11 @@ impl RunAccumulator {
                     name: p.display_name(i),
                     start_s,
                     duration_s: d,
-                    planned: planned_per_phase.get(i).copied().unwrap_or(0) * rps,
+                    planned: if self.unplanned {
+                        s.counters.requests_started
+                    } else {
+                        planned_per_phase.get(i).copied().unwrap_or(0) * rps
+                    },
                     started: s.counters.requests_started,
                     completed: s.counters.requests_completed,
                     failed: s.counters.requests_failed,
@@ -557,6 +604,16 @@ impl RunAccumulator {
             planned_duration_s: scenario.duration().as_secs_f64(),
             arrival: format!("{:?}", scenario.arrival).to_lowercase(),
             seed: self.plan.seed,
+            load: scenario.load.as_ref().map(|l| LoadSummary {
+                model: match l.model {
+                    crate::scenario::LoadModel::Closed => "closed".into(),
+                    crate::scenario::LoadModel::Constant => "constant".into(),
+                },
+                connections: l.connections,
+                rate: l.rate,
+                target_rps: l.rate.map(|r| r * rps as f64),
+                achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
+            }),
             hist_spec: hist::SPEC,
             totals: Totals {
                 planned: total_planned,
@@ -577,7 +634,7 @@ impl RunAccumulator {
                     0.0
                 },
                 sessions: SessionTotals {
-                    planned: self.plan.total_sessions(),
+                    planned: sessions_planned,
                     started: c.sessions_started,
                     completed: c.sessions_completed,
                     failed: c.sessions_failed,

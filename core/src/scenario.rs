@@ -12,6 +12,8 @@ use crate::duration::HumanDuration;
 pub const MAX_ARRIVAL_RATE: f64 = 10_000_000.0;
 /// Most agents one run may ask for.
 pub const MAX_AGENTS: u32 = 4096;
+/// Most connections a closed or constant-rate load may ask for (all agents together).
+pub const MAX_CONNECTIONS: u32 = 1_000_000;
 
 /// A load test: arrival phases, and what each arriving virtual client does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -31,8 +33,12 @@ pub struct Scenario {
     /// Seed of the arrival process; the schedule is deterministic given the seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// Arrival phases (open model), run one after the other.
+    /// Arrival phases (open model), run one after the other. Give either `phases` or `load`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<Phase>,
+    /// A closed (wrk `-c`) or constant-rate (wrk2 `-R`) load instead of arrival phases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
     /// The steps each arriving session runs, in order, over one connection.
     pub session: Vec<Step>,
     /// What happens when an agent is lost mid-run.
@@ -90,6 +96,51 @@ impl Phase {
         self.name
             .clone()
             .unwrap_or_else(|| format!("phase-{}", index + 1))
+    }
+}
+
+/// Which load model a [`Load`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadModel {
+    /// `connections` connections, each running the session's steps back to back in a loop
+    /// for `duration` (wrk `-c`). There is no schedule: the planned count is what was started.
+    Closed,
+    /// `rate` sessions per second in total, on a uniform schedule, over a pool of
+    /// `connections` connections (wrk2 `-R`). Each slot runs the whole session over a pooled
+    /// connection; a one-request session is one request per slot. When every connection is
+    /// busy a due slot waits, and the wait counts in its response time.
+    Constant,
+}
+
+/// A closed or constant-rate load: `{ model: closed, connections: N, duration: D }` or
+/// `{ model: constant, rate: R, connections: N, duration: D }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Load {
+    pub model: LoadModel,
+    /// Connections, all agents together (split across agents, counts differing by at most 1).
+    pub connections: u32,
+    pub duration: HumanDuration,
+    /// Constant model only: sessions (slots) per second, all agents together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
+impl Load {
+    /// The single synthetic phase the schedule, the plan and the report use for this load:
+    /// named after the model; rate 0 (no schedule) for closed, `rate` for constant.
+    pub fn as_phase(&self) -> Phase {
+        let (name, rate) = match self.model {
+            LoadModel::Closed => ("closed", 0.0),
+            LoadModel::Constant => ("constant", self.rate.unwrap_or(0.0)),
+        };
+        Phase {
+            name: Some(name.to_string()),
+            duration: self.duration,
+            arrival_rate: rate,
+            ramp_to: None,
+        }
     }
 }
 
@@ -302,7 +353,10 @@ impl Scenario {
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }
-        self.validate_phases()?;
+        match &self.load {
+            None => self.validate_phases()?,
+            Some(load) => self.validate_load(load)?,
+        }
         self.validate_session()?;
         self.parsed_thresholds().map(|_| ())
     }
@@ -317,6 +371,67 @@ impl Scenario {
                     .map_err(|why| ScenarioError::invalid(format!("thresholds[{i}]"), why))
             })
             .collect()
+    }
+
+    fn validate_load(&self, load: &Load) -> Result<(), ScenarioError> {
+        if !self.phases.is_empty() {
+            return Err(ScenarioError::invalid(
+                "load",
+                "give either phases or load, not both",
+            ));
+        }
+        if self.arrival == ArrivalProcess::Poisson {
+            return Err(ScenarioError::invalid(
+                "arrival",
+                "poisson only applies to phases; a load runs on a uniform schedule",
+            ));
+        }
+        if load.connections == 0 {
+            return Err(ScenarioError::invalid("load.connections", "must be >= 1"));
+        }
+        if load.connections > MAX_CONNECTIONS {
+            return Err(ScenarioError::invalid(
+                "load.connections",
+                format!("must be <= {MAX_CONNECTIONS}"),
+            ));
+        }
+        if load.duration.0.is_zero() {
+            return Err(ScenarioError::invalid("load.duration", "must be > 0"));
+        }
+        match (load.model, load.rate) {
+            (LoadModel::Closed, Some(_)) => Err(ScenarioError::invalid(
+                "load.rate",
+                "only applies to model constant (a closed load has no rate)",
+            )),
+            (LoadModel::Closed, None) => Ok(()),
+            (LoadModel::Constant, None) => Err(ScenarioError::invalid(
+                "load.rate",
+                "is required for model constant",
+            )),
+            (LoadModel::Constant, Some(r)) => {
+                check_rate("load.rate", r)?;
+                if r <= 0.0 {
+                    return Err(ScenarioError::invalid("load.rate", "must be > 0"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The phases the schedule, plan and report use: the arrival phases, or the one
+    /// synthetic phase of a `load`.
+    pub fn effective_phases(&self) -> Vec<Phase> {
+        match &self.load {
+            Some(load) => vec![load.as_phase()],
+            None => self.phases.clone(),
+        }
+    }
+
+    /// True for the closed model (no schedule: planned is what was started).
+    pub fn is_closed(&self) -> bool {
+        self.load
+            .as_ref()
+            .is_some_and(|l| l.model == LoadModel::Closed)
     }
 
     fn validate_phases(&self) -> Result<(), ScenarioError> {
@@ -454,9 +569,12 @@ impl Scenario {
         self.session.iter().map(Step::requests).sum()
     }
 
-    /// Total test duration (sum of phase durations).
+    /// Total test duration (sum of phase durations, or the load's duration).
     pub fn duration(&self) -> std::time::Duration {
-        self.phases.iter().map(|p| p.duration.0).sum()
+        match &self.load {
+            Some(load) => load.duration.0,
+            None => self.phases.iter().map(|p| p.duration.0).sum(),
+        }
     }
 
     /// Display names of the steps that send requests, in order (the per-step breakdown).
@@ -593,6 +711,90 @@ session:
         ] {
             let _ = Scenario::from_yaml(text);
         }
+    }
+
+    const CLOSED: &str = r#"
+name: closed
+target: http://127.0.0.1:8080
+load: { model: closed, connections: 10, duration: 5s }
+session:
+  - http: { path: / }
+"#;
+
+    #[test]
+    fn load_models_parse() {
+        let s = Scenario::from_yaml(CLOSED).unwrap();
+        assert!(s.is_closed());
+        assert_eq!(s.duration(), std::time::Duration::from_secs(5));
+        let p = s.effective_phases();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].display_name(0), "closed");
+        assert_eq!(p[0].expected_arrivals(), 0.0);
+        let c =
+            Scenario::from_yaml(&CLOSED.replace("model: closed,", "model: constant, rate: 2000,"))
+                .unwrap();
+        assert!(!c.is_closed());
+        assert_eq!(c.effective_phases()[0].display_name(0), "constant");
+        assert_eq!(c.effective_phases()[0].expected_arrivals(), 10_000.0);
+        // Serialising and parsing again gives the same scenario (the controller ships JSON).
+        let again = Scenario::from_yaml(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn load_validation_names_the_field() {
+        let cases = [
+            (
+                "connections: 10",
+                "connections: 0",
+                "load.connections: must be >= 1",
+            ),
+            ("duration: 5s", "duration: 0s", "load.duration: must be > 0"),
+            (
+                "model: closed,",
+                "model: closed, rate: 5,",
+                "load.rate: only applies to model constant (a closed load has no rate)",
+            ),
+            (
+                "model: closed,",
+                "model: constant,",
+                "load.rate: is required for model constant",
+            ),
+            (
+                "model: closed,",
+                "model: constant, rate: 0,",
+                "load.rate: must be > 0",
+            ),
+            (
+                "model: closed,",
+                "model: constant, rate: -1,",
+                "load.rate: must be >= 0",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert_eq!(err(&CLOSED.replace(from, to)).to_string(), want, "{to}");
+        }
+        let both = format!("{CLOSED}phases:\n  - {{ duration: 1s, arrival_rate: 1 }}\n");
+        assert_eq!(
+            err(&both).to_string(),
+            "load: give either phases or load, not both"
+        );
+        let neither = CLOSED.replace(
+            "load: { model: closed, connections: 10, duration: 5s }\n",
+            "",
+        );
+        assert_eq!(
+            err(&neither).to_string(),
+            "phases: must contain at least one phase"
+        );
+        assert_eq!(
+            err(&CLOSED.replace("model: closed", "model: open")).path(),
+            "load.model"
+        );
+        assert_eq!(
+            err(&format!("{CLOSED}arrival: poisson\n")).path(),
+            "arrival"
+        );
     }
 
     #[test]

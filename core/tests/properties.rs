@@ -155,6 +155,98 @@ proptest! {
     }
 }
 
+fn load_scenario(model: &str, rate: f64, connections: u32, ms: u64) -> Scenario {
+    let rate = if model == "constant" {
+        format!("rate: {rate}, ")
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "name: load\ntarget: http://h:1\nload: {{ model: {model}, {rate}connections: {connections}, duration: {ms}ms }}\nsession:\n  - http: {{ path: / }}\n"
+    );
+    Scenario::from_yaml(&text).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A constant-rate load plans exactly the uniform schedule of one phase at rate R: the
+    /// shards partition it, differ by at most one slot, and its connections split evenly.
+    #[test]
+    fn constant_load_shards_exactly(
+        rate in prop_oneof![0.1..50.0f64, 1.0..5_000.0f64, Just(0.5)],
+        ms in 1u64..20_000,
+        connections in 1u32..500,
+        agents in 1u32..=16,
+    ) {
+        let s = load_scenario("constant", rate, connections, ms);
+        let phases = s.effective_phases();
+        prop_assert_eq!(phases.len(), 1);
+        let single = Schedule::new(&phases, ArrivalProcess::Uniform, 0).iter().count() as u64;
+        prop_assert!((single as f64 - rate * ms as f64 / 1000.0).abs() <= 1.0 + 1e-9);
+        let plan = Plan::new(&s, agents, &[], 7).unwrap();
+        prop_assert_eq!(plan.total_sessions(), single);
+        let per_agent: Vec<u64> = (0..agents as usize).map(|a| plan.agent_sessions(a)).collect();
+        let (lo, hi) = (per_agent.iter().min().unwrap(), per_agent.iter().max().unwrap());
+        prop_assert!(hi - lo <= 1, "{per_agent:?}");
+        let conns = Plan::connections(&s, agents);
+        prop_assert_eq!(conns.iter().sum::<u64>(), u64::from(connections));
+        let (lo, hi) = (conns.iter().min().unwrap(), conns.iter().max().unwrap());
+        prop_assert!(hi - lo <= 1, "{conns:?}");
+    }
+
+    /// A closed load has no schedule (nothing planned) and splits its connections evenly.
+    #[test]
+    fn closed_load_splits_connections(connections in 1u32..10_000, agents in 1u32..=64) {
+        let s = load_scenario("closed", 0.0, connections, 1000);
+        let plan = Plan::new(&s, agents, &[], 0).unwrap();
+        prop_assert_eq!(plan.total_sessions(), 0);
+        let conns = Plan::connections(&s, agents);
+        prop_assert_eq!(conns.len(), agents as usize);
+        prop_assert_eq!(conns.iter().sum::<u64>(), u64::from(connections));
+        let (lo, hi) = (conns.iter().min().unwrap(), conns.iter().max().unwrap());
+        prop_assert!(hi - lo <= 1, "{conns:?}");
+    }
+}
+
+#[test]
+fn closed_report_plans_what_it_started() {
+    let s = load_scenario("closed", 0.0, 10, 2000);
+    let plan = Plan::new(&s, 2, &[], 0).unwrap();
+    let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+    for agent in 0..2 {
+        let mut st = Stats::with_steps(1);
+        for _ in 0..10 {
+            st.counters.sessions_planned += 1;
+            st.record_start(0);
+            st.counters.requests_started += 1;
+            st.record_success(0, 100, 90);
+        }
+        st.counters.requests_started += 1;
+        st.record_failure(0, "timeout");
+        acc.add(agent, 0, 0, &st).unwrap();
+    }
+    let r = acc
+        .finish(
+            &s,
+            ReportMeta {
+                duration_s: 2.0,
+                ..ReportMeta::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(r.phases.len(), 1);
+    assert_eq!(r.phases[0].name, "closed");
+    assert_eq!(r.totals.planned, 22);
+    assert_eq!(r.totals.completed, 20);
+    assert!((r.totals.achieved_ratio - 20.0 / 22.0).abs() < 1e-9);
+    assert_eq!(r.agents.iter().map(|a| a.planned).sum::<u64>(), 22);
+    let load = r.load.unwrap();
+    assert_eq!(load.model, "closed");
+    assert_eq!(load.connections, 10);
+    assert!((load.achieved_rps - 10.0).abs() < 1e-9);
+}
+
 #[test]
 fn low_rate_over_many_agents_loses_nothing() {
     // 0.5/s for 7 s over 7 agents: 3 or 4 arrivals, some agents get none, none is lost.

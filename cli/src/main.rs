@@ -91,6 +91,12 @@ enum Command {
     Validate { scenario: PathBuf },
     /// Print the JSON Schema of the scenario file.
     Schema,
+    /// Print a shell completion script, e.g. `stampede completions bash > /etc/bash_completion.d/stampede`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Serve the controller.
     Controller(ControllerArgs),
     /// Serve an agent that dials the controller.
@@ -163,6 +169,9 @@ struct ControllerArgs {
     /// Lease granted to agents; load stops this long after the controller goes away.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     lease: Duration,
+    /// Also serve Prometheus `GET /metrics` on this address (e.g. 0.0.0.0:9090).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -342,6 +351,16 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             );
             Ok(exit::OK)
         }
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "stampede",
+                &mut std::io::stdout(),
+            );
+            Ok(exit::OK)
+        }
         Command::Controller(a) => {
             let mut cfg = stampede_controller::ControllerConfig::new(&a.data_dir);
             cfg.token = a.token;
@@ -358,9 +377,31 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             tracing::info!(%addr, data_dir = %a.data_dir.display(), "controller listening");
             // Scripts and tests read the bound address (useful with --listen 127.0.0.1:0).
             println!("stampede controller listening on {addr}");
+            let metrics_stop = tokio_util::sync::CancellationToken::new();
+            let metrics_task = match a.metrics_listen {
+                Some(m) => {
+                    let l = tokio::net::TcpListener::bind(m)
+                        .await
+                        .with_context(|| format!("binding {m}"))?;
+                    let maddr = l.local_addr()?;
+                    tracing::info!(addr = %maddr, "metrics listening");
+                    println!("stampede controller metrics on {maddr}");
+                    let (c, stop) = (controller.clone(), metrics_stop.clone());
+                    Some(tokio::spawn(async move {
+                        c.serve_metrics(l, async move { stop.cancelled().await })
+                            .await;
+                    }))
+                }
+                None => None,
+            };
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
-            controller.serve(listener, shutdown_signal()).await?;
+            let served = controller.serve(listener, shutdown_signal()).await;
+            metrics_stop.cancel();
+            if let Some(t) = metrics_task {
+                let _ = t.await;
+            }
+            served?;
             Ok(exit::OK)
         }
         Command::Agent(a) => {

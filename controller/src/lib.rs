@@ -5,6 +5,7 @@
 
 mod agents;
 mod control;
+mod metrics;
 mod run;
 pub mod store;
 
@@ -113,6 +114,7 @@ pub(crate) struct Inner {
     pub runs: Mutex<BTreeMap<String, Arc<RunHandle>>>,
     pub next_conn: AtomicU64,
     pub shutdown: CancellationToken,
+    pub metrics: metrics::Metrics,
 }
 
 /// The controller. Cheap to clone.
@@ -133,6 +135,7 @@ impl Controller {
                 runs: Mutex::new(BTreeMap::new()),
                 next_conn: AtomicU64::new(1),
                 shutdown: CancellationToken::new(),
+                metrics: metrics::Metrics::default(),
             }),
         })
     }
@@ -151,6 +154,21 @@ impl Controller {
             }
             notified.await;
         }
+    }
+
+    /// Serves Prometheus `GET /metrics` (and `GET /healthz`) on `listener` until `shutdown`
+    /// resolves. Separate from the gRPC listener (`stampede controller --metrics-listen`).
+    pub async fn serve_metrics(
+        &self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        metrics::serve(self.inner.clone(), listener, shutdown).await;
+    }
+
+    /// The current metrics in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        metrics::render(&self.inner)
     }
 
     /// Serves gRPC on `listener` until `shutdown` resolves. On shutdown every agent stream is

@@ -448,6 +448,7 @@ impl Driver {
                             if !members[i].received.insert(progress.interval) {
                                 continue; // a replay of an interval we already have
                             }
+                            self.inner.metrics.progress(&self.h.run_id, &agent_id, &progress);
                             for (k, w) in progress.samples.iter().enumerate() {
                                 let merged = sample_from_wire(&format!("progress.samples[{k}]"), w, n_steps)
                                     .map_err(|e| e.to_string())

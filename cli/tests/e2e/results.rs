@@ -1,0 +1,230 @@
+//! Results people act on: live Prometheus `/metrics`, shell completions, the HTML report.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use prometheus_parse::{Scrape, Value};
+use stampede_cli::local::LocalCluster;
+use stampede_core::report::RunOutcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::{run, Proc, Target, BIN, QUIET};
+
+/// `GET path` over HTTP/1.1 on loopback; returns (status line, body).
+async fn http_get(addr: &str, path: &str) -> (String, String) {
+    let fetch = async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.unwrap();
+        String::from_utf8(buf).unwrap()
+    };
+    let text = tokio::time::timeout(Duration::from_secs(10), fetch)
+        .await
+        .expect("metrics answered in time");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    if path == "/metrics" {
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+    }
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+fn parse(body: &str) -> Scrape {
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text")
+}
+
+/// The value of `metric` whose labels include all of `want`.
+fn value(s: &Scrape, metric: &str, want: &[(&str, &str)]) -> Option<Value> {
+    s.samples
+        .iter()
+        .find(|x| x.metric == metric && want.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| x.value.clone())
+}
+
+fn num(v: Option<Value>) -> f64 {
+    match v {
+        Some(Value::Counter(f) | Value::Gauge(f) | Value::Untyped(f)) => f,
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_match_the_final_report() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(1).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let maddr = listener.local_addr().unwrap().to_string();
+    let stop = CancellationToken::new();
+    let metrics = {
+        let (c, s) = (cluster.controller.clone(), stop.clone());
+        tokio::spawn(async move {
+            c.serve_metrics(listener, async move { s.cancelled().await })
+                .await
+        })
+    };
+    // Every session does one good request, then one the target answers 400 (a status error).
+    let text = format!(
+        "name: metrics\ntarget: {}\nphases:\n  - {{ duration: 2s, arrival_rate: 60 }}\nsession:\n  - http: {{ method: GET, path: /data }}\n  - http: {{ method: GET, path: \"/work?ms=999999999\" }}\n",
+        target.url
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 2).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(
+        r.totals.completed > 0 && r.totals.failed > 0,
+        "{:?}",
+        r.totals
+    );
+
+    let (status, body) = http_get(&maddr, "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    eprintln!("{body}");
+    let s = parse(&body);
+    let run_id = r.run_id.as_str();
+    let l = [("run_id", run_id)];
+    assert_eq!(num(value(&s, "stampede_agents_connected", &[])), 2.0);
+    assert_eq!(num(value(&s, "stampede_agents_busy", &[])), 0.0);
+    assert_eq!(num(value(&s, "stampede_runs", &[("state", "done")])), 1.0);
+    assert_eq!(
+        num(value(
+            &s,
+            "stampede_run_state",
+            &[("run_id", run_id), ("state", "done")]
+        )),
+        1.0
+    );
+    assert_eq!(
+        num(value(&s, "stampede_run_requests_completed_total", &l)),
+        r.totals.completed as f64
+    );
+    assert_eq!(
+        num(value(&s, "stampede_run_requests_failed_total", &l)),
+        r.totals.failed as f64
+    );
+    assert!(!r.totals.errors.is_empty());
+    for (kind, n) in &r.totals.errors {
+        assert_eq!(
+            num(value(
+                &s,
+                "stampede_run_errors_total",
+                &[("run_id", run_id), ("kind", kind)]
+            )),
+            *n as f64,
+            "{kind}"
+        );
+    }
+    assert_eq!(num(value(&s, "stampede_run_active_agents", &l)), 0.0);
+    assert_eq!(num(value(&s, "stampede_run_open_connections", &l)), 0.0);
+    // A real histogram: cumulative buckets, +Inf equal to _count, _count equal to the report.
+    let Some(Value::Histogram(buckets)) = value(&s, "stampede_run_response_time_seconds", &l)
+    else {
+        panic!("no response-time histogram");
+    };
+    assert!(buckets.len() > 10);
+    assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count));
+    let inf = buckets.last().unwrap();
+    assert!(inf.less_than.is_infinite(), "{inf:?}");
+    let count = num(value(&s, "stampede_run_response_time_seconds_count", &l));
+    assert_eq!(inf.count, count);
+    assert_eq!(count, r.latency.response_time.count as f64);
+    let sum = num(value(&s, "stampede_run_response_time_seconds_sum", &l));
+    let mean_s = r.latency.response_time.mean_us / 1e6;
+    assert!(
+        (sum / count - mean_s).abs() <= mean_s * 0.01 + 1e-6,
+        "mean {} s vs report {mean_s} s",
+        sum / count
+    );
+
+    let (status, _) = http_get(&maddr, "/healthz").await;
+    assert!(status.contains("200"), "{status}");
+    stop.cancel();
+    metrics.await.unwrap();
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_binary_serves_metrics_on_metrics_listen() {
+    let _quiet = QUIET.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn controller");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let _proc = Proc(child);
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        lines.push(line);
+    }
+    let maddr = lines[1]
+        .trim()
+        .strip_prefix("stampede controller metrics on ")
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .to_string();
+    let (_, body) = http_get(&maddr, "/metrics").await;
+    let s = parse(&body);
+    assert_eq!(num(value(&s, "stampede_agents_connected", &[])), 0.0);
+    assert_eq!(
+        num(value(&s, "stampede_runs", &[("state", "running")])),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_name_the_subcommands() {
+    let _quiet = QUIET.read().await;
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .expect("run stampede completions");
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("stampede"), "{shell}");
+        for sub in [
+            "run",
+            "demo",
+            "status",
+            "report",
+            "agents",
+            "abort",
+            "controller",
+            "completions",
+        ] {
+            assert!(text.contains(sub), "{shell} completion lacks {sub}");
+        }
+        if shell == "bash" {
+            assert!(text.contains("complete -F _stampede"), "{text}");
+            assert!(text.contains("--metrics-listen"));
+        }
+    }
+    let bad = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
-use stampede_core::scenario::Scenario;
+use stampede_core::scenario::{LoadModel, Scenario};
 use stampede_core::schedule::Schedule;
-use stampede_core::shard::Shard;
+use stampede_core::shard::{split_evenly, Shard};
 use stampede_proto::v1::{self, agent_message::Msg as Out, controller_message::Msg as In};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -403,9 +403,36 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         })
         .collect();
     let interval = Duration::from_millis(a.interval_ms.clamp(100, 60_000));
+    let mode = match &scenario.load {
+        None => runner::Mode::Arrivals,
+        Some(load) => {
+            // This shard's connections: the same even split the controller reports.
+            let share = split_evenly(u64::from(load.connections), a.shard_count)
+                .get(a.shard_index as usize)
+                .copied()
+                .unwrap_or(0);
+            if share > u64::from(cfg.capacity.max(1)) {
+                return Err(format!(
+                    "load.connections: this agent's share is {share} connections, more than its capacity of {}",
+                    cfg.capacity
+                ));
+            }
+            let connections = share as usize;
+            match load.model {
+                LoadModel::Closed => runner::Mode::Closed {
+                    connections,
+                    duration: load.duration.0,
+                },
+                LoadModel::Constant => runner::Mode::Constant { connections },
+            }
+        }
+    };
+    let phases = scenario.effective_phases();
     Ok(RunSpec {
         run_id: a.run_id.clone(),
-        schedule: Schedule::new(&scenario.phases, scenario.arrival, a.seed),
+        schedule: Schedule::new(&phases, scenario.arrival, a.seed),
+        mode,
+        phases: phases.len(),
         request_timeout: scenario.request_timeout.0,
         scenario,
         filter,

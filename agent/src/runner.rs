@@ -34,6 +34,23 @@ pub enum StepPlan {
     Think(ThinkTime),
 }
 
+/// How a shard generates load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Open model: each owned arrival of the schedule starts a new session.
+    Arrivals,
+    /// Closed model: this many connections, each looping the session back to back until
+    /// `duration` after T0.
+    Closed {
+        connections: usize,
+        duration: Duration,
+    },
+    /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
+    /// on the first free connection of a pool of this many. A slot that finds every
+    /// connection busy waits in a queue; its response time still counts from its slot.
+    Constant { connections: usize },
+}
+
 /// Everything needed to run a shard.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -47,6 +64,9 @@ pub struct RunSpec {
     pub request_timeout: Duration,
     /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
     pub capacity: usize,
+    pub mode: Mode,
+    /// Number of phases (the scenario's, or 1 for a closed/constant load).
+    pub phases: usize,
 }
 
 /// Why a run ended.
@@ -134,7 +154,7 @@ pub async fn execute(
     stop: CancellationToken,
 ) -> RunEnd {
     let n_steps = spec.scenario.step_names().len();
-    let rec = Arc::new(Recorder::new(spec.scenario.phases.len(), n_steps));
+    let rec = Arc::new(Recorder::new(spec.phases, n_steps));
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -143,7 +163,7 @@ pub async fn execute(
         let (rec, spec, out, ticker_stop) =
             (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
         tokio::spawn(async move {
-            let mut spare: Vec<Stats> = (0..spec.scenario.phases.len())
+            let mut spare: Vec<Stats> = (0..spec.phases)
                 .map(|_| Stats::with_steps(n_steps))
                 .collect();
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
@@ -176,24 +196,78 @@ pub async fn execute(
 
     // The arrival loop runs on its own thread: tokio's timer has millisecond granularity,
     // a thread sleep lands within tens of microseconds of the intended time.
-    let arrivals = {
-        let (rec, spec, stop, tracker) = (rec.clone(), spec.clone(), stop.clone(), tracker.clone());
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            arrival_loop(&spec, &rec, t0.into_std(), &stop, &tracker, &handle)
-        })
+    let mut queue = None;
+    let arrivals = match spec.mode {
+        Mode::Arrivals => {
+            let (rec, spec, stop, tracker) =
+                (rec.clone(), spec.clone(), stop.clone(), tracker.clone());
+            let handle = tokio::runtime::Handle::current();
+            Some(tokio::task::spawn_blocking(move || {
+                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
+                    if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
+                        rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                        return;
+                    }
+                    rec.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
+                    handle.spawn(tracker.track_future(async move {
+                        let mut conn = None;
+                        session(&spec, &rec, intended, a.phase, &stop, &mut conn).await;
+                        drop(conn);
+                        rec.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    }));
+                })
+            }))
+        }
+        Mode::Closed {
+            connections,
+            duration,
+        } => {
+            for _ in 0..connections {
+                let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
+                tracker.spawn(closed_connection(spec, rec, t0, t0 + duration, stop));
+            }
+            None
+        }
+        Mode::Constant { connections } => {
+            let (tx, rx) = mpsc::unbounded_channel::<(Instant, u32)>();
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            for _ in 0..connections {
+                let (rec, spec, stop, rx) = (rec.clone(), spec.clone(), stop.clone(), rx.clone());
+                tracker.spawn(pooled_connection(spec, rec, rx, stop));
+            }
+            queue = Some(rx);
+            let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
+            Some(tokio::task::spawn_blocking(move || {
+                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
+                    if tx.send((intended, a.phase)).is_err() {
+                        rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                    }
+                });
+                // Dropping `tx` here lets the pool drain the queue and finish.
+            }))
+        }
     };
-    if arrivals.await.is_err() {
-        tracing::error!("the arrival loop panicked; stopping the run");
-        stop.cancel();
+    if let Some(arrivals) = arrivals {
+        if arrivals.await.is_err() {
+            tracing::error!("the arrival loop panicked; stopping the run");
+            stop.cancel();
+        }
     }
     tracker.close();
     tracker.wait().await;
+    if let Some(rx) = queue {
+        // Stopped early: slots still queued were never started.
+        let mut rx = rx.lock().await;
+        while let Ok((_, phase)) = rx.try_recv() {
+            rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+        }
+    }
     ticker_stop.cancel();
     let (mut spare, next) = match ticker.await {
         Ok(v) => v,
         Err(_) => (
-            (0..spec.scenario.phases.len())
+            (0..spec.phases)
                 .map(|_| Stats::with_steps(n_steps))
                 .collect(),
             0,
@@ -221,15 +295,15 @@ pub async fn execute(
 /// Longest single sleep of the arrival thread, so a stop is noticed promptly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
-/// Dispatches this shard's sessions at their intended times. Returns when the schedule is
-/// exhausted or `stop` fires (then the remaining arrivals are counted as dropped).
+/// Dispatches this shard's arrivals (or constant-rate slots) at their intended times through
+/// `dispatch`. Returns when the schedule is exhausted or `stop` fires (then the remaining
+/// arrivals are counted as dropped).
 fn arrival_loop(
     spec: &Arc<RunSpec>,
     rec: &Arc<Recorder>,
     t0: std::time::Instant,
     stop: &CancellationToken,
-    tracker: &TaskTracker,
-    handle: &tokio::runtime::Handle,
+    mut dispatch: impl FnMut(stampede_core::schedule::Arrival, Instant),
 ) {
     let mut iter = spec.schedule.iter();
     let mut stopped = false;
@@ -251,17 +325,7 @@ fn arrival_loop(
             std::thread::sleep((intended - now).min(MAX_SLEEP));
         }
         rec.with(a.phase, |s| s.counters.sessions_planned += 1);
-        if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
-            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
-            continue;
-        }
-        rec.in_flight.fetch_add(1, Ordering::Relaxed);
-        let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
-        let intended = Instant::from_std(intended);
-        handle.spawn(tracker.track_future(async move {
-            session(&spec, &rec, intended, a.phase, &stop).await;
-            rec.in_flight.fetch_sub(1, Ordering::Relaxed);
-        }));
+        dispatch(a, Instant::from_std(intended));
     }
     if stopped {
         // Count what this shard will now never start.
@@ -269,6 +333,56 @@ fn arrival_loop(
             rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
         }
     }
+}
+
+/// One connection of a closed load: runs the session back to back, keeping the connection
+/// between sessions, until `end` (a session running at `end` finishes).
+async fn closed_connection(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    t0: Instant,
+    end: Instant,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        _ = tokio::time::sleep_until(t0) => {}
+        _ = stop.cancelled() => return,
+    }
+    let mut conn = None;
+    loop {
+        let now = Instant::now();
+        if now >= end || stop.is_cancelled() {
+            break;
+        }
+        rec.with(0, |s| s.counters.sessions_planned += 1);
+        session(&spec, &rec, now, 0, &stop, &mut conn).await;
+    }
+    drop(conn);
+}
+
+/// One connection of a constant-rate pool: takes the next due slot from the shared queue and
+/// runs the session for it, from the slot's intended time.
+async fn pooled_connection(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, u32)>>>,
+    stop: CancellationToken,
+) {
+    let mut conn = None;
+    loop {
+        let next = {
+            let mut rx = queue.lock().await;
+            tokio::select! {
+                m = rx.recv() => m,
+                _ = stop.cancelled() => None,
+            }
+        };
+        let Some((intended, phase)) = next else {
+            break;
+        };
+        session(&spec, &rec, intended, phase, &stop, &mut conn).await;
+    }
+    drop(conn);
 }
 
 /// Decrements the open-connection gauge when a connection is dropped.
@@ -301,17 +415,18 @@ async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
     }
 }
 
-/// One virtual client: runs the steps over one connection.
-async fn session(
+/// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
+/// it, so a closed or pooled connection survives from one session to the next).
+async fn session<'a>(
     spec: &RunSpec,
-    rec: &Recorder,
+    rec: &'a Recorder,
     intended: Instant,
     phase: u32,
     stop: &CancellationToken,
+    conn: &mut Option<Tracked<'a>>,
 ) {
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
-    let mut conn: Option<Tracked<'_>> = None;
     // The time the next request should have been sent: the arrival for the first request,
     // then the end of the previous step.
     let mut due = intended;
@@ -333,12 +448,12 @@ async fn session(
             } => {
                 for _ in 0..*repeat {
                     if *new_connection {
-                        conn = None;
+                        *conn = None;
                     }
                     let sent = Instant::now();
                     rec.with(phase, |s| s.counters.requests_started += 1);
                     let result = tokio::select! {
-                        r = exchange(spec, rec, &mut conn, request) => r,
+                        r = exchange(spec, rec, conn, request) => r,
                         _ = stop.cancelled() => return,
                     };
                     let done = Instant::now();
@@ -358,7 +473,7 @@ async fn session(
                                 }
                             });
                             if !resp.keep_alive {
-                                conn = None;
+                                *conn = None;
                             }
                             if !good {
                                 ok = false;
@@ -376,7 +491,6 @@ async fn session(
             }
         }
     }
-    drop(conn);
     rec.with(phase, |s| {
         if ok {
             s.counters.sessions_completed += 1;

@@ -4,6 +4,7 @@
 
 mod results;
 mod spine;
+mod workloads;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,170 @@
+//! Load models: the closed model (wrk `-c`) and the constant-rate model (wrk2 `-R`), sharded
+//! across agents and merged like arrival phases.
+
+use std::time::Duration;
+
+use stampede_cli::local::LocalCluster;
+use stampede_core::report::{Report, RunOutcome};
+
+use crate::{run, Target, QUIET};
+
+fn load_scenario(target: &str, load: &str) -> String {
+    format!("name: e2e-load\ntarget: {target}\nload: {load}\nsession:\n  - http: {{ method: GET, path: /data }}\n")
+}
+
+fn per_agent_completed(r: &Report) -> u64 {
+    r.agents.iter().map(|a| a.completed).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_model_holds_exactly_its_connections() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(1).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let text = load_scenario(
+        &target.url,
+        "{ model: closed, connections: 10, duration: 3s }",
+    );
+    let (url, token) = (cluster.url(), cluster.token.clone());
+    let mut runner = tokio::spawn(async move { run(&url, &token, &text, 2).await });
+
+    // All 10 connections come up...
+    let srv = target.server.clone();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        srv.wait_until(|s| s.connections_open >= 10),
+    )
+    .await
+    .expect("10 connections open");
+    // ...and while the run goes on, never more than 10 are open.
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    let (mut samples, mut max_open) = (0u64, 0u64);
+    let r = loop {
+        tokio::select! {
+            r = &mut runner => break r.unwrap(),
+            _ = tick.tick() => {
+                let open = target.server.stats().connections_open;
+                max_open = max_open.max(open);
+                samples += 1;
+            }
+        }
+    };
+    let stats = target.server.stats();
+    eprintln!(
+        "closed: {samples} samples, max open {max_open}, connections_total {}, completed {} ({:.0} req/s), agents {:?}",
+        stats.connections_total,
+        r.totals.completed,
+        r.totals.throughput_rps,
+        r.agents.iter().map(|a| a.completed).collect::<Vec<_>>()
+    );
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(max_open, 10);
+    // No connection was ever replaced: exactly 10 were ever opened.
+    assert_eq!(stats.connections_total, 10);
+    assert!(r.totals.completed > 0);
+    assert_eq!(r.totals.completed, per_agent_completed(&r));
+    assert_eq!(r.totals.completed, target.requests());
+    // No schedule: planned is what was started, so the ratio is completed over started.
+    assert_eq!(r.totals.planned, r.totals.started);
+    assert!((r.totals.achieved_ratio - 1.0).abs() < 1e-9);
+    assert_eq!(r.phases.len(), 1);
+    assert_eq!(r.phases[0].name, "closed");
+    assert_eq!(r.phases[0].completed, r.totals.completed);
+    let load = r.load.as_ref().expect("load summary");
+    assert_eq!((load.model.as_str(), load.connections), ("closed", 10));
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constant_rate_delivers_its_schedule() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let text = load_scenario(
+        &target.url,
+        "{ model: constant, rate: 2000, connections: 20, duration: 5s }",
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 2).await;
+    let load = r.load.as_ref().expect("load summary");
+    eprintln!(
+        "constant: planned {}, completed {}, failed {}, achieved {:.1} req/s vs {:?}, dropped {}, late {}, lag p99 {} µs, response p50/p99/max {}/{}/{} µs, service p99 {} µs, agents {:?}",
+        r.totals.planned,
+        r.totals.completed,
+        r.totals.failed,
+        load.achieved_rps,
+        load.target_rps,
+        r.generator.dropped_arrivals,
+        r.generator.late_arrivals,
+        r.generator.lag.p99_us,
+        r.latency.response_time.p50_us,
+        r.latency.response_time.p99_us,
+        r.latency.response_time.max_us,
+        r.latency.service_time.p99_us,
+        r.agents.iter().map(|a| (a.planned, a.completed)).collect::<Vec<_>>()
+    );
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert_eq!(r.totals.planned, 10_000);
+    let off = (r.totals.completed as f64 - 10_000.0).abs() / 10_000.0;
+    assert!(
+        off <= 0.02,
+        "completed {} is {:.2}% off 10,000",
+        r.totals.completed,
+        off * 100.0
+    );
+    assert_eq!(r.totals.completed, per_agent_completed(&r));
+    // The slots are sharded exactly: 5,000 each.
+    assert!(
+        r.agents.iter().all(|a| a.planned == 5_000),
+        "{:?}",
+        r.agents
+    );
+    assert_eq!(load.target_rps, Some(2000.0));
+    assert!(
+        (load.achieved_rps - 2000.0).abs() <= 40.0,
+        "{}",
+        load.achieved_rps
+    );
+    assert_eq!(r.phases.len(), 1);
+    assert_eq!(r.phases[0].name, "constant");
+    assert_eq!(r.phases[0].planned, 10_000);
+    // The pool never opens more than its connections.
+    assert!(target.server.stats().connections_total <= 20);
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constant_rate_waits_for_a_busy_pool_and_counts_the_wait() {
+    let _quiet = QUIET.read().await;
+    // 100 slots in 1 s over 2 agents with 1 connection each; a 40 ms answer caps each
+    // connection at 25 req/s, so slots queue. None may be skipped, and the queueing shows in
+    // the response time (from the slot) but not in the service time (from the send).
+    let target = Target::start(40).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let text = load_scenario(
+        &target.url,
+        "{ model: constant, rate: 100, connections: 2, duration: 1s }",
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 2).await;
+    let (resp, serv) = (&r.latency.response_time, &r.latency.service_time);
+    eprintln!(
+        "busy pool: completed {}, dropped {}, response p99 {} µs, service p99 {} µs, connections {}",
+        r.totals.completed,
+        r.generator.dropped_arrivals,
+        resp.p99_us,
+        serv.p99_us,
+        target.server.stats().connections_total
+    );
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert_eq!(r.totals.planned, 100);
+    assert_eq!(r.totals.completed, 100);
+    assert_eq!(r.generator.dropped_arrivals, 0);
+    assert_eq!(target.server.stats().connections_total, 2);
+    assert!(
+        resp.p99_us > 5 * serv.p99_us,
+        "response p99 {} µs vs service p99 {} µs",
+        resp.p99_us,
+        serv.p99_us
+    );
+    cluster.stop().await;
+}

@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod export;
+pub mod html;
 pub mod local;
 pub mod render;
 

@@ -132,6 +132,9 @@ struct RunArgs {
     /// Write the per-interval timeline as CSV to this file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Write a self-contained HTML report (SVG charts, tables, threshold verdicts) to this file.
+    #[arg(long)]
+    html: Option<PathBuf>,
     /// No live progress line.
     #[arg(long)]
     quiet: bool,
@@ -145,7 +148,7 @@ struct DemoArgs {
     /// Number of embedded agents.
     #[arg(long, default_value_t = 2)]
     agents: u32,
-    /// Where to write the JSON report.
+    /// Where to write the JSON report; the HTML report goes next to it (same name, `.html`).
     #[arg(long, default_value = "stampede-report.json")]
     report: PathBuf,
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -452,6 +455,12 @@ fn print_report(r: &Report, output: Output) -> Result<()> {
     Ok(())
 }
 
+fn write_html(r: &Report, path: &std::path::Path) -> Result<()> {
+    let page = stampede_cli::html::html(r)
+        .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}"))?;
+    std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))
+}
+
 fn write_report(r: &Report, path: &std::path::Path) -> Result<()> {
     std::fs::write(path, serde_json::to_string_pretty(r)? + "\n")
         .with_context(|| format!("writing {}", path.display()))
@@ -575,6 +584,9 @@ async fn run(a: RunArgs) -> Result<i32> {
         std::fs::write(path, stampede_cli::export::hdr_log(&report))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &a.html {
+        write_html(&report, path)?;
+    }
     if let Some(path) = &a.csv {
         std::fs::write(path, stampede_cli::export::csv(&report))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -638,11 +650,14 @@ async fn demo(a: DemoArgs) -> Result<i32> {
     let _ = target.await;
     let report = report?;
     write_report(&report, &a.report)?;
+    let html = a.report.with_extension("html");
+    write_html(&report, &html)?;
     print_report(&report, a.output)?;
     eprintln!(
-        "target saw {} requests; report written to {}",
+        "target saw {} requests; report written to {} and {}",
         server.stats().requests_total,
-        a.report.display()
+        a.report.display(),
+        html.display()
     );
     Ok(outcome_code(&report))
 }

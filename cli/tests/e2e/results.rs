@@ -228,3 +228,148 @@ async fn completions_name_the_subcommands() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// Headless Chromium, if installed (Debian package `chromium`).
+fn chromium() -> Option<std::path::PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| {
+            std::env::var_os("PATH")
+                .map(|p| {
+                    std::env::split_paths(&p)
+                        .map(|d| d.join(name))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .find(|p| p.is_file())
+}
+
+/// Runs headless Chromium on `url` with `args`; returns stdout. Bounded; killed on timeout.
+async fn chromium_run(bin: &std::path::Path, args: &[String], url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let child = tokio::process::Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1100,3200",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn chromium");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("chromium finished in time")
+        .unwrap();
+    assert!(out.status.success(), "chromium: {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn html_report_renders_its_charts_in_headless_chromium() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.yaml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "name: html\ntarget: {}\nphases:\n  - {{ name: warm, duration: 1s, arrival_rate: 40 }}\n  - {{ name: ramp, duration: 2s, arrival_rate: 40, ramp_to: 120 }}\nsession:\n  - name: data\n    http: {{ method: GET, path: /data }}\nthresholds:\n  - p99 < 5s\n  - error_rate < 0.1%\n",
+            target.url
+        ),
+    )
+    .unwrap();
+    let html = dir.path().join("report.html");
+    let out = tokio::process::Command::new(BIN)
+        .arg("run")
+        .arg(&scenario)
+        .args(["--local", "--agents", "2", "--quiet", "--html"])
+        .arg(&html)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), out)
+        .await
+        .expect("run finished in time")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: no scripts, no external fonts, styles or images.
+    assert!(!page.contains("<script"));
+    assert!(!page.contains("<link"));
+    assert!(!page.contains("@font-face") && !page.contains("url("));
+    assert_eq!(page.matches("<svg").count(), 4, "four charts");
+    for needle in [
+        "Percentile spectrum",
+        "warm",
+        "ramp",
+        "local-1",
+        "local-2",
+        "p99 &lt; 5s",
+        "PASS",
+    ] {
+        assert!(page.contains(needle), "report lacks {needle}");
+    }
+
+    let Some(bin) = chromium() else {
+        eprintln!("SKIPPED: chromium not installed (apt-get install -y chromium)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is required in CI"
+        );
+        return;
+    };
+    // A probe copy of the page: after layout, count the SVG charts Chromium actually drew
+    // (non-empty boxes with plotted lines) and write the count into the DOM.
+    let probe = dir.path().join("probe.html");
+    std::fs::write(
+        &probe,
+        page.replace(
+            "</body>",
+            "<script>const ok=[...document.querySelectorAll('svg')].filter(s=>{const b=s.getBoundingClientRect();return b.width>300&&b.height>100&&[...s.querySelectorAll('polyline')].some(p=>p.getBBox().width>0)}).length;document.body.setAttribute('data-charts-rendered',String(ok));</script></body>",
+        ),
+    )
+    .unwrap();
+    let dom = chromium_run(
+        &bin,
+        &["--dump-dom".into()],
+        &format!("file://{}", probe.display()),
+    )
+    .await;
+    assert!(
+        dom.contains("data-charts-rendered=\"4\""),
+        "charts not rendered: {}",
+        dom.chars().take(400).collect::<String>()
+    );
+    let png = dir.path().join("report.png");
+    chromium_run(
+        &bin,
+        &[format!("--screenshot={}", png.display())],
+        &format!("file://{}", html.display()),
+    )
+    .await;
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 20_000,
+        "{} bytes",
+        bytes.len()
+    );
+    if let Some(keep) = std::env::var_os("STAMPEDE_KEEP_SCREENSHOT") {
+        std::fs::copy(&png, keep).unwrap();
+    }
+}

@@ -1,0 +1,386 @@
+//! The self-contained HTML report: inline SVG charts drawn with `plotters` (SVG backend, no
+//! fonts embedded, no scripts), and tables per phase, step and agent, and threshold verdicts.
+
+use std::fmt::Write as _;
+
+use plotters::prelude::*;
+use stampede_core::report::Report;
+
+const W: u32 = 960;
+const H: u32 = 320;
+
+/// One named line of a chart.
+struct Line {
+    name: String,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// A line chart over `x_range`, with dashed vertical markers at `marks`.
+fn line_chart(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    x_range: (f64, f64),
+    lines: &[Line],
+    marks: &[(f64, String)],
+    x_fmt: Option<&dyn Fn(&f64) -> String>,
+) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let y_max = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .fold(0.0f64, f64::max);
+        let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+        let (x0, x1) = if x_range.1 > x_range.0 {
+            x_range
+        } else {
+            (x_range.0, x_range.0 + 1.0)
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, 0.0..y_max)
+            .map_err(err)?;
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_desc).y_desc(y_desc).light_line_style(WHITE);
+        if let Some(f) = x_fmt {
+            mesh.x_label_formatter(f).x_labels(6);
+        }
+        mesh.draw().map_err(err)?;
+        for (x, label) in marks {
+            let style = BLACK.mix(0.45).stroke_width(1);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(*x, 0.0), (*x, y_max)],
+                    6,
+                    4,
+                    style,
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*x, y_max),
+                    ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
+                )))
+                .map_err(err)?;
+        }
+        for l in lines {
+            let color = l.color;
+            // "planned" is drawn wide and light so an identical achieved line stays readable.
+            let width = if l.name == "planned" { 6 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(l.points.clone(), color.stroke_width(width)))
+                .map_err(err)?
+                .label(l.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        if !lines.is_empty() {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .draw()
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+/// The percentile spectrum of the whole run, merged from the per-interval histograms:
+/// (x = -log10(1 - q), value in ms).
+fn spectrum(r: &Report) -> Vec<(f64, f64)> {
+    use base64::Engine as _;
+    let mut all = stampede_core::hist::new_histogram();
+    for row in &r.timeline {
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&row.response_hist) else {
+            continue;
+        };
+        if let Ok(h) = stampede_core::hist::decode(&bytes) {
+            let _ = stampede_core::hist::merge(&mut all, &h);
+        }
+    }
+    if all.is_empty() {
+        return Vec::new();
+    }
+    let mut pts = Vec::new();
+    let mut x = 0.0;
+    while x <= 5.0 + 1e-9 {
+        let q = 1.0 - 10f64.powf(-x);
+        let v = all.value_at_quantile(q.min(1.0));
+        pts.push((x, v as f64 / 1000.0));
+        x += 0.05;
+    }
+    pts
+}
+
+/// Renders the report as one self-contained HTML page.
+pub fn html(r: &Report) -> Result<String, String> {
+    let tl = &r.timeline;
+    let interval_s = if tl.len() > 1 {
+        (tl[1].t_s - tl[0].t_s).max(1e-3)
+    } else {
+        1.0
+    };
+    let x_max = tl
+        .last()
+        .map_or(r.duration_s, |t| t.t_s + interval_s)
+        .max(r.planned_duration_s);
+    let marks: Vec<(f64, String)> = r
+        .phases
+        .iter()
+        .map(|p| {
+            let name = if p.name.is_empty() {
+                format!("phase {}", p.index + 1)
+            } else {
+                p.name.clone()
+            };
+            (p.start_s, name)
+        })
+        .collect();
+    let mid = |t: f64| t + interval_s / 2.0;
+    let lat = |name: &str, i: usize, f: &dyn Fn(&stampede_core::report::TimelineRow) -> u64| Line {
+        name: name.into(),
+        color: PALETTE[i],
+        points: tl
+            .iter()
+            .filter(|t| t.completed > 0)
+            .map(|t| (mid(t.t_s), f(t) as f64 / 1000.0))
+            .collect(),
+    };
+    let latency = line_chart(
+        "Response time per interval (from the intended send time)",
+        "seconds since T0",
+        "ms",
+        (0.0, x_max),
+        &[
+            lat("p50", 0, &|t| t.response_p50_us),
+            lat("p90", 1, &|t| t.response_p90_us),
+            lat("p99", 3, &|t| t.response_p99_us),
+            lat("max", 7, &|t| t.response_max_us),
+        ],
+        &marks,
+        None,
+    )?;
+    let req_per_session = if r.totals.sessions.planned > 0 {
+        r.totals.planned as f64 / r.totals.sessions.planned as f64
+    } else {
+        1.0
+    };
+    let throughput = line_chart(
+        "Throughput: planned vs achieved",
+        "seconds since T0",
+        "requests/s",
+        (0.0, x_max),
+        &[
+            Line {
+                name: "planned".into(),
+                color: RGBColor(190, 190, 190),
+                points: tl
+                    .iter()
+                    .map(|t| {
+                        (
+                            mid(t.t_s),
+                            t.sessions_planned as f64 * req_per_session / interval_s,
+                        )
+                    })
+                    .collect(),
+            },
+            Line {
+                name: "achieved (completed)".into(),
+                color: PALETTE[2],
+                points: tl
+                    .iter()
+                    .map(|t| (mid(t.t_s), t.completed as f64 / interval_s))
+                    .collect(),
+            },
+            Line {
+                name: "failed".into(),
+                color: PALETTE[3],
+                points: tl
+                    .iter()
+                    .map(|t| (mid(t.t_s), t.failed as f64 / interval_s))
+                    .collect(),
+            },
+        ],
+        &marks,
+        None,
+    )?;
+    let kinds: std::collections::BTreeSet<&String> =
+        tl.iter().flat_map(|t| t.errors.keys()).collect();
+    let error_lines: Vec<Line> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Line {
+            name: (*k).clone(),
+            color: PALETTE[(i + 3) % PALETTE.len()],
+            points: tl
+                .iter()
+                .map(|t| {
+                    (
+                        mid(t.t_s),
+                        t.errors.get(*k).copied().unwrap_or(0) as f64 / interval_s,
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let errors = line_chart(
+        if error_lines.is_empty() {
+            "Errors over time by kind: none"
+        } else {
+            "Errors over time by kind"
+        },
+        "seconds since T0",
+        "errors/s",
+        (0.0, x_max),
+        &error_lines,
+        &marks,
+        None,
+    )?;
+    let pct = |x: &f64| -> String {
+        let q = 100.0 * (1.0 - 10f64.powf(-*x));
+        if q < 99.0 {
+            format!("{q:.0}%")
+        } else {
+            format!("{}%", (q * 1000.0).round() / 1000.0)
+        }
+    };
+    let spectrum = line_chart(
+        "Percentile spectrum of the response time (whole run, merged)",
+        "percentile (log scale towards 99.999%)",
+        "ms",
+        (0.0, 5.0),
+        &[Line {
+            name: "response time".into(),
+            color: PALETTE[0],
+            points: spectrum(r),
+        }],
+        &[],
+        Some(&pct),
+    )?;
+
+    let mut o = String::with_capacity(256 * 1024);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Stampede report {id}</title>\n<style>\
+body{{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1000px;color:#222}}\
+h1{{font-size:1.5em}} h2{{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}}\
+table{{border-collapse:collapse;margin:8px 0;font-size:0.9em}} td,th{{border:1px solid #ddd;padding:3px 8px;text-align:right}}\
+th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
+.pass{{color:#1a7f37;font-weight:bold}} .fail{{color:#cf222e;font-weight:bold}} .chart svg{{max-width:100%;height:auto}}\
+</style></head><body>\n<h1>Stampede report: {scenario}</h1>\n<p>Run <code>{id}</code>, outcome <b>{outcome:?}</b>{msg}. Duration {dur:.1} s (planned {pdur:.1} s), arrival {arrival}, seed {seed}.</p>\n",
+        id = esc(&r.run_id),
+        scenario = esc(&r.scenario),
+        outcome = r.outcome,
+        msg = r.message.as_deref().map(|m| format!(": {}", esc(m))).unwrap_or_default(),
+        dur = r.duration_s,
+        pdur = r.planned_duration_s,
+        arrival = esc(&r.arrival),
+        seed = r.seed,
+    );
+    let t = &r.totals;
+    let lt = &r.latency.response_time;
+    let _ = write!(
+        o,
+        "<h2>Summary</h2><table><tr><th>planned</th><th>completed</th><th>failed</th><th>error rate</th><th>throughput</th><th>achieved</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>p99.99 ms</th><th>max ms</th></tr>\
+<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}%</td><td>{:.1}/s</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        t.planned, t.completed, t.failed, t.error_rate * 100.0, t.throughput_rps, t.achieved_ratio * 100.0,
+        ms(lt.p50_us), ms(lt.p90_us), ms(lt.p99_us), ms(lt.p999_us), ms(lt.p9999_us), ms(lt.max_us),
+    );
+    o.push_str("<h2>Thresholds</h2>");
+    if r.thresholds.is_empty() {
+        o.push_str("<p>No thresholds were set.</p>");
+    } else {
+        o.push_str(
+            "<table id=\"thresholds\"><tr><th>threshold</th><th>measured</th><th>verdict</th></tr>",
+        );
+        for th in &r.thresholds {
+            let _ = write!(
+                o,
+                "<tr><td><code>{}</code></td><td>{}</td><td class=\"{}\">{}</td></tr>",
+                esc(&th.expr),
+                esc(&th.measured_text),
+                if th.passed { "pass" } else { "fail" },
+                if th.passed { "PASS" } else { "FAIL" }
+            );
+        }
+        o.push_str("</table>");
+    }
+    for (title, svg) in [
+        ("Latency over time", latency),
+        ("Throughput", throughput),
+        ("Errors", errors),
+        ("Percentile spectrum", spectrum),
+    ] {
+        let _ = write!(o, "\n<h2>{title}</h2><div class=\"chart\">{svg}</div>");
+    }
+    o.push_str("\n<h2>Phases</h2><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
+    for p in &r.phases {
+        let l = &p.latency.response_time;
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(if p.name.is_empty() { "-" } else { &p.name }), p.start_s, p.duration_s, p.planned, p.completed, p.failed, p.throughput_rps,
+            ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
+        );
+    }
+    o.push_str("</table>\n<h2>Steps</h2><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
+    for s in &r.steps {
+        let l = &s.latency.response_time;
+        let errs: Vec<String> = s.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.name), s.completed, s.failed, esc(&errs.join(", ")), ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
+        );
+    }
+    o.push_str("</table>\n<h2>Agents</h2><table><tr><th>agent</th><th>shard</th><th>planned</th><th>started</th><th>completed</th><th>failed</th><th>lost</th><th>clock offset µs</th><th>lag p99 µs</th><th>lag max µs</th><th>late arrivals</th></tr>");
+    for a in &r.agents {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&a.id), a.shard, a.planned, a.started, a.completed, a.failed,
+            if a.lost { format!("yes ({:.1}%)", a.lost_share * 100.0) } else { "no".into() },
+            a.clock_offset_us, a.lag_p99_us, a.lag_max_us, a.late_arrivals
+        );
+    }
+    o.push_str("</table>\n<p style=\"color:#777;font-size:0.8em\">Generated by stampede. Percentiles are exact over the merged HDR histograms (3 significant digits).</p>\n</body></html>\n");
+    Ok(o)
+}

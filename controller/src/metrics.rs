@@ -373,3 +373,52 @@ fn answer(req: &Request<Incoming>, inner: &Inner) -> Response<Full<Bytes>> {
     );
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_run_series_are_bounded_to_the_last_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = crate::Controller::new(crate::ControllerConfig::new(dir.path())).unwrap();
+        for i in 0..(KEEP_RUNS + 3) {
+            let p = v1::Progress {
+                run_id: format!("run-{i}"),
+                interval: 0,
+                samples: Vec::new(),
+                open_connections: 7,
+            };
+            c.inner.metrics.progress(&format!("run-{i}"), "a", &p);
+        }
+        let text = c.metrics_text();
+        for i in 0..3 {
+            assert!(!text.contains(&format!("run_id=\"run-{i}\"")), "{text}");
+        }
+        for i in 3..(KEEP_RUNS + 3) {
+            assert!(
+                text.contains(&format!(
+                    "stampede_run_open_connections{{run_id=\"run-{i}\"}} 7"
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_at_the_count() {
+        let mut h = stampede_core::hist::new_histogram();
+        for us in [40, 900, 1_500, 20_000, 90_000_000] {
+            h.record(us).unwrap();
+        }
+        let mut p = PromHist::default();
+        p.add(&h);
+        let m = histogram(vec![], &p);
+        let b = m.get_histogram().get_bucket();
+        let counts: Vec<u64> = b.iter().map(|b| b.cumulative_count()).collect();
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(counts[0], 1); // 40 µs <= 50 µs
+        assert_eq!(*counts.last().unwrap(), 4); // 90 s is above the last bound (60 s)
+        assert_eq!(m.get_histogram().get_sample_count(), 5);
+    }
+}

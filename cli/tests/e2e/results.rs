@@ -373,3 +373,89 @@ async fn html_report_renders_its_charts_in_headless_chromium() {
         std::fs::copy(&png, keep).unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_live_while_the_run_goes_on() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(1).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let maddr = listener.local_addr().unwrap().to_string();
+    let stop = CancellationToken::new();
+    let metrics = {
+        let (c, s) = (cluster.controller.clone(), stop.clone());
+        tokio::spawn(async move {
+            c.serve_metrics(listener, async move { s.cancelled().await })
+                .await
+        })
+    };
+    let mut c = stampede_cli::client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let text = crate::scenario(&target.url, "  - { duration: 4s, arrival_rate: 50 }\n", "");
+    let run_id = stampede_cli::client::submit(&mut c, &text, Some(2), None)
+        .await
+        .unwrap();
+    let mut stream = c
+        .watch_run(stampede_proto::v1::WatchRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // A snapshot with data means the driver has merged (and fed /metrics) that progress.
+    let seen = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let ev = stream.message().await.unwrap().expect("run still going");
+            if let Some(stampede_proto::v1::run_event::Event::Snapshot(s)) = ev.event {
+                if s.completed > 0 {
+                    return s.completed;
+                }
+            }
+        }
+    })
+    .await
+    .expect("a live snapshot with data");
+    let (_, body) = http_get(&maddr, "/metrics").await;
+    let s = parse(&body);
+    let l = [("run_id", run_id.as_str())];
+    assert_eq!(
+        num(value(
+            &s,
+            "stampede_run_state",
+            &[("run_id", run_id.as_str()), ("state", "running")]
+        )),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(
+        num(value(&s, "stampede_runs", &[("state", "running")])),
+        1.0
+    );
+    assert_eq!(num(value(&s, "stampede_agents_busy", &[])), 2.0);
+    assert_eq!(num(value(&s, "stampede_run_active_agents", &l)), 2.0);
+    assert!(num(value(&s, "stampede_run_requests_completed_total", &l)) >= seen as f64);
+    assert!(num(value(&s, "stampede_run_throughput_rps", &l)) > 0.0);
+    assert!(value(&s, "stampede_run_open_connections", &l).is_some());
+    // Let the run finish, then the live gauges fall back to zero.
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), stream.message())
+        .await
+        .expect("run ends in time")
+        .unwrap()
+    {
+        if let Some(stampede_proto::v1::run_event::Event::ReportJson(_)) = ev.event {
+            break;
+        }
+    }
+    let (_, body) = http_get(&maddr, "/metrics").await;
+    let s = parse(&body);
+    assert_eq!(num(value(&s, "stampede_run_active_agents", &l)), 0.0);
+    assert_eq!(num(value(&s, "stampede_run_throughput_rps", &l)), 0.0);
+    assert_eq!(
+        num(value(&s, "stampede_run_requests_completed_total", &l)),
+        200.0
+    );
+    stop.cancel();
+    metrics.await.unwrap();
+    cluster.stop().await;
+}

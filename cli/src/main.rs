@@ -356,13 +356,16 @@ async fn dispatch(cmd: Command) -> Result<i32> {
         }
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "stampede",
-                &mut std::io::stdout(),
-            );
-            Ok(exit::OK)
+            // Into a buffer first: clap_complete panics on a write error (e.g. `| head`).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "stampede", &mut script);
+            use std::io::Write as _;
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(e).context("writing the completion script")
+                }
+                _ => Ok(exit::OK),
+            }
         }
         Command::Controller(a) => {
             let mut cfg = stampede_controller::ControllerConfig::new(&a.data_dir);

@@ -459,3 +459,27 @@ async fn metrics_are_live_while_the_run_goes_on() {
     metrics.await.unwrap();
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_writes_the_html_report_next_to_the_json() {
+    let _quiet = QUIET.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("demo-report.json");
+    let out = tokio::process::Command::new(BIN)
+        .args(["demo", "--duration", "3s", "--agents", "1", "--report"])
+        .arg(&json)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), out)
+        .await
+        .expect("demo finished in time")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let html = dir.path().join("demo-report.html");
+    assert!(stderr.contains(&html.display().to_string()), "{stderr}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 4);
+    assert!(json.is_file());
+}

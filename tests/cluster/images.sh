@@ -72,7 +72,7 @@ etc_files() { # ROOTFS: the /etc a glibc program needs for users and DNS (resolv
 }
 
 build_stampede() {
-  local bin=$REPO_ROOT/target/$TARGET_SUBDIR/stampede rootfs=$IMAGES/.rootfs-stampede nss
+  local bin=$CARGO_TARGET/$TARGET_SUBDIR/stampede rootfs=$IMAGES/.rootfs-stampede nss
   if [ "${STAMPEDE_IMAGE_SKIP_CARGO:-0}" != 1 ]; then
     log "cargo build --profile $PROFILE -p stampede"
     (cd "$REPO_ROOT" && timeout 3600 cargo build --profile "$PROFILE" -p stampede)

@@ -13,6 +13,12 @@ trap 'echo "[cluster $(date +%T)] ERROR: command failed (exit $?): $BASH_COMMAND
 
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CLUSTER_DIR/../.." && pwd)
+# Where cargo puts binaries: CARGO_TARGET_DIR if set (relative to the repo), else <repo>/target.
+case "${CARGO_TARGET_DIR:-}" in
+  "") CARGO_TARGET=$REPO_ROOT/target ;;
+  /*) CARGO_TARGET=$CARGO_TARGET_DIR ;;
+  *) CARGO_TARGET=$REPO_ROOT/$CARGO_TARGET_DIR ;;
+esac
 
 if [ "$(id -u)" = 0 ]; then _default_cache=/var/cache/stampede-cluster; else _default_cache=${XDG_CACHE_HOME:-$HOME/.cache}/stampede-cluster; fi
 CACHE=${STAMPEDE_CLUSTER_CACHE:-$_default_cache}

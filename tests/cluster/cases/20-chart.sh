@@ -26,7 +26,9 @@ tmp=$(mktemp -d)
 pf_pid=""
 
 if [ -z "${STAMPEDE_BIN:-}" ]; then
-  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$REPO_ROOT/target/debug/stampede; else STAMPEDE_BIN=$REPO_ROOT/target/release/stampede; fi
+  tdir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
+  case $tdir in /*) ;; *) tdir=$REPO_ROOT/$tdir ;; esac
+  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$tdir/debug/stampede; else STAMPEDE_BIN=$tdir/release/stampede; fi
 fi
 [ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN (cargo build --release -p stampede)"
 

@@ -88,7 +88,7 @@ pub struct Recorder {
 impl Recorder {
     pub fn new(phases: usize, steps: usize) -> Self {
         Self {
-            active: Mutex::new((0..phases).map(|_| Stats::with_steps(steps)).collect()),
+            active: Mutex::new(empty_buffers(phases, steps)),
             in_flight: AtomicUsize::new(0),
             open_connections: AtomicU64::new(0),
         }
@@ -111,6 +111,11 @@ impl Recorder {
     pub fn swap(&self, spare: &mut Vec<Stats>) {
         std::mem::swap(&mut *self.lock(), spare);
     }
+}
+
+/// One empty [`Stats`] per phase: the recorder's buffers.
+fn empty_buffers(phases: usize, steps: usize) -> Vec<Stats> {
+    (0..phases).map(|_| Stats::with_steps(steps)).collect()
 }
 
 /// Builds the Progress message for one interval from filled buffers, then resets them.
@@ -163,9 +168,7 @@ pub async fn execute(
         let (rec, spec, out, ticker_stop) =
             (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
         tokio::spawn(async move {
-            let mut spare: Vec<Stats> = (0..spec.phases)
-                .map(|_| Stats::with_steps(n_steps))
-                .collect();
+            let mut spare = empty_buffers(spec.phases, n_steps);
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let mut next = 0u64;
@@ -266,12 +269,7 @@ pub async fn execute(
     ticker_stop.cancel();
     let (mut spare, next) = match ticker.await {
         Ok(v) => v,
-        Err(_) => (
-            (0..spec.phases)
-                .map(|_| Stats::with_steps(n_steps))
-                .collect(),
-            0,
-        ),
+        Err(_) => (empty_buffers(spec.phases, n_steps), 0),
     };
     // Final flush: whatever was recorded since the last tick.
     let last = interval_index(t0, spec.interval).max(next);

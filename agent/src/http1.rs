@@ -3,12 +3,14 @@
 //! read and discarded. Nothing is allocated per request. Lengths from the server are never
 //! trusted beyond what is actually read.
 
-use std::io;
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes, BytesMut};
 use stampede_core::scenario::HttpRequest;
 use stampede_core::stats::error_kind;
+
+pub use crate::net::Failure;
+use crate::net::{self, io_failure};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -16,10 +18,6 @@ use tokio::net::TcpStream;
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
 const READ_CHUNK: usize = 16 * 1024;
-
-/// Why a request failed, as a report error kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failure(pub &'static str);
 
 /// A request rendered to bytes once.
 #[derive(Debug, Clone)]
@@ -88,36 +86,9 @@ pub struct Conn {
     buf: BytesMut,
 }
 
-/// Maps a connect error to its kind.
-pub fn connect_failure(e: &io::Error) -> Failure {
-    Failure(match e.kind() {
-        io::ErrorKind::ConnectionRefused => error_kind::CONNECT_REFUSED,
-        io::ErrorKind::AddrNotAvailable => error_kind::ADDR_NOT_AVAILABLE,
-        io::ErrorKind::TimedOut => error_kind::CONNECT_TIMEOUT,
-        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => error_kind::RESET,
-        _ => error_kind::CONNECT,
-    })
-}
-
-fn io_failure(e: &io::Error, writing: bool) -> Failure {
-    Failure(match e.kind() {
-        io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => error_kind::RESET,
-        io::ErrorKind::TimedOut => error_kind::TIMEOUT,
-        io::ErrorKind::UnexpectedEof => error_kind::RESET,
-        _ if writing => error_kind::WRITE,
-        _ => error_kind::READ,
-    })
-}
-
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| connect_failure(&e))?;
-        // Latency matters more than packet count for a load generator.
-        let _ = stream.set_nodelay(true);
+        let stream = net::connect_tcp(addr).await?;
         Ok(Self {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),

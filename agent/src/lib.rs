@@ -7,6 +7,7 @@
 //! controller drops intervals it already has.
 
 pub mod http1;
+pub mod net;
 pub mod runner;
 
 use std::net::SocketAddr;

@@ -336,13 +336,25 @@ async fn dispatch(cmd: Command) -> Result<i32> {
                 &[],
                 s.seed.unwrap_or(0),
             )?;
+            let shape = match &s.load {
+                Some(l) => {
+                    format!("{:?} load, {} connections", l.model, l.connections).to_lowercase()
+                }
+                None => format!("{} phases", s.phases.len()),
+            };
+            let planned = if s.is_closed() {
+                "requests back to back (closed model: nothing planned ahead)".to_string()
+            } else {
+                format!(
+                    "{} sessions and {} requests planned",
+                    plan.total_sessions(),
+                    plan.total_requests()
+                )
+            };
             println!(
-                "{}: ok — {} phases, {:.1}s, {} sessions and {} requests planned over {} agent(s)",
+                "{}: ok — {shape}, {:.1}s, {planned} over {} agent(s)",
                 scenario.display(),
-                s.phases.len(),
                 s.duration().as_secs_f64(),
-                plan.total_sessions(),
-                plan.total_requests(),
                 plan.agents
             );
             Ok(exit::OK)

@@ -59,12 +59,21 @@ pub fn report_text(r: &Report) -> String {
         let _ = writeln!(o, "  {m}");
     }
     let t = &r.totals;
+    let model = match &r.load {
+        Some(l) => match l.rate {
+            Some(rate) => format!(
+                "{} model at {rate}/s over {} connections",
+                l.model, l.connections
+            ),
+            None => format!("{} model, {} connections", l.model, l.connections),
+        },
+        None => format!("{} arrivals", r.arrival),
+    };
     let _ = writeln!(
         o,
-        "  duration {:.1}s (planned {:.1}s), {} arrivals, seed {}, {} agent(s)",
+        "  duration {:.1}s (planned {:.1}s), {model}, seed {}, {} agent(s)",
         r.duration_s,
         r.planned_duration_s,
-        r.arrival,
         r.seed,
         r.agents.len()
     );

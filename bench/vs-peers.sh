@@ -31,58 +31,15 @@ CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(closed constant conns newconn)
 secs=${DURATION%s}
 
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
 
 # 10,000 connections need descriptors on both sides (20,000 is this machine's ceiling).
 ulimit -n 20000
 
-have_nginx() { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }
-if ! command -v wrk >/dev/null || ! have_nginx; then
-    apt-get update -qq
-    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 || apt-get install -y -qq nginx wrk >/dev/null
-fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-
 cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
 BIN="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
 
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-worker_rlimit_nofile 20000;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log warn;
-events { worker_connections 16000; }
-http {
-    access_log off;
-    keepalive_requests 100000000;
-    keepalive_timeout 75s;
-    default_type text/plain;
-    server {
-        listen 127.0.0.1:$NGINX_PORT reuseport backlog=16384;
-        location = / { return 200 "hello from stampede\n"; }
-    }
-}
-CONF
-
-wait_port() {
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "port $1 did not open" >&2
-    return 1
-}
-hz=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+write_nginx_conf "$NGINX_PORT" 16000
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 
 taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
@@ -102,10 +59,10 @@ stampede_case() {
     agent=$!
     pids+=("$agent")
     sleep 0.5
-    c0=$(ticks "$agent")
+    c0=$(cpu_ticks "$agent")
     "$BIN" run "$scenario" --controller "http://127.0.0.1:$CTL_PORT" --quiet --output json \
         --report "$work/report.json" >/dev/null || true
-    c1=$(ticks "$agent")
+    c1=$(cpu_ticks "$agent")
     hwm=$(hwm_kb "$agent")
     kill "$agent"
     wait "$agent" 2>/dev/null || true

@@ -22,66 +22,13 @@ NGINX_PORT=${NGINX_PORT:-18080}
 TARGET_PORT=${TARGET_PORT:-18081}
 RUNTIME=${RUNTIME:-multi-thread}
 
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# 1. Tools from Debian.
-have_nginx() { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }
-if ! command -v wrk >/dev/null || ! have_nginx; then
-    apt-get update -qq
-    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 || apt-get install -y -qq nginx wrk >/dev/null
-fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/lib.sh"
 
 # 2. The target, release build.
 cargo build --release -q -p stampede-target-servers --example target --manifest-path "$root/Cargo.toml"
 TARGET_BIN="$root/target/release/examples/target"
 
-# 3. nginx: one worker, same body as the target's GET /.
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_requests 100000000;
-    keepalive_timeout 75s;
-    default_type text/plain;
-    server {
-        listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
-        location = / { return 200 "hello from stampede\n"; }
-    }
-}
-CONF
-
-wait_port() {
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "port $1 did not open" >&2
-    return 1
-}
-
-# Sum of utime+stime (clock ticks) of a process and all its threads/children we started.
-cpu_ticks() {
-    local total=0 p
-    for p in "$@"; do
-        if [ -r "/proc/$p/stat" ]; then
-            total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-        fi
-    done
-    echo "$total"
-}
+write_nginx_conf "$NGINX_PORT"
 
 taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
 pids+=($!)
@@ -101,7 +48,6 @@ curl_check() { # a sanity check that both answer the same body
 curl_check "$NGINX_PORT"
 curl_check "$TARGET_PORT"
 
-hz=$(getconf CLK_TCK)
 run() { # name port pids...
     local name=$1 port=$2; shift 2
     taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up

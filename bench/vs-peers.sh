@@ -136,7 +136,7 @@ for case in "${CASES[@]}"; do
             echo "  cpu per request, vegeta/stampede: $(awk -v a="$v_us" -v b="$s_us" 'BEGIN {printf "%.2f", a / b}')"
         fi
         if command -v oha >/dev/null; then
-            peer oha --no-tui -j -q 5000 -c 50 -z "$DURATION" "$URL/" > "$work/oha.json"
+            peer oha --no-tui --output-format json -q 5000 -c 50 -z "$DURATION" "$URL/" > "$work/oha.json"
             o_n=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(r["statusCodeDistribution"].values()))' "$work/oha.json")
             o_us=$(awk -v c="$(peer_cpu)" -v n="$o_n" 'BEGIN {printf "%.1f", c * 1e6 / n}')
             printf '  oha       %8.0f req/s achieved  %s us cpu/req\n' "$(awk -v n="$o_n" -v d="$secs" 'BEGIN {print n / d}')" "$o_us"

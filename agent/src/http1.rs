@@ -294,6 +294,7 @@ mod tests {
             path: "/x".into(),
             headers: Default::default(),
             body: None,
+            body_file: None,
             expect_status: None,
         };
         PreparedRequest::new(&req, "h")

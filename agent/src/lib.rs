@@ -9,8 +9,9 @@
 pub mod http1;
 pub mod net;
 pub mod runner;
+pub mod stream;
+pub mod udp;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 
 use crate::http1::PreparedRequest;
-use crate::runner::{RunSpec, StepPlan};
+use crate::runner::{Endpoint, RunSpec, StepPlan};
+use crate::stream::FramedRequest;
+use crate::udp::DatagramRequest;
 
 /// How the agent connects and describes itself.
 #[derive(Debug, Clone)]
@@ -379,30 +382,42 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     };
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
-    let (addr, host_header) = resolve(&target).await?;
+    let (endpoint, host_header) = resolve(&target).await?;
     let mut ordinal = 0;
-    let steps = scenario
-        .session
-        .iter()
-        .map(|s| {
-            if let Some(h) = &s.http {
-                let plan = StepPlan::Http {
-                    ordinal,
-                    request: PreparedRequest::new(h, &host_header),
-                    expect: h.expect_status.clone(),
-                    repeat: s.repeat(),
-                    new_connection: s.new_connection,
-                };
-                ordinal += 1;
-                plan
-            } else {
-                StepPlan::Think(
-                    s.think_time
-                        .unwrap_or(stampede_core::scenario::ThinkTime::Fixed(Default::default())),
-                )
+    let mut steps = Vec::with_capacity(scenario.session.len());
+    for (i, s) in scenario.session.iter().enumerate() {
+        let (repeat, new_connection) = (s.repeat(), s.new_connection);
+        let plan = if let Some(h) = &s.http {
+            StepPlan::Http {
+                ordinal,
+                request: PreparedRequest::new(h, &host_header),
+                expect: h.expect_status.clone(),
+                repeat,
+                new_connection,
             }
-        })
-        .collect();
+        } else if let Some(t) = &s.tcp {
+            StepPlan::Tcp {
+                ordinal,
+                request: FramedRequest::new(t).map_err(|e| format!("session[{i}].tcp.{e}"))?,
+                repeat,
+                new_connection,
+            }
+        } else if let Some(u) = &s.udp {
+            StepPlan::Udp {
+                ordinal,
+                request: DatagramRequest::new(u).map_err(|e| format!("session[{i}].udp.{e}"))?,
+                repeat,
+                new_connection,
+            }
+        } else {
+            steps.push(StepPlan::Think(s.think_time.unwrap_or(
+                stampede_core::scenario::ThinkTime::Fixed(Default::default()),
+            )));
+            continue;
+        };
+        ordinal += 1;
+        steps.push(plan);
+    }
     let interval = Duration::from_millis(a.interval_ms.clamp(100, 60_000));
     let mode = match &scenario.load {
         None => runner::Mode::Arrivals,
@@ -438,21 +453,22 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         scenario,
         filter,
         interval,
-        target: addr,
+        target: endpoint,
         steps,
         capacity: cfg.capacity.max(1) as usize,
     })
 }
 
-/// Resolves `http://host:port` once per run.
-async fn resolve(url: &str) -> Result<(SocketAddr, String), String> {
-    let rest = if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else if url.starts_with("https://") {
+/// Resolves the target once per run: the endpoint, and the authority (the HTTP `Host`).
+async fn resolve(url: &str) -> Result<(Endpoint, String), String> {
+    use stampede_core::protocol::Transport;
+    let (transport, rest) = Transport::parse(url).map_err(|e| format!("target: {e}"))?;
+    if transport == Transport::Unix {
+        return Ok((Endpoint::Unix(rest.into()), String::new()));
+    }
+    if transport == Transport::Https {
         return Err("target: https is not supported by this agent yet".into());
-    } else {
-        return Err(format!("target: `{url}` is not an http:// URL"));
-    };
+    }
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() {
         return Err(format!("target: `{url}` has no host"));
@@ -473,5 +489,10 @@ async fn resolve(url: &str) -> Result<(SocketAddr, String), String> {
         .map_err(|e| format!("target: cannot resolve `{authority}`: {e}"))?
         .next()
         .ok_or_else(|| format!("target: `{authority}` resolved to no address"))?;
-    Ok((addr, authority.to_string()))
+    let endpoint = match transport {
+        Transport::Tcp => Endpoint::Tcp(addr),
+        Transport::Udp => Endpoint::Udp(addr),
+        _ => Endpoint::Http(addr),
+    };
+    Ok((endpoint, authority.to_string()))
 }

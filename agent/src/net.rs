@@ -45,3 +45,32 @@ pub async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, Failure> {
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
+
+/// Opens a Unix stream connection to `path` (local targets only).
+pub async fn connect_unix(path: &std::path::Path) -> Result<tokio::net::UnixStream, Failure> {
+    tokio::net::UnixStream::connect(path).await.map_err(|e| {
+        // A missing socket file is the Unix form of "nobody listens there".
+        if e.kind() == io::ErrorKind::NotFound {
+            Failure(error_kind::CONNECT_REFUSED)
+        } else {
+            connect_failure(&e)
+        }
+    })
+}
+
+/// Opens a UDP socket connected to `addr` (an ephemeral local port; only `addr` can answer).
+pub async fn connect_udp(addr: SocketAddr) -> Result<tokio::net::UdpSocket, Failure> {
+    let local: SocketAddr = if addr.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = tokio::net::UdpSocket::bind(local)
+        .await
+        .map_err(|e| connect_failure(&e))?;
+    socket
+        .connect(addr)
+        .await
+        .map_err(|e| connect_failure(&e))?;
+    Ok(socket)
+}

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::http1::{Conn, Failure, PreparedRequest};
+use crate::stream::{FramedRequest, StreamConn};
+use crate::udp::{DatagramRequest, UdpConn};
 
 /// A step compiled for the hot path.
 #[derive(Debug, Clone)]
@@ -31,7 +33,53 @@ pub enum StepPlan {
         repeat: u32,
         new_connection: bool,
     },
+    /// A framed request/response over the session's TCP or Unix stream.
+    Tcp {
+        ordinal: usize,
+        request: FramedRequest,
+        repeat: u32,
+        new_connection: bool,
+    },
+    /// A datagram and its reply over the session's UDP socket.
+    Udp {
+        ordinal: usize,
+        request: DatagramRequest,
+        repeat: u32,
+        new_connection: bool,
+    },
     Think(ThinkTime),
+}
+
+/// Where the target is, resolved once per run; the scheme picks the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `http://`: HTTP/1.1 over TCP.
+    Http(SocketAddr),
+    /// `tcp://`: framed request/response over TCP.
+    Tcp(SocketAddr),
+    /// `unix:///path`: framed request/response over a Unix stream socket.
+    Unix(std::path::PathBuf),
+    /// `udp://`: datagrams.
+    Udp(SocketAddr),
+}
+
+/// A session's connection, whatever the transport.
+#[derive(Debug)]
+pub enum Link {
+    Http1(Conn),
+    Stream(StreamConn),
+    Udp(UdpConn),
+}
+
+impl Link {
+    async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
+        Ok(match endpoint {
+            Endpoint::Http(a) => Link::Http1(Conn::connect(*a).await?),
+            Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
+            Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
+            Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),
+        })
+    }
 }
 
 /// How a shard generates load.
@@ -59,7 +107,7 @@ pub struct RunSpec {
     pub schedule: Schedule,
     pub filter: ShardFilter,
     pub interval: Duration,
-    pub target: SocketAddr,
+    pub target: Endpoint,
     pub steps: Vec<StepPlan>,
     pub request_timeout: Duration,
     /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
@@ -385,7 +433,7 @@ async fn pooled_connection(
 
 /// Decrements the open-connection gauge when a connection is dropped.
 struct Tracked<'a> {
-    conn: Conn,
+    conn: Link,
     gauge: &'a AtomicU64,
 }
 
@@ -439,10 +487,21 @@ async fn session<'a>(
             }
             StepPlan::Http {
                 ordinal,
-                request,
-                expect,
                 repeat,
                 new_connection,
+                ..
+            }
+            | StepPlan::Tcp {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::Udp {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
             } => {
                 for _ in 0..*repeat {
                     if *new_connection {
@@ -451,29 +510,25 @@ async fn session<'a>(
                     let sent = Instant::now();
                     rec.with(phase, |s| s.counters.requests_started += 1);
                     let result = tokio::select! {
-                        r = exchange(spec, rec, conn, request) => r,
+                        r = exchange(spec, rec, conn, step) => r,
                         _ = stop.cancelled() => return,
                     };
                     let done = Instant::now();
                     match result {
-                        Ok(resp) => {
-                            let good = match expect {
-                                Some(list) => list.contains(&resp.status),
-                                None => (200..400).contains(&resp.status),
-                            };
+                        Ok(answer) => {
                             rec.with(phase, |s| {
-                                s.counters.bytes_sent += request.len() as u64;
-                                s.counters.bytes_received += resp.bytes_received;
-                                if good {
+                                s.counters.bytes_sent += answer.sent;
+                                s.counters.bytes_received += answer.received;
+                                if answer.good {
                                     s.record_success(*ordinal, us(done - due), us(done - sent));
                                 } else {
                                     s.record_failure(*ordinal, error_kind::STATUS);
                                 }
                             });
-                            if !resp.keep_alive {
+                            if !answer.keep_alive {
                                 *conn = None;
                             }
-                            if !good {
+                            if !answer.good {
                                 ok = false;
                                 break 'steps;
                             }
@@ -498,16 +553,26 @@ async fn session<'a>(
     });
 }
 
-/// Connects if needed, then sends one request, within the request timeout.
+/// What one request brought back.
+struct Answer {
+    sent: u64,
+    received: u64,
+    /// The reply is the expected one (HTTP: the status is expected).
+    good: bool,
+    /// The connection may carry another request.
+    keep_alive: bool,
+}
+
+/// Connects if needed, then sends one request of `step`, within the request timeout.
 async fn exchange<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
     conn: &mut Option<Tracked<'a>>,
-    request: &PreparedRequest,
-) -> Result<crate::http1::Response, Failure> {
+    step: &StepPlan,
+) -> Result<Answer, Failure> {
     let deadline = Instant::now() + spec.request_timeout;
     if conn.is_none() {
-        let c = tokio::time::timeout_at(deadline, Conn::connect(spec.target))
+        let c = tokio::time::timeout_at(deadline, Link::open(&spec.target))
             .await
             .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
         rec.open_connections.fetch_add(1, Ordering::Relaxed);
@@ -519,12 +584,56 @@ async fn exchange<'a>(
     let Some(c) = conn.as_mut() else {
         return Err(Failure(error_kind::CONNECT));
     };
-    let result = tokio::time::timeout_at(deadline, c.conn.request(request))
-        .await
-        .map_err(|_| Failure(error_kind::TIMEOUT))
-        .and_then(|r| r);
+    let result = match (&mut c.conn, step) {
+        (
+            Link::Http1(c),
+            StepPlan::Http {
+                request, expect, ..
+            },
+        ) => timed(deadline, c.request(request))
+            .await
+            .map(|resp| Answer {
+                sent: request.len() as u64,
+                received: resp.bytes_received,
+                good: match expect {
+                    Some(list) => list.contains(&resp.status),
+                    None => (200..400).contains(&resp.status),
+                },
+                keep_alive: resp.keep_alive,
+            }),
+        (Link::Stream(c), StepPlan::Tcp { request, .. }) => timed(deadline, c.request(request))
+            .await
+            .map(|received| Answer {
+                sent: request.len() as u64,
+                received,
+                good: true,
+                keep_alive: true,
+            }),
+        (Link::Udp(c), StepPlan::Udp { request, .. }) => {
+            c.request(request, deadline).await.map(|received| Answer {
+                sent: request.len() as u64,
+                received,
+                good: true,
+                keep_alive: true,
+            })
+        }
+        // Validation ties the step kind to the target's scheme; this cannot happen.
+        _ => Err(Failure(error_kind::PROTOCOL)),
+    };
     if result.is_err() {
         *conn = None;
     }
     result
+}
+
+/// Runs `f` until `deadline`; running out is a `timeout`.
+#[inline]
+async fn timed<T>(
+    deadline: Instant,
+    f: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::time::timeout_at(deadline, f)
+        .await
+        .map_err(|_| Failure(error_kind::TIMEOUT))
+        .and_then(|r| r)
 }

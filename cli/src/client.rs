@@ -137,8 +137,19 @@ pub fn status_error(s: tonic::Status) -> anyhow::Error {
 pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::Scenario)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    match stampede_core::Scenario::from_yaml(&text) {
-        Ok(s) => Ok((text, s)),
+    let mut scenario = match stampede_core::Scenario::from_yaml(&text) {
+        Ok(s) => s,
+        Err(e) => bail!("{}: {e}", path.display()),
+    };
+    // File payloads and bodies are read here, so agents (in pods) never need the files: the
+    // submitted scenario carries their bytes.
+    let base = path.parent().unwrap_or(std::path::Path::new("."));
+    match scenario.inline_files(base, &mut |p| std::fs::read(p)) {
+        Ok(false) => Ok((text, scenario)),
+        Ok(true) => {
+            let json = serde_json::to_string(&scenario).context("serialising the scenario")?;
+            Ok((json, scenario))
+        }
         Err(e) => bail!("{}: {e}", path.display()),
     }
 }

@@ -5,6 +5,7 @@
 pub mod duration;
 pub mod hist;
 pub mod plan;
+pub mod protocol;
 pub mod report;
 pub mod scenario;
 

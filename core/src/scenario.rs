@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
+use crate::protocol::{self, TcpRequest, Transport, UdpRequest};
 
 /// Largest arrival rate accepted for one phase, in new sessions per second.
 pub const MAX_ARRIVAL_RATE: f64 = 10_000_000.0;
@@ -21,7 +22,9 @@ pub const MAX_CONNECTIONS: u32 = 1_000_000;
 pub struct Scenario {
     /// A short name for the run.
     pub name: String,
-    /// Base URL for http steps, e.g. `http://127.0.0.1:8080`.
+    /// What to load. The scheme picks the transport and so the step kind: `http://host:port`
+    /// (http steps), `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port`
+    /// (udp steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     /// How many agents share the load (with `--local`, how many to start).
@@ -211,6 +214,12 @@ pub struct Step {
     /// An HTTP request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpRequest>,
+    /// A framed request/response over TCP (or a Unix socket): `tcp://` and `unix://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpRequest>,
+    /// A datagram and its reply: `udp://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpRequest>,
     /// A pause before the next step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub think_time: Option<ThinkTime>,
@@ -228,7 +237,7 @@ impl Step {
     }
     /// Number of requests this step sends.
     pub fn requests(&self) -> u64 {
-        if self.http.is_some() {
+        if self.http.is_some() || self.tcp.is_some() || self.udp.is_some() {
             u64::from(self.repeat())
         } else {
             0
@@ -264,6 +273,10 @@ pub struct HttpRequest {
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// The body from a UTF-8 file, read by the CLI (relative to the scenario file) before
+    /// submission; the submitted scenario carries it as `body`. Excludes `body`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_file: Option<String>,
     /// Status codes that count as success; default: any 2xx or 3xx.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_status: Option<Vec<u16>>,
@@ -470,12 +483,37 @@ impl Scenario {
             ));
         }
         for (i, step) in self.session.iter().enumerate() {
-            let kinds = usize::from(step.http.is_some()) + usize::from(step.think_time.is_some());
+            let kinds = usize::from(step.http.is_some())
+                + usize::from(step.tcp.is_some())
+                + usize::from(step.udp.is_some())
+                + usize::from(step.think_time.is_some());
             if kinds != 1 {
                 return Err(ScenarioError::invalid(
                     format!("session[{i}]"),
-                    "a step needs exactly one of: http, think_time",
+                    "a step needs exactly one of: http, tcp, udp, think_time",
                 ));
+            }
+            let kind = if step.http.is_some() {
+                Some("http")
+            } else if step.tcp.is_some() {
+                Some("tcp")
+            } else if step.udp.is_some() {
+                Some("udp")
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                self.check_step_transport(i, kind)?;
+            }
+            if let Some(t) = &step.tcp {
+                protocol::check_tcp(t).map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("session[{i}].tcp.{field}"), why)
+                })?;
+            }
+            if let Some(u) = &step.udp {
+                protocol::check_udp(u).map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("session[{i}].udp.{field}"), why)
+                })?;
             }
             if step.repeat == Some(0) {
                 return Err(ScenarioError::invalid(
@@ -504,28 +542,125 @@ impl Scenario {
         Ok(())
     }
 
-    fn validate_http(&self, i: usize, http: &HttpRequest) -> Result<(), ScenarioError> {
-        match self.target.as_deref() {
-            None => {
-                return Err(ScenarioError::invalid(
-                    "target",
-                    format!("session[{i}] is an http step, so a base URL is required"),
-                ))
-            }
-            Some(t) => {
-                let rest = t
-                    .strip_prefix("http://")
-                    .or_else(|| t.strip_prefix("https://"));
-                match rest {
-                    Some(host) if !host.is_empty() && !host.starts_with('/') => {}
-                    _ => {
-                        return Err(ScenarioError::invalid(
-                            "target",
-                            format!("`{t}` is not an http:// or https:// URL with a host"),
-                        ))
-                    }
+    /// The target's transport; the error names `target`.
+    pub fn transport(&self) -> Result<Transport, ScenarioError> {
+        let t = self
+            .target
+            .as_deref()
+            .ok_or_else(|| ScenarioError::invalid("target", "is required"))?;
+        Transport::parse(t)
+            .map(|(t, _)| t)
+            .map_err(|why| ScenarioError::invalid("target", why))
+    }
+
+    /// A step of `kind` needs a target whose scheme runs that kind.
+    fn check_step_transport(&self, i: usize, kind: &str) -> Result<(), ScenarioError> {
+        let Some(t) = self.target.as_deref() else {
+            return Err(ScenarioError::invalid(
+                "target",
+                format!("session[{i}] is a {kind} step, so a target URL is required"),
+            ));
+        };
+        let transport = self.transport()?;
+        if transport.step_kind() != kind {
+            let want = match kind {
+                "http" => "http:// or https://",
+                "tcp" => "tcp:// or unix://",
+                _ => "udp://",
+            };
+            return Err(ScenarioError::invalid(
+                format!("session[{i}].{kind}"),
+                format!(
+                    "a {kind} step needs a {want} target, but the target is `{t}` (its steps are {})",
+                    transport.step_kind()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads every `file:` payload and `body_file` through `read` (relative to `base`, the
+    /// scenario file's folder) and puts the bytes in the scenario, so the submitted scenario
+    /// needs no file. Returns whether anything was read. The error names the field.
+    pub fn inline_files(
+        &mut self,
+        base: &std::path::Path,
+        read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+    ) -> Result<bool, ScenarioError> {
+        let mut changed = false;
+        for (i, step) in self.session.iter_mut().enumerate() {
+            if let Some(h) = &mut step.http {
+                if let Some(f) = h.body_file.take() {
+                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read).map_err(
+                        |why| ScenarioError::invalid(format!("session[{i}].http.body_file"), why),
+                    )?;
+                    let text = String::from_utf8(bytes).map_err(|_| {
+                        ScenarioError::invalid(
+                            format!("session[{i}].http.body_file"),
+                            format!("`{f}` is not UTF-8 text"),
+                        )
+                    })?;
+                    h.body = Some(text);
+                    changed = true;
                 }
             }
+            if let Some(t) = &mut step.tcp {
+                let field =
+                    |f: &str, why| ScenarioError::invalid(format!("session[{i}].tcp.{f}"), why);
+                changed |= protocol::inline_payload(&mut t.send, base, protocol::MAX_FRAME, read)
+                    .map_err(|w| field("send", w))?;
+                changed |= protocol::inline_expect(&mut t.expect, base, protocol::MAX_FRAME, read)
+                    .map_err(|w| field("expect", w))?;
+            }
+            if let Some(u) = &mut step.udp {
+                let field =
+                    |f: &str, why| ScenarioError::invalid(format!("session[{i}].udp.{f}"), why);
+                changed |=
+                    protocol::inline_payload(&mut u.send, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("send", w))?;
+                changed |=
+                    protocol::inline_expect(&mut u.expect, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("expect", w))?;
+            }
+        }
+        if changed {
+            self.validate()?;
+        }
+        Ok(changed)
+    }
+
+    /// True when a `file:` payload or `body_file` is still to be read by the CLI.
+    pub fn has_files(&self) -> bool {
+        use protocol::Payload::File;
+        self.session.iter().any(|s| {
+            s.http.as_ref().is_some_and(|h| h.body_file.is_some())
+                || s.tcp.as_ref().is_some_and(|t| {
+                    matches!(t.send, File(_))
+                        || t.expect
+                            .as_ref()
+                            .is_some_and(|e| matches!(e.payload(), File(_)))
+                })
+                || s.udp.as_ref().is_some_and(|u| {
+                    matches!(u.send, File(_))
+                        || u.expect
+                            .as_ref()
+                            .is_some_and(|e| matches!(e.payload(), File(_)))
+                })
+        })
+    }
+
+    fn validate_http(&self, i: usize, http: &HttpRequest) -> Result<(), ScenarioError> {
+        if http.body.is_some() && http.body_file.is_some() {
+            return Err(ScenarioError::invalid(
+                format!("session[{i}].http.body_file"),
+                "give either body or body_file, not both",
+            ));
+        }
+        if self.transport()? == Transport::Https {
+            return Err(ScenarioError::invalid(
+                "target",
+                "https:// is not supported yet (use http://)",
+            ));
         }
         let method_ok = !http.method.is_empty()
             && http.method.len() <= 32
@@ -801,5 +936,181 @@ session:
     fn http_step_needs_target() {
         let e = err(&DEMO.replace("target: http://127.0.0.1:8080\n", ""));
         assert_eq!(e.path(), "target");
+    }
+
+    const TCP: &str = r#"
+name: tcp
+target: tcp://127.0.0.1:7000
+phases:
+  - { duration: 1s, arrival_rate: 1 }
+session:
+  - tcp:
+      send: { text: hi }
+      framing: { delimiter: { hex: 0d0a } }
+      expect: { prefix: { base64: aGk= } }
+"#;
+
+    #[test]
+    fn protocol_steps_parse() {
+        use crate::protocol::{Expect, Framing, Payload};
+        let s = Scenario::from_yaml(TCP).unwrap();
+        let t = s.session[0].tcp.as_ref().unwrap();
+        assert_eq!(t.framing, Framing::Delimiter(Payload::Hex("0d0a".into())));
+        assert_eq!(
+            t.expect,
+            Some(Expect::Prefix(Payload::Base64("aGk=".into())))
+        );
+        assert_eq!(s.requests_per_session(), 1);
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        let default = TCP.replace("      framing: { delimiter: { hex: 0d0a } }\n", "");
+        let d = Scenario::from_yaml(&default).unwrap();
+        assert_eq!(
+            d.session[0].tcp.as_ref().unwrap().framing,
+            Framing::LengthPrefixed
+        );
+        let fixed = TCP.replace("{ delimiter: { hex: 0d0a } }", "{ fixed: 2 }");
+        Scenario::from_yaml(&fixed).unwrap();
+        let udp = "name: u\ntarget: udp://127.0.0.1:53\nphases: [{ duration: 1s, arrival_rate: 1 }]\nsession:\n  - udp: { send: { hex: 'ab cd' }, timeout: 250ms }\n";
+        let u = Scenario::from_yaml(udp).unwrap();
+        assert_eq!(
+            u.session[0]
+                .udp
+                .as_ref()
+                .unwrap()
+                .timeout
+                .unwrap()
+                .0
+                .as_millis(),
+            250
+        );
+        Scenario::from_yaml(&TCP.replace("tcp://127.0.0.1:7000", "unix:///tmp/e.sock")).unwrap();
+    }
+
+    #[test]
+    fn protocol_errors_name_the_field() {
+        let cases = [
+            ("{ text: hi }", "{ hex: abc }", "session[0].tcp.send"),
+            ("{ text: hi }", "{ base64: '!!' }", "session[0].tcp.send"),
+            ("{ text: hi }", "{ file: '' }", "session[0].tcp.send"),
+            (
+                "{ text: hi }",
+                "{ text: hi, hex: 00 }",
+                "session[0].tcp.send",
+            ),
+            (
+                "{ delimiter: { hex: 0d0a } }",
+                "{ fixed: 0 }",
+                "session[0].tcp.framing.fixed",
+            ),
+            (
+                "{ delimiter: { hex: 0d0a } }",
+                "{ fixed: 99999999 }",
+                "session[0].tcp.framing.fixed",
+            ),
+            (
+                "{ delimiter: { hex: 0d0a } }",
+                "{ delimiter: { text: '' } }",
+                "session[0].tcp.framing.delimiter",
+            ),
+            (
+                "{ delimiter: { hex: 0d0a } }",
+                "{ delimiter: { hex: zz } }",
+                "session[0].tcp.framing.delimiter",
+            ),
+            (
+                "{ delimiter: { hex: 0d0a } }",
+                "chunked",
+                "session[0].tcp.framing",
+            ),
+            (
+                "{ prefix: { base64: aGk= } }",
+                "{ prefix: { base64: 'a' } }",
+                "session[0].tcp.expect",
+            ),
+            (
+                "{ prefix: { base64: aGk= } }",
+                "{ contains: { text: a } }",
+                "session[0].tcp.expect.contains",
+            ),
+            (
+                "tcp://127.0.0.1:7000",
+                "udp://127.0.0.1:7000",
+                "session[0].tcp",
+            ),
+            (
+                "tcp://127.0.0.1:7000",
+                "http://127.0.0.1:7000",
+                "session[0].tcp",
+            ),
+            ("tcp://127.0.0.1:7000", "tcp://127.0.0.1", "target"),
+            ("tcp://127.0.0.1:7000", "gopher://h:1", "target"),
+        ];
+        for (from, to, path) in cases {
+            let e = err(&TCP.replace(from, to));
+            assert_eq!(e.path(), path, "{to}: {e}");
+        }
+        let e = err(&TCP
+            .replace("{ delimiter: { hex: 0d0a } }", "{ fixed: 3 }")
+            .replace("prefix", "exact"));
+        assert_eq!(
+            e.to_string(),
+            "session[0].tcp.expect: is 2 bytes but the framing fixes replies at 3"
+        );
+        let e = err(&DEMO.replace("target: http://127.0.0.1:8080", "target: udp://127.0.0.1:9"));
+        assert_eq!(e.path(), "session[0].http", "{e}");
+        assert!(
+            e.to_string().contains("needs a http:// or https:// target"),
+            "{e}"
+        );
+        let udp = "name: u\ntarget: udp://127.0.0.1:53\nphases: [{ duration: 1s, arrival_rate: 1 }]\nsession:\n  - udp: { send: { text: x }, timeout: 0s }\n";
+        assert_eq!(err(udp).path(), "session[0].udp.timeout");
+        let both = DEMO.replace("path: /data }", "path: /data, body: x, body_file: b.json }");
+        assert_eq!(err(&both).path(), "session[0].http.body_file");
+    }
+
+    #[test]
+    fn files_are_inlined_with_the_field_named() {
+        use crate::protocol::Payload;
+        let text = TCP.replace("{ text: hi }", "{ file: req.bin }");
+        let mut s = Scenario::from_yaml(&text).unwrap();
+        assert!(s.has_files());
+        let base = std::path::Path::new("/base");
+        let mut seen = Vec::new();
+        let changed = s
+            .inline_files(base, &mut |p| {
+                seen.push(p.to_path_buf());
+                Ok(vec![0xde, 0xad])
+            })
+            .unwrap();
+        assert!(changed && !s.has_files());
+        assert_eq!(seen, [std::path::PathBuf::from("/base/req.bin")]);
+        assert_eq!(
+            s.session[0].tcp.as_ref().unwrap().send,
+            Payload::Base64("3q0=".into())
+        );
+        let mut s = Scenario::from_yaml(&text).unwrap();
+        let e = s
+            .inline_files(base, &mut |_| Err(std::io::ErrorKind::NotFound.into()))
+            .unwrap_err();
+        assert_eq!(e.path(), "session[0].tcp.send");
+        let mut s = Scenario::from_yaml(&text).unwrap();
+        let e = s
+            .inline_files(base, &mut |_| Ok(vec![0; crate::protocol::MAX_FRAME + 1]))
+            .unwrap_err();
+        assert!(e.to_string().contains("more than the limit"), "{e}");
+        let body = DEMO.replace("path: /data }", "path: /data, body_file: b.json }");
+        let mut s = Scenario::from_yaml(&body).unwrap();
+        let e = s
+            .inline_files(base, &mut |_| Ok(vec![0xff, 0xfe]))
+            .unwrap_err();
+        assert_eq!(e.path(), "session[0].http.body_file");
+        let mut s = Scenario::from_yaml(&body).unwrap();
+        s.inline_files(base, &mut |_| Ok(b"{}".to_vec())).unwrap();
+        let h = s.session[0].http.as_ref().unwrap();
+        assert_eq!(
+            (h.body.as_deref(), h.body_file.as_deref()),
+            (Some("{}"), None)
+        );
     }
 }

@@ -1,0 +1,111 @@
+//! The datagram driver (`udp:` steps over `udp://` targets): one connected socket per session,
+//! one datagram out, one back.
+//!
+//! A reply that does not come within the step's timeout counts as `timeout`, and the session's
+//! socket is dropped with the failure (the runner drops a connection on any error), so the
+//! next request goes out from a fresh socket on a new local port: a late reply to the old
+//! one lands on a closed port and can never be taken for the answer to a later request. The
+//! socket is connected, so the kernel drops datagrams from any other peer.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use stampede_core::protocol::{UdpRequest, MAX_DATAGRAM};
+use stampede_core::stats::error_kind;
+use tokio::net::UdpSocket;
+use tokio::time::Instant;
+
+use crate::net::{self, io_failure, Failure};
+use crate::stream::ReplyCheck;
+
+/// A `udp:` step compiled once.
+#[derive(Debug, Clone)]
+pub struct DatagramRequest {
+    bytes: Bytes,
+    timeout: Option<Duration>,
+    check: Option<ReplyCheck>,
+}
+
+impl DatagramRequest {
+    pub fn new(u: &UdpRequest) -> Result<Self, String> {
+        let bytes = u.send.bytes().map_err(|e| format!("send: {e}"))?;
+        if bytes.len() > MAX_DATAGRAM {
+            return Err(format!("send: longer than {MAX_DATAGRAM} bytes"));
+        }
+        let check = u
+            .expect
+            .as_ref()
+            .map(ReplyCheck::new)
+            .transpose()
+            .map_err(|e| format!("expect: {e}"))?;
+        Ok(Self {
+            bytes: Bytes::from(bytes),
+            timeout: u.timeout.map(|t| t.0),
+            check,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// One session's connected UDP socket and its receive buffer.
+#[derive(Debug)]
+pub struct UdpConn {
+    socket: UdpSocket,
+    buf: Box<[u8]>,
+}
+
+impl UdpConn {
+    pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
+        Ok(Self {
+            socket: net::connect_udp(addr).await?,
+            // One byte more than the largest datagram, to tell a truncated one.
+            buf: vec![0u8; MAX_DATAGRAM + 1].into_boxed_slice(),
+        })
+    }
+
+    /// Sends the datagram and waits for the reply until `deadline` or the step's own timeout,
+    /// whichever is first. Returns the reply's size.
+    pub async fn request(
+        &mut self,
+        req: &DatagramRequest,
+        deadline: Instant,
+    ) -> Result<u64, Failure> {
+        let until = match req.timeout {
+            Some(t) => deadline.min(Instant::now() + t),
+            None => deadline,
+        };
+        self.socket
+            .send(&req.bytes)
+            .await
+            .map_err(|e| udp_failure(&e, true))?;
+        let n = tokio::time::timeout_at(until, self.socket.recv(&mut self.buf))
+            .await
+            .map_err(|_| Failure(error_kind::TIMEOUT))?
+            .map_err(|e| udp_failure(&e, false))?;
+        if n > MAX_DATAGRAM {
+            return Err(Failure(error_kind::PROTOCOL));
+        }
+        if let Some(check) = &req.check {
+            if !check.accepts(&self.buf[..n]) {
+                return Err(Failure(error_kind::PROTOCOL));
+            }
+        }
+        Ok(n as u64)
+    }
+}
+
+/// An ICMP port-unreachable surfaces on a connected socket as "connection refused".
+fn udp_failure(e: &std::io::Error, writing: bool) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => Failure(error_kind::CONNECT_REFUSED),
+        _ => io_failure(e, writing),
+    }
+}

@@ -1,0 +1,371 @@
+//! Protocols end to end: tcp (login and echo), udp and unix steps, and the error kinds by
+//! cause, through a real controller and agents against real target servers on loopback.
+
+use std::time::Duration;
+
+use stampede_cli::local::LocalCluster;
+use stampede_core::report::{Report, RunOutcome};
+use stampede_target_servers::echo::{EchoConfig, EchoServer};
+use stampede_target_servers::frame::Framing;
+use stampede_target_servers::login::{LoginConfig, LoginServer};
+use tokio::net::{TcpListener, UdpSocket, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+use crate::{run, Target, QUIET};
+
+/// `rate` sessions/s for 1 s, each running `session` (YAML list items, indented by 2).
+fn scenario(target: &str, rate: u32, session: &str, extra: &str) -> String {
+    format!(
+        "name: e2e-proto\ntarget: {target}\nphases:\n  - {{ duration: 1s, arrival_rate: {rate} }}\nsession:\n{session}{extra}"
+    )
+}
+
+/// Runs `text` on a fresh local cluster of `agents`.
+async fn run_local(text: &str, agents: u32) -> Report {
+    let cluster = LocalCluster::start(agents, None).await.unwrap();
+    let r = run(&cluster.url(), &cluster.token, text, agents).await;
+    cluster.stop().await;
+    r
+}
+
+fn errors(r: &Report) -> Vec<(&str, u64)> {
+    r.totals
+        .errors
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect()
+}
+
+/// Serves a framed server until the guard drops.
+struct Stop(CancellationToken);
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+async fn login_target() -> (LoginServer, String, Stop) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("tcp://{}", l.local_addr().unwrap());
+    let server = LoginServer::new(LoginConfig::default()).unwrap();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(server.clone().serve(l, async move { s.cancelled().await }));
+    (server, url, Stop(stop))
+}
+
+async fn echo_tcp(framing: Framing) -> (EchoServer, String, Stop) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("tcp://{}", l.local_addr().unwrap());
+    let server = EchoServer::new(EchoConfig {
+        framing,
+        ..EchoConfig::default()
+    })
+    .unwrap();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(
+        server
+            .clone()
+            .serve_tcp(l, async move { s.cancelled().await }),
+    );
+    (server, url, Stop(stop))
+}
+
+const LOGIN: &str = r#"  - name: login
+    tcp:
+      send: { text: '{"username":"alice","password":"wonderland"}' }
+      framing: length_prefixed
+      expect: { exact: { text: '{"action":"granted","role":"admin"}' } }
+    repeat: 4
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_login_counts_match_the_target() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = login_target().await;
+    let r = run_local(&scenario(&url, 40, LOGIN, ""), 2).await;
+    let st = server.stats();
+    eprintln!(
+        "tcp login: {:?} errors {:?} target {st:?}",
+        r.totals,
+        errors(&r)
+    );
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 160);
+    assert_eq!(r.totals.completed, st.frames_total);
+    // One connection per session, reused for its four logins.
+    assert_eq!(st.connections_total, 40);
+    assert_eq!(r.steps.len(), 1);
+    assert_eq!(
+        (r.steps[0].name.as_str(), r.steps[0].completed),
+        ("login", 160)
+    );
+    assert!(r.totals.bytes_received > 0 && r.totals.bytes_sent > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_new_connection_per_login() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = login_target().await;
+    let session = format!("{LOGIN}    new_connection: true\n");
+    let r = run_local(&scenario(&url, 10, &session, ""), 1).await;
+    let st = server.stats();
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 40);
+    assert_eq!(st.frames_total, 40);
+    assert_eq!(st.connections_total, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_unexpected_reply_is_a_protocol_error() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = login_target().await;
+    // Bob is granted the `user` role, not `admin`: every first login fails the check, and
+    // the session stops there.
+    let session = LOGIN.replace(
+        r#""username":"alice","password":"wonderland""#,
+        r#""username":"bob","password":"builder""#,
+    );
+    let r = run_local(&scenario(&url, 20, &session, ""), 2).await;
+    assert_eq!(errors(&r), [("protocol", 20)]);
+    assert_eq!(r.totals.completed, 0);
+    assert_eq!(server.stats().frames_total, 20);
+    assert_eq!(r.steps[0].errors.get("protocol"), Some(&20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_echo_with_delimiter_framing() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = echo_tcp(Framing::Newline).await;
+    let session = "  - tcp:\n      send: { hex: '50 49 4e 47' }\n      framing: { delimiter: { text: \"\\n\" } }\n      expect: { exact: { text: PING } }\n    repeat: 3\n";
+    let r = run_local(&scenario(&url, 30, session, ""), 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 90);
+    assert_eq!(server.stats().frames_total, 90);
+    // "PING\n" both ways.
+    assert_eq!(r.totals.bytes_sent, 90 * 5);
+    assert_eq!(r.totals.bytes_received, 90 * 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_echo_counts_match() {
+    let _quiet = QUIET.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("echo.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = EchoServer::new(EchoConfig::default()).unwrap();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(
+        server
+            .clone()
+            .serve_unix(l, async move { s.cancelled().await }),
+    );
+    let _stop = Stop(stop);
+    let session = "  - tcp: { send: { base64: cGluZw== }, expect: { exact: { text: ping } } }\n    repeat: 5\n";
+    let url = format!("unix://{}", path.display());
+    let r = run_local(&scenario(&url, 20, session, ""), 2).await;
+    let st = server.stats();
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 100);
+    assert_eq!(st.frames_total, 100);
+    assert_eq!(st.connections_total, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_echo_counts_match() {
+    let _quiet = QUIET.read().await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("udp://{}", socket.local_addr().unwrap());
+    let server = EchoServer::new(EchoConfig::default()).unwrap();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(
+        server
+            .clone()
+            .serve_udp(socket, async move { s.cancelled().await }),
+    );
+    let _stop = Stop(stop);
+    let session = "  - udp: { send: { text: ping }, timeout: 2s, expect: { exact: { text: ping } } }\n    repeat: 5\n";
+    let r = run_local(&scenario(&url, 30, session, ""), 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 150);
+    assert_eq!(server.stats().frames_total, 150);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_silence_is_a_timeout() {
+    let _quiet = QUIET.read().await;
+    // Bound (so no ICMP "unreachable"), never answers.
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("udp://{}", socket.local_addr().unwrap());
+    let session = "  - udp: { send: { text: hello }, timeout: 200ms }\n";
+    let r = run_local(&scenario(&url, 10, session, ""), 2).await;
+    assert_eq!(errors(&r), [("timeout", 10)]);
+    assert_eq!(r.totals.completed, 0);
+    drop(socket);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_late_reply_is_never_taken_for_a_later_answer() {
+    let _quiet = QUIET.read().await;
+    // Answers the first datagram late, with "LATE"; every later one at once, with its
+    // content. Were the late reply read by the next request, that request would fail its
+    // exact check (a protocol error).
+    let socket = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let url = format!("udp://{}", socket.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (sock, count) = (socket.clone(), seen.clone());
+    let server = tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        loop {
+            let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+                continue;
+            };
+            let k = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if k == 0 {
+                let sock = sock.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let _ = sock.send_to(b"LATE", peer).await;
+                });
+            } else {
+                let _ = sock.send_to(&buf[..n], peer).await;
+            }
+        }
+    });
+    let text = format!(
+        "name: late\ntarget: {url}\nload: {{ model: closed, connections: 1, duration: 1s }}\nsession:\n  - udp: {{ send: {{ text: ping }}, timeout: 100ms, expect: {{ exact: {{ text: ping }} }} }}\n"
+    );
+    let r = run_local(&text, 1).await;
+    server.abort();
+    let received = seen.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "udp late: {:?} errors {:?}, target saw {received}",
+        r.totals.completed,
+        errors(&r)
+    );
+    assert_eq!(errors(&r), [("timeout", 1)]);
+    assert!(r.totals.completed > 10, "{}", r.totals.completed);
+    assert_eq!(r.totals.completed + 1, received);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_port_is_connect_refused() {
+    let _quiet = QUIET.read().await;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let http = crate::scenario(
+        &format!("http://{addr}"),
+        "  - { duration: 1s, arrival_rate: 10 }\n",
+        "",
+    );
+    let r = run_local(&http, 2).await;
+    assert_eq!(errors(&r), [("connect_refused", 10)]);
+    let tcp = scenario(&format!("tcp://{addr}"), 10, LOGIN, "");
+    let r = run_local(&tcp, 1).await;
+    assert_eq!(errors(&r), [("connect_refused", 10)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_resets_is_reset() {
+    let _quiet = QUIET.read().await;
+    // Accepts, reads the request, then aborts the connection (RST).
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = accepted.clone();
+    let server = tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s.set_zero_linger();
+                drop(s);
+            });
+        }
+    });
+    let r = run_local(&scenario(&format!("tcp://{addr}"), 10, LOGIN, ""), 2).await;
+    server.abort();
+    assert_eq!(errors(&r), [("reset", 10)]);
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_unexpected_status_is_status() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let session = "  - http: { method: GET, path: /data, expect_status: [201] }\n";
+    let r = run_local(&scenario(&target.url, 20, session, ""), 2).await;
+    assert_eq!(errors(&r), [("status", 20)]);
+    assert_eq!(target.requests(), 20);
+    // And the same target with the right expectation: all complete, counts match.
+    let ok = "  - http: { method: GET, path: /data, expect_status: [200] }\n    repeat: 3\n";
+    let r = run_local(&scenario(&target.url, 20, ok, ""), 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 60);
+    assert_eq!(target.requests(), 80);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_read_by_the_cli_and_carried_in_the_scenario() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = echo_tcp(Framing::Length).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("payloads")).unwrap();
+    let bytes = [0u8, 1, 2, 0xff, b'\n', 0x80];
+    std::fs::write(dir.path().join("payloads/req.bin"), bytes).unwrap();
+    let path = dir.path().join("s.yaml");
+    let session = "  - tcp: { send: { file: payloads/req.bin }, expect: { exact: { file: payloads/req.bin } } }\n";
+    std::fs::write(&path, scenario(&url, 10, session, "")).unwrap();
+    let (text, parsed) = stampede_cli::client::read_scenario(&path).unwrap();
+    // The submitted text carries the bytes, not the path.
+    assert!(!text.contains("req.bin"), "{text}");
+    assert!(!parsed.has_files());
+    // The file is gone: the agents never need it.
+    drop(dir);
+    let r = run_local(&text, 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 10);
+    assert_eq!(server.stats().frames_total, 10);
+    assert_eq!(r.totals.bytes_sent, 10 * (4 + bytes.len() as u64));
+
+    // A missing file is an error naming the field, before anything is sent.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(&path, scenario(&url, 10, session, "")).unwrap();
+    let e = stampede_cli::client::read_scenario(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("session[0].tcp.send: cannot read"), "{e}");
+    let body = "  - http: { method: POST, path: /echo, body_file: nope.json }\n";
+    std::fs::write(&path, scenario("http://127.0.0.1:1", 10, body, "")).unwrap();
+    let e = stampede_cli::client::read_scenario(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("session[0].http.body_file: cannot read"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_body_file_is_sent() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("body.json"), r#"{"user":"herbert"}"#).unwrap();
+    let path = dir.path().join("s.yaml");
+    let session = "  - http: { method: POST, path: /echo, body_file: body.json }\n";
+    std::fs::write(&path, scenario(&target.url, 10, session, "")).unwrap();
+    let (text, _) = stampede_cli::client::read_scenario(&path).unwrap();
+    assert!(text.contains("herbert"), "{text}");
+    let r = run_local(&text, 1).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 10);
+    assert_eq!(target.requests(), 10);
+    // The echo route sends the 18-byte body back in each response.
+    assert!(r.totals.bytes_received >= 10 * 18);
+}

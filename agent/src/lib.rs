@@ -47,6 +47,9 @@ pub struct AgentConfig {
     pub pod_ip: String,
     /// Longest pause between reconnection attempts.
     pub max_backoff: Duration,
+    /// Local addresses to open load connections from, round-robin (`--source-ips`); empty:
+    /// the kernel's choice. Process-wide: set when [`run`] starts.
+    pub source_ips: Vec<std::net::IpAddr>,
 }
 
 impl AgentConfig {
@@ -60,6 +63,7 @@ impl AgentConfig {
             node_name: String::new(),
             pod_ip: String::new(),
             max_backoff: Duration::from_secs(5),
+            source_ips: Vec::new(),
         }
     }
 }
@@ -77,6 +81,8 @@ pub enum AgentError {
     Closed,
     #[error("invalid token: it must be printable ASCII")]
     Token,
+    #[error("--source-ips: {0}")]
+    SourceAddress(std::io::Error),
 }
 
 fn unix_ns() -> i64 {
@@ -127,6 +133,9 @@ pub async fn run(
     cfg: AgentConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), AgentError> {
+    if !cfg.source_ips.is_empty() {
+        net::set_source_addresses(&cfg.source_ips).map_err(AgentError::SourceAddress)?;
+    }
     let (run_tx, run_rx) = mpsc::unbounded_channel();
     let mut state = AgentState {
         pending: None,
@@ -194,6 +203,7 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
         node_name: cfg.node_name.clone(),
         pod_ip: cfg.pod_ip.clone(),
         ephemeral_ports: Some(ephemeral_ports()),
+        source_addresses: net::source_addresses().len().max(1) as u32,
     };
     let _ = tx.send(msg(Out::Register(register))).await;
     let mut inbound = v1::agent_service_client::AgentServiceClient::new(channel)

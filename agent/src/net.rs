@@ -3,10 +3,74 @@
 //! report's error kinds.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::RwLock;
 
 use stampede_core::stats::error_kind;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// The process-wide source addresses connections bind from (`stampede agent --source-ips`),
+/// used round-robin. Empty: the kernel picks the source address.
+static SOURCES: RwLock<Vec<IpAddr>> = RwLock::new(Vec::new());
+static NEXT_SOURCE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the source addresses every connection of this process binds from, round-robin
+/// (each multiplies the agent's port budget: design.md §3.7). Each address is checked by
+/// binding to it once, so a typo fails at start and not as errors mid-run.
+pub fn set_source_addresses(ips: &[IpAddr]) -> io::Result<()> {
+    for ip in ips {
+        std::net::UdpSocket::bind(SocketAddr::new(*ip, 0)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("source address {ip} is not usable on this host: {e}"),
+            )
+        })?;
+    }
+    *SOURCES.write().unwrap_or_else(|p| p.into_inner()) = ips.to_vec();
+    Ok(())
+}
+
+/// The source addresses set by [`set_source_addresses`].
+pub fn source_addresses() -> Vec<IpAddr> {
+    SOURCES.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The next source address of `dest`'s family, round-robin.
+fn next_source(dest: &SocketAddr) -> Option<IpAddr> {
+    let sources = SOURCES.read().unwrap_or_else(|p| p.into_inner());
+    let fitting = sources
+        .iter()
+        .filter(|ip| ip.is_ipv4() == dest.is_ipv4())
+        .count();
+    if fitting == 0 {
+        return None;
+    }
+    let k = NEXT_SOURCE.fetch_add(1, Ordering::Relaxed) % fitting;
+    sources
+        .iter()
+        .filter(|ip| ip.is_ipv4() == dest.is_ipv4())
+        .nth(k)
+        .copied()
+}
+
+/// Connects from `source`: IP_BIND_ADDRESS_NO_PORT before bind, so the bind reserves no port
+/// and the kernel picks it at connect time per 4-tuple (each source address gets the whole
+/// ephemeral range for each destination).
+async fn connect_from(source: IpAddr, addr: SocketAddr) -> io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    {
+        use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
+        // Best effort: without it (old kernels) bind picks the port, with a smaller budget.
+        let _ = setsockopt(&socket, IpBindAddressNoPort, &true);
+    }
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(addr).await
+}
 
 /// Why a request failed, as a report error kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +101,14 @@ pub fn io_failure(e: &io::Error, writing: bool) -> Failure {
 }
 
 /// Opens a TCP connection to `addr` with the options a load generator wants (no Nagle).
+/// With source addresses set ([`set_source_addresses`]) it binds from the next one of the
+/// destination's family.
 pub async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, Failure> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| connect_failure(&e))?;
+    let stream = match next_source(&addr) {
+        Some(source) => connect_from(source, addr).await,
+        None => TcpStream::connect(addr).await,
+    }
+    .map_err(|e| connect_failure(&e))?;
     // Latency matters more than packet count for a load generator.
     let _ = stream.set_nodelay(true);
     Ok(stream)

@@ -1,5 +1,6 @@
 //! The `stampede` binary's logic, as a library so end-to-end tests can drive it in-process.
 
+pub mod capacity;
 pub mod client;
 pub mod export;
 pub mod html;

@@ -59,6 +59,8 @@ enum Command {
     Run(RunArgs),
     /// Start a local HTTP target, a controller and agents in this process, and run the demo scenario.
     Demo(DemoArgs),
+    /// Find the highest arrival rate at which the SLOs hold: a stair-step test, then a bisection.
+    Capacity(stampede_cli::capacity::CapacityArgs),
     /// List runs known to the controller.
     Status {
         #[command(flatten)]
@@ -191,6 +193,10 @@ struct AgentArgs {
     /// Sessions in flight at once before arrivals are dropped (and counted).
     #[arg(long, default_value_t = 10_000)]
     capacity: u32,
+    /// Local addresses to open load connections from, round-robin (comma-separated, e.g.
+    /// 10.0.0.2,10.0.0.3); each multiplies the port budget per target.
+    #[arg(long, value_delimiter = ',', env = "STAMPEDE_SOURCE_IPS")]
+    source_ips: Vec<std::net::IpAddr>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -257,6 +263,7 @@ async fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
         Command::Run(a) => run(a).await,
         Command::Demo(a) => demo(a).await,
+        Command::Capacity(a) => stampede_cli::capacity::command(a).await,
         Command::Status { conn, output } => {
             let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
             let runs = c
@@ -429,6 +436,7 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             let mut cfg = stampede_agent::AgentConfig::new(a.controller, id);
             cfg.token = a.token;
             cfg.capacity = a.capacity;
+            cfg.source_ips = a.source_ips;
             cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();
             cfg.node_name = std::env::var("NODE_NAME").unwrap_or_default();
             cfg.pod_ip = std::env::var("POD_IP").unwrap_or_default();
@@ -458,6 +466,8 @@ fn outcome_code(r: &Report) -> i32 {
     match r.outcome {
         RunOutcome::Succeeded if r.thresholds_passed() => exit::OK,
         RunOutcome::Succeeded => exit::THRESHOLD,
+        // abort_on_fail stopped the run on a threshold breach: a breach, not a broken run.
+        RunOutcome::Aborted if r.threshold_abort.is_some() => exit::THRESHOLD,
         RunOutcome::Failed | RunOutcome::Aborted => exit::RUN_FAILED,
     }
 }

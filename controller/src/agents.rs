@@ -128,6 +128,8 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                         connected_at_unix_ms: unix_ms(),
                         clock_offset_us: 0,
                         capacity: register.capacity,
+                        ephemeral_ports: register.ephemeral_ports,
+                        source_addresses: register.source_addresses.max(1),
                     },
                     tx: tx.clone(),
                     clock: ClockEstimate::default(),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use stampede_core::plan::Plan;
-use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome};
+use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
 use stampede_core::scenario::{AgentLossPolicy, Scenario, ThinkTime};
 use stampede_proto::convert::sample_from_wire;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
@@ -128,6 +128,7 @@ pub(crate) fn start(
         n: agents,
         rx,
         agent_wait,
+        threshold_abort: None,
     };
     tokio::spawn(driver.drive());
     handle
@@ -140,6 +141,8 @@ struct Driver {
     n: u32,
     rx: mpsc::UnboundedReceiver<RunInput>,
     agent_wait: Duration,
+    /// The live threshold breach that stopped the run (`abort_on_fail`).
+    threshold_abort: Option<ThresholdAbort>,
 }
 
 /// An agent taking part in the run.
@@ -244,6 +247,7 @@ impl Driver {
         let seed = self.scenario.seed.unwrap_or_else(rand::random);
         let plan = Plan::new(&self.scenario, self.n, &[], seed)
             .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
+        self.check_ports(&picked, seed)?;
         let scenario_text = serde_json::to_string(&self.scenario)
             .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;
         let mut members = Vec::with_capacity(n);
@@ -334,6 +338,42 @@ impl Driver {
         Ok((members, plan))
     }
 
+    /// The port budget (design.md §3.7): refuses, before anything is assigned, a run whose
+    /// peak connections per agent do not fit the agents' ephemeral ports × source addresses.
+    fn check_ports(&self, picked: &[(u64, String)], seed: u64) -> Result<(), Failure> {
+        use stampede_core::ports::{self, AgentPorts};
+        let (budgets, capacities): (Vec<AgentPorts>, Vec<u32>) = {
+            let agents = lock(&self.inner.agents);
+            picked
+                .iter()
+                .map(|(conn, id)| {
+                    let info = agents.get(conn).map(|a| &a.info);
+                    let range = info.and_then(|i| i.ephemeral_ports);
+                    let ports = range
+                        .filter(|r| r.high >= r.low && r.low > 0)
+                        .map_or(0, |r| r.high - r.low + 1);
+                    (
+                        AgentPorts {
+                            id: id.clone(),
+                            ephemeral_ports: ports,
+                            source_addresses: info.map_or(1, |i| i.source_addresses.max(1)),
+                        },
+                        info.map_or(u32::MAX, |i| {
+                            if i.capacity == 0 {
+                                u32::MAX
+                            } else {
+                                i.capacity
+                            }
+                        }),
+                    )
+                })
+                .unzip()
+        };
+        let demands = ports::demand(&self.scenario, self.n, seed, &capacities)
+            .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
+        ports::check(&demands, &budgets).map_err(|e| Failure::Failed(e.to_string()))
+    }
+
     fn abort_reason(&self) -> String {
         lock(&self.h.abort_reason)
             .clone()
@@ -421,6 +461,11 @@ impl Driver {
         let mut failure: Option<Failure> = None;
         let n_steps = self.scenario.step_names().len();
         let policy = self.scenario.on_agent_loss;
+        let live_thresholds = if self.scenario.abort_on_fail {
+            self.scenario.parsed_thresholds().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
 
         while members.iter().any(|m| !m.done && !m.lost) {
             tokio::select! {
@@ -438,6 +483,13 @@ impl Driver {
                         let mut w = v1::LiveSnapshot::from(&s);
                         w.planned_duration_s = planned.as_secs_f64();
                         let _ = self.h.events.send(v1::RunEvent { event: Some(v1::run_event::Event::Snapshot(w)) });
+                    }
+                    if failure.is_none() && !live_thresholds.is_empty() {
+                        if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
+                            self.abort_members(&members, &msg).await;
+                            failure = Some(Failure::Aborted(msg));
+                            deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                        }
                     }
                 }
                 input = self.rx.recv() => {
@@ -513,6 +565,34 @@ impl Driver {
         self.finish(acc, outcome, message, started_at, duration_s);
     }
 
+    /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,
+    /// records it and returns the abort message.
+    fn check_live(
+        &mut self,
+        acc: &RunAccumulator,
+        thresholds: &[stampede_core::threshold::Threshold],
+        elapsed_s: f64,
+    ) -> Option<String> {
+        let live = acc
+            .live_report(&self.scenario, elapsed_s)
+            .map_err(|e| tracing::error!(error = %e, "live report failed"))
+            .ok()?;
+        let breach = stampede_core::threshold::live_breach(thresholds, &live, elapsed_s)?;
+        let msg = format!(
+            "threshold `{}` breached at {elapsed_s:.1}s (measured {}); aborted by abort_on_fail",
+            breach.expr, breach.measured_text
+        );
+        tracing::warn!(run = %self.h.run_id, %msg, "live threshold breach");
+        self.h.set_state("finishing", msg.clone());
+        self.threshold_abort = Some(ThresholdAbort {
+            expr: breach.expr,
+            at_s: elapsed_s,
+            measured: breach.measured,
+            measured_text: breach.measured_text,
+        });
+        Some(msg)
+    }
+
     /// Builds the report, persists it, and only then declares the run finished.
     fn finish(
         &self,
@@ -535,7 +615,10 @@ impl Driver {
             RunOutcome::Aborted => "aborted",
         };
         let report = match acc.finish(&self.scenario, meta) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                r.threshold_abort = self.threshold_abort.clone();
+                r
+            }
             Err(e) => {
                 self.h
                     .set_state("failed", format!("building the report failed: {e}"));

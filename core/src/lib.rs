@@ -2,9 +2,11 @@
 //! sharding plan, the histogram spec/codec/merge, report building and threshold evaluation.
 //! No async runtime, no clocks, no sockets.
 
+pub mod capacity;
 pub mod duration;
 pub mod hist;
 pub mod plan;
+pub mod ports;
 pub mod protocol;
 pub mod report;
 pub mod scenario;

@@ -243,7 +243,23 @@ pub struct Report {
     /// Threshold verdicts, in the scenario's order.
     #[serde(default)]
     pub thresholds: Vec<crate::threshold::ThresholdResult>,
+    /// Set when `abort_on_fail` stopped the run: the threshold that breached, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_abort: Option<ThresholdAbort>,
     pub timeline: Vec<TimelineRow>,
+}
+
+/// The live breach that aborted a run (`abort_on_fail`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdAbort {
+    /// The threshold expression, as written in the scenario.
+    pub expr: String,
+    /// Seconds after T0 when the breach was seen.
+    pub at_s: f64,
+    /// The measured value at that moment, in the metric's unit.
+    pub measured: f64,
+    /// Human form of the measured value.
+    pub measured_text: String,
 }
 
 impl Report {
@@ -495,13 +511,51 @@ impl RunAccumulator {
     /// Builds the final report. `meta` carries what the accumulator does not know.
     pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
         self.close_through(None)?;
+        let timeline = std::mem::take(&mut self.closed);
+        self.build(scenario, meta, timeline, false)
+    }
+
+    /// A report of the run so far, `elapsed_s` after T0, for live threshold evaluation
+    /// (`abort_on_fail`). It has no timeline, and "planned" means planned *so far*: the
+    /// sessions the agents have dispatched up to now (times requests per session), less the
+    /// requests still in flight, so `throughput >= 99% planned` compares what finished with
+    /// what could have finished. Throughputs divide by the time elapsed (within each phase).
+    pub fn live_report(&self, scenario: &Scenario, elapsed_s: f64) -> Result<Report, MergeError> {
+        let meta = ReportMeta {
+            duration_s: elapsed_s,
+            ..ReportMeta::default()
+        };
+        self.build(scenario, meta, Vec::new(), true)
+    }
+
+    fn build(
+        &self,
+        scenario: &Scenario,
+        meta: ReportMeta,
+        timeline: Vec<TimelineRow>,
+        live: bool,
+    ) -> Result<Report, MergeError> {
         let totals_stats = self.totals()?;
         let c = &totals_stats.counters;
         let duration_s = meta.duration_s.max(1e-9);
         let rps = self.plan.requests_per_session;
         // A closed load has no schedule: what it started is what it planned, so the
         // achieved ratio is completed over started.
-        let (planned_per_phase, total_planned, sessions_planned) = if self.unplanned {
+        // Live: planned so far, less what is still in flight (it cannot have finished yet).
+        let so_far = |c: &Counters| {
+            let in_flight = c
+                .requests_started
+                .saturating_sub(c.requests_completed + c.requests_failed);
+            (c.sessions_planned * rps).saturating_sub(in_flight)
+        };
+        let (planned_per_phase, total_planned, sessions_planned) = if live {
+            let per_phase: Vec<u64> = self
+                .phases
+                .iter()
+                .map(|p| p.counters.sessions_planned)
+                .collect();
+            (per_phase, so_far(c), c.sessions_planned)
+        } else if self.unplanned {
             let per_phase: Vec<u64> = self
                 .phases
                 .iter()
@@ -524,12 +578,20 @@ impl RunAccumulator {
             .map(|(i, p)| {
                 let s = &self.phases[i];
                 let d = p.duration.as_secs_f64();
+                // Live, a phase's rate counts only the part of it that has elapsed.
+                let rate_over = if live {
+                    (meta.duration_s - start_s).clamp(1e-9, d.max(1e-9))
+                } else {
+                    d
+                };
                 let row = PhaseReport {
                     index: i as u32,
                     name: p.display_name(i),
                     start_s,
                     duration_s: d,
-                    planned: if self.unplanned {
+                    planned: if live {
+                        so_far(&s.counters)
+                    } else if self.unplanned {
                         s.counters.requests_started
                     } else {
                         planned_per_phase.get(i).copied().unwrap_or(0) * rps
@@ -539,7 +601,7 @@ impl RunAccumulator {
                     failed: s.counters.requests_failed,
                     errors: s.counters.errors.clone(),
                     sessions_planned: planned_per_phase.get(i).copied().unwrap_or(0),
-                    throughput_rps: s.counters.requests_completed as f64 / d,
+                    throughput_rps: s.counters.requests_completed as f64 / rate_over,
                     latency: Latency::of(s),
                 };
                 start_s += d;
@@ -650,7 +712,8 @@ impl RunAccumulator {
             lost_share: self.lost_share(),
             agents,
             thresholds: Vec::new(),
-            timeline: std::mem::take(&mut self.closed),
+            threshold_abort: None,
+            timeline,
         };
         let mut report = report;
         // Thresholds parsed when the scenario was validated; evaluate on the merged data.

@@ -54,6 +54,12 @@ pub struct Scenario {
     /// `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<String>,
+    /// Also evaluate the thresholds live, on the merged data as intervals arrive, and abort
+    /// the run at the first breach (the data so far is kept and reported; `run` exits 1).
+    /// A threshold is judged live only after the first 2 s and once its scope has at least
+    /// 100 finished requests, so a few early samples cannot abort a run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_on_fail: bool,
 }
 
 fn default_request_timeout() -> HumanDuration {

@@ -338,6 +338,53 @@ fn quantile(p: &Percentiles, q: f64) -> f64 {
         .map_or(p.max_us, |(_, v)| *v) as f64
 }
 
+/// Live evaluation (`abort_on_fail`) waits this long after T0 before judging anything.
+pub const ABORT_GRACE_S: f64 = 2.0;
+/// Live evaluation judges a threshold only once its scope (the run, the phase or the step)
+/// has this many finished (completed or failed) requests: a p99 over a handful of samples is
+/// noise, not a breach.
+pub const ABORT_MIN_REQUESTS: u64 = 100;
+
+impl Threshold {
+    /// Finished requests in this threshold's scope; `None` when the scope does not exist.
+    pub fn scope_samples(&self, r: &Report) -> Option<u64> {
+        match &self.scope {
+            Scope::Run => Some(r.totals.completed + r.totals.failed),
+            Scope::Phase(name) => r
+                .phases
+                .iter()
+                .find(|p| &p.name == name)
+                .map(|p| p.completed + p.failed),
+            Scope::Step(name) => r
+                .steps
+                .iter()
+                .find(|s| &s.name == name)
+                .map(|s| s.completed + s.failed),
+        }
+    }
+}
+
+/// The first threshold a live report breaches, if any, judged only after
+/// [`ABORT_GRACE_S`] and on scopes with at least [`ABORT_MIN_REQUESTS`] finished requests.
+/// `live` is a report built with [`crate::report::RunAccumulator::live_report`].
+pub fn live_breach(
+    thresholds: &[Threshold],
+    live: &Report,
+    elapsed_s: f64,
+) -> Option<ThresholdResult> {
+    if elapsed_s < ABORT_GRACE_S {
+        return None;
+    }
+    thresholds
+        .iter()
+        .filter(|t| {
+            t.scope_samples(live)
+                .is_some_and(|n| n >= ABORT_MIN_REQUESTS)
+        })
+        .map(|t| t.evaluate(live))
+        .find(|v| !v.passed && v.measured.is_finite())
+}
+
 /// Evaluates all thresholds.
 pub fn evaluate_all(thresholds: &[Threshold], r: &Report) -> Vec<ThresholdResult> {
     thresholds.iter().map(|t| t.evaluate(r)).collect()
@@ -417,6 +464,30 @@ mod tests {
                 .evaluate(&r)
                 .passed
         );
+    }
+
+    #[test]
+    fn live_breach_waits_for_grace_and_samples() {
+        let mut r = report();
+        r.totals.completed = 99;
+        r.totals.failed = 0;
+        let ts = vec![Threshold::parse("p99.9 < 200ms").unwrap()];
+        // p99.9 is 250 ms: a breach, but only 99 samples so far.
+        assert!(live_breach(&ts, &r, 10.0).is_none());
+        r.totals.completed = 100;
+        assert!(live_breach(&ts, &r, ABORT_GRACE_S - 0.1).is_none());
+        let b = live_breach(&ts, &r, ABORT_GRACE_S).expect("a breach");
+        assert_eq!(b.expr, "p99.9 < 200ms");
+        assert_eq!(b.measured, 250_000.0);
+        // A phase with 100 finished requests is judged; a missing phase never aborts.
+        let ts = vec![
+            Threshold::parse("phase(nope).p99 < 1ms").unwrap(),
+            Threshold::parse("phase(ramp).error_rate < 5%").unwrap(),
+        ];
+        let b = live_breach(&ts, &r, 5.0).expect("phase breach");
+        assert_eq!(b.expr, "phase(ramp).error_rate < 5%");
+        let ok = vec![Threshold::parse("p99 < 50ms").unwrap()];
+        assert!(live_breach(&ok, &r, 5.0).is_none());
     }
 
     #[test]

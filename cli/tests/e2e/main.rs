@@ -2,6 +2,8 @@
 //! `stampede` binary) and real target servers, over loopback with ephemeral ports. Every test
 //! is bounded in time and stops what it started. One test binary; one module per area.
 
+mod capacity;
+mod ports;
 mod protocols;
 mod results;
 mod spine;

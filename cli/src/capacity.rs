@@ -1,0 +1,345 @@
+//! `stampede capacity`: the stair-step capacity search (the logic is in
+//! `stampede_core::capacity`; this drives it through the ordinary submit/watch path).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use stampede_core::capacity::{self, Search, SearchSpec, StepKind, StepVerdict};
+use stampede_core::report::{Report, RunOutcome};
+use stampede_core::scenario::{Phase, Scenario};
+use stampede_core::threshold::Threshold;
+use stampede_core::HumanDuration;
+
+use crate::client;
+use crate::local::LocalCluster;
+use crate::render::us;
+
+/// Arguments of `stampede capacity`.
+#[derive(clap::Args, Debug)]
+pub struct CapacityArgs {
+    /// The scenario file: its target, session and settings are used; its phases (or load) are
+    /// replaced by the steps of the search.
+    pub scenario: PathBuf,
+    /// A service-level objective every step must meet, in the threshold syntax
+    /// (e.g. "p99 < 50ms", "error_rate < 0.1%"); repeat for more.
+    #[arg(long = "slo", required = true)]
+    pub slos: Vec<String>,
+    /// First stair rate, in arrivals (sessions) per second.
+    #[arg(long)]
+    pub start: Option<f64>,
+    /// Stair increment, in arrivals per second.
+    #[arg(long)]
+    pub step: Option<f64>,
+    /// Highest rate to try (alone: the stair goes from a tenth of it in tenths).
+    #[arg(long)]
+    pub max: Option<f64>,
+    /// Most stair steps when no --max is given.
+    #[arg(long, default_value_t = 20)]
+    pub max_steps: u32,
+    /// Length of each step, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub step_duration: Duration,
+    /// Bisection steps around the knee after the stair.
+    #[arg(long, default_value_t = 3)]
+    pub bisect: u32,
+    /// Least share of the planned requests that must complete within a step, in percent.
+    #[arg(long, default_value_t = 95.0)]
+    pub min_achieved: f64,
+    /// Run embedded: start a controller and agents in this process.
+    #[arg(long)]
+    pub local: bool,
+    /// Controller URL.
+    #[arg(
+        long,
+        env = "STAMPEDE_CONTROLLER",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub controller: String,
+    /// Shared token of the controller.
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Number of agents (overrides the scenario's `agents`).
+    #[arg(long)]
+    pub agents: Option<u32>,
+    /// Write the combined JSON report (every step as a phase) to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write the combined HTML report to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// `json` prints the result as JSON.
+    #[arg(long, default_value = "text")]
+    pub output: String,
+    /// No per-step progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    stampede_core::duration::parse_duration(s)
+}
+
+/// The scenario of one step: the base scenario at one constant rate, with the SLOs as
+/// thresholds, evaluated live (`abort_on_fail`) so an overloaded step ends early.
+pub fn step_scenario(
+    base: &Scenario,
+    name: &str,
+    rate: f64,
+    duration: Duration,
+    slos: &[String],
+) -> Result<Scenario> {
+    let mut s = base.clone();
+    s.load = None;
+    s.phases = vec![Phase {
+        name: Some(name.to_string()),
+        duration: HumanDuration(duration),
+        arrival_rate: rate,
+        ramp_to: None,
+    }];
+    s.thresholds = slos.to_vec();
+    s.abort_on_fail = true;
+    s.validate().with_context(|| format!("step {name}"))?;
+    Ok(s)
+}
+
+/// The result of a search.
+pub struct Outcome {
+    pub search: Search,
+    pub report: Report,
+}
+
+/// Runs the search; returns the exit code (0: a sustainable rate was found, 1: not even the
+/// first step held, 2: a step could not run).
+pub async fn command(a: CapacityArgs) -> Result<i32> {
+    let (_, base) = client::read_scenario(&a.scenario)?;
+    for (i, slo) in a.slos.iter().enumerate() {
+        Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}"))?;
+    }
+    let spec = SearchSpec::new(
+        a.start,
+        a.step,
+        a.max,
+        a.max_steps,
+        a.bisect,
+        a.min_achieved / 100.0,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let agents = a.agents.or(base.agents).unwrap_or(1);
+    let outcome = if a.local {
+        let cluster = LocalCluster::start(agents, None).await?;
+        let r = search(
+            &cluster.url(),
+            Some(&cluster.token),
+            &base,
+            spec,
+            agents,
+            &a,
+        )
+        .await;
+        cluster.stop().await;
+        r?
+    } else {
+        search(&a.controller, a.token.as_deref(), &base, spec, agents, &a).await?
+    };
+    if let Some(path) = &a.report {
+        std::fs::write(path, serde_json::to_string_pretty(&outcome.report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.html {
+        let page = crate::html::html(&outcome.report)
+            .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}"))?;
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&json(&outcome.search))?);
+    } else {
+        print!(
+            "{}",
+            text(
+                &base.name,
+                &a.slos,
+                agents,
+                a.step_duration,
+                &outcome.search
+            )
+        );
+    }
+    Ok(if outcome.search.sustainable().is_some() {
+        crate::exit::OK
+    } else {
+        crate::exit::THRESHOLD
+    })
+}
+
+async fn search(
+    url: &str,
+    token: Option<&str>,
+    base: &Scenario,
+    spec: SearchSpec,
+    agents: u32,
+    a: &CapacityArgs,
+) -> Result<Outcome> {
+    let mut c = client::connect(url, token).await?;
+    let min_achieved = spec.min_achieved;
+    let mut search = Search::new(spec);
+    let mut parts: Vec<(String, Report)> = Vec::new();
+    while let Some((name, kind, rate)) = search.next_step() {
+        let s = step_scenario(base, &name, rate, a.step_duration, &a.slos)?;
+        let text = serde_json::to_string(&s)?;
+        if !a.quiet {
+            eprintln!(
+                "step {name}: {} arrivals/s for {:.0}s",
+                capacity::fmt_rate(rate),
+                a.step_duration.as_secs_f64()
+            );
+        }
+        let report = client::run_and_watch(&mut c, &text, Some(agents), None, |_| {}).await?;
+        if report.outcome == RunOutcome::Failed
+            || (report.outcome == RunOutcome::Aborted && report.threshold_abort.is_none())
+        {
+            bail!(
+                "step {name} ({}) could not complete: {}",
+                report.run_id,
+                report.message.clone().unwrap_or_default()
+            );
+        }
+        let v = capacity::judge(
+            &name,
+            kind,
+            rate,
+            a.step_duration.as_secs_f64(),
+            &report,
+            min_achieved,
+        );
+        if !a.quiet {
+            eprintln!("  {}", row(&v));
+        }
+        search.record(v);
+        parts.push((name, report));
+    }
+    let mut report = capacity::merge_steps(&base.name, &parts)?;
+    report.message = Some(summary(&search));
+    Ok(Outcome { search, report })
+}
+
+fn verdict_text(v: &StepVerdict) -> String {
+    match &v.reason {
+        None => "holds".into(),
+        Some(r) => format!("FAILS: {r}"),
+    }
+}
+
+fn row(v: &StepVerdict) -> String {
+    format!(
+        "{:<14} {:>8} {:>10.1} {:>10.1} {:>9} {:>7} {:>9} {:>9}  {}",
+        v.name,
+        capacity::fmt_rate(v.rate),
+        v.planned_rps,
+        v.achieved_rps,
+        v.completed,
+        v.failed,
+        us(v.p50_us),
+        us(v.p99_us),
+        verdict_text(v)
+    )
+}
+
+fn summary(s: &Search) -> String {
+    let sustainable = s.sustainable().map_or_else(
+        || "no step held".to_string(),
+        |v| {
+            format!(
+                "sustainable rate {}/s ({})",
+                capacity::fmt_rate(v.rate),
+                v.name
+            )
+        },
+    );
+    match s.first_failing() {
+        Some(f) => format!(
+            "{sustainable}; first failing rate {}/s ({}): {}",
+            capacity::fmt_rate(f.rate),
+            f.name,
+            f.reason.clone().unwrap_or_default()
+        ),
+        None => format!("{sustainable}; no step failed up to the highest rate tried"),
+    }
+}
+
+/// The result as text: the per-step table, the sustainable rate and the first failing one.
+pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Capacity search ({name}), {agents} agent(s), {:.0}s steps, SLO: {}",
+        step.as_secs_f64(),
+        slos.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "{:<14} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9}  verdict",
+        "step", "rate/s", "planned/s", "achieved/s", "completed", "failed", "p50", "p99"
+    );
+    for v in &s.verdicts {
+        let _ = writeln!(o, "{}", row(v));
+    }
+    match s.sustainable() {
+        Some(v) => {
+            let _ = writeln!(
+                o,
+                "Sustainable rate: {}/s  (step {}: p99 {}, achieved {:.1}/s)",
+                capacity::fmt_rate(v.rate),
+                v.name,
+                us(v.p99_us),
+                v.achieved_rps
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "Sustainable rate: none — the first step already failed; try a lower --start"
+            );
+        }
+    }
+    match s.first_failing() {
+        Some(f) => {
+            let _ = writeln!(
+                o,
+                "First failing rate: {}/s  (step {}): {}",
+                capacity::fmt_rate(f.rate),
+                f.name,
+                f.reason.clone().unwrap_or_default()
+            );
+        }
+        None => {
+            let _ = writeln!(o, "First failing rate: none up to the highest rate tried");
+        }
+    }
+    o
+}
+
+fn json(s: &Search) -> serde_json::Value {
+    let step = |v: &StepVerdict| {
+        serde_json::json!({
+            "name": v.name,
+            "kind": if v.kind == StepKind::Stair { "stair" } else { "bisect" },
+            "rate": v.rate,
+            "planned_rps": v.planned_rps,
+            "achieved_rps": v.achieved_rps,
+            "completed": v.completed,
+            "failed": v.failed,
+            "p50_us": v.p50_us,
+            "p99_us": v.p99_us,
+            "holds": v.holds,
+            "reason": v.reason,
+        })
+    };
+    serde_json::json!({
+        "sustainable_rate": s.sustainable().map(|v| v.rate),
+        "first_failing_rate": s.first_failing().map(|v| v.rate),
+        "first_failing_reason": s.first_failing().and_then(|v| v.reason.clone()),
+        "steps": s.verdicts.iter().map(step).collect::<Vec<_>>(),
+    })
+}

@@ -128,6 +128,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                         connected_at_unix_ms: unix_ms(),
                         clock_offset_us: 0,
                         capacity: register.capacity,
+                        pod_status: String::new(),
                     },
                     tx: tx.clone(),
                     clock: ClockEstimate::default(),

@@ -3,6 +3,7 @@
 pub mod client;
 pub mod export;
 pub mod html;
+pub mod kube;
 pub mod local;
 pub mod render;
 

@@ -4,6 +4,7 @@ pub mod capacity;
 pub mod client;
 pub mod export;
 pub mod html;
+pub mod kube;
 pub mod local;
 pub mod render;
 

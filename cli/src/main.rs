@@ -41,16 +41,59 @@ enum Output {
 /// Where the controller is.
 #[derive(clap::Args, Debug, Clone)]
 struct Conn {
-    /// Controller URL.
-    #[arg(
-        long,
-        env = "STAMPEDE_CONTROLLER",
-        default_value = "http://127.0.0.1:7070"
-    )]
-    controller: String,
-    /// Shared token of the controller.
+    /// Controller URL. Without it, the controller pod is found in the current kube context and
+    /// namespace and reached through a port-forward; with no kube configuration at all,
+    /// http://127.0.0.1:7070.
+    #[arg(long, env = "STAMPEDE_CONTROLLER")]
+    controller: Option<String>,
+    /// Shared token of the controller (in a cluster, read from the controller's Secret by default).
     #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Kubernetes namespace of the controller (default: the kube context's namespace).
+    #[arg(long, env = "STAMPEDE_NAMESPACE")]
+    namespace: Option<String>,
+    /// Kubernetes context to use (default: the current context).
+    #[arg(long, env = "STAMPEDE_KUBE_CONTEXT")]
+    context: Option<String>,
+}
+
+/// A resolved controller address (and the port-forward that keeps it reachable).
+struct Endpoint {
+    url: String,
+    token: Option<String>,
+    _forward: Option<stampede_cli::kube::Forward>,
+}
+
+impl Conn {
+    async fn endpoint(&self) -> Result<Endpoint> {
+        if let Some(url) = &self.controller {
+            return Ok(Endpoint {
+                url: url.clone(),
+                token: self.token.clone(),
+                _forward: None,
+            });
+        }
+        stampede_cli::kube::check_flags(self.namespace.as_deref(), self.context.as_deref())?;
+        if !stampede_cli::kube::configured() {
+            return Ok(Endpoint {
+                url: "http://127.0.0.1:7070".into(),
+                token: self.token.clone(),
+                _forward: None,
+            });
+        }
+        let f = stampede_cli::kube::forward(
+            self.namespace.as_deref(),
+            self.context.as_deref(),
+            self.token.clone(),
+        )
+        .await?;
+        tracing::debug!(pod = %f.pod, namespace = %f.namespace, url = %f.url, "port-forward to the controller");
+        Ok(Endpoint {
+            url: f.url.clone(),
+            token: f.token.clone(),
+            _forward: Some(f),
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,6 +136,8 @@ enum Command {
     Validate { scenario: PathBuf },
     /// Print the JSON Schema of the scenario file.
     Schema,
+    /// Print the LoadTest CustomResourceDefinition (the chart's crds/ file is generated from it).
+    Crd,
     /// Print a shell completion script, e.g. `stampede completions bash > /etc/bash_completion.d/stampede`.
     Completions {
         /// The shell.
@@ -177,6 +222,32 @@ struct ControllerArgs {
     /// Also serve Prometheus `GET /metrics` on this address (e.g. 0.0.0.0:9090).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Kubernetes integration (agent pods, scaling, LoadTest resources): `auto` turns it on when
+    /// running in a pod (KUBERNETES_SERVICE_HOST is set).
+    #[arg(long, env = "STAMPEDE_KUBE", value_enum, default_value_t = KubeMode::Auto)]
+    kube: KubeMode,
+    /// Namespace of LoadTests, agent pods and the agent Deployment (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Label selector of the agent pods to watch.
+    #[arg(long, env = "STAMPEDE_AGENT_SELECTOR")]
+    agent_selector: Option<String>,
+    /// Agent Deployment to scale up when a run needs more agents than are attached.
+    #[arg(long, env = "STAMPEDE_AGENT_DEPLOYMENT")]
+    agent_deployment: Option<String>,
+    /// Scale the agent Deployment back to its previous size after a run that scaled it up.
+    #[arg(long, env = "STAMPEDE_SCALE_DOWN_AFTER")]
+    scale_down_after: bool,
+    /// Do not reconcile LoadTest resources (the rest of the Kubernetes side still runs).
+    #[arg(long, env = "STAMPEDE_NO_LOADTESTS")]
+    no_loadtests: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum KubeMode {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(clap::Args, Debug)]
@@ -265,7 +336,8 @@ async fn dispatch(cmd: Command) -> Result<i32> {
         Command::Demo(a) => demo(a).await,
         Command::Capacity(a) => stampede_cli::capacity::command(a).await,
         Command::Status { conn, output } => {
-            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let ep = conn.endpoint().await?;
+            let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
             let runs = c
                 .list_runs(v1::ListRunsRequest {})
                 .await
@@ -294,13 +366,15 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             conn,
             output,
         } => {
-            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let ep = conn.endpoint().await?;
+            let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
             let report = client::get_report(&mut c, &run_id).await?;
             print_report(&report, output)?;
             Ok(outcome_code(&report))
         }
         Command::Agents { conn, output } => {
-            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let ep = conn.endpoint().await?;
+            let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
             let agents = c
                 .list_agents(v1::ListAgentsRequest {})
                 .await
@@ -308,24 +382,38 @@ async fn dispatch(cmd: Command) -> Result<i32> {
                 .into_inner()
                 .agents;
             if output == Output::Json {
-                let rows: Vec<_> = agents.iter().map(|a| serde_json::json!({"id": a.agent_id, "version": a.version, "peer": a.peer, "pod": a.pod_name, "node": a.node_name, "ip": a.pod_ip, "state": a.state, "run_id": a.run_id, "clock_offset_us": a.clock_offset_us, "capacity": a.capacity})).collect();
+                let rows: Vec<_> = agents.iter().map(|a| serde_json::json!({"id": a.agent_id, "version": a.version, "peer": a.peer, "pod": a.pod_name, "node": a.node_name, "ip": a.pod_ip, "pod_status": a.pod_status, "state": a.state, "run_id": a.run_id, "clock_offset_us": a.clock_offset_us, "capacity": a.capacity})).collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!(
-                    "{:<24} {:<6} {:<22} {:<16} {:<16} {:>10}",
-                    "id", "state", "peer", "node", "ip", "clock off"
+                    "{:<36} {:<12} {:<36} {:<16} {:<16} {:<9} {:>10}",
+                    "id", "state", "pod", "node", "ip", "pod", "clock off"
                 );
+                let dash = |v: &str| {
+                    if v.is_empty() {
+                        "-".to_string()
+                    } else {
+                        v.to_string()
+                    }
+                };
                 for a in agents {
                     println!(
-                        "{:<24} {:<6} {:<22} {:<16} {:<16} {:>8}µs",
-                        a.agent_id, a.state, a.peer, a.node_name, a.pod_ip, a.clock_offset_us
+                        "{:<36} {:<12} {:<36} {:<16} {:<16} {:<9} {:>8}µs",
+                        a.agent_id,
+                        a.state,
+                        dash(&a.pod_name),
+                        dash(&a.node_name),
+                        dash(&a.pod_ip),
+                        dash(&a.pod_status),
+                        a.clock_offset_us
                     );
                 }
             }
             Ok(exit::OK)
         }
         Command::Abort { run_id, conn } => {
-            let mut c = client::connect(&conn.controller, conn.token.as_deref()).await?;
+            let ep = conn.endpoint().await?;
+            let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
             c.abort_run(v1::AbortRunRequest {
                 run_id: run_id.clone(),
                 reason: "aborted from the CLI".into(),
@@ -364,6 +452,10 @@ async fn dispatch(cmd: Command) -> Result<i32> {
                 s.duration().as_secs_f64(),
                 plan.agents
             );
+            Ok(exit::OK)
+        }
+        Command::Crd => {
+            print!("{}", stampede_controller::k8s::crd::crd_yaml());
             Ok(exit::OK)
         }
         Command::Schema => {
@@ -419,10 +511,42 @@ async fn dispatch(cmd: Command) -> Result<i32> {
                 }
                 None => None,
             };
+            let kube_on = match a.kube {
+                KubeMode::On => true,
+                KubeMode::Off => false,
+                KubeMode::Auto => std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+            };
+            let kube_task = if kube_on {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("kubernetes client (--kube)")?;
+                let settings = stampede_controller::k8s::KubeSettings {
+                    namespace: a
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| client.default_namespace().to_string()),
+                    agent_selector: a.agent_selector.clone(),
+                    agent_deployment: a.agent_deployment.clone(),
+                    scale_down_after: a.scale_down_after,
+                    pod_name: std::env::var("POD_NAME").ok(),
+                    loadtests: !a.no_loadtests,
+                };
+                let (c, stop) = (controller.clone(), metrics_stop.clone());
+                Some(tokio::spawn(async move {
+                    if let Err(e) = c.run_kube_with(client, settings, stop).await {
+                        tracing::error!(error = %e, "kubernetes side");
+                    }
+                }))
+            } else {
+                None
+            };
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             let served = controller.serve(listener, shutdown_signal()).await;
             metrics_stop.cancel();
+            if let Some(t) = kube_task {
+                let _ = t.await;
+            }
             if let Some(t) = metrics_task {
                 let _ = t.await;
             }
@@ -592,9 +716,10 @@ async fn run(a: RunArgs) -> Result<i32> {
         cluster.stop().await;
         r?
     } else {
+        let ep = a.conn.endpoint().await?;
         submit_follow(
-            &a.conn.controller,
-            a.conn.token.as_deref(),
+            &ep.url,
+            ep.token.as_deref(),
             &text,
             a.agents,
             a.agent_wait,

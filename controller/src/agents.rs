@@ -130,6 +130,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                         capacity: register.capacity,
                         ephemeral_ports: register.ephemeral_ports,
                         source_addresses: register.source_addresses.max(1),
+                        pod_status: String::new(),
                     },
                     tx: tx.clone(),
                     clock: ClockEstimate::default(),

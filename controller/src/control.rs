@@ -35,24 +35,8 @@ impl v1::control_service_server::ControlService for ControlSvc {
             return Err(ControllerError::Invalid("scenario: larger than 4 MiB".into()).into());
         }
         let scenario = Scenario::from_yaml(&req.scenario).map_err(ControllerError::from)?;
-        let agents = if req.agents > 0 {
-            req.agents
-        } else {
-            scenario.agents.unwrap_or(1)
-        };
-        if agents > stampede_core::scenario::MAX_AGENTS {
-            return Err(ControllerError::Invalid(format!(
-                "agents: must be at most {}",
-                stampede_core::scenario::MAX_AGENTS
-            ))
-            .into());
-        }
-        let wait = if req.agent_wait_ms > 0 {
-            Duration::from_millis(req.agent_wait_ms)
-        } else {
-            self.inner.cfg.agent_wait
-        };
-        let handle = run::start(self.inner.clone(), scenario, agents, wait);
+        let wait = (req.agent_wait_ms > 0).then(|| Duration::from_millis(req.agent_wait_ms));
+        let handle = submit(self.inner.clone(), scenario, req.agents, wait)?;
         Ok(Response::new(v1::SubmitRunResponse {
             run_id: handle.run_id.clone(),
         }))
@@ -173,6 +157,9 @@ impl v1::control_service_server::ControlService for ControlSvc {
             .values()
             .map(|a| a.info.clone())
             .collect();
+        if let Some(pods) = self.inner.kube.get().and_then(|k| k.pods.as_ref()) {
+            crate::k8s::pods::annotate(&mut agents, pods);
+        }
         agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
         Ok(Response::new(v1::ListAgentsResponse { agents }))
     }
@@ -192,6 +179,34 @@ impl v1::control_service_server::ControlService for ControlSvc {
         h.request_abort(reason);
         Ok(Response::new(v1::AbortRunResponse {}))
     }
+}
+
+/// Starts a run: the one path for gRPC `SubmitRun` and `LoadTest` resources. `agents` 0 means
+/// the scenario's `agents` (default 1). In a cluster, the agent Deployment is scaled up first
+/// when fewer agents are attached than the run needs.
+pub(crate) fn submit(
+    inner: Arc<Inner>,
+    scenario: Scenario,
+    agents: u32,
+    wait: Option<Duration>,
+) -> Result<Arc<run::RunHandle>, ControllerError> {
+    let agents = if agents > 0 {
+        agents
+    } else {
+        scenario.agents.unwrap_or(1)
+    };
+    if agents > stampede_core::scenario::MAX_AGENTS {
+        return Err(ControllerError::Invalid(format!(
+            "agents: must be at most {}",
+            stampede_core::scenario::MAX_AGENTS
+        )));
+    }
+    let wait = wait.unwrap_or(inner.cfg.agent_wait);
+    let handle = run::start(inner.clone(), scenario, agents, wait);
+    if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {
+        tokio::spawn(scaler.hold(agents, handle.clone()));
+    }
+    Ok(handle)
 }
 
 /// A stream fed by a spawned task through a channel.

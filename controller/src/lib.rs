@@ -5,6 +5,7 @@
 
 mod agents;
 mod control;
+pub mod k8s;
 mod metrics;
 mod run;
 pub mod store;
@@ -12,7 +13,7 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stampede_proto::v1;
@@ -115,6 +116,8 @@ pub(crate) struct Inner {
     pub next_conn: AtomicU64,
     pub shutdown: CancellationToken,
     pub metrics: metrics::Metrics,
+    /// The Kubernetes side, when it runs (`Controller::run_kube`).
+    pub kube: OnceLock<Arc<k8s::KubeState>>,
 }
 
 /// The controller. Cheap to clone.
@@ -136,6 +139,7 @@ impl Controller {
                 next_conn: AtomicU64::new(1),
                 shutdown: CancellationToken::new(),
                 metrics: metrics::Metrics::default(),
+                kube: OnceLock::new(),
             }),
         })
     }

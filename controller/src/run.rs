@@ -67,6 +67,19 @@ impl RunHandle {
         self.report_json.get()
     }
 
+    /// Waits until the run is done, failed or aborted (its report, if any, is then available).
+    pub async fn finished(&self) {
+        let mut rx = self.events.subscribe();
+        loop {
+            if matches!(self.state().0.as_str(), "done" | "failed" | "aborted") {
+                return;
+            }
+            if let Err(broadcast::error::RecvError::Closed) = rx.recv().await {
+                return;
+            }
+        }
+    }
+
     pub fn request_abort(&self, reason: String) {
         lock(&self.abort_reason).get_or_insert(reason);
         self.abort.cancel();

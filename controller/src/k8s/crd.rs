@@ -1,0 +1,305 @@
+//! The `LoadTest` custom resource (`stampede.dev/v1alpha1`). The spec is the scenario, exactly as
+//! in a scenario file; the status is what the controller reports back. The CRD YAML in the chart
+//! (`helm/stampede/crds/`) is generated from these types ([`crd_yaml`]) and a test fails on drift.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use stampede_core::report::{Report, RunOutcome};
+use stampede_core::Scenario;
+
+/// A Stampede load test: the spec is a scenario (the same fields as a scenario file).
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "stampede.dev",
+    version = "v1alpha1",
+    kind = "LoadTest",
+    plural = "loadtests",
+    singular = "loadtest",
+    shortname = "lt",
+    category = "stampede",
+    namespaced,
+    status = "LoadTestStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"RPS","type":"number","jsonPath":".status.summary.throughputRps"}"#,
+    printcolumn = r#"{"name":"p99 ms","type":"number","jsonPath":".status.summary.p99Ms"}"#,
+    printcolumn = r#"{"name":"Run","type":"string","jsonPath":".status.runId","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(transparent)]
+pub struct LoadTestSpec(pub Scenario);
+
+/// Where a LoadTest is in its life. Terminal phases (`Succeeded`, `Failed`) are final: the
+/// controller never runs such a LoadTest again, also not after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LoadTestPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl LoadTestPhase {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+/// What the controller reports about a LoadTest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<LoadTestPhase>,
+    /// The controller's run id (`stampede report RUN_ID` fetches the full report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// RFC 3339 time the run was submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    /// RFC 3339 time the run finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<String>,
+    /// The merged summary of the finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<LoadTestSummary>,
+    /// Agents lost during the run, with the share of the load they did not deliver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_agents: Vec<LostAgent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Where the full report is: the controller's report store and the command to fetch it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<String>,
+    /// The generation of the spec the phase refers to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The merged result of a run, in the units people read (milliseconds, requests/s).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestSummary {
+    pub throughput_rps: f64,
+    pub completed: u64,
+    pub failed: u64,
+    pub error_rate: f64,
+    /// Errors by kind (connect, read, write, timeout, reset, refused, status, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// Number of agents that took part.
+    pub agents: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<ThresholdVerdict>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdVerdict {
+    pub expr: String,
+    pub passed: bool,
+    pub measured: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LostAgent {
+    pub agent: String,
+    /// Share of the whole run's planned requests this agent did not deliver (0..1).
+    pub lost_share: f64,
+}
+
+fn ms(us: u64) -> f64 {
+    (us as f64 / 1000.0 * 1000.0).round() / 1000.0
+}
+
+impl LoadTestSummary {
+    pub fn of(r: &Report) -> Self {
+        let rt = &r.latency.response_time;
+        Self {
+            throughput_rps: (r.totals.throughput_rps * 100.0).round() / 100.0,
+            completed: r.totals.completed,
+            failed: r.totals.failed,
+            error_rate: r.totals.error_rate,
+            errors: r.totals.errors.clone(),
+            p50_ms: ms(rt.p50_us),
+            p99_ms: ms(rt.p99_us),
+            p999_ms: ms(rt.p999_us),
+            max_ms: ms(rt.max_us),
+            agents: r.agents.len() as u32,
+            thresholds: r
+                .thresholds
+                .iter()
+                .map(|t| ThresholdVerdict {
+                    expr: t.expr.clone(),
+                    passed: t.passed,
+                    measured: t.measured_text.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The phase a finished run's report maps to: succeeded only if the run succeeded and every
+/// threshold passed (the same rule as the CLI's exit code).
+pub fn terminal_phase(r: &Report) -> LoadTestPhase {
+    if r.outcome == RunOutcome::Succeeded && r.thresholds.iter().all(|t| t.passed) {
+        LoadTestPhase::Succeeded
+    } else {
+        LoadTestPhase::Failed
+    }
+}
+
+pub fn lost_agents(r: &Report) -> Vec<LostAgent> {
+    r.agents
+        .iter()
+        .filter(|a| a.lost)
+        .map(|a| LostAgent {
+            agent: a.id.clone(),
+            lost_share: a.lost_share,
+        })
+        .collect()
+}
+
+const HEADER: &str = "\
+# The LoadTest custom resource: `kubectl apply -f` a scenario, read the outcome from its status.
+# Installed from crds/, so Helm installs it once and never upgrades or deletes it: `helm uninstall` keeps it (and
+# every LoadTest). Remove it by hand with `kubectl delete crd loadtests.stampede.dev` when Stampede is gone.
+# GENERATED from the Rust types (controller/src/k8s/crd.rs) by `stampede crd`; do not edit by hand.
+# The drift test (cargo test -p stampede-controller crd) fails when this file differs; STAMPEDE_BLESS=1 rewrites it.
+";
+
+/// The CRD as a JSON value, with what the derive cannot express added: the CEL rule (exactly
+/// one of `phases` / `load`), the standard labels, and the spec's description.
+pub fn crd_value() -> serde_json::Value {
+    let mut v = serde_json::to_value(LoadTest::crd()).expect("crd serializes");
+    v["metadata"]["labels"] = serde_json::json!({
+        "app.kubernetes.io/name": "stampede",
+        "app.kubernetes.io/part-of": "stampede",
+    });
+    let root = &mut v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    root["description"] =
+        "A Stampede load test. The spec is a scenario, in the same form as a scenario file.".into();
+    let spec = &mut root["properties"]["spec"];
+    any_value_for_alternatives(spec);
+    spec["description"] = "The scenario (the same fields as a scenario YAML file; its JSON Schema is \
+        schema/scenario.schema.json in the Stampede repository). The controller validates the whole body \
+        before it starts a run."
+        .into();
+    spec["x-kubernetes-validations"] = serde_json::json!([{
+        "rule": "has(self.phases) != has(self.load)",
+        "message": "give either phases (arrival phases) or load (closed or constant model), not both",
+    }]);
+    v
+}
+
+/// Structural schemas cannot say "a string or an object" (`on_agent_loss: fail` or
+/// `{tolerate: 0.3}`, `think_time: 50ms` or `{min, max}`): such nodes accept any value here, and
+/// the controller validates them with the scenario's own rules before it starts a run.
+fn any_value_for_alternatives(v: &mut serde_json::Value) {
+    let Some(obj) = v.as_object_mut() else {
+        if let Some(arr) = v.as_array_mut() {
+            arr.iter_mut().for_each(any_value_for_alternatives);
+        }
+        return;
+    };
+    if obj.contains_key("anyOf") || obj.contains_key("oneOf") {
+        let mut out = serde_json::Map::new();
+        if let Some(d) = obj.get("description") {
+            out.insert("description".into(), d.clone());
+        }
+        if let Some(n) = obj.get("nullable") {
+            out.insert("nullable".into(), n.clone());
+        }
+        out.insert("x-kubernetes-preserve-unknown-fields".into(), true.into());
+        *obj = out;
+        return;
+    }
+    obj.values_mut().for_each(any_value_for_alternatives);
+}
+
+/// The CRD YAML, as committed in the chart.
+pub fn crd_yaml() -> String {
+    let body = serde_norway::to_string(&crd_value()).expect("crd renders as yaml");
+    format!("{HEADER}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHART_CRD: &str = "../helm/stampede/crds/loadtests.stampede.dev.yaml";
+
+    /// The chart's CRD is generated from these types; `STAMPEDE_BLESS=1` rewrites it.
+    #[test]
+    fn crd_in_chart_matches_the_rust_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CHART_CRD);
+        let want = crd_yaml();
+        if std::env::var_os("STAMPEDE_BLESS").is_some() {
+            std::fs::write(&path, &want).expect("writing the chart's CRD");
+        }
+        let have = std::fs::read_to_string(&path).expect("reading the chart's CRD");
+        assert!(
+            have == want,
+            "{} is out of date with controller/src/k8s/crd.rs: run \
+             `STAMPEDE_BLESS=1 cargo test -p stampede-controller crd` (or `stampede crd > {CHART_CRD}`)",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn crd_is_structural_and_keeps_the_cel_rule() {
+        let v = crd_value();
+        let spec = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            spec["x-kubernetes-validations"][0]["rule"],
+            "has(self.phases) != has(self.load)"
+        );
+        // Structural schemas forbid these anywhere.
+        let text = serde_json::to_string(&v).unwrap();
+        for bad in [
+            "\"$ref\"",
+            "\"$defs\"",
+            "\"definitions\"",
+            "\"anyOf\"",
+            "\"oneOf\"",
+        ] {
+            assert!(!text.contains(bad), "generated CRD contains {bad}");
+        }
+        assert_eq!(
+            v["spec"]["versions"][0]["subresources"]["status"],
+            serde_json::json!({})
+        );
+        let cols = v["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap();
+        let names: Vec<&str> = cols.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Phase", "RPS", "p99 ms", "Run", "Age"]);
+    }
+
+    #[test]
+    fn a_loadtest_reads_a_scenario_file_as_its_spec() {
+        let yaml = r#"
+apiVersion: stampede.dev/v1alpha1
+kind: LoadTest
+metadata: {name: t, namespace: default}
+spec:
+  name: t
+  target: http://web:8080
+  agents: 3
+  phases: [{duration: 10s, arrival_rate: 50}]
+  session: [{http: {path: /}}]
+"#;
+        let lt: LoadTest = serde_norway::from_str(yaml).unwrap();
+        assert_eq!(lt.spec.0.agents, Some(3));
+        lt.spec.0.validate().unwrap();
+        assert!(lt.status.is_none());
+    }
+}

@@ -1,0 +1,377 @@
+//! Reconciles `LoadTest` resources: a new LoadTest submits a run through the same path as the
+//! gRPC `SubmitRun`; its status (server-side apply, field manager `stampede-controller`) follows
+//! the run: `Pending` (waiting for agents) → `Running` → `Succeeded` | `Failed`, with the merged
+//! summary, the lost agents and the report's location. Events are published on the resource.
+//!
+//! A LoadTest in a terminal phase is never run again, also not after a controller restart: the
+//! phase lives in the resource. A LoadTest that was `Pending`/`Running` when the controller
+//! restarted gets its result from the report store if the run finished, else it is marked
+//! `Failed` (the run's agents stopped when their lease lapsed), never rerun.
+//!
+//! Finalizer: `stampede.dev/abort-run` is added only while the run is active and removed as soon
+//! as it is terminal. It exists so that deleting a running LoadTest aborts its run (nobody would
+//! watch the load otherwise). It is not kept on finished LoadTests, so they stay deletable when
+//! the controller is uninstalled (the CRD and LoadTests outlive `helm uninstall`).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use stampede_core::report::Report;
+
+use super::crd::{
+    lost_agents, terminal_phase, LoadTest, LoadTestPhase, LoadTestStatus, LoadTestSummary,
+};
+use super::{KubeError, KubeSettings};
+use crate::run::RunHandle;
+use crate::{lock, Inner};
+
+/// Field manager of the status patches.
+pub const MANAGER: &str = "stampede-controller";
+/// Held while a LoadTest's run is active: deleting the LoadTest aborts the run.
+pub const FINALIZER: &str = "stampede.dev/abort-run";
+
+struct Ctx {
+    inner: Arc<Inner>,
+    api: Api<LoadTest>,
+    recorder: Recorder,
+    /// Run ids that have a follower task.
+    following: Mutex<BTreeSet<String>>,
+}
+
+pub(crate) async fn run(inner: Arc<Inner>, client: kube::Client, settings: KubeSettings) {
+    let api: Api<LoadTest> = Api::namespaced(client.clone(), &settings.namespace);
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: MANAGER.into(),
+            instance: settings.pod_name.clone(),
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        inner,
+        api: api.clone(),
+        recorder,
+        following: Mutex::default(),
+    });
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "loadtest reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_: Arc<LoadTest>, e: &KubeError, _: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %e, "loadtest: retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError> {
+    let name = lt.name_any();
+    let status = lt.status.clone().unwrap_or_default();
+    let has_fin = lt.finalizers().iter().any(|f| f == FINALIZER);
+
+    if lt.metadata.deletion_timestamp.is_some() {
+        if let Some(run_id) = &status.run_id {
+            let h = lock(&ctx.inner.runs).get(run_id).cloned();
+            if let Some(h) = h {
+                h.request_abort(format!("LoadTest {name} was deleted"));
+            }
+        }
+        if has_fin {
+            set_finalizer(&ctx, &lt, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
+
+    match status.phase {
+        Some(p) if p.is_terminal() => {
+            if has_fin {
+                set_finalizer(&ctx, &lt, false).await?;
+            }
+            Ok(Action::await_change())
+        }
+        Some(_) if status.run_id.is_some() => {
+            let run_id = status.run_id.clone().unwrap_or_default();
+            let h = lock(&ctx.inner.runs).get(&run_id).cloned();
+            if let Some(h) = h {
+                follow(&ctx, lt.clone(), h, status);
+                return Ok(Action::await_change());
+            }
+            // Not in memory: the controller restarted. Never rerun; take the stored result.
+            let stored = ctx
+                .inner
+                .store
+                .load(&run_id)
+                .ok()
+                .flatten()
+                .and_then(|json| serde_json::from_str::<Report>(&json).ok());
+            let mut st = status;
+            match stored {
+                Some(report) => finish_status(&ctx, &mut st, &run_id, Some(&report), None),
+                None => {
+                    st.phase = Some(LoadTestPhase::Failed);
+                    st.end_time = Some(now());
+                    st.message = Some(format!(
+                        "the controller restarted while run {run_id} was active; its data is lost and the LoadTest is not rerun"
+                    ));
+                }
+            }
+            apply_status(&ctx, &lt, &st).await?;
+            publish_final(&ctx, &lt, &st).await;
+            if has_fin {
+                set_finalizer(&ctx, &lt, false).await?;
+            }
+            Ok(Action::await_change())
+        }
+        _ => start(&ctx, lt).await,
+    }
+}
+
+/// A new LoadTest: validate, hold the finalizer, submit the run, record Pending.
+async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
+    let name = lt.name_any();
+    let scenario = lt.spec.0.clone();
+    let mut st = LoadTestStatus {
+        observed_generation: lt.metadata.generation,
+        start_time: Some(now()),
+        ..Default::default()
+    };
+    let submitted = match scenario.validate() {
+        Ok(()) => {
+            crate::control::submit(ctx.inner.clone(), scenario, 0, None).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(format!("scenario: {e}")),
+    };
+    let h = match submitted {
+        Ok(h) => h,
+        Err(message) => {
+            st.phase = Some(LoadTestPhase::Failed);
+            st.end_time = st.start_time.clone();
+            st.message = Some(message.clone());
+            apply_status(ctx, &lt, &st).await?;
+            event(ctx, &lt, EventType::Warning, "Invalid", &message).await;
+            return Ok(Action::await_change());
+        }
+    };
+    // The finalizer goes on first, so a delete from now on aborts the run.
+    if let Err(e) = set_finalizer(ctx, &lt, true).await {
+        h.request_abort(format!("LoadTest {name}: {e}"));
+        return Err(e);
+    }
+    st.phase = Some(LoadTestPhase::Pending);
+    st.run_id = Some(h.run_id.clone());
+    st.message = Some(format!("waiting for {} agents", h.agents_wanted));
+    if let Err(e) = apply_status(ctx, &lt, &st).await {
+        h.request_abort(format!("LoadTest {name}: recording the status failed: {e}"));
+        return Err(e);
+    }
+    event(
+        ctx,
+        &lt,
+        EventType::Normal,
+        "Submitted",
+        &format!("run {} submitted for {} agents", h.run_id, h.agents_wanted),
+    )
+    .await;
+    follow(ctx, lt, h, st);
+    Ok(Action::await_change())
+}
+
+/// Follows a run (once per run id) and mirrors it into the LoadTest's status.
+fn follow(ctx: &Arc<Ctx>, lt: Arc<LoadTest>, h: Arc<RunHandle>, mut st: LoadTestStatus) {
+    if !lock(&ctx.following).insert(h.run_id.clone()) {
+        return;
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let run_id = h.run_id.clone();
+        if st.phase != Some(LoadTestPhase::Running) {
+            let mut rx = h.events.subscribe();
+            loop {
+                let state = h.state().0;
+                if matches!(
+                    state.as_str(),
+                    "running" | "finishing" | "done" | "failed" | "aborted"
+                ) {
+                    break;
+                }
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = rx.recv().await {
+                    break;
+                }
+            }
+            if !matches!(h.state().0.as_str(), "done" | "failed" | "aborted") {
+                st.phase = Some(LoadTestPhase::Running);
+                st.message = Some(format!("running on {} agents", h.agents_wanted));
+                if let Err(e) = apply_status(&ctx, &lt, &st).await {
+                    tracing::warn!(loadtest = %lt.name_any(), error = %e, "status");
+                }
+                event(
+                    &ctx,
+                    &lt,
+                    EventType::Normal,
+                    "Started",
+                    &format!("run {run_id} started"),
+                )
+                .await;
+            }
+        }
+        h.finished().await;
+        let report = h
+            .report_json()
+            .and_then(|json| serde_json::from_str::<Report>(json).ok());
+        let (_, message) = h.state();
+        finish_status(&ctx, &mut st, &run_id, report.as_ref(), Some(message));
+        // Retry the final status a few times: it is the one that matters.
+        for attempt in 0..5u32 {
+            match apply_status(&ctx, &lt, &st).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(loadtest = %lt.name_any(), attempt, error = %e, "final status");
+                    tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+                }
+            }
+        }
+        publish_final(&ctx, &lt, &st).await;
+        if let Err(e) = set_finalizer(&ctx, &lt, false).await {
+            tracing::warn!(loadtest = %lt.name_any(), error = %e, "removing the finalizer");
+        }
+        lock(&ctx.following).remove(&run_id);
+    });
+}
+
+fn finish_status(
+    ctx: &Ctx,
+    st: &mut LoadTestStatus,
+    run_id: &str,
+    report: Option<&Report>,
+    message: Option<String>,
+) {
+    st.end_time = Some(now());
+    match report {
+        Some(r) => {
+            st.phase = Some(terminal_phase(r));
+            st.summary = Some(LoadTestSummary::of(r));
+            st.lost_agents = lost_agents(r);
+            let failed: Vec<&str> = r
+                .thresholds
+                .iter()
+                .filter(|t| !t.passed)
+                .map(|t| t.expr.as_str())
+                .collect();
+            let mut msg = r
+                .message
+                .clone()
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| format!("{:?}", r.outcome).to_lowercase());
+            if !failed.is_empty() {
+                msg = format!("{msg}; thresholds failed: {}", failed.join(", "));
+            }
+            if !st.lost_agents.is_empty() {
+                let lost: Vec<String> = st
+                    .lost_agents
+                    .iter()
+                    .map(|l| format!("{} ({:.1}% of the load)", l.agent, l.lost_share * 100.0))
+                    .collect();
+                msg = format!("{msg}; lost agents: {}", lost.join(", "));
+            }
+            st.message = Some(msg);
+            st.report = ctx
+                .inner
+                .store
+                .path(run_id)
+                .ok()
+                .map(|p| format!("{} (stampede report {run_id})", p.display()));
+        }
+        None => {
+            st.phase = Some(LoadTestPhase::Failed);
+            st.message = message.or_else(|| Some("the run ended without a report".into()));
+        }
+    }
+}
+
+async fn publish_final(ctx: &Ctx, lt: &LoadTest, st: &LoadTestStatus) {
+    for l in &st.lost_agents {
+        let note = format!(
+            "agent {} was lost; {:.1}% of the load was not delivered",
+            l.agent,
+            l.lost_share * 100.0
+        );
+        event(ctx, lt, EventType::Warning, "AgentLost", &note).await;
+    }
+    let (ty, reason) = match st.phase {
+        Some(LoadTestPhase::Succeeded) => (EventType::Normal, "Succeeded"),
+        _ => (EventType::Warning, "Failed"),
+    };
+    let note = st.message.clone().unwrap_or_default();
+    event(ctx, lt, ty, reason, &note).await;
+}
+
+async fn apply_status(ctx: &Ctx, lt: &LoadTest, st: &LoadTestStatus) -> Result<(), KubeError> {
+    let patch = serde_json::json!({
+        "apiVersion": "stampede.dev/v1alpha1",
+        "kind": "LoadTest",
+        "status": st,
+    });
+    ctx.api
+        .patch_status(
+            &lt.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Adds or removes our finalizer (a JSON merge patch of the whole list, guarded by the
+/// resourceVersion we read, so a concurrent change to the list is not overwritten).
+async fn set_finalizer(ctx: &Ctx, lt: &LoadTest, present: bool) -> Result<(), KubeError> {
+    let current = ctx.api.get(&lt.name_any()).await?;
+    let mut list: Vec<String> = current.finalizers().to_vec();
+    let has = list.iter().any(|f| f == FINALIZER);
+    if has == present {
+        return Ok(());
+    }
+    if present {
+        list.push(FINALIZER.into());
+    } else {
+        list.retain(|f| f != FINALIZER);
+    }
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": list, "resourceVersion": current.resource_version() }
+    });
+    ctx.api
+        .patch(
+            &lt.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn event(ctx: &Ctx, lt: &LoadTest, type_: EventType, reason: &str, note: &str) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Run".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &lt.object_ref(&())).await {
+        tracing::warn!(loadtest = %lt.name_any(), error = %e, "publishing an event");
+    }
+}

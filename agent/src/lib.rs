@@ -6,6 +6,7 @@
 //! data already collected is kept and replayed when the controller comes back; the
 //! controller drops intervals it already has.
 
+pub mod h2;
 pub mod http1;
 pub mod net;
 pub mod runner;
@@ -392,7 +393,13 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     };
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
-    let (endpoint, host_header) = resolve(&target).await?;
+    let (mut endpoint, host_header) = resolve(&target).await?;
+    let http2 = scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
+    if http2 {
+        if let Endpoint::Http(addr) = endpoint {
+            endpoint = Endpoint::H2c(addr);
+        }
+    }
     let mut ordinal = 0;
     let mut steps = Vec::with_capacity(scenario.session.len());
     for (i, s) in scenario.session.iter().enumerate() {
@@ -401,6 +408,14 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
             StepPlan::Http {
                 ordinal,
                 request: PreparedRequest::new(h, &host_header),
+                h2: if http2 {
+                    Some(
+                        crate::h2::H2Request::new(h, &host_header)
+                            .map_err(|e| format!("session[{i}].http.{e}"))?,
+                    )
+                } else {
+                    None
+                },
                 expect: h.expect_status.clone(),
                 repeat,
                 new_connection,

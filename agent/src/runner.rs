@@ -29,6 +29,8 @@ pub enum StepPlan {
         /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
         request: PreparedRequest,
+        /// The same request for HTTP/2 (set when the target speaks h2c).
+        h2: Option<crate::h2::H2Request>,
         expect: Option<Vec<u16>>,
         repeat: u32,
         new_connection: bool,
@@ -55,6 +57,8 @@ pub enum StepPlan {
 pub enum Endpoint {
     /// `http://`: HTTP/1.1 over TCP.
     Http(SocketAddr),
+    /// `http://` with `http_version: "2"`: h2c with prior knowledge.
+    H2c(SocketAddr),
     /// `tcp://`: framed request/response over TCP.
     Tcp(SocketAddr),
     /// `unix:///path`: framed request/response over a Unix stream socket.
@@ -67,6 +71,7 @@ pub enum Endpoint {
 #[derive(Debug)]
 pub enum Link {
     Http1(Conn),
+    H2(crate::h2::H2Conn),
     Stream(StreamConn),
     Udp(UdpConn),
 }
@@ -75,6 +80,7 @@ impl Link {
     async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
         Ok(match endpoint {
             Endpoint::Http(a) => Link::Http1(Conn::connect(*a).await?),
+            Endpoint::H2c(a) => Link::H2(crate::h2::H2Conn::connect(*a).await?),
             Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
             Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
             Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),
@@ -600,6 +606,24 @@ async fn exchange<'a>(
                     None => (200..400).contains(&resp.status),
                 },
                 keep_alive: resp.keep_alive,
+            }),
+        (
+            Link::H2(c),
+            StepPlan::Http {
+                h2: Some(request),
+                expect,
+                ..
+            },
+        ) => timed(deadline, c.request(request))
+            .await
+            .map(|resp| Answer {
+                sent: request.len() as u64,
+                received: resp.bytes_received,
+                good: match expect {
+                    Some(list) => list.contains(&resp.status),
+                    None => (200..400).contains(&resp.status),
+                },
+                keep_alive: true,
             }),
         (Link::Stream(c), StepPlan::Tcp { request, .. }) => timed(deadline, c.request(request))
             .await

@@ -110,7 +110,7 @@ impl Payload {
 /// Decodes hex digits, ignoring ASCII whitespace.
 pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!(
             "not hex: an odd number of digits ({})",
             digits.len()
@@ -129,7 +129,7 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
     };
     digits
         .chunks_exact(2)
-        .map(|p| Ok(nibble(p[0])? << 4 | nibble(p[1])?))
+        .map(|p| Ok((nibble(p[0])? << 4) | nibble(p[1])?))
         .collect()
 }
 
@@ -387,7 +387,7 @@ impl Transport {
                     .ok_or_else(|| format!("`{url}` needs host:port"))?;
                 if host.is_empty()
                     || port.parse::<u16>().is_err()
-                    || rest.contains('/') && !rest.ends_with('/')
+                    || (rest.contains('/') && !rest.ends_with('/'))
                 {
                     return Err(format!("`{url}` needs host:port"));
                 }

@@ -27,6 +27,10 @@ pub struct Scenario {
     /// (udp steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// HTTP version of `http://` targets: `"1.1"` (default) or `"2"` (h2c with prior
+    /// knowledge: HTTP/2 without an upgrade). Quote it: `http_version: "2"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<HttpVersion>,
     /// How many agents share the load (with `--local`, how many to start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<u32>,
@@ -64,6 +68,18 @@ pub struct Scenario {
 
 fn default_request_timeout() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(10))
+}
+
+/// HTTP version of an `http://` target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum HttpVersion {
+    /// HTTP/1.1 with keep-alive.
+    #[default]
+    #[serde(rename = "1.1")]
+    Http11,
+    /// HTTP/2 over cleartext TCP with prior knowledge (h2c).
+    #[serde(rename = "2")]
+    Http2,
 }
 
 /// The arrival process within a phase.
@@ -371,6 +387,12 @@ impl Scenario {
         }
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
+        }
+        if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "http_version",
+                "only applies to http:// targets",
+            ));
         }
         match &self.load {
             None => self.validate_phases()?,
@@ -1117,6 +1139,23 @@ session:
         assert_eq!(
             (h.body.as_deref(), h.body_file.as_deref()),
             (Some("{}"), None)
+        );
+    }
+
+    #[test]
+    fn http_version_parses_and_only_applies_to_http() {
+        let s = Scenario::from_yaml(&format!("{DEMO}http_version: \"2\"\n")).unwrap();
+        assert_eq!(s.http_version, Some(HttpVersion::Http2));
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        assert_eq!(
+            err(&format!("{DEMO}http_version: \"3\"\n")).path(),
+            "http_version"
+        );
+        let tcp = format!("{TCP}http_version: \"2\"\n");
+        assert_eq!(
+            err(&tcp).to_string(),
+            "http_version: only applies to http:// targets"
         );
     }
 }

@@ -369,3 +369,31 @@ async fn http_body_file_is_sent() {
     // The echo route sends the 18-byte body back in each response.
     assert!(r.totals.bytes_received >= 10 * 18);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_counts_match_over_one_connection_per_session() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let session = "  - http: { method: GET, path: /data, expect_status: [200] }\n    repeat: 5\n  - http: { method: POST, path: /echo, body: hello }\n";
+    let r = run_local(
+        &scenario(&target.url, 20, session, "http_version: \"2\"\n"),
+        2,
+    )
+    .await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 120);
+    assert_eq!(target.requests(), 120);
+    // Six streams per session over its one connection.
+    assert_eq!(target.server.stats().connections_total, 20);
+    // `/data` answers 1024 bytes: the bodies were read.
+    assert!(
+        r.totals.bytes_received >= 100 * 1024,
+        "{}",
+        r.totals.bytes_received
+    );
+    // A wrong status over HTTP/2 is a `status` error too.
+    let bad = "  - http: { method: GET, path: /data, expect_status: [204] }\n";
+    let r = run_local(&scenario(&target.url, 10, bad, "http_version: \"2\"\n"), 1).await;
+    assert_eq!(errors(&r), [("status", 10)]);
+}

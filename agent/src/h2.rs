@@ -1,0 +1,204 @@
+//! The HTTP/2 driver: h2c with prior knowledge (`http_version: "2"` on an `http://` target),
+//! one connection per session, one stream per request, over the `h2` crate. The request head
+//! is parsed once per step; bodies are read and their flow-control capacity released.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use stampede_core::scenario::HttpRequest;
+use stampede_core::stats::error_kind;
+
+use crate::http1::Response;
+use crate::net::{self, io_failure, Failure};
+
+/// A request compiled once per step.
+#[derive(Debug, Clone)]
+pub struct H2Request {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    body: Bytes,
+    wire_len: u64,
+}
+
+impl H2Request {
+    /// Builds the request for `authority`; the error says which part is not valid HTTP/2.
+    pub fn new(req: &HttpRequest, authority: &str) -> Result<Self, String> {
+        let method = http::Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| format!("method: `{}` is not an HTTP method", req.method))?;
+        let uri: http::Uri = format!("http://{authority}{}", req.path)
+            .parse()
+            .map_err(|e| format!("path: {e}"))?;
+        let mut headers = http::HeaderMap::new();
+        for (k, v) in &req.headers {
+            let lower = k.to_ascii_lowercase();
+            // Connection-specific headers are not allowed in HTTP/2; `host` is `:authority`.
+            if matches!(
+                lower.as_str(),
+                "host"
+                    | "connection"
+                    | "keep-alive"
+                    | "transfer-encoding"
+                    | "upgrade"
+                    | "content-length"
+            ) {
+                continue;
+            }
+            let name = http::HeaderName::from_bytes(lower.as_bytes())
+                .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
+            let value = http::HeaderValue::from_str(v)
+                .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
+            headers.append(name, value);
+        }
+        if !headers.contains_key(http::header::USER_AGENT) {
+            headers.insert(
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static("stampede"),
+            );
+        }
+        let body = Bytes::from(req.body.clone().unwrap_or_default());
+        let wire_len = (req.method.len() + req.path.len() + authority.len()) as u64
+            + headers
+                .iter()
+                .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
+                .sum::<u64>()
+            + body.len() as u64;
+        Ok(Self {
+            method,
+            uri,
+            headers,
+            body,
+            wire_len,
+        })
+    }
+
+    /// Approximate bytes sent (head fields and body, before HPACK).
+    pub fn len(&self) -> usize {
+        self.wire_len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.wire_len == 0
+    }
+}
+
+/// One HTTP/2 connection; its driver task ends when the connection is dropped.
+#[derive(Debug)]
+pub struct H2Conn {
+    send: h2::client::SendRequest<Bytes>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for H2Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+fn h2_failure(e: &h2::Error) -> Failure {
+    if let Some(io) = e.get_io() {
+        return io_failure(io, false);
+    }
+    if e.is_go_away() || (e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM)) {
+        return Failure(error_kind::RESET);
+    }
+    Failure(error_kind::PROTOCOL)
+}
+
+impl H2Conn {
+    /// Connects and runs the HTTP/2 handshake (prior knowledge: no upgrade).
+    pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
+        let stream = net::connect_tcp(addr).await?;
+        let (send, conn) = h2::client::handshake(stream)
+            .await
+            .map_err(|e| h2_failure(&e))?;
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Self { send, driver })
+    }
+
+    /// Sends one request on a new stream and reads the whole response.
+    pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
+        let mut send = self
+            .send
+            .clone()
+            .ready()
+            .await
+            .map_err(|e| h2_failure(&e))?;
+        let mut req = http::Request::new(());
+        *req.method_mut() = r.method.clone();
+        *req.uri_mut() = r.uri.clone();
+        *req.headers_mut() = r.headers.clone();
+        let end = r.body.is_empty();
+        let (response, mut stream) = send.send_request(req, end).map_err(|e| h2_failure(&e))?;
+        if !end {
+            stream
+                .send_data(r.body.clone(), true)
+                .map_err(|e| h2_failure(&e))?;
+        }
+        let response = response.await.map_err(|e| h2_failure(&e))?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut received = 0u64;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| h2_failure(&e))?;
+            received += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        Ok(Response {
+            status,
+            keep_alive: true,
+            bytes_received: received,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn speaks_http2_with_prior_knowledge() {
+        // A listener that is not an HTTP/2 server: it reads the client preface and closes.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut preface = [0u8; 24];
+            s.read_exact(&mut preface).await.unwrap();
+            preface
+        });
+        let e = H2Conn::connect(addr).await.err();
+        let preface = server.await.unwrap();
+        assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        // The peer closed without a SETTINGS frame: the handshake or the first request fails.
+        if let Some(e) = e {
+            assert!(
+                matches!(e.0, error_kind::RESET | error_kind::PROTOCOL),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_once() {
+        let mut req = HttpRequest {
+            method: "GET".into(),
+            path: "/x".into(),
+            headers: Default::default(),
+            body: None,
+            body_file: None,
+            expect_status: None,
+        };
+        req.headers.insert("Connection".into(), "close".into());
+        req.headers.insert("X-Id".into(), "7".into());
+        let r = H2Request::new(&req, "h:1").unwrap();
+        assert_eq!(r.uri.to_string(), "http://h:1/x");
+        assert!(r.headers.get("connection").is_none());
+        assert_eq!(r.headers.get("x-id").unwrap(), "7");
+        req.headers.insert("X-Bad".into(), "a\nb".into());
+        assert!(H2Request::new(&req, "h:1").is_err());
+    }
+}

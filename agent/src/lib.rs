@@ -230,7 +230,11 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
             }
             Some(out) = state.run_rx.recv() => {
                 if let Some(Out::Done(_)) = &out.msg {
-                    state.active = None;
+                    // The run is over: end its lease watchdog too (it would otherwise report
+                    // a lapsed lease once renewals stop).
+                    if let Some(a) = state.active.take() {
+                        a.stop.cancel();
+                    }
                 }
                 state.retained.push(out.clone());
                 if tx.send(out).await.is_err() {

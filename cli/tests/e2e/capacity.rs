@@ -131,11 +131,14 @@ async fn capacity_search_finds_the_cpu_bound_knee() {
     )
     .unwrap();
     let report = dir.path().join("capacity.json");
-    // The controller and the agent run in the CLI process, pinned to the other CPU.
+    // The controller and the agent run in the CLI process, pinned to the other CPU. The SLO
+    // leaves room for a scheduling hiccup on the target's CPU (with ~250 samples a step, p99
+    // is the third-worst request), while above 1000/N the queue grows by tens of ms a second
+    // and breaches it within a 3 s step.
     let out = pinned("1", "-10")
         .args([BIN, "capacity"])
         .arg(&path)
-        .args(["--local", "--agents", "1", "--slo", "p99 < 50ms"])
+        .args(["--local", "--agents", "1", "--slo", "p99 < 100ms"])
         .args(["--start", "40", "--step", "20", "--max", "200"])
         .args(["--step-duration", "3s", "--bisect", "3", "--output", "json"])
         .arg("--report")
@@ -172,7 +175,7 @@ async fn capacity_search_finds_the_cpu_bound_knee() {
     assert!(failing > found);
     let reason = v["first_failing_reason"].as_str().unwrap();
     assert!(
-        reason.contains("p99 < 50ms") || reason.contains("achieved"),
+        reason.contains("p99 < 100ms") || reason.contains("achieved"),
         "{reason}"
     );
     // Every step is a phase of the one combined report.

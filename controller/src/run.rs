@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stampede_core::plan::Plan;
 use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
-use stampede_core::scenario::{AgentLossPolicy, Scenario, ThinkTime};
+use stampede_core::scenario::{AgentLossPolicy, Scenario};
 use stampede_proto::convert::sample_from_wire;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
@@ -409,16 +409,7 @@ impl Driver {
 
     /// Upper bound of one session's length: every request timing out, every think at max.
     fn session_bound(&self) -> Duration {
-        let timeout = self.scenario.request_timeout.0;
-        self.scenario
-            .session
-            .iter()
-            .map(|s| match s.think_time {
-                Some(ThinkTime::Fixed(d)) => d.0,
-                Some(ThinkTime::Range { max, .. }) => max.0,
-                None => timeout * s.repeat(),
-            })
-            .sum()
+        stampede_core::ports::worst_case_session(&self.scenario)
     }
 
     async fn run(mut self, (mut members, plan): (Vec<Member>, Plan)) {

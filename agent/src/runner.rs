@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_core::scenario::{Scenario, ThinkTime};
+use stampede_core::scenario::{status_expected, Scenario, ThinkTime};
 use stampede_core::schedule::Schedule;
 use stampede_core::shard::ShardFilter;
 use stampede_core::stats::{error_kind, Stats};
@@ -601,10 +601,7 @@ async fn exchange<'a>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                good: match expect {
-                    Some(list) => list.contains(&resp.status),
-                    None => (200..400).contains(&resp.status),
-                },
+                good: status_expected(expect.as_deref(), resp.status),
                 keep_alive: resp.keep_alive,
             }),
         (
@@ -619,10 +616,7 @@ async fn exchange<'a>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                good: match expect {
-                    Some(list) => list.contains(&resp.status),
-                    None => (200..400).contains(&resp.status),
-                },
+                good: status_expected(expect.as_deref(), resp.status),
                 keep_alive: true,
             }),
         (Link::Stream(c), StepPlan::Tcp { request, .. }) => timed(deadline, c.request(request))

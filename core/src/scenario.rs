@@ -313,10 +313,15 @@ fn default_path() -> String {
 
 impl HttpRequest {
     pub fn status_ok(&self, status: u16) -> bool {
-        match &self.expect_status {
-            Some(list) => list.contains(&status),
-            None => (200..400).contains(&status),
-        }
+        status_expected(self.expect_status.as_deref(), status)
+    }
+}
+
+/// Whether `status` answers a request expecting `expect` (no list: any 2xx or 3xx).
+pub fn status_expected(expect: Option<&[u16]>, status: u16) -> bool {
+    match expect {
+        Some(list) => list.contains(&status),
+        None => (200..400).contains(&status),
     }
 }
 

@@ -17,7 +17,7 @@ use stampede_cli::client;
 use stampede_core::report::Report;
 use stampede_target_servers::http::{HttpConfig, HttpServer};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stampede");
 
@@ -28,7 +28,7 @@ pub static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 pub struct Target {
     pub server: HttpServer,
     pub url: String,
-    stop: CancellationToken,
+    _stop: Stop,
 }
 
 impl Target {
@@ -40,24 +40,36 @@ impl Target {
             ..HttpConfig::default()
         })
         .unwrap();
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        tokio::spawn(
-            server
-                .clone()
-                .serve(listener, async move { s.cancelled().await }),
-        );
-        Self { server, url, stop }
+        let stop = serve_until_dropped(|shutdown| server.clone().serve(listener, shutdown));
+        Self {
+            server,
+            url,
+            _stop: stop,
+        }
     }
     pub fn requests(&self) -> u64 {
         self.server.stats().requests_total
     }
 }
 
-impl Drop for Target {
+/// Cancels its token when dropped: stops a server a test spawned.
+pub struct Stop(CancellationToken);
+
+impl Drop for Stop {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.0.cancel();
     }
+}
+
+/// Spawns the server future `serve(shutdown)`; it shuts down when the returned guard drops.
+pub fn serve_until_dropped<F>(serve: impl FnOnce(WaitForCancellationFutureOwned) -> F) -> Stop
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let stop = CancellationToken::new();
+    tokio::spawn(serve(stop.clone().cancelled_owned()));
+    Stop(stop)
 }
 
 /// A child process that is killed when dropped.

@@ -9,9 +9,8 @@ use stampede_target_servers::echo::{EchoConfig, EchoServer};
 use stampede_target_servers::frame::Framing;
 use stampede_target_servers::login::{LoginConfig, LoginServer};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
-use tokio_util::sync::CancellationToken;
 
-use crate::{run, Target, QUIET};
+use crate::{run, serve_until_dropped, Stop, Target, QUIET};
 
 /// `rate` sessions/s for 1 s, each running `session` (YAML list items, indented by 2).
 fn scenario(target: &str, rate: u32, session: &str, extra: &str) -> String {
@@ -36,22 +35,12 @@ fn errors(r: &Report) -> Vec<(&str, u64)> {
         .collect()
 }
 
-/// Serves a framed server until the guard drops.
-struct Stop(CancellationToken);
-impl Drop for Stop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
 async fn login_target() -> (LoginServer, String, Stop) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("tcp://{}", l.local_addr().unwrap());
     let server = LoginServer::new(LoginConfig::default()).unwrap();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(server.clone().serve(l, async move { s.cancelled().await }));
-    (server, url, Stop(stop))
+    let stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    (server, url, stop)
 }
 
 async fn echo_tcp(framing: Framing) -> (EchoServer, String, Stop) {
@@ -62,14 +51,8 @@ async fn echo_tcp(framing: Framing) -> (EchoServer, String, Stop) {
         ..EchoConfig::default()
     })
     .unwrap();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(
-        server
-            .clone()
-            .serve_tcp(l, async move { s.cancelled().await }),
-    );
-    (server, url, Stop(stop))
+    let stop = serve_until_dropped(|shutdown| server.clone().serve_tcp(l, shutdown));
+    (server, url, stop)
 }
 
 const LOGIN: &str = r#"  - name: login
@@ -156,14 +139,7 @@ async fn unix_echo_counts_match() {
     let path = dir.path().join("echo.sock");
     let l = UnixListener::bind(&path).unwrap();
     let server = EchoServer::new(EchoConfig::default()).unwrap();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(
-        server
-            .clone()
-            .serve_unix(l, async move { s.cancelled().await }),
-    );
-    let _stop = Stop(stop);
+    let _stop = serve_until_dropped(|shutdown| server.clone().serve_unix(l, shutdown));
     let session = "  - tcp: { send: { base64: cGluZw== }, expect: { exact: { text: ping } } }\n    repeat: 5\n";
     let url = format!("unix://{}", path.display());
     let r = run_local(&scenario(&url, 20, session, ""), 2).await;
@@ -180,14 +156,7 @@ async fn udp_echo_counts_match() {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let url = format!("udp://{}", socket.local_addr().unwrap());
     let server = EchoServer::new(EchoConfig::default()).unwrap();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(
-        server
-            .clone()
-            .serve_udp(socket, async move { s.cancelled().await }),
-    );
-    let _stop = Stop(stop);
+    let _stop = serve_until_dropped(|shutdown| server.clone().serve_udp(socket, shutdown));
     let session = "  - udp: { send: { text: ping }, timeout: 2s, expect: { exact: { text: ping } } }\n    repeat: 5\n";
     let r = run_local(&scenario(&url, 30, session, ""), 2).await;
     assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);

@@ -199,6 +199,13 @@ fn progress(run_id: &str, interval: u64, filled: &mut [Stats], open: u64) -> v1:
     }
 }
 
+/// The interval of the final flush at `elapsed` since T0, given that intervals before `next`
+/// were sent: the one that started at least half an interval ago.
+fn final_interval(elapsed: Duration, interval: Duration, next: u64) -> u64 {
+    let half_back = elapsed.saturating_sub(interval / 2);
+    ((half_back.as_nanos() / interval.as_nanos().max(1)) as u64).max(next)
+}
+
 fn interval_index(t0: Instant, interval: Duration) -> u64 {
     let elapsed = Instant::now().saturating_duration_since(t0);
     (elapsed.as_nanos() / interval.as_nanos().max(1)) as u64
@@ -325,8 +332,14 @@ pub async fn execute(
         Ok(v) => v,
         Err(_) => (empty_buffers(spec.phases, n_steps), 0),
     };
-    // Final flush: whatever was recorded since the last tick.
-    let last = interval_index(t0, spec.interval).max(next);
+    // Final flush: whatever was recorded since the last tick, in the interval most of it
+    // belongs to. A run that ends just after a boundary (the tick for the interval that just
+    // ended has not run yet) flushes that interval, not the new one it barely entered.
+    let last = final_interval(
+        Instant::now().saturating_duration_since(t0),
+        spec.interval,
+        next,
+    );
     rec.swap(&mut spare);
     let _ = out.send(progress(&spec.run_id, last, &mut spare, 0));
     let end = if stop.is_cancelled() {
@@ -654,4 +667,25 @@ async fn timed<T>(
         .await
         .map_err(|_| Failure(error_kind::TIMEOUT))
         .and_then(|r| r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::final_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn the_final_flush_goes_to_the_interval_most_of_it_belongs_to() {
+        let s = Duration::from_secs(1);
+        let ms = Duration::from_millis;
+        // Ended 10 ms after the 3 s boundary, before the tick for [2 s, 3 s) ran.
+        assert_eq!(final_interval(ms(3010), s, 2), 2);
+        // The tick for [2 s, 3 s) ran: what is left belongs to [3 s, 4 s).
+        assert_eq!(final_interval(ms(3010), s, 3), 3);
+        // Well into an interval.
+        assert_eq!(final_interval(ms(3600), s, 3), 3);
+        assert_eq!(final_interval(ms(2300), s, 2), 2);
+        // A short run that ends before the first tick.
+        assert_eq!(final_interval(ms(300), s, 0), 0);
+    }
 }

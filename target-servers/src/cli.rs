@@ -25,7 +25,7 @@ const BACKLOG: u32 = 4096;
 /// A target server to run.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum TargetCommand {
-    /// HTTP/1.1 and h2c target: `/`, `/work?ms=N`, `/delay?ms=N`, `/bytes?n=N`, `POST /echo`,
+    /// HTTP/1.1 and h2c target: `/`, `/work?ms=N[&clock=wall]`, `/delay?ms=N`, `/bytes?n=N`, `POST /echo`,
     /// `/data` (configured defaults), `/metrics`, `/healthz`, `/readyz`.
     Http(HttpArgs),
     /// TCP login service: length-delimited JSON `LoginRequest` frames answered with a

@@ -113,33 +113,61 @@ fn spawn_pinned_http_target() -> (crate::Proc, String) {
     (crate::Proc(child), addr)
 }
 
-/// The capacity search against a target with one CPU doing `N` ms of CPU work per request
-/// finds about 1000/N requests per second.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn capacity_search_finds_the_cpu_bound_knee() {
-    let _quiet = QUIET.write().await;
-    const WORK_MS: u64 = 10;
-    let expected = 1000.0 / WORK_MS as f64;
-    let (_target, addr) = spawn_pinned_http_target();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("work.yaml");
+/// What the pinned target really serves when saturated: a closed-model run of 4 connections
+/// for 2 s against `/work?ms=N&clock=wall`, a new connection per request as in the search,
+/// from the CLI pinned to the other CPU.
+fn saturated_rate(dir: &std::path::Path, addr: &str, work_ms: u64) -> f64 {
+    let path = dir.join("calibrate.yaml");
     std::fs::write(
         &path,
         format!(
-            "name: work\ntarget: http://{addr}\nphases:\n  - {{ duration: 1s, arrival_rate: 1 }}\nsession:\n  - http: {{ path: \"/work?ms={WORK_MS}\" }}\nrequest_timeout: 5s\n"
+            "name: calibrate\ntarget: http://{addr}\nload: {{ model: closed, connections: 4, duration: 2s }}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\n    new_connection: true\nrequest_timeout: 5s\n"
         ),
     )
     .unwrap();
-    let report = dir.path().join("capacity.json");
+    let report = dir.join("calibrate.json");
+    let out = pinned("1", "-10")
+        .args([
+            BIN, "run", "--local", "--quiet", "--agents", "1", "--report",
+        ])
+        .arg(&report)
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let r: Report = serde_json::from_str(&text).unwrap();
+    r.totals.throughput_rps
+}
+
+/// One capacity search from `start` in steps of `step`; returns the JSON verdict and the path
+/// of the combined report.
+fn search(
+    dir: &std::path::Path,
+    addr: &str,
+    work_ms: u64,
+    start: u64,
+    step: u64,
+) -> (serde_json::Value, std::path::PathBuf) {
+    let path = dir.join("work.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: work\ntarget: http://{addr}\nphases:\n  - {{ duration: 1s, arrival_rate: 1 }}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\nrequest_timeout: 5s\n"
+        ),
+    )
+    .unwrap();
+    let report = dir.join("capacity.json");
     // The controller and the agent run in the CLI process, pinned to the other CPU. The SLO
     // leaves room for a scheduling hiccup on the target's CPU (with ~250 samples a step, p99
-    // is the third-worst request), while above 1000/N the queue grows by tens of ms a second
+    // is the third-worst request), while above the knee the queue grows by tens of ms a second
     // and breaches it within a 3 s step.
     let out = pinned("1", "-10")
         .args([BIN, "capacity"])
         .arg(&path)
         .args(["--local", "--agents", "1", "--slo", "p99 < 100ms"])
-        .args(["--start", "40", "--step", "20", "--max", "200"])
+        .args(["--start", &start.to_string(), "--step", &step.to_string()])
+        .args(["--max", &(start + 8 * step).to_string()])
         .args(["--step-duration", "3s", "--bisect", "3", "--output", "json"])
         .arg("--report")
         .arg(&report)
@@ -149,28 +177,56 @@ async fn capacity_search_finds_the_cpu_bound_knee() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}\n{stdout}");
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let found = v["sustainable_rate"].as_f64().expect("a sustainable rate");
-    // On a shared machine the target may not get its whole CPU (other processes, other
-    // cgroups). The first step runs far below the knee, so its median latency is what one
-    // request costs the target in wall time: N ms divided by the share of the CPU it got.
-    let p50_ms = v["steps"][0]["p50_us"].as_f64().unwrap() / 1e3;
-    let share = (WORK_MS as f64 / p50_ms).min(1.0);
-    let expected = if share >= 0.85 {
-        expected
-    } else {
-        eprintln!(
-            "WARNING: the machine is busy: at low load one {WORK_MS} ms request took {p50_ms:.1} ms, \
-             so the target had {:.0}% of its CPU; expecting {:.0}/s instead of {expected:.0}/s",
-            share * 100.0,
-            1000.0 / p50_ms
-        );
-        1000.0 / p50_ms
-    };
-    assert!(
-        (found - expected).abs() <= 0.15 * expected,
-        "found {found}/s, expected {expected:.1}/s within 15%"
-    );
+    (serde_json::from_str(&stdout).unwrap(), report)
+}
+
+/// The capacity search against a target with one CPU doing `N` ms of work per request finds
+/// about 1000/N requests per second.
+///
+/// The target is pinned to one CPU (one tokio worker) and computes for `N` ms of wall time per
+/// request (`/work?ms=N&clock=wall`): a fixed service time, so its capacity is 1000/N even
+/// when a little of its CPU goes elsewhere, where `N` ms of CPU time would take longer and no
+/// search could find 1000/N. On a machine so busy that the target cannot serve 85% of 1000/N
+/// even saturated (measured first), the test says so loudly and expects what it measured.
+/// Hiccups come and go, so a search that misses gets one more attempt; both are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_search_finds_the_cpu_bound_knee() {
+    let _quiet = QUIET.write().await;
+    const WORK_MS: u64 = 10;
+    const ATTEMPTS: u32 = 2;
+    let nominal = 1000.0 / WORK_MS as f64;
+    let (_target, addr) = spawn_pinned_http_target();
+    let dir = tempfile::tempdir().unwrap();
+    for attempt in 1..=ATTEMPTS {
+        let measured = saturated_rate(dir.path(), &addr, WORK_MS);
+        eprintln!("attempt {attempt}: saturated, the target serves {measured:.1}/s");
+        let expected = if measured >= 0.85 * nominal {
+            nominal
+        } else {
+            eprintln!(
+                "WARNING: the machine is busy: saturated, the pinned target served only {measured:.1}/s \
+                 of {WORK_MS} ms requests; expecting {measured:.0}/s instead of {nominal:.0}/s"
+            );
+            measured
+        };
+        let (v, report) = search(dir.path(), &addr, WORK_MS, 40, 20);
+        let found = v["sustainable_rate"].as_f64();
+        match found {
+            Some(found) if (found - expected).abs() <= 0.15 * expected => {
+                check_search_report(&v, &report, found);
+                return;
+            }
+            _ if attempt < ATTEMPTS => {
+                eprintln!("attempt {attempt}: found {found:?}/s, expected {expected:.1}/s within 15%; trying again");
+            }
+            _ => panic!(
+                "found {found:?}/s, expected {expected:.1}/s within 15% (in {ATTEMPTS} attempts)"
+            ),
+        }
+    }
+}
+
+fn check_search_report(v: &serde_json::Value, report: &std::path::Path, found: f64) {
     let failing = v["first_failing_rate"].as_f64().expect("a failing rate");
     assert!(failing > found);
     let reason = v["first_failing_reason"].as_str().unwrap();
@@ -179,7 +235,7 @@ async fn capacity_search_finds_the_cpu_bound_knee() {
         "{reason}"
     );
     // Every step is a phase of the one combined report.
-    let r: Report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
     let steps = v["steps"].as_array().unwrap();
     assert!(steps.len() >= 5, "{steps:?}");
     assert_eq!(r.phases.len(), steps.len());

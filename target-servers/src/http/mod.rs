@@ -3,7 +3,7 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `GET /` | a tiny body (`hello from stampede\n`) |
-//! | `GET /work?ms=N` | burns N ms of CPU time (a real computation, per request) |
+//! | `GET /work?ms=N[&clock=wall]` | burns N ms of CPU time (a real computation, per request); with `clock=wall`, computes for N ms of wall time (a fixed service time on a shared CPU) |
 //! | `GET /delay?ms=N` | answers after N ms without using CPU |
 //! | `GET /bytes?n=N` | N bytes |
 //! | `POST /echo` (or `PUT`) | the request body (at most [`HttpConfig::max_body_bytes`], else 413) |
@@ -361,7 +361,18 @@ impl Shared {
             Route::Root => text(StatusCode::OK, Body::from_static(b"hello from stampede\n")),
             Route::Work => match self.param(query, "ms", self.cfg.work_ms, self.cfg.max_work_ms) {
                 Ok(ms) => {
-                    let sum = Box::pin(work::burn(Duration::from_millis(ms), ms)).await;
+                    let Some(clock) = query_str(query, "clock")
+                        .map_or(Some(work::Clock::Cpu), work::Clock::parse)
+                    else {
+                        return (
+                            route,
+                            text(
+                                StatusCode::BAD_REQUEST,
+                                Body::from_static(b"clock must be cpu or wall\n"),
+                            ),
+                        );
+                    };
+                    let sum = Box::pin(work::burn(Duration::from_millis(ms), ms, clock)).await;
                     text(
                         StatusCode::OK,
                         Body::full(Bytes::from(format!("worked {ms} ms ({sum:016x})\n"))),
@@ -428,7 +439,9 @@ impl Shared {
             Err(r) => return *r,
         };
         if work_ms > 0 {
-            std::hint::black_box(work::burn(Duration::from_millis(work_ms), bytes).await);
+            std::hint::black_box(
+                work::burn(Duration::from_millis(work_ms), bytes, work::Clock::Cpu).await,
+            );
         }
         if delay_ms > 0 {
             crate::precise::sleep(Duration::from_millis(delay_ms)).await;
@@ -594,6 +607,15 @@ fn query_u64(query: Option<&str>, key: &str) -> Result<Option<u64>, ()> {
         }
     }
     Ok(found)
+}
+
+/// The value of `key` in a query string, if present (the last occurrence wins).
+fn query_str<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
+    query
+        .unwrap_or("")
+        .rsplit('&')
+        .find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == key))
+        .map(|(_, v)| v)
 }
 
 /// Routes, as used in the `route` metric label.

@@ -32,7 +32,7 @@ async fn every_route_answers() {
         assert_eq!((s, b.len()), (StatusCode::OK, 0));
         let (s, _) = get(&mut c, "/delay?ms=5").await;
         assert_eq!(s, StatusCode::OK);
-        let (s, b) = get(&mut c, "/work?ms=1").await;
+        let (s, b) = get(&mut c, "/work?ms=1&clock=wall").await;
         assert_eq!(s, StatusCode::OK);
         assert!(b.starts_with(b"worked 1 ms"));
         let (s, b) = get(&mut c, "/data").await;
@@ -56,6 +56,7 @@ async fn every_route_answers() {
         for (m, p, want) in [
             ("GET", "/work?ms=abc", StatusCode::BAD_REQUEST),
             ("GET", "/work?ms=10001", StatusCode::BAD_REQUEST),
+            ("GET", "/work?ms=1&clock=sundial", StatusCode::BAD_REQUEST),
             ("GET", "/delay?ms=-3", StatusCode::BAD_REQUEST),
             (
                 "GET",

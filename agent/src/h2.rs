@@ -106,9 +106,13 @@ fn h2_failure(e: &h2::Error) -> Failure {
 }
 
 impl H2Conn {
-    /// Connects and runs the HTTP/2 handshake (prior knowledge: no upgrade).
-    pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
-        let stream = net::connect_tcp(addr).await?;
+    /// Connects and runs the HTTP/2 handshake: over TLS when `tls` is given (h2 by ALPN),
+    /// else h2c with prior knowledge (no upgrade).
+    pub async fn connect(
+        addr: SocketAddr,
+        tls: Option<&crate::tls::TlsClient>,
+    ) -> Result<Self, Failure> {
+        let stream = net::connect_http(addr, tls).await?;
         let (send, conn) = h2::client::handshake(stream)
             .await
             .map_err(|e| h2_failure(&e))?;
@@ -170,7 +174,7 @@ mod tests {
             s.read_exact(&mut preface).await.unwrap();
             preface
         });
-        let e = H2Conn::connect(addr).await.err();
+        let e = H2Conn::connect(addr, None).await.err();
         let preface = server.await.unwrap();
         assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
         // The peer closed without a SETTINGS frame: the handshake or the first request fails.

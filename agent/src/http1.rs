@@ -11,8 +11,8 @@ use stampede_core::stats::error_kind;
 
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
+use crate::tls::{Io, TlsClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
@@ -82,13 +82,14 @@ pub struct Response {
 /// One client connection with its reusable read buffer.
 #[derive(Debug)]
 pub struct Conn {
-    stream: TcpStream,
+    stream: Io,
     buf: BytesMut,
 }
 
 impl Conn {
-    pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
-        let stream = net::connect_tcp(addr).await?;
+    /// Connects to `addr`, over TLS when `tls` is given (the handshake is part of connecting).
+    pub async fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<Self, Failure> {
+        let stream = net::connect_http(addr, tls).await?;
         Ok(Self {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
@@ -303,12 +304,12 @@ mod tests {
     #[tokio::test]
     async fn reads_content_length_and_chunked_bodies() {
         let addr = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").await;
-        let mut c = Conn::connect(addr).await.unwrap();
+        let mut c = Conn::connect(addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (200, true));
 
         let addr = serve_once(b"HTTP/1.1 404 NF\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n").await;
-        let mut c = Conn::connect(addr).await.unwrap();
+        let mut c = Conn::connect(addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (404, false));
     }
@@ -323,7 +324,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
         ] {
             let addr = serve_once(reply).await;
-            let mut c = Conn::connect(addr).await.unwrap();
+            let mut c = Conn::connect(addr, None).await.unwrap();
             let e = c.request(&get()).await.unwrap_err();
             assert!(
                 matches!(e.0, error_kind::PROTOCOL | error_kind::RESET),
@@ -338,7 +339,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         drop(l);
         assert_eq!(
-            Conn::connect(addr).await.unwrap_err(),
+            Conn::connect(addr, None).await.unwrap_err(),
             Failure(error_kind::CONNECT_REFUSED)
         );
     }

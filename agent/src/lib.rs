@@ -11,6 +11,7 @@ pub mod http1;
 pub mod net;
 pub mod runner;
 pub mod stream;
+pub mod tls;
 pub mod udp;
 
 use std::sync::{Arc, Mutex};
@@ -399,10 +400,24 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     let target = scenario.target.clone().unwrap_or_default();
     let (mut endpoint, host_header) = resolve(&target).await?;
     let http2 = scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
-    if http2 {
-        if let Endpoint::Http(addr) = endpoint {
-            endpoint = Endpoint::H2c(addr);
-        }
+    if let Endpoint::Http(addr, _) = endpoint {
+        let https = stampede_core::protocol::Transport::parse(&target)
+            .is_ok_and(|(t, _)| t == stampede_core::protocol::Transport::Https);
+        let tls = if https {
+            let host = url_host(&host_header);
+            Some(Arc::new(tls::TlsClient::new(
+                scenario.tls.as_ref(),
+                host,
+                http2,
+            )?))
+        } else {
+            None
+        };
+        endpoint = if http2 {
+            Endpoint::H2(addr, tls)
+        } else {
+            Endpoint::Http(addr, tls)
+        };
     }
     let mut ordinal = 0;
     let mut steps = Vec::with_capacity(scenario.session.len());
@@ -495,23 +510,25 @@ async fn resolve(url: &str) -> Result<(Endpoint, String), String> {
     if transport == Transport::Unix {
         return Ok((Endpoint::Unix(rest.into()), String::new()));
     }
-    if transport == Transport::Https {
-        return Err("target: https is not supported by this agent yet".into());
-    }
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() {
         return Err(format!("target: `{url}` has no host"));
     }
+    let default_port = if transport == Transport::Https {
+        443
+    } else {
+        80
+    };
     let with_port = if authority.starts_with('[') {
         if authority.contains("]:") {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{default_port}")
         }
     } else if authority.contains(':') {
         authority.to_string()
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{default_port}")
     };
     let addr = tokio::net::lookup_host(&with_port)
         .await
@@ -521,7 +538,15 @@ async fn resolve(url: &str) -> Result<(Endpoint, String), String> {
     let endpoint = match transport {
         Transport::Tcp => Endpoint::Tcp(addr),
         Transport::Udp => Endpoint::Udp(addr),
-        _ => Endpoint::Http(addr),
+        _ => Endpoint::Http(addr, None),
     };
     Ok((endpoint, authority.to_string()))
+}
+
+/// The host of a URL authority: without the port, and without the brackets of an IPv6 address.
+fn url_host(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
 }

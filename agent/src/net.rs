@@ -114,6 +114,19 @@ pub async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, Failure> {
     Ok(stream)
 }
 
+/// Opens a connection to an HTTP target: TCP, then the TLS handshake when `tls` is given.
+pub async fn connect_http(
+    addr: SocketAddr,
+    tls: Option<&crate::tls::TlsClient>,
+) -> Result<crate::tls::Io, Failure> {
+    use tokio_util::either::Either;
+    let tcp = connect_tcp(addr).await?;
+    Ok(match tls {
+        None => Either::Left(tcp),
+        Some(t) => Either::Right(Box::new(t.handshake(tcp).await?)),
+    })
+}
+
 /// Opens a Unix stream connection to `path` (local targets only).
 pub async fn connect_unix(path: &std::path::Path) -> Result<tokio::net::UnixStream, Failure> {
     tokio::net::UnixStream::connect(path).await.map_err(|e| {

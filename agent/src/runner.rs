@@ -53,12 +53,12 @@ pub enum StepPlan {
 }
 
 /// Where the target is, resolved once per run; the scheme picks the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Endpoint {
-    /// `http://`: HTTP/1.1 over TCP.
-    Http(SocketAddr),
-    /// `http://` with `http_version: "2"`: h2c with prior knowledge.
-    H2c(SocketAddr),
+    /// `http://`: HTTP/1.1 over TCP; `https://`: over TLS.
+    Http(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
+    /// `http_version: "2"`: h2c with prior knowledge over `http://`, h2 by ALPN over `https://`.
+    H2(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
     /// `tcp://`: framed request/response over TCP.
     Tcp(SocketAddr),
     /// `unix:///path`: framed request/response over a Unix stream socket.
@@ -79,8 +79,8 @@ pub enum Link {
 impl Link {
     async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
         Ok(match endpoint {
-            Endpoint::Http(a) => Link::Http1(Conn::connect(*a).await?),
-            Endpoint::H2c(a) => Link::H2(crate::h2::H2Conn::connect(*a).await?),
+            Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
+            Endpoint::H2(a, tls) => Link::H2(crate::h2::H2Conn::connect(*a, tls.as_deref()).await?),
             Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
             Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
             Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),

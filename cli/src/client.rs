@@ -144,6 +144,13 @@ pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::S
     // File payloads and bodies are read here, so agents (in pods) never need the files: the
     // submitted scenario carries their bytes.
     let base = path.parent().unwrap_or(std::path::Path::new("."));
+    if scenario.insecure_tls() {
+        eprintln!(
+            "\n!!! WARNING: {}: TLS certificate verification is OFF (tls.insecure_skip_verify).\n\
+             !!! Any certificate will be accepted. Use this only against your own self-signed test targets.\n",
+            path.display()
+        );
+    }
     match scenario.inline_files(base, &mut |p| std::fs::read(p)) {
         Ok(false) => Ok((text, scenario)),
         Ok(true) => {

@@ -654,7 +654,12 @@ impl RunAccumulator {
             })
             .collect();
 
-        let generator = generator_verdict(&totals_stats, c, &agents);
+        let mut generator = generator_verdict(&totals_stats, c, &agents);
+        if scenario.insecure_tls() {
+            generator
+                .warnings
+                .insert(0, INSECURE_TLS_WARNING.to_string());
+        }
         let finished = c.requests_completed + c.requests_failed;
         let report = Report {
             run_id: meta.run_id,
@@ -723,6 +728,12 @@ impl RunAccumulator {
         Ok(report)
     }
 }
+
+/// The report's first warning when a run did not verify the target's TLS certificate.
+pub const INSECURE_TLS_WARNING: &str =
+    "TLS certificate verification was OFF (tls.insecure_skip_verify): \
+     any certificate was accepted, so these results may come from whoever answered; \
+     use it only against your own self-signed test targets";
 
 /// Inputs of the final report the accumulator cannot know.
 #[derive(Debug, Clone, Default)]

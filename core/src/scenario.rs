@@ -27,10 +27,14 @@ pub struct Scenario {
     /// (udp steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// HTTP version of `http://` targets: `"1.1"` (default) or `"2"` (h2c with prior
-    /// knowledge: HTTP/2 without an upgrade). Quote it: `http_version: "2"`.
+    /// HTTP version of `http://` and `https://` targets: `"1.1"` (default) or `"2"` (over
+    /// `http://`, h2c with prior knowledge; over `https://`, h2 negotiated by ALPN).
+    /// Quote it: `http_version: "2"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_version: Option<HttpVersion>,
+    /// TLS options of an `https://` target (certificates are verified unless told otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsOptions>,
     /// How many agents share the load (with `--local`, how many to start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<u32>,
@@ -80,6 +84,75 @@ pub enum HttpVersion {
     /// HTTP/2 over cleartext TCP with prior knowledge (h2c).
     #[serde(rename = "2")]
     Http2,
+}
+
+/// TLS options of an `https://` target.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TlsOptions {
+    /// Accept any certificate, for self-signed test targets. Never for a real service: the
+    /// run is then open to interception, and the report and the CLI say so loudly.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_verify: bool,
+    /// PEM file of the certificate authorities to trust instead of the system's (relative to
+    /// the scenario file). The CLI reads it into `ca_pem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// The trusted certificate authorities, PEM (what `ca_file` becomes once read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
+    /// The name to send in SNI and to verify the certificate against, when it is not the
+    /// target URL's host (for example a target addressed by IP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+/// Largest CA bundle accepted in `tls.ca_file`.
+pub const MAX_CA_PEM: usize = 1 << 20;
+
+impl TlsOptions {
+    /// The certificates of `ca_pem` (DER); the error says what is wrong with the PEM.
+    pub fn ca_certificates(
+        &self,
+    ) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, String> {
+        use rustls_pki_types::pem::PemObject;
+        let Some(pem) = &self.ca_pem else {
+            return Ok(Vec::new());
+        };
+        let certs = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("not a valid PEM certificate bundle: {e}"))?;
+        if certs.is_empty() {
+            return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+        }
+        Ok(certs)
+    }
+
+    fn validate(&self) -> Result<(), ScenarioError> {
+        if self.ca_file.is_some() && self.ca_pem.is_some() {
+            return Err(ScenarioError::invalid(
+                "tls.ca_file",
+                "give either ca_file or ca_pem, not both",
+            ));
+        }
+        if self.insecure_skip_verify && (self.ca_file.is_some() || self.ca_pem.is_some()) {
+            return Err(ScenarioError::invalid(
+                "tls.insecure_skip_verify",
+                "skips verification, so a CA (ca_file, ca_pem) would never be used; give one or the other",
+            ));
+        }
+        self.ca_certificates()
+            .map_err(|why| ScenarioError::invalid("tls.ca_pem", why))?;
+        if let Some(name) = &self.server_name {
+            rustls_pki_types::ServerName::try_from(name.as_str()).map_err(|_| {
+                ScenarioError::invalid(
+                    "tls.server_name",
+                    format!("`{name}` is neither a DNS name nor an IP address"),
+                )
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// The arrival process within a phase.
@@ -396,8 +469,17 @@ impl Scenario {
         if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
             return Err(ScenarioError::invalid(
                 "http_version",
-                "only applies to http:// targets",
+                "only applies to http:// and https:// targets",
             ));
+        }
+        if let Some(tls) = &self.tls {
+            if self.transport()? != Transport::Https {
+                return Err(ScenarioError::invalid(
+                    "tls",
+                    "only applies to https:// targets",
+                ));
+            }
+            tls.validate()?;
         }
         match &self.load {
             None => self.validate_phases()?,
@@ -405,6 +487,11 @@ impl Scenario {
         }
         self.validate_session()?;
         self.parsed_thresholds().map(|_| ())
+    }
+
+    /// True when the scenario turns off TLS certificate verification.
+    pub fn insecure_tls(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.insecure_skip_verify)
     }
 
     /// The thresholds, parsed; the error names the entry.
@@ -656,6 +743,17 @@ impl Scenario {
                         .map_err(|w| field("expect", w))?;
             }
         }
+        if let Some(tls) = &mut self.tls {
+            if let Some(f) = tls.ca_file.take() {
+                let bytes = protocol::read_file(&f, base, MAX_CA_PEM, read)
+                    .map_err(|why| ScenarioError::invalid("tls.ca_file", why))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    ScenarioError::invalid("tls.ca_file", format!("`{f}` is not PEM text"))
+                })?;
+                tls.ca_pem = Some(text);
+                changed = true;
+            }
+        }
         if changed {
             self.validate()?;
         }
@@ -665,21 +763,22 @@ impl Scenario {
     /// True when a `file:` payload or `body_file` is still to be read by the CLI.
     pub fn has_files(&self) -> bool {
         use protocol::Payload::File;
-        self.session.iter().any(|s| {
-            s.http.as_ref().is_some_and(|h| h.body_file.is_some())
-                || s.tcp.as_ref().is_some_and(|t| {
-                    matches!(t.send, File(_))
-                        || t.expect
-                            .as_ref()
-                            .is_some_and(|e| matches!(e.payload(), File(_)))
-                })
-                || s.udp.as_ref().is_some_and(|u| {
-                    matches!(u.send, File(_))
-                        || u.expect
-                            .as_ref()
-                            .is_some_and(|e| matches!(e.payload(), File(_)))
-                })
-        })
+        self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
+            || self.session.iter().any(|s| {
+                s.http.as_ref().is_some_and(|h| h.body_file.is_some())
+                    || s.tcp.as_ref().is_some_and(|t| {
+                        matches!(t.send, File(_))
+                            || t.expect
+                                .as_ref()
+                                .is_some_and(|e| matches!(e.payload(), File(_)))
+                    })
+                    || s.udp.as_ref().is_some_and(|u| {
+                        matches!(u.send, File(_))
+                            || u.expect
+                                .as_ref()
+                                .is_some_and(|e| matches!(e.payload(), File(_)))
+                    })
+            })
     }
 
     fn validate_http(&self, i: usize, http: &HttpRequest) -> Result<(), ScenarioError> {
@@ -687,12 +786,6 @@ impl Scenario {
             return Err(ScenarioError::invalid(
                 format!("session[{i}].http.body_file"),
                 "give either body or body_file, not both",
-            ));
-        }
-        if self.transport()? == Transport::Https {
-            return Err(ScenarioError::invalid(
-                "target",
-                "https:// is not supported yet (use http://)",
             ));
         }
         let method_ok = !http.method.is_empty()
@@ -1148,6 +1241,53 @@ session:
     }
 
     #[test]
+    fn tls_options_are_checked_and_the_ca_file_is_inlined() {
+        let https = DEMO.replace("http://127.0.0.1:8080", "https://localhost:8443");
+        let ok = Scenario::from_yaml(&format!(
+            "{https}http_version: \"2\"\ntls: {{ server_name: api.test }}\n"
+        ))
+        .unwrap();
+        assert_eq!(ok.tls.unwrap().server_name.as_deref(), Some("api.test"));
+        let e = err(&format!("{DEMO}tls: {{ insecure_skip_verify: true }}\n"));
+        assert_eq!(e.to_string(), "tls: only applies to https:// targets");
+        let e = err(&format!("{https}tls: {{ server_name: \"not a name\" }}\n"));
+        assert_eq!(e.path(), "tls.server_name");
+        let e = err(&format!("{https}tls: {{ ca_pem: \"hello\" }}\n"));
+        assert_eq!(e.path(), "tls.ca_pem");
+        assert!(e.to_string().contains("no PEM certificate"), "{e}");
+        let e = err(&format!(
+            "{https}tls: {{ insecure_skip_verify: true, ca_file: ca.pem }}\n"
+        ));
+        assert_eq!(e.path(), "tls.insecure_skip_verify");
+        let e = err(&format!("{https}tls: {{ verify: false }}\n"));
+        assert!(e.to_string().contains("verify"), "{e}");
+
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let pem = cert.cert.pem();
+        let mut s =
+            Scenario::from_yaml(&format!("{https}tls: {{ ca_file: certs/ca.pem }}\n")).unwrap();
+        assert!(s.has_files());
+        let mut seen = Vec::new();
+        s.inline_files(std::path::Path::new("/base"), &mut |p| {
+            seen.push(p.to_path_buf());
+            Ok(pem.clone().into_bytes())
+        })
+        .unwrap();
+        assert_eq!(seen, [std::path::PathBuf::from("/base/certs/ca.pem")]);
+        let tls = s.tls.as_ref().unwrap();
+        assert_eq!(
+            (tls.ca_file.as_deref(), tls.ca_pem.as_deref()),
+            (None, Some(pem.as_str()))
+        );
+        assert_eq!(tls.ca_certificates().unwrap().len(), 1);
+        let mut s = Scenario::from_yaml(&format!("{https}tls: {{ ca_file: ca.pem }}\n")).unwrap();
+        let e = s
+            .inline_files(std::path::Path::new("/"), &mut |_| Ok(b"junk".to_vec()))
+            .unwrap_err();
+        assert_eq!(e.path(), "tls.ca_pem");
+    }
+
+    #[test]
     fn http_version_parses_and_only_applies_to_http() {
         let s = Scenario::from_yaml(&format!("{DEMO}http_version: \"2\"\n")).unwrap();
         assert_eq!(s.http_version, Some(HttpVersion::Http2));
@@ -1160,7 +1300,7 @@ session:
         let tcp = format!("{TCP}http_version: \"2\"\n");
         assert_eq!(
             err(&tcp).to_string(),
-            "http_version: only applies to http:// targets"
+            "http_version: only applies to http:// and https:// targets"
         );
     }
 }

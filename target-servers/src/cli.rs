@@ -185,6 +185,46 @@ pub struct HttpArgs {
     /// Distinct client IPs tracked for the `distinct_source_ips` gauge.
     #[arg(long, default_value_t = 65_536)]
     pub max_source_ips: usize,
+    /// Serve HTTPS (h2 and HTTP/1.1 by ALPN) with this PEM certificate chain (with `--tls-key`).
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_key",
+        conflicts_with = "tls_self_signed"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Serve HTTPS with a self-signed certificate made at start for the `--tls-name`s, and
+    /// write the certificate (PEM) to this file, for clients to trust (`tls.ca_file`).
+    #[arg(long, value_name = "CERT_OUT")]
+    pub tls_self_signed: Option<std::path::PathBuf>,
+    /// Names of the self-signed certificate (DNS names or IP addresses; repeat the flag).
+    #[arg(long = "tls-name", value_name = "NAME", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()])]
+    pub tls_names: Vec<String>,
+}
+
+impl HttpArgs {
+    /// The TLS configuration the flags ask for, if any (files are read, a certificate made).
+    pub fn tls(&self) -> Result<Option<crate::tls::TlsServer>, TargetError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| TargetError::Config(format!("tls: cannot read {}: {e}", p.display())))
+        };
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            return crate::tls::TlsServer::from_pem(&read(cert)?, &read(key)?).map(Some);
+        }
+        let Some(out) = &self.tls_self_signed else {
+            return Ok(None);
+        };
+        let (server, cert_pem) = crate::tls::TlsServer::self_signed(&self.tls_names)?;
+        std::fs::write(out, cert_pem).map_err(|e| {
+            TargetError::Config(format!("tls: cannot write {}: {e}", out.display()))
+        })?;
+        tracing::info!(cert = %out.display(), names = ?self.tls_names, "self-signed certificate written");
+        Ok(Some(server))
+    }
 }
 
 impl From<&HttpArgs> for HttpConfig {
@@ -214,8 +254,12 @@ impl TargetCommand {
         let shutdown = shutdown_signal()?;
         match self {
             TargetCommand::Http(args) => {
+                let cfg = HttpConfig {
+                    tls: args.tls()?,
+                    ..HttpConfig::from(&args)
+                };
                 let listener = bind_tcp(args.listen)?;
-                http::serve(listener, HttpConfig::from(&args), shutdown).await
+                http::serve(listener, cfg, shutdown).await
             }
             TargetCommand::Login(args) => {
                 let users = match &args.users {
@@ -374,6 +418,49 @@ mod tests {
     struct Cli {
         #[command(subcommand)]
         target: TargetCommand,
+    }
+
+    fn http_args(extra: &[&str]) -> Result<HttpArgs, clap::Error> {
+        let args = ["t", "http"].iter().chain(extra).copied();
+        match Cli::try_parse_from(args)?.target {
+            TargetCommand::Http(a) => Ok(a),
+            _ => panic!("not http"),
+        }
+    }
+
+    #[test]
+    fn tls_flags_make_a_server_or_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("cert.pem");
+        let a = http_args(&[
+            "--tls-self-signed",
+            out.to_str().unwrap(),
+            "--tls-name",
+            "svc.test",
+        ])
+        .unwrap();
+        assert_eq!(a.tls_names, ["svc.test"]);
+        assert!(a.tls().unwrap().is_some());
+        let pem = std::fs::read_to_string(&out).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+        // The written certificate works as the chain of --tls-cert (with a key it does not
+        // match, which is refused by name).
+        let key = dir.path().join("key.pem");
+        std::fs::write(&key, "not a key").unwrap();
+        let a = http_args(&[
+            "--tls-cert",
+            out.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
+        .unwrap();
+        let e = a.tls().unwrap_err().to_string();
+        assert!(e.contains("private key"), "{e}");
+        assert!(
+            http_args(&["--tls-cert", "c.pem"]).is_err(),
+            "--tls-cert needs --tls-key"
+        );
+        assert!(http_args(&[]).unwrap().tls().unwrap().is_none());
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod http;
 pub mod login;
 pub mod metrics;
 mod precise;
+pub mod tls;
 mod work;
 
 pub use cli::TargetCommand;

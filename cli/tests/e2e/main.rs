@@ -7,6 +7,7 @@ mod ports;
 mod protocols;
 mod results;
 mod spine;
+mod tls;
 mod workloads;
 
 use std::io::{BufRead, BufReader};

@@ -84,6 +84,8 @@ pub struct HttpConfig {
     pub max_source_ips: usize,
     /// HTTP/2 streams allowed at once per connection.
     pub max_concurrent_streams: u32,
+    /// Serve HTTPS (h2 and HTTP/1.1 by ALPN) instead of cleartext HTTP/1.1 and h2c.
+    pub tls: Option<crate::tls::TlsServer>,
 }
 
 impl Default for HttpConfig {
@@ -103,6 +105,7 @@ impl Default for HttpConfig {
             access_log_buffer: 64 * 1024,
             max_source_ips: 65_536,
             max_concurrent_streams: 256,
+            tls: None,
         }
     }
 }
@@ -112,6 +115,8 @@ impl Default for HttpConfig {
 pub struct HttpStats {
     /// Requests answered (any route, any status), counted before the response is sent.
     pub requests_total: u64,
+    /// Of those, requests that came over HTTP/2 (h2c, or h2 over TLS).
+    pub requests_http2: u64,
     /// Requests being handled now.
     pub requests_in_flight: u64,
     /// Connections open now (the connected-clients gauge).
@@ -186,6 +191,7 @@ impl HttpServer {
                 source_ips,
                 lifecycle: Lifecycle::new(),
                 requests_total: AtomicU64::new(0),
+                requests_http2: AtomicU64::new(0),
                 pattern: Bytes::from(pattern),
             }),
         })
@@ -201,6 +207,7 @@ impl HttpServer {
         let s = &self.shared;
         HttpStats {
             requests_total: s.requests_total.load(Ordering::Relaxed),
+            requests_http2: s.requests_http2.load(Ordering::Relaxed),
             requests_in_flight: u64::try_from(s.metrics.in_flight.get()).unwrap_or(0),
             connections_open: s.conns.open(),
             connections_total: s.conns.total(),
@@ -230,7 +237,7 @@ impl HttpServer {
     ) -> Result<(), TargetError> {
         let shared = self.shared;
         let local = listener.local_addr().map_err(TargetError::LocalAddr)?;
-        tracing::info!(addr = %local, "http target listening");
+        tracing::info!(addr = %local, tls = shared.cfg.tls.is_some(), "http target listening");
         let builder = Arc::new(shared.builder());
         let flusher = shared.access_log.is_some().then(|| {
             let shared = Arc::clone(&shared);
@@ -283,6 +290,7 @@ struct Shared {
     source_ips: SourceIps,
     lifecycle: Lifecycle,
     requests_total: AtomicU64,
+    requests_http2: AtomicU64,
     /// Source of `/bytes` and `/data` bodies.
     pattern: Bytes,
 }
@@ -318,6 +326,9 @@ impl Shared {
                 req.version(),
             )
         });
+        if req.version() == hyper::Version::HTTP_2 {
+            self.requests_http2.fetch_add(1, Ordering::Relaxed);
+        }
         let (route, resp) = self.route(req).await;
         let elapsed = start.elapsed();
         self.metrics.observe(route, resp.status(), elapsed);
@@ -541,7 +552,24 @@ async fn connection(
         let shared = Arc::clone(&svc_shared);
         async move { Ok::<_, Infallible>(shared.handle(req, ip).await) }
     });
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let io = match &shared.cfg.tls {
+        None => tokio_util::either::Either::Left(stream),
+        Some(tls) => {
+            let handshake = tls.acceptor().accept(stream);
+            match tokio::time::timeout(shared.cfg.read_timeout, handshake).await {
+                Ok(Ok(s)) => tokio_util::either::Either::Right(s),
+                failed => {
+                    // A failed or timed-out handshake; the guard closes the connection's slot.
+                    shared.metrics.error("tls");
+                    if let Ok(Err(e)) = failed {
+                        tracing::debug!(peer = %peer, error = %e, "tls handshake failed");
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut phase = shared.lifecycle.subscribe();
     let result = tokio::select! {
@@ -727,7 +755,7 @@ impl HttpMetrics {
         let errors = IntCounterVec::new(
             prometheus::Opts::new(
                 "errors_total",
-                "Errors by kind (connection, body_timeout, body_too_large, bad_request).",
+                "Errors by kind (connection, tls, body_timeout, body_too_large, bad_request).",
             ),
             &["kind"],
         )?;
@@ -791,6 +819,7 @@ impl HttpMetrics {
     fn errors_sum(&self) -> u64 {
         [
             "connection",
+            "tls",
             "body_timeout",
             "body_too_large",
             "bad_request",

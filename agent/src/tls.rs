@@ -1,0 +1,219 @@
+//! TLS for `https://` targets: rustls with the ring provider, one client configuration per run,
+//! ALPN offering exactly the HTTP version the scenario asks for (`h2` or `http/1.1`).
+//!
+//! A failed handshake (unknown issuer, wrong name, expired certificate, a plaintext server)
+//! counts as a `tls` error. With `tls.insecure_skip_verify` any certificate is accepted, but the
+//! handshake's signatures are still checked, so the peer must hold the key of what it shows.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use stampede_core::scenario::TlsOptions;
+use stampede_core::stats::error_kind;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::net::{io_failure, Failure};
+
+/// A connection to an HTTP target: plain TCP or TLS over TCP (boxed: the TLS state is large,
+/// and a cleartext connection should not carry its size).
+pub type Io = tokio_util::either::Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
+/// What every TLS connection of a run shares: the rustls configuration and the server name.
+#[derive(Clone)]
+pub struct TlsClient {
+    connector: TlsConnector,
+    server_name: ServerName<'static>,
+    alpn: &'static [u8],
+}
+
+impl std::fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsClient")
+            .field("server_name", &self.server_name)
+            .field("alpn", &String::from_utf8_lossy(self.alpn))
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsClient {
+    /// Builds the client for a target whose URL host is `host` (no port, no brackets).
+    /// Trusts `ca_pem` when given, else the system's certificate authorities.
+    pub fn new(opts: Option<&TlsOptions>, host: &str, http2: bool) -> Result<Self, String> {
+        let default = TlsOptions::default();
+        let opts = opts.unwrap_or(&default);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("tls: {e}"))?;
+        let mut config = if opts.insecure_skip_verify {
+            tracing::warn!(
+                "TLS CERTIFICATE VERIFICATION IS OFF (tls.insecure_skip_verify): any certificate \
+                 is accepted; use this only against your own self-signed test targets"
+            );
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+                .with_no_client_auth()
+        } else {
+            builder
+                .with_root_certificates(roots(opts)?)
+                .with_no_client_auth()
+        };
+        let alpn: &'static [u8] = if http2 { b"h2" } else { b"http/1.1" };
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let name = opts.server_name.as_deref().unwrap_or(host);
+        let server_name = ServerName::try_from(name.to_string())
+            .map_err(|_| format!("tls: `{name}` is neither a DNS name nor an IP address"))?;
+        Ok(Self {
+            connector: TlsConnector::from(Arc::new(config)),
+            server_name,
+            alpn,
+        })
+    }
+
+    /// Runs the handshake over `tcp`. For HTTP/2 the server must select `h2` by ALPN.
+    pub async fn handshake(&self, tcp: TcpStream) -> Result<TlsStream<TcpStream>, Failure> {
+        let stream = self
+            .connector
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| handshake_failure(&e))?;
+        if self.alpn == b"h2" && stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+            // The server does not speak HTTP/2 over TLS: nothing sent would be understood.
+            return Err(Failure(error_kind::PROTOCOL));
+        }
+        Ok(stream)
+    }
+}
+
+/// The trusted roots: the scenario's CA bundle, or the system's.
+fn roots(opts: &TlsOptions) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let cas = opts
+        .ca_certificates()
+        .map_err(|e| format!("tls.ca_pem: {e}"))?;
+    if cas.is_empty() {
+        let native = rustls_native_certs::load_native_certs();
+        let (added, _) = roots.add_parsable_certificates(native.certs);
+        if added == 0 {
+            return Err(
+                "tls: this machine has no trusted certificate authorities; give tls.ca_file \
+                 (or, for a self-signed test target, tls.insecure_skip_verify)"
+                    .into(),
+            );
+        }
+    } else {
+        for (i, c) in cas.into_iter().enumerate() {
+            roots
+                .add(c)
+                .map_err(|e| format!("tls.ca_pem: certificate {i}: {e}"))?;
+        }
+    }
+    Ok(roots)
+}
+
+/// A handshake that fails for TLS reasons is `tls`; a socket error keeps its own kind.
+fn handshake_failure(e: &std::io::Error) -> Failure {
+    use std::io::ErrorKind;
+    let tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
+        || matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof);
+    if tls {
+        Failure(error_kind::TLS)
+    } else {
+        io_failure(e, false)
+    }
+}
+
+/// `tls.insecure_skip_verify`: any certificate chain and name are accepted; the handshake
+/// signatures are still verified with the provider's algorithms.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_comes_from_the_options_or_the_host() {
+        let c = TlsClient::new(None, "127.0.0.1", false);
+        // Either built (system roots present) or refused with the clear message.
+        match c {
+            Ok(c) => {
+                assert_eq!(c.server_name, ServerName::try_from("127.0.0.1").unwrap());
+                assert_eq!(c.alpn, b"http/1.1");
+            }
+            Err(e) => assert!(e.contains("tls.ca_file"), "{e}"),
+        }
+        let opts = TlsOptions {
+            insecure_skip_verify: true,
+            server_name: Some("api.test".into()),
+            ..TlsOptions::default()
+        };
+        let c = TlsClient::new(Some(&opts), "10.0.0.1", true).unwrap();
+        assert_eq!(c.server_name, ServerName::try_from("api.test").unwrap());
+        assert_eq!(c.alpn, b"h2");
+        let bad = TlsOptions {
+            insecure_skip_verify: true,
+            server_name: Some("not a name".into()),
+            ..TlsOptions::default()
+        };
+        let e = TlsClient::new(Some(&bad), "h", false).unwrap_err();
+        assert!(e.contains("neither a DNS name nor an IP address"), "{e}");
+        let garbage = TlsOptions {
+            ca_pem: Some("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()),
+            ..TlsOptions::default()
+        };
+        let e = TlsClient::new(Some(&garbage), "h", false).unwrap_err();
+        assert!(e.starts_with("tls.ca_pem"), "{e}");
+    }
+}

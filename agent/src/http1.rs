@@ -17,6 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
+/// A connection's read buffer starts this small and doubles when a response needs more, up to
+/// [`READ_CHUNK`] a step: 10,000 idle keep-alive connections should not hold 16 KiB each.
+const INITIAL_BUF: usize = 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 /// A request rendered to bytes once.
@@ -92,7 +95,7 @@ impl Conn {
         let stream = net::connect_http(addr, tls).await?;
         Ok(Self {
             stream,
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            buf: BytesMut::with_capacity(INITIAL_BUF),
         })
     }
 
@@ -128,8 +131,9 @@ impl Conn {
     }
 
     async fn fill(&mut self) -> Result<usize, Failure> {
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(READ_CHUNK);
+        if self.buf.capacity() - self.buf.len() < 512 {
+            let grow = self.buf.capacity().clamp(INITIAL_BUF, READ_CHUNK);
+            self.buf.reserve(grow);
         }
         match self.stream.read_buf(&mut self.buf).await {
             Ok(0) => Err(Failure(error_kind::RESET)),

@@ -10,7 +10,10 @@
 #     report location in its status, events on it, and no finalizer left. A controller restart does not rerun it.
 #  4. A LoadTest with `on_agent_loss: {tolerate: 50}` and an agent pod deleted mid-run: the status names the lost
 #     agent (lostAgents and message) and an AgentLost event is published.
-#  5. `helm uninstall` leaves nothing of the release but the documented CRD (and the LoadTests, which it keeps).
+#  5. Deleting a running LoadTest aborts its run (the finalizer) and the delete completes promptly.
+#  6. A LoadTest asking for 4 agents while the agent Deployment has 3: the controller scales the Deployment (scale
+#     subresource) to 4 and the run succeeds over 4 agents.
+#  7. `helm uninstall` leaves nothing of the release but the documented CRD (and the LoadTests, which it keeps).
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -192,7 +195,45 @@ kn get events --field-selector involvedObject.kind=LoadTest,involvedObject.name=
   fail "no AgentLost event naming $victim"
 say "agent $victim lost mid-run: tolerated, named in lostAgents, the message and an AgentLost event"
 
-# 5. Uninstall.
+idle_agents() { # N: wait until N agents are idle
+  for ((i = 0; i < 90; i++)); do
+    [ "$(st agents --output json 2>/dev/null | jq '[.[] | select(.state == "idle")] | length')" -ge "$1" ] && return 0
+    sleep 1
+  done
+  fail "fewer than $1 idle agents after 90 s"
+}
+
+# 5. Deleting a running LoadTest: the finalizer aborts the run, then lets the resource go.
+idle_agents 3
+scenario long 120s 20 fail >"$tmp/long.yaml"
+to_lt long "$tmp/long.yaml" >"$tmp/long-lt.yaml"
+kn apply -f "$tmp/long-lt.yaml" >&2 || fail "kubectl apply LoadTest long"
+kn wait loadtest/long --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null || fail "long did not reach Running"
+long_run=$(kn get loadtest long -o jsonpath='{.status.runId}')
+[ -n "$long_run" ] || fail "a running LoadTest has no runId"
+sleep 2
+t_del=$(date +%s)
+kn delete loadtest long --timeout=60s >/dev/null || fail "deleting the running LoadTest long did not complete"
+took=$(($(date +%s) - t_del))
+long_state=$(st status --output json | jq -r --arg r "$long_run" '.[] | select(.run_id == $r) | .state')
+[ "$long_state" = aborted ] || fail "the run $long_run of the deleted LoadTest is '$long_state', not aborted"
+[ "$took" -lt 30 ] || fail "deleting a running LoadTest took ${took}s"
+say "deleted the running LoadTest long: its run $long_run was aborted, and the delete completed in ${took}s"
+
+# 6. Scale-up: the run needs 4 agents, the Deployment has 3.
+idle_agents 3
+scenario wide 4s 20 fail | sed 's/^agents: 3$/agents: 4/' >"$tmp/wide.yaml"
+to_lt wide "$tmp/wide.yaml" >"$tmp/wide-lt.yaml"
+kn apply -f "$tmp/wide-lt.yaml" >&2 || fail "kubectl apply LoadTest wide"
+kn wait loadtest/wide --for=jsonpath='{.status.phase}'=Succeeded --timeout=150s >/dev/null ||
+  fail "wide did not succeed: $(kn get loadtest wide -o jsonpath='{.status.phase}: {.status.message}')"
+replicas=$(kn get deployment "$FULL-agent" -o jsonpath='{.spec.replicas}')
+[ "$replicas" = 4 ] || fail "the agent Deployment has $replicas replicas, not 4"
+wide_agents=$(kn get loadtest wide -o jsonpath='{.status.summary.agents}')
+[ "$wide_agents" = 4 ] || fail "the LoadTest wide ran on $wide_agents agents, not 4"
+say "LoadTest wide asked for 4 agents: the controller scaled $FULL-agent from 3 to $replicas and the run used 4"
+
+# 7. Uninstall.
 kn get loadtests -o json | jq -e '[.items[].metadata.finalizers // [] | length] | add == 0' >/dev/null ||
   fail "a LoadTest keeps a finalizer"
 timeout 150 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"

@@ -4,28 +4,7 @@ use std::process::Command;
 
 use stampede_core::report::{Report, RunOutcome};
 
-use crate::{scenario, Target, BIN, QUIET};
-
-/// Runs `stampede run --local` on `text`; returns the exit code, stdout and the JSON report.
-fn run_local(dir: &std::path::Path, name: &str, text: &str) -> (Option<i32>, String, Report) {
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, text).unwrap();
-    let report = dir.join(format!("{name}.json"));
-    let out = Command::new(BIN)
-        .args(["run", "--local", "--quiet", "--agents", "1", "--report"])
-        .arg(&report)
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let text = std::fs::read_to_string(&report)
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-    (
-        out.status.code(),
-        stdout,
-        serde_json::from_str(&text).unwrap(),
-    )
-}
+use crate::{cli_run_local, cli_run_local_via, scenario, Target, BIN, QUIET};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_on_fail_stops_a_breaching_run_early_and_exits_1() {
@@ -38,7 +17,12 @@ async fn abort_on_fail_stops_a_breaching_run_early_and_exits_1() {
         "  - { duration: 20s, arrival_rate: 100 }\n",
         "thresholds: [\"error_rate < 50%\", \"p99 < 5ms\"]\nabort_on_fail: true\n",
     );
-    let (code, stdout, r) = run_local(dir.path(), "breach", &text);
+    let crate::CliRun {
+        code,
+        stdout,
+        report: r,
+        ..
+    } = cli_run_local(dir.path(), "breach", &text);
     assert_eq!(code, Some(1), "{stdout}");
     assert_eq!(r.outcome, RunOutcome::Aborted, "{stdout}");
     let abort = r.threshold_abort.as_ref().expect("the breach is recorded");
@@ -68,7 +52,12 @@ async fn abort_on_fail_stops_a_breaching_run_early_and_exits_1() {
         "  - { duration: 3s, arrival_rate: 60 }\n",
         "thresholds: [\"p99 < 5s\", \"throughput >= 99% planned\"]\nabort_on_fail: true\n",
     );
-    let (code, stdout, r) = run_local(dir.path(), "pass", &text);
+    let crate::CliRun {
+        code,
+        stdout,
+        report: r,
+        ..
+    } = cli_run_local(dir.path(), "pass", &text);
     assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(r.outcome, RunOutcome::Succeeded);
     assert!(r.threshold_abort.is_none());
@@ -117,27 +106,13 @@ fn spawn_pinned_http_target() -> (crate::Proc, String) {
 /// for 2 s against `/work?ms=N&clock=wall`, a new connection per request as in the search,
 /// from the CLI pinned to the other CPU.
 fn saturated_rate(dir: &std::path::Path, addr: &str, work_ms: u64) -> f64 {
-    let path = dir.join("calibrate.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "name: calibrate\ntarget: http://{addr}\nload: {{ model: closed, connections: 4, duration: 2s }}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\n    new_connection: true\nrequest_timeout: 5s\n"
-        ),
-    )
-    .unwrap();
-    let report = dir.join("calibrate.json");
-    let out = pinned("1", "-10")
-        .args([
-            BIN, "run", "--local", "--quiet", "--agents", "1", "--report",
-        ])
-        .arg(&report)
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = std::fs::read_to_string(&report)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let r: Report = serde_json::from_str(&text).unwrap();
-    r.totals.throughput_rps
+    let text = format!(
+        "name: calibrate\ntarget: http://{addr}\nload: {{ model: closed, connections: 4, duration: 2s }}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\n    new_connection: true\nrequest_timeout: 5s\n"
+    );
+    let mut cmd = pinned("1", "-10");
+    cmd.arg(BIN);
+    let run = cli_run_local_via(cmd, dir, "calibrate", &text);
+    run.report.totals.throughput_rps
 }
 
 /// One capacity search from `start` in steps of `step`; returns the JSON verdict and the path
@@ -158,14 +133,16 @@ fn search(
     )
     .unwrap();
     let report = dir.join("capacity.json");
-    // The controller and the agent run in the CLI process, pinned to the other CPU. The SLO
-    // leaves room for a scheduling hiccup on the target's CPU (with ~250 samples a step, p99
-    // is the third-worst request), while above the knee the queue grows by tens of ms a second
-    // and breaches it within a 3 s step.
+    // The controller and the agent run in the CLI process, pinned to the other CPU. The SLO is
+    // on the median: above the knee the queue grows all through the step, so by the middle of
+    // a 3 s step at 5% over capacity the median request waits 75 ms; below it the median is
+    // the 10 ms of work. A tail SLO would instead measure this VM: with the hypervisor taking
+    // a share of the CPU (steal), stalls of 50–500 ms push p99 over any sensible bound even at
+    // 40% load (seen here: p99 197 ms at 40/s, 18% steal).
     let out = pinned("1", "-10")
         .args([BIN, "capacity"])
         .arg(&path)
-        .args(["--local", "--agents", "1", "--slo", "p99 < 100ms"])
+        .args(["--local", "--agents", "1", "--slo", "p50 < 50ms"])
         .args(["--start", &start.to_string(), "--step", &step.to_string()])
         .args(["--max", &(start + 8 * step).to_string()])
         .args(["--step-duration", "3s", "--bisect", "3", "--output", "json"])
@@ -176,7 +153,13 @@ fn search(
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}\n{stdout}");
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // 0: a rate was found; 1: no step held (a hiccup in the first step can do that, and the
+    // caller tries again); 2: a step could not run at all.
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{:?}\n{stdout}\n{stderr}",
+        out.status
+    );
     (serde_json::from_str(&stdout).unwrap(), report)
 }
 
@@ -188,12 +171,13 @@ fn search(
 /// when a little of its CPU goes elsewhere, where `N` ms of CPU time would take longer and no
 /// search could find 1000/N. On a machine so busy that the target cannot serve 85% of 1000/N
 /// even saturated (measured first), the test says so loudly and expects what it measured.
-/// Hiccups come and go, so a search that misses gets one more attempt; both are printed.
+/// Hiccups come and go (this VM can stall for half a second), so a search that misses gets up
+/// to two more attempts; every attempt is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_search_finds_the_cpu_bound_knee() {
     let _quiet = QUIET.write().await;
     const WORK_MS: u64 = 10;
-    const ATTEMPTS: u32 = 2;
+    const ATTEMPTS: u32 = 3;
     let nominal = 1000.0 / WORK_MS as f64;
     let (_target, addr) = spawn_pinned_http_target();
     let dir = tempfile::tempdir().unwrap();
@@ -231,7 +215,7 @@ fn check_search_report(v: &serde_json::Value, report: &std::path::Path, found: f
     assert!(failing > found);
     let reason = v["first_failing_reason"].as_str().unwrap();
     assert!(
-        reason.contains("p99 < 100ms") || reason.contains("achieved"),
+        reason.contains("p50 < 50ms") || reason.contains("achieved"),
         "{reason}"
     );
     // Every step is a phase of the one combined report.

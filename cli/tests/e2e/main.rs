@@ -130,6 +130,48 @@ pub fn scenario(target: &str, phases: &str, extra: &str) -> String {
     format!("name: e2e\ntarget: {target}\nphases:\n{phases}session:\n  - http: {{ method: GET, path: /data }}\n{extra}")
 }
 
+/// What `stampede run --local` printed, and its JSON report.
+pub struct CliRun {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub report: Report,
+}
+
+/// Writes `text` to `DIR/NAME.yaml` (so relative files in it are read from `dir`) and runs
+/// `stampede run --local --quiet --agents 1` on it with a JSON report.
+pub fn cli_run_local(dir: &std::path::Path, name: &str, text: &str) -> CliRun {
+    cli_run_local_via(Command::new(BIN), dir, name, text)
+}
+
+/// [`cli_run_local`] through `cmd`, a command that runs the binary (say `taskset -c 1 BIN`).
+pub fn cli_run_local_via(
+    mut cmd: Command,
+    dir: &std::path::Path,
+    name: &str,
+    text: &str,
+) -> CliRun {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    let report = dir.join(format!("{name}.json"));
+    let out = cmd
+        .args(["run", "--local", "--quiet", "--agents", "1", "--report"])
+        .arg(&report)
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let text =
+        std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    CliRun {
+        code: out.status.code(),
+        stdout,
+        stderr,
+        report: serde_json::from_str(&text).unwrap(),
+    }
+}
+
 pub async fn run(url: &str, token: &str, text: &str, agents: u32) -> Report {
     let mut c = client::connect(url, Some(token)).await.unwrap();
     tokio::time::timeout(

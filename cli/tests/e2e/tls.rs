@@ -2,15 +2,13 @@
 //! HTTP target serving a self-signed certificate, and what happens when the certificate is not
 //! trusted, names another host, or verification is turned off.
 
-use std::process::Command;
-
 use stampede_cli::local::LocalCluster;
 use stampede_core::report::{Report, RunOutcome};
 use stampede_target_servers::http::{HttpConfig, HttpServer};
 use stampede_target_servers::tls::TlsServer;
 use tokio::net::TcpListener;
 
-use crate::{run, serve_until_dropped, Stop, BIN, QUIET};
+use crate::{cli_run_local, run, serve_until_dropped, Stop, QUIET};
 
 /// An HTTPS target with a fresh self-signed certificate for localhost and 127.0.0.1; returns
 /// the server, its `https://localhost:PORT` URL and the certificate (PEM).
@@ -116,18 +114,13 @@ async fn the_cli_reads_ca_file_and_warns_loudly_when_verification_is_off() {
         ("insecure", "tls: { insecure_skip_verify: true }\n", true),
     ];
     for (name, tls, insecure) in cases {
-        let path = dir.path().join(format!("{name}.yaml"));
-        std::fs::write(&path, scenario(&url, tls)).unwrap();
-        let report = dir.path().join(format!("{name}.json"));
-        let out = Command::new(BIN)
-            .args(["run", "--local", "--quiet", "--agents", "1", "--report"])
-            .arg(&report)
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-        let r: Report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let crate::CliRun {
+            code,
+            stderr,
+            report: r,
+            ..
+        } = cli_run_local(dir.path(), name, &scenario(&url, tls));
+        assert_eq!(code, Some(0), "{stderr}");
         assert!(r.totals.errors.is_empty(), "{name}: {:?}", r.totals.errors);
         assert_eq!(r.totals.completed, 60, "{name}");
         assert_eq!(

@@ -13,7 +13,7 @@
 //! watch the load otherwise). It is not kept on finished LoadTests, so they stay deletable when
 //! the controller is uninstalled (the CRD and LoadTests outlive `helm uninstall`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ struct Ctx {
     recorder: Recorder,
     /// Run ids that have a follower task.
     following: Mutex<BTreeSet<String>>,
+    /// The run submitted for each LoadTest (by uid). Adding the finalizer triggers another
+    /// reconcile, which may see a cached object from before the status with the run id was
+    /// written; without this it would submit the same LoadTest twice.
+    submitted: Mutex<BTreeMap<String, String>>,
 }
 
 pub(crate) async fn run(inner: Arc<Inner>, client: kube::Client, settings: KubeSettings) {
@@ -59,6 +63,7 @@ pub(crate) async fn run(inner: Arc<Inner>, client: kube::Client, settings: KubeS
         api: api.clone(),
         recorder,
         following: Mutex::default(),
+        submitted: Mutex::default(),
     });
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
@@ -83,9 +88,11 @@ async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError
     let name = lt.name_any();
     let status = lt.status.clone().unwrap_or_default();
     let has_fin = lt.finalizers().iter().any(|f| f == FINALIZER);
+    let uid = lt.uid().unwrap_or_default();
+    let known = lock(&ctx.submitted).get(&uid).cloned();
 
     if lt.metadata.deletion_timestamp.is_some() {
-        if let Some(run_id) = &status.run_id {
+        if let Some(run_id) = status.run_id.as_ref().or(known.as_ref()) {
             let h = lock(&ctx.inner.runs).get(run_id).cloned();
             if let Some(h) = h {
                 h.request_abort(format!("LoadTest {name} was deleted"));
@@ -94,6 +101,7 @@ async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError
         if has_fin {
             set_finalizer(&ctx, &lt, false).await?;
         }
+        lock(&ctx.submitted).remove(&uid);
         return Ok(Action::await_change());
     }
 
@@ -102,7 +110,12 @@ async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError
             if has_fin {
                 set_finalizer(&ctx, &lt, false).await?;
             }
+            lock(&ctx.submitted).remove(&uid);
             Ok(Action::await_change())
+        }
+        // Submitted, but this cached copy predates the status that says so: look again soon.
+        _ if status.run_id.is_none() && known.is_some() => {
+            Ok(Action::requeue(Duration::from_secs(1)))
         }
         Some(_) if status.run_id.is_some() => {
             let run_id = status.run_id.clone().unwrap_or_default();
@@ -167,9 +180,11 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
             return Ok(Action::await_change());
         }
     };
+    lock(&ctx.submitted).insert(lt.uid().unwrap_or_default(), h.run_id.clone());
     // The finalizer goes on first, so a delete from now on aborts the run.
     if let Err(e) = set_finalizer(ctx, &lt, true).await {
         h.request_abort(format!("LoadTest {name}: {e}"));
+        lock(&ctx.submitted).remove(&lt.uid().unwrap_or_default());
         return Err(e);
     }
     st.phase = Some(LoadTestPhase::Pending);
@@ -177,6 +192,7 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
     st.message = Some(format!("waiting for {} agents", h.agents_wanted));
     if let Err(e) = apply_status(ctx, &lt, &st).await {
         h.request_abort(format!("LoadTest {name}: recording the status failed: {e}"));
+        lock(&ctx.submitted).remove(&lt.uid().unwrap_or_default());
         return Err(e);
     }
     event(

@@ -215,7 +215,11 @@ sleep 2
 t_del=$(date +%s)
 kn delete loadtest long --timeout=60s >/dev/null || fail "deleting the running LoadTest long did not complete"
 took=$(($(date +%s) - t_del))
-long_state=$(st status --output json | jq -r --arg r "$long_run" '.[] | select(.run_id == $r) | .state')
+st status --output json >"$tmp/status.json"
+long_state=$(jq -r --arg r "$long_run" '.[] | select(.run_id == $r) | .state' "$tmp/status.json")
+# One LoadTest, one run: adding the finalizer re-triggers the reconcile, which must not submit it again.
+[ "$(jq '[.[] | select(.scenario == "long")] | length' "$tmp/status.json")" = 1 ] ||
+  fail "the LoadTest long was submitted more than once: $(jq -c '[.[] | select(.scenario == "long") | {run_id, state, message}]' "$tmp/status.json")"
 [ "$long_state" = aborted ] || fail "the run $long_run of the deleted LoadTest is '$long_state', not aborted"
 [ "$took" -lt 30 ] || fail "deleting a running LoadTest took ${took}s"
 say "deleted the running LoadTest long: its run $long_run was aborted, and the delete completed in ${took}s"

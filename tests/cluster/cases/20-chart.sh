@@ -218,11 +218,6 @@ timeout 200 "$HELM" upgrade "$REL" "$CHART" -n "$NS" --reuse-values --wait --tim
 [ "$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)" = "$TOKEN" ] || fail "helm upgrade changed the token"
 
 say "helm uninstall"
-timeout 150 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"
-kn wait --for=delete pod -l app.kubernetes.io/instance=$REL --timeout=90s >/dev/null 2>&1 || true
-left=$(kn get all,secrets,configmaps,serviceaccounts,roles,rolebindings,pvc,endpointslices -o name 2>/dev/null |
-  grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true)
-[ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"
-k get crd "$CRD" >/dev/null || fail "the CRD $CRD should be kept by helm uninstall (documented), but is gone"
+helm_uninstall_clean "$REL" "$CRD"
 say "nothing of the release is left in $NS; the CRD $CRD is kept, as documented"
 say "chart case passed"

@@ -240,11 +240,6 @@ say "LoadTest wide asked for 4 agents: the controller scaled $FULL-agent from 3 
 # 7. Uninstall.
 kn get loadtests -o json | jq -e '[.items[].metadata.finalizers // [] | length] | add == 0' >/dev/null ||
   fail "a LoadTest keeps a finalizer"
-timeout 150 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"
-kn wait --for=delete pod -l app.kubernetes.io/instance=$REL --timeout=90s >/dev/null 2>&1 || true
-left=$(kn get all,secrets,configmaps,serviceaccounts,roles,rolebindings,pvc,endpointslices -o name 2>/dev/null |
-  grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true)
-[ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"
-k get crd "$CRD" >/dev/null || fail "the CRD should be kept by helm uninstall (documented)"
+helm_uninstall_clean "$REL" "$CRD"
 say "helm uninstall: nothing left but the documented CRD and the LoadTests"
 say "loadtest case passed"

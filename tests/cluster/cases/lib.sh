@@ -77,3 +77,15 @@ EOF
   kn logs "$name" >&2 || true
   [ "$phase" = Succeeded ] || fail "pod $name ended in phase '${phase:-unknown}'"
 }
+
+# helm_uninstall_clean REL CRD: `helm uninstall` the release, then check that nothing of it is left in $NS and that
+# the CRD, which the chart documents as kept, is still there.
+helm_uninstall_clean() {
+  local rel=$1 crd=$2 left
+  timeout 150 "$HELM" uninstall "$rel" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"
+  kn wait --for=delete pod -l "app.kubernetes.io/instance=$rel" --timeout=90s >/dev/null 2>&1 || true
+  left=$(kn get all,secrets,configmaps,serviceaccounts,roles,rolebindings,pvc,endpointslices -o name 2>/dev/null |
+    grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true)
+  [ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"
+  k get crd "$crd" >/dev/null || fail "the CRD $crd should be kept by helm uninstall (documented), but is gone"
+}

@@ -1,5 +1,5 @@
-//! The HTTP/2 driver: h2c with prior knowledge (`http_version: "2"` on an `http://` target),
-//! one connection per session, one stream per request, over the `h2` crate. The request head
+//! The HTTP/2 driver: h2c with prior knowledge (`http_version: "2"` on an `http://` target) or
+//! h2 negotiated by ALPN (on an `https://` target), one connection per session, one stream per request, over the `h2` crate. The request head
 //! is parsed once per step; bodies are read and their flow-control capacity released.
 
 use std::net::SocketAddr;
@@ -22,11 +22,13 @@ pub struct H2Request {
 }
 
 impl H2Request {
-    /// Builds the request for `authority`; the error says which part is not valid HTTP/2.
-    pub fn new(req: &HttpRequest, authority: &str) -> Result<Self, String> {
+    /// Builds the request for `authority` (`:scheme` is `https` over TLS, else `http`); the
+    /// error says which part is not valid HTTP/2.
+    pub fn new(req: &HttpRequest, tls: bool, authority: &str) -> Result<Self, String> {
         let method = http::Method::from_bytes(req.method.as_bytes())
             .map_err(|_| format!("method: `{}` is not an HTTP method", req.method))?;
-        let uri: http::Uri = format!("http://{authority}{}", req.path)
+        let scheme = if tls { "https" } else { "http" };
+        let uri: http::Uri = format!("{scheme}://{authority}{}", req.path)
             .parse()
             .map_err(|e| format!("path: {e}"))?;
         let mut headers = http::HeaderMap::new();
@@ -198,11 +200,13 @@ mod tests {
         };
         req.headers.insert("Connection".into(), "close".into());
         req.headers.insert("X-Id".into(), "7".into());
-        let r = H2Request::new(&req, "h:1").unwrap();
+        let r = H2Request::new(&req, false, "h:1").unwrap();
         assert_eq!(r.uri.to_string(), "http://h:1/x");
+        let over_tls = H2Request::new(&req, true, "h:1").unwrap();
+        assert_eq!(over_tls.uri.to_string(), "https://h:1/x");
         assert!(r.headers.get("connection").is_none());
         assert_eq!(r.headers.get("x-id").unwrap(), "7");
         req.headers.insert("X-Bad".into(), "a\nb".into());
-        assert!(H2Request::new(&req, "h:1").is_err());
+        assert!(H2Request::new(&req, false, "h:1").is_err());
     }
 }

@@ -33,6 +33,7 @@ use crate::http1::PreparedRequest;
 use crate::runner::{Endpoint, RunSpec, StepPlan};
 use crate::stream::FramedRequest;
 use crate::udp::DatagramRequest;
+use stampede_core::protocol::Transport;
 
 /// How the agent connects and describes itself.
 #[derive(Debug, Clone)]
@@ -398,11 +399,11 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     };
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
-    let (mut endpoint, host_header) = resolve(&target).await?;
+    let (transport, rest) = Transport::parse(&target).map_err(|e| format!("target: {e}"))?;
+    let (mut endpoint, host_header) = resolve(&target, transport, rest).await?;
     let http2 = scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
+    let https = transport == Transport::Https;
     if let Endpoint::Http(addr, _) = endpoint {
-        let https = stampede_core::protocol::Transport::parse(&target)
-            .is_ok_and(|(t, _)| t == stampede_core::protocol::Transport::Https);
         let tls = if https {
             let host = url_host(&host_header);
             Some(Arc::new(tls::TlsClient::new(
@@ -429,7 +430,7 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                 request: PreparedRequest::new(h, &host_header),
                 h2: if http2 {
                     Some(
-                        crate::h2::H2Request::new(h, &host_header)
+                        crate::h2::H2Request::new(h, https, &host_header)
                             .map_err(|e| format!("session[{i}].http.{e}"))?,
                     )
                 } else {
@@ -504,9 +505,11 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
 }
 
 /// Resolves the target once per run: the endpoint, and the authority (the HTTP `Host`).
-async fn resolve(url: &str) -> Result<(Endpoint, String), String> {
-    use stampede_core::protocol::Transport;
-    let (transport, rest) = Transport::parse(url).map_err(|e| format!("target: {e}"))?;
+async fn resolve(
+    url: &str,
+    transport: Transport,
+    rest: &str,
+) -> Result<(Endpoint, String), String> {
     if transport == Transport::Unix {
         return Ok((Endpoint::Unix(rest.into()), String::new()));
     }

@@ -627,22 +627,19 @@ fn status_only(status: StatusCode) -> Response<Body> {
 /// The value of `key` in a query string: `Ok(None)` if absent, `Err` if not a `u64`.
 /// The last occurrence wins.
 fn query_u64(query: Option<&str>, key: &str) -> Result<Option<u64>, ()> {
-    let mut found = None;
-    for pair in query.unwrap_or("").split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == key {
-            found = Some(v.parse::<u64>().map_err(|_| ())?);
-        }
-    }
-    Ok(found)
+    query_str(query, key)
+        .map(|v| v.parse::<u64>().map_err(|_| ()))
+        .transpose()
 }
 
-/// The value of `key` in a query string, if present (the last occurrence wins).
+/// The value of `key` in a query string, if present (a bare `key` is the empty value); the
+/// last occurrence wins.
 fn query_str<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
     query
         .unwrap_or("")
         .rsplit('&')
-        .find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == key))
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
 }
 
@@ -848,6 +845,9 @@ mod tests {
         assert_eq!(query_u64(Some("ms="), "ms"), Err(()));
         assert_eq!(query_u64(Some("ms"), "ms"), Err(()));
         assert_eq!(query_u64(Some("ms=99999999999999999999999"), "ms"), Err(()));
+        assert_eq!(query_str(Some("ms=5&clock=wall"), "clock"), Some("wall"));
+        assert_eq!(query_str(Some("clock"), "clock"), Some(""));
+        assert_eq!(query_str(Some("ms=5"), "clock"), None);
     }
 
     #[test]

@@ -4,7 +4,12 @@
 //! The dead-man switch (design.md §3.5): a run holds a lease the controller renews. If the
 //! lease lapses — controller gone, stream broken — load stops within the lease period. The
 //! data already collected is kept and replayed when the controller comes back; the
-//! controller drops intervals it already has.
+//! controller drops intervals it already has, and acknowledges what it received so the replay
+//! buffer only holds what is unacknowledged (and is bounded).
+//!
+//! The control loop (stream, lease, watchdog) runs on its own thread and runtime, apart from
+//! the load: a process whose load saturates its cores still reads its renewals on time, so it
+//! never mistakes itself for an orphan.
 
 pub mod h2;
 pub mod http1;
@@ -86,6 +91,8 @@ pub enum AgentError {
     Token,
     #[error("--source-ips: {0}")]
     SourceAddress(std::io::Error),
+    #[error("starting the control thread: {0}")]
+    Runtime(std::io::Error),
 }
 
 fn unix_ns() -> i64 {
@@ -111,27 +118,62 @@ pub fn ephemeral_ports() -> v1::PortRange {
 struct ActiveRun {
     run_id: String,
     stop: CancellationToken,
+    /// Why the run was stopped early (the first reason wins); reported in `Done`.
+    reason: Arc<Mutex<Option<String>>>,
     lease_deadline: Arc<Mutex<Instant>>,
     lease: Duration,
 }
+
+/// Stops a run, remembering why (the first reason given wins).
+fn stop_run(stop: &CancellationToken, reason: &Mutex<Option<String>>, why: String) {
+    reason
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert(why);
+    stop.cancel();
+}
+
+/// Most unacknowledged run messages kept for replay; the oldest go first beyond it (a
+/// controller that acknowledges nothing for this long is not coming back for them).
+const MAX_RETAINED: usize = 4096;
+/// Longest the agent waits, after a shutdown signal, to hand its last data to the controller.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest lease the agent accepts: "load stops within a second" must not silently become
+/// an hour because a controller asked for it.
+pub const MAX_LEASE: Duration = Duration::from_secs(60);
 
 /// A shard prepared on Assign, waiting for Start.
 struct PendingRun {
     spec: Arc<RunSpec>,
 }
 
+impl Drop for AgentState {
+    /// However the control loop ends, the load it started ends with it.
+    fn drop(&mut self) {
+        if let Some(a) = &self.active {
+            a.stop.cancel();
+        }
+    }
+}
+
 /// State that outlives one connection.
 struct AgentState {
     pending: Option<PendingRun>,
     active: Option<ActiveRun>,
-    /// Every message of the current run, kept until the next run, for replay after a reconnect.
-    retained: Vec<v1::AgentMessage>,
+    /// The current run's messages the controller has not acknowledged, for replay after a
+    /// reconnect (at most [`MAX_RETAINED`]).
+    retained: std::collections::VecDeque<v1::AgentMessage>,
+    /// The runtime the load runs on (the control loop has its own).
+    load: tokio::runtime::Handle,
     run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
     run_rx: mpsc::UnboundedReceiver<v1::AgentMessage>,
     lease: Duration,
 }
 
-/// Runs the agent until `shutdown` resolves, reconnecting with backoff.
+/// Runs the agent until `shutdown` resolves, reconnecting with backoff. The load runs on the
+/// caller's runtime; the control loop on a thread of its own. On `shutdown` an active run is
+/// stopped and its last data and `Done` are handed to the controller (within
+/// [`DRAIN_TIMEOUT`]) before this returns.
 pub async fn run(
     cfg: AgentConfig,
     shutdown: impl std::future::Future<Output = ()>,
@@ -139,26 +181,73 @@ pub async fn run(
     if !cfg.source_ips.is_empty() {
         net::set_source_addresses(&cfg.source_ips).map_err(AgentError::SourceAddress)?;
     }
+    let load = tokio::runtime::Handle::current();
+    let quit = CancellationToken::new();
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
+    let q = quit.clone();
+    std::thread::Builder::new()
+        .name("stampede-control".into())
+        .spawn(move || {
+            let mut done_tx = done_tx;
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(AgentError::Runtime)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        tokio::select! {
+                            r = control(cfg, q, load) => r,
+                            // The caller dropped `run` (a task abort: the embedded
+                            // equivalent of a killed process): stop at once, no drain.
+                            _ = done_tx.closed() => Ok(()),
+                        }
+                    })
+                });
+            let _ = done_tx.send(result);
+        })
+        .map_err(AgentError::Runtime)?;
+    tokio::pin!(shutdown);
+    tokio::select! {
+        r = &mut done_rx => return r.unwrap_or(Ok(())),
+        _ = &mut shutdown => quit.cancel(),
+    }
+    done_rx.await.unwrap_or(Ok(()))
+}
+
+/// The control loop: connects, reconnects with backoff, and drains on `quit`.
+async fn control(
+    cfg: AgentConfig,
+    quit: CancellationToken,
+    load: tokio::runtime::Handle,
+) -> Result<(), AgentError> {
     let (run_tx, run_rx) = mpsc::unbounded_channel();
     let mut state = AgentState {
         pending: None,
         active: None,
-        retained: Vec::new(),
+        retained: std::collections::VecDeque::new(),
+        load,
         run_tx,
         run_rx,
         lease: Duration::from_secs(1),
     };
-    tokio::pin!(shutdown);
+    let drained = async {
+        quit.cancelled().await;
+        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    };
+    tokio::pin!(drained);
     let mut backoff = Duration::from_millis(100);
     loop {
         let started = Instant::now();
         let result = tokio::select! {
-            r = connection(&cfg, &mut state) => r,
-            _ = &mut shutdown => {
-                if let Some(a) = &state.active { a.stop.cancel(); }
+            r = connection(&cfg, &mut state, &quit) => r,
+            _ = &mut drained => {
+                tracing::warn!("shutting down before the last data reached the controller");
                 return Ok(());
             }
         };
+        if quit.is_cancelled() && state.active.is_none() {
+            return Ok(());
+        }
         match result {
             Ok(()) => tracing::info!("controller closed the stream; reconnecting"),
             Err(e) => tracing::warn!(error = %e, "controller connection failed; retrying"),
@@ -169,10 +258,7 @@ pub async fn run(
         let jitter = rand::rng().random_range(0.8..1.2);
         tokio::select! {
             _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
-            _ = &mut shutdown => {
-                if let Some(a) = &state.active { a.stop.cancel(); }
-                return Ok(());
-            }
+            _ = &mut drained => return Ok(()),
         }
         backoff = (backoff * 2).min(cfg.max_backoff);
     }
@@ -182,7 +268,14 @@ fn msg(m: Out) -> v1::AgentMessage {
     v1::AgentMessage { msg: Some(m) }
 }
 
-async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), AgentError> {
+async fn connection(
+    cfg: &AgentConfig,
+    state: &mut AgentState,
+    quit: &CancellationToken,
+) -> Result<(), AgentError> {
+    if quit.is_cancelled() && state.active.is_none() {
+        return Ok(());
+    }
     let endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
         .map_err(|e| AgentError::Url(e.to_string()))?
         .connect_timeout(Duration::from_secs(3))
@@ -214,12 +307,13 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
         .await?
         .into_inner();
     tracing::info!(controller = %cfg.controller, id = %cfg.id, "attached to controller");
-    // Replay what the controller may have missed; it ignores intervals it already has.
+    // Replay what the controller has not acknowledged; it ignores intervals it already has.
     for m in &state.retained {
         if tx.send(m.clone()).await.is_err() {
             return Err(AgentError::Closed);
         }
     }
+    let mut draining = false;
     loop {
         tokio::select! {
             m = inbound.next() => {
@@ -230,17 +324,40 @@ async fn connection(cfg: &AgentConfig, state: &mut AgentState) -> Result<(), Age
                 };
                 handle(cfg, state, &tx, m).await;
             }
-            Some(out) = state.run_rx.recv() => {
-                if let Some(Out::Done(_)) = &out.msg {
+            Some(mut out) = state.run_rx.recv() => {
+                let done = if let Some(Out::Done(d)) = &mut out.msg {
                     // The run is over: end its lease watchdog too (it would otherwise report
-                    // a lapsed lease once renewals stop).
+                    // a lapsed lease once renewals stop), and say why it stopped early.
                     if let Some(a) = state.active.take() {
+                        if d.stopped_early && d.reason.is_empty() {
+                            d.reason = a.reason.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
+                        }
                         a.stop.cancel();
                     }
+                    true
+                } else {
+                    false
+                };
+                if state.retained.len() >= MAX_RETAINED {
+                    state.retained.pop_front();
+                    tracing::warn!("replay buffer full: the oldest unacknowledged interval was dropped");
                 }
-                state.retained.push(out.clone());
+                state.retained.push_back(out.clone());
                 if tx.send(out).await.is_err() {
                     return Err(AgentError::Closed);
+                }
+                if done && quit.is_cancelled() {
+                    return Ok(()); // drained: the last data is on its way
+                }
+            }
+            _ = quit.cancelled(), if !draining => {
+                draining = true;
+                match &state.active {
+                    Some(a) => {
+                        tracing::info!(run = %a.run_id, "shutting down: stopping the run and sending what it collected");
+                        stop_run(&a.stop, &a.reason, "the agent was shut down (SIGTERM)".into());
+                    }
+                    None => return Ok(()),
                 }
             }
         }
@@ -257,7 +374,7 @@ async fn handle(
     match m {
         In::Registered(r) => {
             if r.lease_ms > 0 {
-                state.lease = Duration::from_millis(r.lease_ms);
+                state.lease = Duration::from_millis(r.lease_ms).min(MAX_LEASE);
             }
             if let Err(e) =
                 stampede_proto::convert::check_spec("registered.hist_spec", r.hist_spec.as_ref())
@@ -275,11 +392,7 @@ async fn handle(
             } else {
                 match prepare(cfg, &a).await {
                     Ok(spec) => {
-                        let planned = spec
-                            .schedule
-                            .iter()
-                            .filter(|x| spec.filter.owns(x.index))
-                            .count() as u64;
+                        let planned: u64 = spec.planned.iter().sum();
                         if planned != a.planned_sessions {
                             Out::Failed(v1::AgentFailed {
                                 run_id,
@@ -320,15 +433,23 @@ async fn handle(
                 Instant::now()
             };
             let stop = CancellationToken::new();
+            let reason = Arc::new(Mutex::new(None));
             let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));
             state.active = Some(ActiveRun {
                 run_id: s.run_id.clone(),
                 stop: stop.clone(),
+                reason: reason.clone(),
                 lease_deadline: lease_deadline.clone(),
                 lease: state.lease,
             });
-            tokio::spawn(watchdog(lease_deadline, stop.clone(), s.run_id.clone()));
-            tokio::spawn(runner::execute(
+            tokio::spawn(watchdog(
+                lease_deadline,
+                stop.clone(),
+                reason,
+                state.lease,
+                s.run_id.clone(),
+            ));
+            state.load.spawn(runner::execute(
                 pending.spec,
                 t0,
                 state.run_tx.clone(),
@@ -338,7 +459,7 @@ async fn handle(
         In::Lease(l) => {
             if let Some(a) = &state.active {
                 let lease = if l.lease_ms > 0 {
-                    Duration::from_millis(l.lease_ms)
+                    Duration::from_millis(l.lease_ms).min(MAX_LEASE)
                 } else {
                     a.lease
                 };
@@ -349,7 +470,11 @@ async fn handle(
         In::Abort(a) => {
             if let Some(active) = state.active.as_ref().filter(|x| x.run_id == a.run_id) {
                 tracing::warn!(run = %a.run_id, reason = %a.reason, "run aborted by the controller");
-                active.stop.cancel();
+                stop_run(
+                    &active.stop,
+                    &active.reason,
+                    format!("aborted by the controller: {}", a.reason),
+                );
             }
             if state
                 .pending
@@ -359,6 +484,7 @@ async fn handle(
                 state.pending = None;
             }
         }
+        In::Ack(ack) => state.retained.retain(|m| !acknowledged(m, &ack)),
         In::ClockPing(p) => {
             let t2 = unix_ns();
             let pong = v1::ClockPong {
@@ -372,8 +498,25 @@ async fn handle(
     }
 }
 
+/// Whether `ack` covers the retained message `m` (one interval, or the whole run).
+fn acknowledged(m: &v1::AgentMessage, ack: &v1::Ack) -> bool {
+    match &m.msg {
+        Some(Out::Progress(p)) => {
+            p.run_id == ack.run_id && (ack.done || p.interval == ack.interval)
+        }
+        Some(Out::Done(d)) => ack.done && d.run_id == ack.run_id,
+        _ => false,
+    }
+}
+
 /// The dead-man switch: stops the run when its lease lapses.
-async fn watchdog(deadline: Arc<Mutex<Instant>>, stop: CancellationToken, run_id: String) {
+async fn watchdog(
+    deadline: Arc<Mutex<Instant>>,
+    stop: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+    lease: Duration,
+    run_id: String,
+) {
     loop {
         let d = *deadline.lock().unwrap_or_else(|p| p.into_inner());
         tokio::select! {
@@ -383,7 +526,14 @@ async fn watchdog(deadline: Arc<Mutex<Instant>>, stop: CancellationToken, run_id
         let current = *deadline.lock().unwrap_or_else(|p| p.into_inner());
         if Instant::now() >= current {
             tracing::warn!(run = %run_id, "lease lapsed: the controller is gone; stopping load");
-            stop.cancel();
+            stop_run(
+                &stop,
+                &reason,
+                format!(
+                    "its lease lapsed (no renewal from the controller for {} ms)",
+                    lease.as_millis()
+                ),
+            );
             return;
         }
     }
@@ -397,7 +547,16 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         count: a.shard_count,
         weights: a.weights.clone(),
     };
+    if shard.count > stampede_core::scenario::MAX_AGENTS {
+        return Err(format!(
+            "shard: {} shards; at most {}",
+            shard.count,
+            stampede_core::scenario::MAX_AGENTS
+        ));
+    }
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
+    let planned = stampede_core::plan::Plan::shard_sessions(&scenario, &shard, a.seed)
+        .map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
     let (transport, rest) = Transport::parse(&target).map_err(|e| format!("target: {e}"))?;
     let (mut endpoint, host_header) = resolve(&target, transport, rest).await?;
@@ -494,6 +653,7 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         schedule: Schedule::new(&phases, scenario.arrival, a.seed),
         mode,
         phases: phases.len(),
+        planned,
         request_timeout: scenario.request_timeout.0,
         scenario,
         filter,

@@ -121,6 +121,9 @@ pub struct RunSpec {
     pub mode: Mode,
     /// Number of phases (the scenario's, or 1 for a closed/constant load).
     pub phases: usize,
+    /// This shard's planned sessions per phase (arithmetic, [`stampede_core::plan::Plan::shard_sessions`]):
+    /// what a stop leaves undone is this minus what was handled, never a walk of the rest.
+    pub planned: Vec<u64>,
 }
 
 /// Why a run ended.
@@ -352,6 +355,8 @@ pub async fn execute(
             run_id: spec.run_id.clone(),
             last_interval: last,
             stopped_early: end == RunEnd::Stopped,
+            // Filled in by the control loop, which knows why the run was stopped.
+            reason: String::new(),
         })),
     });
     end
@@ -370,16 +375,16 @@ fn arrival_loop(
     stop: &CancellationToken,
     mut dispatch: impl FnMut(stampede_core::schedule::Arrival, Instant),
 ) {
-    let mut iter = spec.schedule.iter();
+    // Own arrivals dispatched so far, per phase.
+    let mut handled = vec![0u64; spec.phases];
     let mut stopped = false;
-    'arrivals: for a in iter.by_ref() {
+    'arrivals: for a in spec.schedule.iter() {
         if !spec.filter.owns(a.index) {
             continue;
         }
         let intended = t0 + Duration::from_nanos(a.at_ns);
         loop {
             if stop.is_cancelled() {
-                rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                 stopped = true;
                 break 'arrivals;
             }
@@ -390,12 +395,19 @@ fn arrival_loop(
             std::thread::sleep((intended - now).min(MAX_SLEEP));
         }
         rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        if let Some(h) = handled.get_mut(a.phase as usize) {
+            *h += 1;
+        }
         dispatch(a, Instant::from_std(intended));
     }
     if stopped {
-        // Count what this shard will now never start.
-        for a in iter.filter(|a| spec.filter.owns(a.index)) {
-            rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+        // What this shard will now never start: the plan minus what was dispatched, by
+        // subtraction (a long run stopped early must not walk the rest of its schedule).
+        for (phase, (planned, done)) in spec.planned.iter().zip(&handled).enumerate() {
+            let left = planned.saturating_sub(*done);
+            if left > 0 {
+                rec.with(phase as u32, |s| s.counters.dropped_arrivals += left);
+            }
         }
     }
 }

@@ -196,7 +196,7 @@ async fn search(
             );
         }
         let report = client::run_and_watch(&mut c, &text, Some(agents), None, |_| {}).await?;
-        if report.outcome == RunOutcome::Failed
+        if matches!(report.outcome, RunOutcome::Failed | RunOutcome::Incomplete)
             || (report.outcome == RunOutcome::Aborted && report.threshold_abort.is_none())
         {
             bail!(

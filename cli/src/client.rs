@@ -24,6 +24,12 @@ impl tonic::service::Interceptor for Auth {
 
 pub type Client = ControlServiceClient<InterceptedService<Channel, Auth>>;
 
+/// Largest message the CLI accepts from the controller. A report grows with the run (a
+/// timeline row per interval, per-phase and per-step sections): hours-long runs and capacity
+/// searches with many steps pass tonic's default of 4 MiB, and a finished run must always be
+/// readable.
+pub const MAX_REPORT_BYTES: usize = 1 << 30;
+
 /// Connects to a controller at `url` (e.g. `http://127.0.0.1:7070`).
 pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
@@ -41,7 +47,8 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
         ),
         None => None,
     };
-    Ok(ControlServiceClient::with_interceptor(channel, Auth(auth)))
+    Ok(ControlServiceClient::with_interceptor(channel, Auth(auth))
+        .max_decoding_message_size(MAX_REPORT_BYTES))
 }
 
 /// What the watcher sees while a run goes on.

@@ -6,6 +6,7 @@ pub mod export;
 pub mod html;
 pub mod kube;
 pub mod local;
+pub mod plan;
 pub mod render;
 
 /// Exit codes (documented in the README).

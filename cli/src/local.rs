@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result};
 use stampede_agent::AgentConfig;
 use stampede_controller::{Controller, ControllerConfig};
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +14,8 @@ pub struct LocalCluster {
     pub token: String,
     pub controller: Controller,
     controller_stop: CancellationToken,
-    controller_task: JoinHandle<()>,
+    /// Resolves when the controller's thread has stopped serving.
+    controller_done: Option<tokio::sync::oneshot::Receiver<()>>,
     agents: Vec<LocalAgent>,
     _data_dir: Option<tempfile::TempDir>,
 }
@@ -34,6 +34,16 @@ impl LocalAgent {
     }
 }
 
+impl Drop for LocalCluster {
+    /// The controller's thread outlives a dropped handle otherwise.
+    fn drop(&mut self) {
+        for a in &self.agents {
+            a.stop.cancel();
+        }
+        self.controller_stop.cancel();
+    }
+}
+
 impl LocalCluster {
     /// Starts a controller on 127.0.0.1:0 and `agents` agents. Reports go to `data_dir`, or to
     /// a temporary directory when `None`.
@@ -49,29 +59,49 @@ impl LocalCluster {
         let mut cfg = ControllerConfig::new(dir);
         cfg.token = Some(token.clone());
         let controller = Controller::new(cfg).context("starting the controller")?;
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("binding the controller")?;
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").context("binding the controller")?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let controller_stop = CancellationToken::new();
-        let controller_task = {
+        // The controller gets a runtime and threads of its own, as it would in its own
+        // process: lease renewals and merging never queue behind the embedded agents' load.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("stampede-local-controller")
+            .enable_all()
+            .build()
+            .context("starting the controller's runtime")?;
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        {
             let c = controller.clone();
             let stop = controller_stop.clone();
-            tokio::spawn(async move {
-                if let Err(e) = c
-                    .serve(listener, async move { stop.cancelled().await })
-                    .await
-                {
-                    tracing::error!(error = %e, "embedded controller failed");
-                }
-            })
-        };
+            std::thread::Builder::new()
+                .name("stampede-local-controller".into())
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        match tokio::net::TcpListener::from_std(listener) {
+                            Ok(l) => {
+                                if let Err(e) =
+                                    c.serve(l, async move { stop.cancelled().await }).await
+                                {
+                                    tracing::error!(error = %e, "embedded controller failed");
+                                }
+                            }
+                            Err(e) => tracing::error!(error = %e, "embedded controller failed"),
+                        }
+                    });
+                    runtime.shutdown_background();
+                    let _ = done_tx.send(());
+                })
+                .context("starting the controller's thread")?;
+        }
         let mut cluster = Self {
             addr,
             token,
             controller,
             controller_stop,
-            controller_task,
+            controller_done: Some(done_rx),
             agents: Vec::new(),
             _data_dir: tmp,
         };
@@ -110,7 +140,9 @@ impl LocalCluster {
     /// Stops the controller only (agents keep running and must stop on their own lease).
     pub async fn stop_controller(&mut self) {
         self.controller_stop.cancel();
-        let _ = (&mut self.controller_task).await;
+        if let Some(done) = self.controller_done.take() {
+            let _ = done.await;
+        }
     }
 
     /// Stops everything.
@@ -122,6 +154,8 @@ impl LocalCluster {
             let _ = a.task.await;
         }
         self.controller_stop.cancel();
-        let _ = self.controller_task.await;
+        if let Some(done) = self.controller_done.take() {
+            let _ = done.await;
+        }
     }
 }

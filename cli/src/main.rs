@@ -132,6 +132,9 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Dry run: each agent's share per phase, peak connections and the port budget per source
+    /// address, and whether the controller would refuse the run (exit 1), without any load.
+    Plan(stampede_cli::plan::PlanArgs),
     /// Check a scenario file and print what it plans.
     Validate { scenario: PathBuf },
     /// Print the JSON Schema of the scenario file.
@@ -216,9 +219,19 @@ struct ControllerArgs {
     /// How long a run waits for enough agents, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     agent_wait: Duration,
-    /// Lease granted to agents; load stops this long after the controller goes away.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Lease granted to agents; load stops this long after the controller goes away
+    /// (100ms to 60s).
+    #[arg(long, default_value = "1s", value_parser = parse_lease)]
     lease: Duration,
+    /// Most agents one run may ask for; the agent Deployment is never scaled above it.
+    #[arg(long, env = "STAMPEDE_MAX_AGENTS", default_value_t = stampede_core::scenario::MAX_AGENTS)]
+    max_agents: u32,
+    /// Stored reports to keep (the newest); older ones are removed after each run.
+    #[arg(long, env = "STAMPEDE_REPORTS_KEEP", default_value_t = 200)]
+    reports_keep: usize,
+    /// Stored reports older than this are removed after each run, e.g. 720h.
+    #[arg(long, env = "STAMPEDE_REPORTS_MAX_AGE", default_value = "720h", value_parser = parse_duration)]
+    reports_max_age: Duration,
     /// Also serve Prometheus `GET /metrics` on this address (e.g. 0.0.0.0:9090).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
@@ -272,6 +285,24 @@ struct AgentArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     stampede_core::duration::parse_duration(s)
+}
+
+/// A lease between the controller's bounds: 0 would panic the renewal timer, an hour would
+/// turn "load stops within a second" into an hour.
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    let (min, max) = (
+        stampede_controller::MIN_LEASE,
+        stampede_controller::MAX_LEASE,
+    );
+    if d < min || d > max {
+        return Err(format!(
+            "`{s}` is outside {}ms to {}s",
+            min.as_millis(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
 }
 
 fn init_logging(format: LogFormat, default: &str) {
@@ -423,6 +454,21 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             println!("abort requested for {run_id}");
             Ok(exit::OK)
         }
+        Command::Plan(a) => {
+            let (_, s) = client::read_scenario(&a.scenario)?;
+            let r = stampede_cli::plan::plan(&s, &a)?;
+            match a.output.as_str() {
+                "json" => println!("{}", serde_json::to_string_pretty(&r)?),
+                "text" => print!("{}", stampede_cli::plan::render(&r, s.is_closed())),
+                other => anyhow::bail!("--output: `{other}` is not one of text, json"),
+            }
+            // Refused by the port budget: 1, like a breached threshold (a verdict, not an error).
+            Ok(if r.refusals.is_empty() {
+                exit::OK
+            } else {
+                exit::THRESHOLD
+            })
+        }
         Command::Validate { scenario } => {
             let (_, s) = client::read_scenario(&scenario)?;
             let plan = stampede_core::plan::Plan::new(
@@ -483,6 +529,9 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             cfg.token = a.token;
             cfg.agent_wait = a.agent_wait;
             cfg.lease = a.lease;
+            cfg.max_agents = a.max_agents.max(1);
+            cfg.reports_keep = a.reports_keep.max(1);
+            cfg.reports_max_age = Some(a.reports_max_age);
             if cfg.token.is_none() {
                 tracing::warn!("no --token/STAMPEDE_TOKEN: agents and CLIs are not authenticated");
             }
@@ -592,7 +641,8 @@ fn outcome_code(r: &Report) -> i32 {
         RunOutcome::Succeeded => exit::THRESHOLD,
         // abort_on_fail stopped the run on a threshold breach: a breach, not a broken run.
         RunOutcome::Aborted if r.threshold_abort.is_some() => exit::THRESHOLD,
-        RunOutcome::Failed | RunOutcome::Aborted => exit::RUN_FAILED,
+        // Less than planned was delivered: never a pass, whatever the numbers say.
+        RunOutcome::Failed | RunOutcome::Aborted | RunOutcome::Incomplete => exit::RUN_FAILED,
     }
 }
 

@@ -53,6 +53,7 @@ pub fn report_text(r: &Report) -> String {
         RunOutcome::Succeeded => "succeeded",
         RunOutcome::Failed => "FAILED",
         RunOutcome::Aborted => "ABORTED",
+        RunOutcome::Incomplete => "INCOMPLETE",
     };
     let _ = writeln!(o, "Run {}  ({})  {outcome}", r.run_id, r.scenario);
     if let Some(m) = &r.message {

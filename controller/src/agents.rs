@@ -178,7 +178,12 @@ async fn session(
     loop {
         tokio::select! {
             m = inbound.message() => match m {
-                Ok(Some(m)) => route(&inner, conn_id, &agent_id, m),
+                Ok(Some(m)) => {
+                    if let Some(ack) = route(&inner, conn_id, &agent_id, m) {
+                        // Best effort: an ack that does not fit now is repeated by the replay.
+                        let _ = tx.try_send(out(Out::Ack(ack)));
+                    }
+                }
                 Ok(None) => break,
                 Err(status) => {
                     tracing::warn!(agent = %agent_id, error = %status, "agent stream failed");
@@ -214,8 +219,10 @@ async fn session(
     inner.agents_changed.notify_waiters();
 }
 
-fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) {
-    let Some(m) = m.msg else { return };
+/// Hands a message to its run; returns the acknowledgement of a Progress or Done, so the agent
+/// can drop it from its replay buffer.
+fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Option<v1::Ack> {
+    let m = m.msg?;
     let (run_id, input) = match m {
         In::ClockPong(p) => {
             let t4 = unix_ns();
@@ -223,11 +230,11 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) {
                 a.clock.update(p.t1_unix_ns, p.t2_unix_ns, p.t3_unix_ns, t4);
                 a.info.clock_offset_us = a.clock.offset_ns / 1000;
             }
-            return;
+            return None;
         }
         In::Register(_) => {
             tracing::warn!(agent = %agent_id, "ignoring a second register on one stream");
-            return;
+            return None;
         }
         In::Ready(r) => (
             r.run_id,
@@ -258,10 +265,28 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) {
             },
         ),
     };
+    let ack = match &input {
+        RunInput::Progress { progress, .. } => Some(v1::Ack {
+            run_id: run_id.clone(),
+            interval: progress.interval,
+            done: false,
+        }),
+        RunInput::Done { .. } => Some(v1::Ack {
+            run_id: run_id.clone(),
+            interval: 0,
+            done: true,
+        }),
+        _ => None,
+    };
     match lock(&inner.runs).get(&run_id) {
-        Some(h) => h.send(input),
+        Some(h) => {
+            h.send(input);
+            ack
+        }
         None => {
-            tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped")
+            tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped");
+            // Nothing will ever take it: the agent can forget the run.
+            ack.map(|a| v1::Ack { done: true, ..a })
         }
     }
 }

@@ -138,6 +138,7 @@ impl v1::control_service_server::ControlService for ControlSvc {
                         stampede_core::report::RunOutcome::Succeeded => "done".into(),
                         stampede_core::report::RunOutcome::Failed => "failed".into(),
                         stampede_core::report::RunOutcome::Aborted => "aborted".into(),
+                        stampede_core::report::RunOutcome::Incomplete => "incomplete".into(),
                     },
                     submitted_at_unix_ms: r.started_at_unix_ms,
                     message: r.message.clone().unwrap_or_default(),
@@ -195,10 +196,13 @@ pub(crate) fn submit(
     } else {
         scenario.agents.unwrap_or(1)
     };
-    if agents > stampede_core::scenario::MAX_AGENTS {
+    let max = inner
+        .cfg
+        .max_agents
+        .min(stampede_core::scenario::MAX_AGENTS);
+    if agents > max {
         return Err(ControllerError::Invalid(format!(
-            "agents: must be at most {}",
-            stampede_core::scenario::MAX_AGENTS
+            "agents: {agents} asked for; this controller allows at most {max} per run (--max-agents)"
         )));
     }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);

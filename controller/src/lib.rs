@@ -43,7 +43,22 @@ pub struct ControllerConfig {
     pub interval: Duration,
     /// Least time between the start decision and T0.
     pub start_delay: Duration,
+    /// Most agents one run may ask for (and the most the scaler grows the agent Deployment
+    /// to): a bound on what one token holder can make the cluster spend.
+    pub max_agents: u32,
+    /// Stored reports kept: the newest `reports_keep`, none older than `reports_max_age`.
+    pub reports_keep: usize,
+    pub reports_max_age: Option<Duration>,
+    /// Finished runs kept in memory (their reports stay in the store): memory stays flat
+    /// however many runs a controller serves.
+    pub finished_in_memory: usize,
 }
+
+/// Shortest lease the controller grants: renewals go out every quarter of it, and a lease
+/// shorter than a few scheduling hiccups would stop healthy agents.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+/// Longest lease: "load stops within the lease" must stay a promise about seconds.
+pub const MAX_LEASE: Duration = Duration::from_secs(60);
 
 impl ControllerConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
@@ -55,6 +70,10 @@ impl ControllerConfig {
             ready_timeout: Duration::from_secs(15),
             interval: Duration::from_secs(1),
             start_delay: Duration::from_millis(300),
+            max_agents: stampede_core::scenario::MAX_AGENTS,
+            reports_keep: 200,
+            reports_max_age: Some(Duration::from_secs(30 * 86_400)),
+            finished_in_memory: 32,
         }
     }
 }

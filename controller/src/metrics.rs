@@ -182,7 +182,7 @@ fn histogram(labels: Vec<LabelPair>, h: &PromHist) -> Metric {
     m
 }
 
-const TERMINAL: &[&str] = &["done", "failed", "aborted"];
+const TERMINAL: &[&str] = crate::run::TERMINAL_STATES;
 
 /// Renders the controller's metrics in the Prometheus text format.
 pub(crate) fn render(inner: &Inner) -> String {
@@ -210,6 +210,7 @@ pub(crate) fn render(inner: &Inner) -> String {
         "done",
         "failed",
         "aborted",
+        "incomplete",
     ]
     .into_iter()
     .map(|s| (s, 0))

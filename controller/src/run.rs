@@ -16,6 +16,56 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{lock, unix_ms, unix_ns, Inner};
 
+/// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(10 * 366 * 86_400);
+
+/// The source address an agent connects from, for the port budget: agents with the same one
+/// share one ephemeral port range. An agent with several `--source-ips` brings its own
+/// addresses and is counted on its own; otherwise its pod IP, or the address the controller
+/// sees it connect from.
+fn source_host(info: &v1::AgentInfo) -> String {
+    if info.source_addresses > 1 {
+        return String::new();
+    }
+    if !info.pod_ip.is_empty() {
+        return info.pod_ip.clone();
+    }
+    info.peer
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default()
+}
+
+/// Drops finished runs whose report is stored from memory, beyond the newest
+/// `finished_in_memory` (watch and report requests then read the store). Holders of a handle
+/// (a watching CLI, a LoadTest follower) keep theirs.
+fn evict_finished(inner: &Inner) {
+    let mut runs = lock(&inner.runs);
+    let mut finished: Vec<(u64, String)> = runs
+        .values()
+        .filter(|h| {
+            is_terminal(&h.state().0) && h.persisted.load(std::sync::atomic::Ordering::Acquire)
+        })
+        .map(|h| (h.submitted_at_unix_ms, h.run_id.clone()))
+        .collect();
+    let keep = inner.cfg.finished_in_memory;
+    if finished.len() <= keep {
+        return;
+    }
+    finished.sort();
+    for (_, id) in &finished[..finished.len() - keep] {
+        runs.remove(id);
+    }
+}
+
+/// The states a run ends in: its report, if any, is then available.
+pub const TERMINAL_STATES: &[&str] = &["done", "failed", "aborted", "incomplete"];
+
+/// Whether a run in `state` has ended.
+pub fn is_terminal(state: &str) -> bool {
+    TERMINAL_STATES.contains(&state)
+}
+
 /// Messages from agent sessions to a run driver.
 #[derive(Debug)]
 pub enum RunInput {
@@ -49,6 +99,8 @@ pub struct RunHandle {
     state: Mutex<(String, String)>,
     pub events: broadcast::Sender<v1::RunEvent>,
     report_json: OnceLock<String>,
+    /// The report is in the store: the handle may then be evicted from memory.
+    persisted: std::sync::atomic::AtomicBool,
     pub abort: CancellationToken,
     abort_reason: Mutex<Option<String>>,
     inbox: mpsc::UnboundedSender<RunInput>,
@@ -71,7 +123,7 @@ impl RunHandle {
     pub async fn finished(&self) {
         let mut rx = self.events.subscribe();
         loop {
-            if matches!(self.state().0.as_str(), "done" | "failed" | "aborted") {
+            if is_terminal(&self.state().0) {
                 return;
             }
             if let Err(broadcast::error::RecvError::Closed) = rx.recv().await {
@@ -129,6 +181,7 @@ pub(crate) fn start(
         state: Mutex::new(("pending".into(), String::new())),
         events,
         report_json: OnceLock::new(),
+        persisted: std::sync::atomic::AtomicBool::new(false),
         abort: CancellationToken::new(),
         abort_reason: Mutex::new(None),
         inbox,
@@ -168,6 +221,8 @@ struct Member {
     ready: bool,
     done: bool,
     lost: bool,
+    /// Why it was lost (for the report's message).
+    lost_why: String,
     received: BTreeSet<u64>,
 }
 
@@ -281,6 +336,7 @@ impl Driver {
                     ready: false,
                     done: false,
                     lost: false,
+                    lost_why: String::new(),
                     received: BTreeSet::new(),
                 });
             }
@@ -370,6 +426,7 @@ impl Driver {
                             id: id.clone(),
                             ephemeral_ports: ports,
                             source_addresses: info.map_or(1, |i| i.source_addresses.max(1)),
+                            host: info.map_or_else(String::new, source_host),
                         },
                         info.map_or(u32::MAX, |i| {
                             if i.capacity == 0 {
@@ -461,7 +518,12 @@ impl Driver {
         let mut snap =
             tokio::time::interval_at(t0 + self.inner.cfg.interval, self.inner.cfg.interval);
         let planned = self.scenario.duration();
-        let mut deadline = t0 + planned + self.session_bound() + Duration::from_secs(15);
+        // Saturating: a valid scenario's worst-case session can exceed what `Instant` holds.
+        let deadline = planned
+            .saturating_add(self.session_bound())
+            .saturating_add(Duration::from_secs(15))
+            .min(FAR_FUTURE);
+        let mut deadline = t0 + deadline;
         let mut failure: Option<Failure> = None;
         let n_steps = self.scenario.step_names().len();
         let policy = self.scenario.on_agent_loss;
@@ -516,6 +578,12 @@ impl Driver {
                             let _ = acc.reported_through(i, progress.interval);
                         }
                         RunInput::Done { agent_id, done } => {
+                            if done.stopped_early && failure.is_none() {
+                                // Its data is complete, but it did not deliver its share: the
+                                // loss policy decides, and the run cannot be `succeeded`.
+                                let why: String = if done.reason.is_empty() { "stopped early".into() } else { done.reason.chars().take(200).collect() };
+                                self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
+                            }
                             if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
                                 m.done = true;
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
@@ -550,6 +618,7 @@ impl Driver {
                     for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| !m.done && !m.lost) {
                         tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
                         m.lost = true;
+                        m.lost_why = "did not finish in time".into();
                         acc.mark_lost(i);
                     }
                     if failure.is_none() && matches!(policy, AgentLossPolicy::Fail) {
@@ -560,7 +629,15 @@ impl Driver {
             }
         }
         let duration_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
+        // Without a failure, lost agents (tolerated) or agents that stopped early still mean
+        // the run delivered less than planned.
+        let short: Vec<String> = members
+            .iter()
+            .filter(|m| m.lost)
+            .map(|m| format!("agent {} was lost ({})", m.agent_id, m.lost_why))
+            .collect();
         let (outcome, message) = match failure {
+            None if !short.is_empty() => (RunOutcome::Incomplete, Some(short.join("; "))),
             None => (RunOutcome::Succeeded, None),
             Some(Failure::Failed(m)) => (RunOutcome::Failed, Some(m)),
             Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
@@ -617,6 +694,7 @@ impl Driver {
             RunOutcome::Succeeded => "done",
             RunOutcome::Failed => "failed",
             RunOutcome::Aborted => "aborted",
+            RunOutcome::Incomplete => "incomplete",
         };
         let report = match acc.finish(&self.scenario, meta) {
             Ok(mut r) => {
@@ -630,7 +708,20 @@ impl Driver {
             }
         };
         let (json, state, message) = match self.inner.store.save(&report) {
-            Ok(json) => (json, state, message.unwrap_or_default()),
+            Ok(json) => {
+                self.h
+                    .persisted
+                    .store(true, std::sync::atomic::Ordering::Release);
+                let cfg = &self.inner.cfg;
+                let removed = self
+                    .inner
+                    .store
+                    .prune(cfg.reports_keep, cfg.reports_max_age);
+                if removed > 0 {
+                    tracing::info!(removed, "old reports removed (retention)");
+                }
+                (json, state, message.unwrap_or_default())
+            }
             Err(e) => {
                 // Still hand the report to watchers; say loudly that it is not stored.
                 let json = serde_json::to_string_pretty(&report).unwrap_or_default();
@@ -646,6 +737,7 @@ impl Driver {
         let _ = self.h.events.send(v1::RunEvent {
             event: Some(v1::run_event::Event::ReportJson(json)),
         });
+        evict_finished(&self.inner);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -666,6 +758,7 @@ impl Driver {
             return;
         }
         members[i].lost = true;
+        members[i].lost_why = why.to_string();
         acc.mark_lost(i);
         let share = acc.lost_share() * 100.0;
         tracing::warn!(run = %self.h.run_id, agent = %agent_id, why, share, "agent lost");

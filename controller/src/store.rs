@@ -80,6 +80,46 @@ impl ReportStore {
         Ok(json)
     }
 
+    /// Retention: keeps the newest `keep` reports and none older than `max_age` (by file
+    /// time), and clears temporary files a failed save left behind. Returns how many reports
+    /// were removed.
+    pub fn prune(&self, keep: usize, max_age: Option<std::time::Duration>) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now();
+        let mut reports: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let modified = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            if name.ends_with(".json.tmp") {
+                // Another save may be writing it right now: only stale ones go.
+                if now.duration_since(modified).unwrap_or_default().as_secs() > 600 {
+                    let _ = std::fs::remove_file(&path);
+                }
+            } else if name.ends_with(".json") {
+                reports.push((modified, path));
+            }
+        }
+        reports.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let mut removed = 0;
+        for (i, (modified, path)) in reports.iter().enumerate() {
+            let too_old =
+                max_age.is_some_and(|m| now.duration_since(*modified).unwrap_or_default() > m);
+            if (i >= keep || too_old) && std::fs::remove_file(path).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// The stored JSON of a run, if any.
     pub fn load(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         let path = self.path(run_id)?;
@@ -138,5 +178,33 @@ mod tests {
             store.load("../etc/passwd"),
             Err(StoreError::BadId(_))
         ));
+    }
+
+    #[test]
+    fn retention_keeps_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReportStore::open(dir.path()).unwrap();
+        for i in 0..5 {
+            let r = Report {
+                run_id: format!("r-{i}"),
+                ..Report::default()
+            };
+            store.save(&r).unwrap();
+            let t = std::time::SystemTime::now() - std::time::Duration::from_secs(100 - i);
+            std::fs::File::options()
+                .write(true)
+                .open(store.path(&r.run_id).unwrap())
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        assert_eq!(store.prune(3, None), 2);
+        assert!(store.load("r-0").unwrap().is_none() && store.load("r-1").unwrap().is_none());
+        assert!(store.load("r-4").unwrap().is_some());
+        // Everything is older than 10 s.
+        assert_eq!(
+            store.prune(100, Some(std::time::Duration::from_secs(10))),
+            3
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Human durations in scenario files: `250ms`, `10s`, `1.5m`.
+//! Human durations in scenario files and flags: `250ms`, `10s`, `1.5m`, `2h`.
 
 use std::fmt;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A duration written as a number followed by `ms`, `s` or `m`.
+/// A duration written as a number followed by `ms`, `s`, `m` or `h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct HumanDuration(pub Duration);
 
@@ -22,7 +22,7 @@ impl HumanDuration {
     }
 }
 
-/// Parses `250ms`, `10s`, `1.5m`. The unit is mandatory.
+/// Parses `250ms`, `10s`, `1.5m`, `2h`. The unit is mandatory, and the error lists the units.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let (num, mult_ns) = if let Some(n) = t.strip_suffix("ms") {
@@ -31,9 +31,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         (n, 1e9)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60e9)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600e9)
     } else {
         return Err(format!(
-            "invalid duration `{text}`: expected a number followed by ms, s or m"
+            "invalid duration `{text}`: expected a number followed by ms, s, m or h"
         ));
     };
     let value: f64 = num
@@ -85,8 +87,8 @@ impl JsonSchema for HumanDuration {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m)\s*$",
-            "description": "A duration: a number followed by ms, s or m, e.g. 250ms, 10s, 1.5m."
+            "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|h)\s*$",
+            "description": "A duration: a number followed by ms, s, m or h, e.g. 250ms, 10s, 1.5m, 2h."
         })
     }
 }
@@ -101,11 +103,16 @@ mod tests {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration(" 2 s ").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(
+            parse_duration("8784h").unwrap(),
+            Duration::from_secs(366 * 86_400)
+        );
     }
 
     #[test]
     fn rejects_bad_input() {
-        for bad in ["10", "abc", "-1s", "1h", "", "NaNs", "1e30m"] {
+        for bad in ["10", "abc", "-1s", "1d", "", "NaNs", "1e30m", "8785h"] {
             assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
         }
     }

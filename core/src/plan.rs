@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::Scenario;
 use crate::schedule::Schedule;
-use crate::shard::{ShardError, ShardMap};
+use crate::shard::{Shard, ShardError, ShardMap};
 
 /// Planned sessions per agent and phase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,7 +23,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Walks the schedule once and assigns each arrival to its shard.
+    /// Cuts each phase's index range into shards by arithmetic: the cost depends on the
+    /// number of phases and agents, never on the number of arrivals.
     pub fn new(
         scenario: &Scenario,
         agents: u32,
@@ -33,9 +34,15 @@ impl Plan {
         let map = ShardMap::new(agents, weights)?;
         let phases = scenario.effective_phases();
         let schedule = Schedule::new(&phases, scenario.arrival, seed);
+        let ranges = schedule.phase_ranges();
         let mut sessions = vec![vec![0u64; phases.len()]; agents as usize];
-        for a in schedule.iter() {
-            sessions[map.owner(a.index) as usize][a.phase as usize] += 1;
+        let mut below = map.owned_below(ranges.first().map_or(0, |r| r.start));
+        for (p, range) in ranges.iter().enumerate() {
+            let upto = map.owned_below(range.end);
+            for (agent, (hi, lo)) in upto.iter().zip(&below).enumerate() {
+                sessions[agent][p] = hi - lo;
+            }
+            below = upto;
         }
         Ok(Self {
             agents,
@@ -43,6 +50,29 @@ impl Plan {
             sessions,
             requests_per_session: scenario.requests_per_session(),
         })
+    }
+
+    /// Planned sessions of one shard, per phase: the same arithmetic as [`Plan::new`] for one
+    /// agent, which checks its assignment against it and counts what a stop leaves undone.
+    pub fn shard_sessions(
+        scenario: &Scenario,
+        shard: &Shard,
+        seed: u64,
+    ) -> Result<Vec<u64>, ShardError> {
+        let map = ShardMap::new(shard.count, &shard.weights)?;
+        let me = shard.index as usize;
+        if me >= shard.count as usize {
+            return Err(ShardError::IndexOutOfRange {
+                index: shard.index,
+                count: shard.count,
+            });
+        }
+        let schedule = Schedule::new(&scenario.effective_phases(), scenario.arrival, seed);
+        Ok(schedule
+            .phase_ranges()
+            .iter()
+            .map(|r| map.owned_below(r.end)[me] - map.owned_below(r.start)[me])
+            .collect())
     }
 
     /// Connections per agent for a closed or constant load (empty for arrival phases):
@@ -71,6 +101,7 @@ impl Plan {
     }
 
     pub fn total_requests(&self) -> u64 {
-        self.total_sessions() * self.requests_per_session
+        self.total_sessions()
+            .saturating_mul(self.requests_per_session)
     }
 }

@@ -23,12 +23,11 @@
 //! (one-request sessions at high rates, `new_connection: true`) also needs `tcp_tw_reuse=1`,
 //! more source addresses or more agents — or it fails at run time with `addr_not_available`.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::scenario::{Scenario, ThinkTime};
 use crate::schedule::Schedule;
-use crate::shard::{split_evenly, ShardError, ShardMap};
+use crate::shard::{split_evenly, ShardError};
 
 /// What one agent has to spend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +37,10 @@ pub struct AgentPorts {
     pub ephemeral_ports: u32,
     /// Local source addresses it binds from (at least 1).
     pub source_addresses: u32,
+    /// The source address it connects from (its pod IP, or the address the controller sees).
+    /// Agents with the same `host` share one port range: six agent processes on one machine
+    /// have the ports of one address, not six. Empty: the agent is counted on its own.
+    pub host: String,
 }
 
 impl AgentPorts {
@@ -61,41 +64,68 @@ pub struct Demand {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PortBudgetError {
     #[error(
-        "port budget: needs {needed} concurrent connections to {target} per agent but agent {agent} has {ports} ephemeral ports × {sources} source address{plural}; this run needs at least {agents_needed} agents (or more source addresses per agent: stampede agent --source-ips)"
+        "port budget: needs {needed} concurrent connections to {target} from {origin} but it has {ports} ephemeral ports × {sources} source address{plural} = {budget} per destination; this run needs at least {agents_needed} agents with their own source address (or more source addresses per agent: stampede agent --source-ips)"
     )]
     Exceeded {
         target: String,
-        needed: u64,
-        agent: String,
-        ports: u32,
+        needed: Thousands,
+        origin: String,
+        ports: Thousands,
         sources: u32,
         plural: &'static str,
+        budget: Thousands,
         agents_needed: u64,
     },
     #[error(transparent)]
     Shard(#[from] ShardError),
 }
 
-/// `host:port` of an `http://` or `https://` target URL (default ports 80 and 443).
+/// A count printed with thousands separators (`28,232`), as people read port budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thousands(pub u64);
+
+impl std::fmt::Display for Thousands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let digits = self.0.to_string();
+        let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        f.write_str(&out)
+    }
+}
+
+/// `host:port` of a target URL that spends local ports: `http://` and `https://` (default
+/// ports 80 and 443), `tcp://` and `udp://` (a UDP socket connected to its target holds a
+/// local port just like a TCP connection). `unix://` spends none.
 pub fn endpoint(url: &str) -> Option<String> {
-    let (rest, port) = match url.strip_prefix("http://") {
-        Some(r) => (r, 80),
-        None => (url.strip_prefix("https://")?, 443),
+    let (rest, port) = if let Some(r) = url.strip_prefix("http://") {
+        (r, Some(80))
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (r, Some(443))
+    } else if let Some(r) = url.strip_prefix("tcp://") {
+        (r, None)
+    } else {
+        (url.strip_prefix("udp://")?, None)
     };
     let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
     let has_port = match authority.rfind(']') {
         Some(close) => authority[close..].contains(':'),
         None => authority.contains(':'),
     };
-    Some(if has_port {
-        authority.to_string()
-    } else {
-        format!("{authority}:{port}")
-    })
+    match (has_port, port) {
+        (true, _) => Some(authority.to_string()),
+        (false, Some(port)) => Some(format!("{authority}:{port}")),
+        (false, None) => None,
+    }
 }
 
 /// The longest one session can hold its connection: every request taking the whole
-/// `request_timeout`, every think time at its maximum.
+/// `request_timeout`, every think time at its maximum. Saturates instead of overflowing (a
+/// valid scenario may ask for a year-long timeout times 2³² repeats).
 pub fn worst_case_session(scenario: &Scenario) -> Duration {
     let timeout = scenario.request_timeout.0;
     scenario
@@ -104,82 +134,91 @@ pub fn worst_case_session(scenario: &Scenario) -> Duration {
         .map(|s| match s.think_time {
             Some(ThinkTime::Fixed(d)) => d.0,
             Some(ThinkTime::Range { max, .. }) => max.0,
-            None => timeout * s.repeat(),
+            None => timeout.saturating_mul(s.repeat()),
         })
-        .sum()
+        .fold(Duration::ZERO, Duration::saturating_add)
 }
 
 /// Peak concurrent connections of each of `agents` agents to each target of the scenario.
 /// `capacities[shard]` is the most sessions that agent runs at once (missing: no cap).
+/// Arithmetic over the phases: instant for any valid scenario.
 pub fn demand(
     scenario: &Scenario,
     agents: u32,
     seed: u64,
     capacities: &[u32],
 ) -> Result<Vec<Demand>, ShardError> {
+    if agents == 0 {
+        return Err(ShardError::NoShards);
+    }
     let Some(target) = scenario.target.as_deref().and_then(endpoint) else {
         return Ok(Vec::new());
     };
     let per_agent = match &scenario.load {
         Some(load) => split_evenly(u64::from(load.connections), agents),
-        None => arrival_peaks(scenario, agents, seed, worst_case_session(scenario))?
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| capacities.get(i).map_or(p, |&c| p.min(u64::from(c.max(1)))))
-            .collect(),
+        None => {
+            let schedule = Schedule::new(&scenario.effective_phases(), scenario.arrival, seed);
+            let peak = schedule.peak_in_window(worst_case_session(scenario).as_secs_f64());
+            // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals gives
+            // one agent at most ⌈peak / n⌉ of them.
+            let share = peak.div_ceil(u64::from(agents));
+            (0..agents as usize)
+                .map(|i| {
+                    capacities
+                        .get(i)
+                        .map_or(share, |&c| share.min(u64::from(c.max(1))))
+                })
+                .collect()
+        }
     };
     Ok(vec![Demand { target, per_agent }])
 }
 
-/// For each agent, the most of its arrivals within any window of length `hold`.
-fn arrival_peaks(
-    scenario: &Scenario,
-    agents: u32,
-    seed: u64,
-    hold: Duration,
-) -> Result<Vec<u64>, ShardError> {
-    let map = ShardMap::new(agents, &[])?;
-    let schedule = Schedule::new(&scenario.effective_phases(), scenario.arrival, seed);
-    let hold_ns = u64::try_from(hold.as_nanos()).unwrap_or(u64::MAX);
-    let mut windows: Vec<VecDeque<u64>> = vec![VecDeque::new(); agents as usize];
-    let mut peaks = vec![0u64; agents as usize];
-    for a in schedule.iter() {
-        let k = map.owner(a.index) as usize;
-        let w = &mut windows[k];
-        // A session that arrived at t holds its connection until at most t + hold.
-        while w
-            .front()
-            .is_some_and(|&t| t.saturating_add(hold_ns) <= a.at_ns)
-        {
-            w.pop_front();
-        }
-        w.push_back(a.at_ns);
-        peaks[k] = peaks[k].max(w.len() as u64);
-    }
-    Ok(peaks)
-}
-
-/// Checks every demand against the agents (in shard order). The error names the first agent
-/// that cannot fit and how many agents the run would need.
+/// Checks every demand against the agents (in shard order): the agents that share a source
+/// address add up their needs against that address's ports. The error names the address,
+/// the budget and how many agents with their own address the run would need.
 pub fn check(demands: &[Demand], agents: &[AgentPorts]) -> Result<(), PortBudgetError> {
     for d in demands {
+        let mut groups: Vec<(&str, u64, Vec<&AgentPorts>)> = Vec::new();
         for (need, agent) in d.per_agent.iter().zip(agents) {
-            let Some(budget) = agent.budget() else {
+            let key = if agent.host.is_empty() {
+                agent.id.as_str()
+            } else {
+                agent.host.as_str()
+            };
+            match groups.iter_mut().find(|g| g.0 == key) {
+                Some(g) => {
+                    g.1 = g.1.saturating_add(*need);
+                    g.2.push(agent);
+                }
+                None => groups.push((key, *need, vec![agent])),
+            }
+        }
+        for (key, need, members) in groups {
+            let Some(budget) = members.iter().filter_map(|a| a.budget()).min() else {
                 continue;
             };
-            if *need > budget {
-                let total: u64 = d.per_agent.iter().sum();
-                let sources = agent.source_addresses.max(1);
-                return Err(PortBudgetError::Exceeded {
-                    target: d.target.clone(),
-                    needed: *need,
-                    agent: agent.id.clone(),
-                    ports: agent.ephemeral_ports,
-                    sources,
-                    plural: if sources == 1 { "" } else { "es" },
-                    agents_needed: total.div_ceil(budget).max(d.per_agent.len() as u64 + 1),
-                });
+            if need <= budget {
+                continue;
             }
+            let first = members[0];
+            let total: u64 = d.per_agent.iter().sum();
+            let sources = first.source_addresses.max(1);
+            let source = match (first.host.is_empty(), members.len()) {
+                (true, _) => format!("agent {key}"),
+                (false, 1) => format!("source address {key} (agent {})", first.id),
+                (false, n) => format!("source address {key} ({n} agents share it)"),
+            };
+            return Err(PortBudgetError::Exceeded {
+                target: d.target.clone(),
+                needed: Thousands(need),
+                origin: source,
+                ports: Thousands(u64::from(first.ephemeral_ports)),
+                sources,
+                plural: if sources == 1 { "" } else { "es" },
+                budget: Thousands(budget),
+                agents_needed: total.div_ceil(budget).max(2),
+            });
         }
     }
     Ok(())
@@ -202,8 +241,16 @@ mod tests {
                 id: format!("a-{}", i + 1),
                 ephemeral_ports: ports,
                 source_addresses: sources,
+                host: format!("10.0.0.{}", i + 1),
             })
             .collect()
+    }
+
+    fn on_one_host(mut a: Vec<AgentPorts>) -> Vec<AgentPorts> {
+        for x in &mut a {
+            x.host = "127.0.0.1".into();
+        }
+        a
     }
 
     #[test]
@@ -217,6 +264,9 @@ mod tests {
         assert_eq!(endpoint("http://[::1]").as_deref(), Some("[::1]:80"));
         assert_eq!(endpoint("http://[::1]:9").as_deref(), Some("[::1]:9"));
         assert_eq!(endpoint("ftp://x"), None);
+        assert_eq!(endpoint("tcp://h:7").as_deref(), Some("h:7"));
+        assert_eq!(endpoint("udp://[::1]:53").as_deref(), Some("[::1]:53"));
+        assert_eq!(endpoint("unix:///tmp/s"), None);
     }
 
     #[test]
@@ -227,7 +277,7 @@ mod tests {
         let e = check(&d, &agents(1, 28_232, 1)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "port budget: needs 100000 concurrent connections to 127.0.0.1:8080 per agent but agent a-1 has 28232 ephemeral ports × 1 source address; this run needs at least 4 agents (or more source addresses per agent: stampede agent --source-ips)"
+            "port budget: needs 100,000 concurrent connections to 127.0.0.1:8080 from source address 10.0.0.1 (agent a-1) but it has 28,232 ephemeral ports × 1 source address = 28,232 per destination; this run needs at least 4 agents with their own source address (or more source addresses per agent: stampede agent --source-ips)"
         );
         // Four agents fit; so does one with four source addresses.
         let d4 = demand(&s, 4, 0, &[]).unwrap();
@@ -236,6 +286,69 @@ mod tests {
         assert!(check(&d, &agents(1, 28_232, 4)).is_ok());
         // An unknown range is not checked.
         assert!(check(&d, &agents(1, 0, 1)).is_ok());
+    }
+
+    #[test]
+    fn agents_sharing_one_address_share_its_ports_for_every_transport() {
+        for target in [
+            "tcp://127.0.0.1:9",
+            "udp://127.0.0.1:9",
+            "http://127.0.0.1:9",
+        ] {
+            let step = match &target[..3] {
+                "tcp" => "tcp: { send: { text: ping }, framing: length_prefixed }",
+                "udp" => "udp: { send: { text: ping } }",
+                _ => "http: { path: / }",
+            };
+            let s = Scenario::from_yaml(&format!(
+                "name: p\ntarget: {target}\nload: {{ model: closed, connections: 60000, duration: 10s }}\nsession:\n  - {step}\n"
+            ))
+            .unwrap();
+            let d = demand(&s, 6, 0, &[]).unwrap();
+            assert_eq!(d[0].per_agent, vec![10_000; 6]);
+            // Six agents with their own addresses fit; the same six on one address do not.
+            assert!(check(&d, &agents(6, 28_232, 1)).is_ok());
+            let e = check(&d, &on_one_host(agents(6, 28_232, 1)))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("needs 60,000 concurrent connections to 127.0.0.1:9 from source address 127.0.0.1 (6 agents share it)"), "{e}");
+            assert!(
+                e.contains("28,232 per destination") && e.contains("at least 3 agents"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn demand_is_arithmetic_even_for_a_year_at_the_maximum_rate() {
+        let s = scenario(
+            "phases:\n  - { duration: 527040m, arrival_rate: 10000000 }\nrequest_timeout: 20s\n",
+        );
+        let d = demand(&s, 4, 0, &[]).unwrap();
+        assert_eq!(d[0].per_agent, vec![50_000_000; 4]);
+    }
+
+    #[test]
+    fn a_ramp_peaks_where_the_rate_is_highest() {
+        // 0 → 1000/s over 10 s, then 10 s at 100/s; a 1 s window peaks at the ramp's end:
+        // Λ(10) − Λ(9) = 950.
+        let s = scenario(
+            "phases:\n  - { duration: 10s, arrival_rate: 0, ramp_to: 1000 }\n  - { duration: 10s, arrival_rate: 100 }\nrequest_timeout: 1s\n",
+        );
+        assert_eq!(demand(&s, 1, 0, &[]).unwrap()[0].per_agent, vec![950]);
+    }
+
+    #[test]
+    fn worst_case_session_saturates() {
+        let steps: String = (0..200)
+            .map(|_| "  - http: { path: / }\n    repeat: 4294967295\n".to_string())
+            .collect();
+        let s = Scenario::from_yaml(&format!(
+            "name: p\ntarget: http://h:1\nphases:\n  - {{ duration: 1s, arrival_rate: 1 }}\nrequest_timeout: 527040m\nsession:\n{steps}"
+        ));
+        if let Ok(s) = s {
+            assert_eq!(worst_case_session(&s), Duration::MAX);
+        }
     }
 
     #[test]

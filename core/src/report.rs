@@ -211,6 +211,10 @@ pub enum RunOutcome {
     Succeeded,
     Failed,
     Aborted,
+    /// The run ended without a failure, but not all of its planned load was delivered: an
+    /// agent stopped early (its lease lapsed) or was lost within the `tolerate` policy. Never
+    /// `succeeded`: its numbers describe less than what was asked for.
+    Incomplete,
 }
 
 /// The merged report of one run.

@@ -15,6 +15,16 @@ pub const MAX_ARRIVAL_RATE: f64 = 10_000_000.0;
 pub const MAX_AGENTS: u32 = 4096;
 /// Most connections a closed or constant-rate load may ask for (all agents together).
 pub const MAX_CONNECTIONS: u32 = 1_000_000;
+/// Most arrival phases in one scenario (a capacity search of 100 steps is far below it; the
+/// plan keeps one count per agent and phase).
+pub const MAX_PHASES: usize = 1_000;
+/// Most steps in one session (every request step has its own histograms in the report).
+pub const MAX_STEPS: usize = 100;
+/// Most thresholds in one scenario.
+pub const MAX_THRESHOLDS: usize = 100;
+/// Most arrivals one run may plan in total: 1e7/s for over three years. Far above any real
+/// run, and it keeps every arrival index exact in the schedule's `f64` arithmetic.
+pub const MAX_TOTAL_ARRIVALS: f64 = 1e15;
 
 /// A load test: arrival phases, and what each arriving virtual client does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -466,6 +476,15 @@ impl Scenario {
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }
+        if self.thresholds.len() > MAX_THRESHOLDS {
+            return Err(ScenarioError::invalid(
+                "thresholds",
+                format!(
+                    "{} thresholds; at most {MAX_THRESHOLDS}",
+                    self.thresholds.len()
+                ),
+            ));
+        }
         if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
             return Err(ScenarioError::invalid(
                 "http_version",
@@ -574,6 +593,12 @@ impl Scenario {
                 "must contain at least one phase",
             ));
         }
+        if self.phases.len() > MAX_PHASES {
+            return Err(ScenarioError::invalid(
+                "phases",
+                format!("{} phases; at most {MAX_PHASES}", self.phases.len()),
+            ));
+        }
         for (i, p) in self.phases.iter().enumerate() {
             if p.duration.0.is_zero() {
                 return Err(ScenarioError::invalid(
@@ -592,6 +617,15 @@ impl Scenario {
                 "every phase has a rate of 0: nothing would be sent",
             ));
         }
+        let total: f64 = self.phases.iter().map(Phase::expected_arrivals).sum();
+        if total > MAX_TOTAL_ARRIVALS {
+            return Err(ScenarioError::invalid(
+                "phases",
+                format!(
+                    "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -600,6 +634,12 @@ impl Scenario {
             return Err(ScenarioError::invalid(
                 "session",
                 "must contain at least one step",
+            ));
+        }
+        if self.session.len() > MAX_STEPS {
+            return Err(ScenarioError::invalid(
+                "session",
+                format!("{} steps; at most {MAX_STEPS}", self.session.len()),
             ));
         }
         for (i, step) in self.session.iter().enumerate() {

@@ -77,6 +77,24 @@ impl ShardMap {
     pub fn count(&self) -> u32 {
         self.count
     }
+
+    /// For every shard, how many of the arrival indices `0..x` it owns: arithmetic for equal
+    /// shares, whole periods plus one partial scan of the table for weighted ones.
+    pub fn owned_below(&self, x: u64) -> Vec<u64> {
+        let n = u64::from(self.count);
+        if self.table.is_empty() {
+            return (0..n).map(|j| (x + n - 1 - j) / n).collect();
+        }
+        let period = self.table.len() as u64;
+        let mut owned = vec![0u64; self.count as usize];
+        for &o in &self.table {
+            owned[o as usize] += x / period;
+        }
+        for &o in &self.table[..(x % period) as usize] {
+            owned[o as usize] += 1;
+        }
+        owned
+    }
 }
 
 /// Decides ownership of arrival indices for one shard.

@@ -38,7 +38,8 @@ async fn a_run_needing_more_ports_than_the_agent_has_is_refused_before_any_load(
     assert_eq!(
         message,
         format!(
-            "port budget: needs 100000 concurrent connections to {addr} per agent but agent local-1 has {ports} ephemeral ports × 1 source address; this run needs at least {needed} agents (or more source addresses per agent: stampede agent --source-ips)"
+            "port budget: needs 100,000 concurrent connections to {addr} from source address 127.0.0.1 (agent local-1) but it has {p} ephemeral ports × 1 source address = {p} per destination; this run needs at least {needed} agents with their own source address (or more source addresses per agent: stampede agent --source-ips)",
+            p = stampede_core::ports::Thousands(ports)
         )
     );
     // Refused before anything was sent: the target never saw a connection.

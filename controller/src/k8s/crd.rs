@@ -32,19 +32,22 @@ use stampede_core::Scenario;
 #[serde(transparent)]
 pub struct LoadTestSpec(pub Scenario);
 
-/// Where a LoadTest is in its life. Terminal phases (`Succeeded`, `Failed`) are final: the
-/// controller never runs such a LoadTest again, also not after a restart.
+/// Where a LoadTest is in its life. Terminal phases (`Succeeded`, `Failed`, `Incomplete`) are
+/// final: the controller never runs such a LoadTest again, also not after a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum LoadTestPhase {
     Pending,
     Running,
     Succeeded,
     Failed,
+    /// The run ended without failing but delivered less than planned (an agent was lost
+    /// within `tolerate`, or stopped early).
+    Incomplete,
 }
 
 impl LoadTestPhase {
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
+        matches!(self, Self::Succeeded | Self::Failed | Self::Incomplete)
     }
 }
 
@@ -152,6 +155,8 @@ impl LoadTestSummary {
 pub fn terminal_phase(r: &Report) -> LoadTestPhase {
     if r.outcome == RunOutcome::Succeeded && r.thresholds.iter().all(|t| t.passed) {
         LoadTestPhase::Succeeded
+    } else if r.outcome == RunOutcome::Incomplete {
+        LoadTestPhase::Incomplete
     } else {
         LoadTestPhase::Failed
     }

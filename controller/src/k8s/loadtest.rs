@@ -1,6 +1,6 @@
 //! Reconciles `LoadTest` resources: a new LoadTest submits a run through the same path as the
 //! gRPC `SubmitRun`; its status (server-side apply, field manager `stampede-controller`) follows
-//! the run: `Pending` (waiting for agents) → `Running` → `Succeeded` | `Failed`, with the merged
+//! the run: `Pending` (waiting for agents) → `Running` → `Succeeded` | `Failed` | `Incomplete`, with the merged
 //! summary, the lost agents and the report's location. Events are published on the resource.
 //!
 //! A LoadTest in a terminal phase is never run again, also not after a controller restart: the
@@ -219,17 +219,16 @@ fn follow(ctx: &Arc<Ctx>, lt: Arc<LoadTest>, h: Arc<RunHandle>, mut st: LoadTest
             let mut rx = h.events.subscribe();
             loop {
                 let state = h.state().0;
-                if matches!(
-                    state.as_str(),
-                    "running" | "finishing" | "done" | "failed" | "aborted"
-                ) {
+                if matches!(state.as_str(), "running" | "finishing")
+                    || crate::run::is_terminal(&state)
+                {
                     break;
                 }
                 if let Err(tokio::sync::broadcast::error::RecvError::Closed) = rx.recv().await {
                     break;
                 }
             }
-            if !matches!(h.state().0.as_str(), "done" | "failed" | "aborted") {
+            if !crate::run::is_terminal(&h.state().0) {
                 st.phase = Some(LoadTestPhase::Running);
                 st.message = Some(format!("running on {} agents", h.agents_wanted));
                 if let Err(e) = apply_status(&ctx, &lt, &st).await {
@@ -330,6 +329,7 @@ async fn publish_final(ctx: &Ctx, lt: &LoadTest, st: &LoadTestStatus) {
     }
     let (ty, reason) = match st.phase {
         Some(LoadTestPhase::Succeeded) => (EventType::Normal, "Succeeded"),
+        Some(LoadTestPhase::Incomplete) => (EventType::Warning, "Incomplete"),
         _ => (EventType::Warning, "Failed"),
     };
     let note = st.message.clone().unwrap_or_default();

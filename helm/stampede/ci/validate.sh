@@ -7,7 +7,14 @@
 #   3. every pod template meets Pod Security "restricted" plus a read-only root filesystem (except the documented
 #      privileged init container of agents.portRange.method=initContainer), carries the app.kubernetes.io labels,
 #      and every Stampede container gets STAMPEDE_TOKEN from a Secret where it needs it;
-#   4. values.schema.json rejects bad values.
+#   4. NetworkPolicies: every ipBlock `except` is a strict subset of its `cidr` (the API server rejects the object
+#      otherwise; the offline schemas do not check it) and no rule has an empty peer list (which admits everyone);
+#   5. values.schema.json rejects bad values and accepts good ones (the lease bounds among them);
+#   6. single-value cases: NetworkPolicies on by default and off with networkPolicy.enabled=false; auth.existingSecret
+#      renders no Secret and every pod refers to it; the generated token is random per render (helm template cannot
+#      look the live Secret up; GitOps users set existingSecret or token) and fixed with auth.token; the generated
+#      Secret is kept on uninstall unless auth.retainSecret=false; persistence renders a PVC (none with an
+#      existingClaim); the controller gets STAMPEDE_MAX_AGENTS and the report retention; bad CIDRs fail.
 #
 # usage: helm/stampede/ci/validate.sh
 # env:   HELM                    helm binary (default: $STAMPEDE_CLUSTER_CACHE/bin/helm, then helm on PATH)
@@ -132,24 +139,63 @@ for d in docs:
         if args[:1] == ["controller"]:
             for p in ("readinessProbe", "livenessProbe"):
                 if "grpc" not in c.get(p, {}): problems.append(f"{cw}: no gRPC {p}")
+import ipaddress
+policies = 0
+for d in docs:
+    if d["kind"] != "NetworkPolicy":
+        continue
+    policies += 1
+    where = f"NetworkPolicy/{d['metadata']['name']}"
+    spec = d["spec"]
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(direction) or []):
+            if not rule.get(peers_key):
+                problems.append(f"{where}: {direction}[{i}] has no `{peers_key}`: it would admit every peer")
+            for peer in rule.get(peers_key) or []:
+                block = peer.get("ipBlock")
+                if not block:
+                    continue
+                try:
+                    net = ipaddress.ip_network(block["cidr"])
+                    for ex in block.get("except", []):
+                        sub = ipaddress.ip_network(ex)
+                        if sub.version != net.version or not sub.subnet_of(net) or sub.prefixlen <= net.prefixlen:
+                            problems.append(f"{where}: except {ex} is not a strict subset of {block['cidr']}")
+                except ValueError as e:
+                    problems.append(f"{where}: {e}")
 for p in problems:
     print("  " + p, file=sys.stderr)
 if problems:
     sys.exit(1)
 print(f"  {workloads} Deployments: Pod Security restricted, read-only root, labels, token, probes: ok", file=sys.stderr)
+print(f"  {policies} NetworkPolicies: every ipBlock except inside its cidr, no rule without peers: ok", file=sys.stderr)
 EOF
 done
 
-# 4. values.schema.json rejects bad values (each of these must fail to render).
+# 5. values.schema.json rejects bad values (each of these must fail to render) and accepts good ones.
 bad=(
   "agents.replicas=-1"
+  "agents.maxReplicas=0"
   "agents.spread.mode=sometimes"
   "agents.portRange.value=lots"
   "image.pullPolicy=Sometimes"
   "controller.agentWait=soon"
+  "controller.agentWait=1d"
+  "controller.lease=0s"
+  "controller.lease=0ms"
+  "controller.lease=50ms"
+  "controller.lease=99ms"
+  "controller.lease=61s"
+  "controller.lease=2m"
+  "controller.lease=1h"
+  "controller.reports.retention.keep=0"
+  "controller.reports.retention.maxAge=30d"
   "targets.http.port=70000"
   "targets.echoTcp.framing=xml"
   "logFormat=xml"
+  "networkPolicy.enabled=maybe"
+  "networkPolicy.agentEgress.denyCidrs={169.254.169.254}"
+  "networkPolicy.agentEgress.allowCidrs={everywhere}"
   "controler.port=1"
 )
 for b in "${bad[@]}"; do
@@ -162,4 +208,136 @@ for b in "${bad[@]}"; do
   }
 done
 say "values.schema.json rejects ${#bad[@]} bad values"
+good=(
+  "controller.lease=100ms"
+  "controller.lease=0.1s"
+  "controller.lease=1s"
+  "controller.lease=1500ms"
+  "controller.lease=30s"
+  "controller.lease=60s"
+  "controller.lease=60000ms"
+  "controller.lease=1m"
+  "controller.agentWait=1h"
+  "controller.reports.retention.maxAge=1h"
+)
+for g in "${good[@]}"; do
+  "$HELM" template st "$CHART" --set "$g" --kube-version "$KUBE_VERSION" >/dev/null 2>"$work/err" || {
+    cat "$work/err" >&2
+    die "values.schema.json rejected --set $g"
+  }
+done
+say "values.schema.json accepts ${#good[@]} good values"
+
+# 6. Single-value cases. render NAME [helm args]: $work/case-NAME.yaml (no CRDs).
+render() {
+  local name=$1
+  shift
+  "$HELM" template st "$CHART" --namespace stampede --kube-version "$KUBE_VERSION" "$@" >"$work/case-$name.yaml" ||
+    die "helm template $* (case $name)"
+}
+render default
+render default-again
+render netpol-off --set networkPolicy.enabled=false
+render existing --set auth.existingSecret=x
+render token --set auth.token=fixed-token-for-the-test
+render token-again --set auth.token=fixed-token-for-the-test
+render not-retained --set auth.retainSecret=false
+render pvc --set controller.reports.persistence.enabled=true
+render claim --set controller.reports.persistence.enabled=true --set controller.reports.persistence.existingClaim=mine
+render max --set agents.maxReplicas=7 --set agents.replicas=7 --set controller.reports.retention.keep=9 \
+  --set controller.reports.retention.maxAge=48h
+render targets --set targets.http.enabled=true --set targets.echoUdp.enabled=true
+"$PY" - "$work" <<'EOF' || die "single-value cases"
+import sys, yaml
+
+work = sys.argv[1]
+def docs(name):
+    return [d for d in yaml.safe_load_all(open(f"{work}/case-{name}.yaml")) if d]
+def kinds(name, kind):
+    return [d for d in docs(name) if d["kind"] == kind]
+def one(name, kind, suffix=""):
+    found = [d for d in kinds(name, kind) if d["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, f"{name}: {len(found)} {kind} named *{suffix}"
+    return found[0]
+def env(name, component):
+    dep = one(name, "Deployment", "-" + component)
+    return {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+problems = []
+def check(ok, what):
+    if not ok:
+        problems.append(what)
+
+check(len(kinds("default", "NetworkPolicy")) >= 2, "default: fewer than 2 NetworkPolicies")
+check(not kinds("netpol-off", "NetworkPolicy"), "networkPolicy.enabled=false still renders NetworkPolicies")
+agent_np = one("default", "NetworkPolicy", "-agent")
+check(set(agent_np["spec"]["policyTypes"]) == {"Ingress", "Egress"}, "agent policy: not Ingress and Egress")
+blocks = [p["ipBlock"] for r in agent_np["spec"]["egress"] for p in r["to"] if "ipBlock" in p]
+want = {"0.0.0.0/0": ["169.254.0.0/16"], "::/0": ["fe80::/10", "fd00:ec2::254/128"]}
+check({b["cidr"]: b.get("except", []) for b in blocks} == want, f"agent policy: default ipBlocks {blocks}")
+ctl_np = one("default", "NetworkPolicy", "-controller")
+check(all(p["port"] == 7070 for r in ctl_np["spec"]["ingress"] for p in r["ports"]),
+      "controller policy admits a port other than gRPC (metrics are off by default)")
+tgt_np = one("targets", "NetworkPolicy", "-targets")
+tgt_values = tgt_np["spec"]["podSelector"]["matchExpressions"][0]["values"]
+check(tgt_values == ["target-http", "target-echo-udp"], f"targets policy selects {tgt_values}")
+check({(p["protocol"], p["port"]) for p in tgt_np["spec"]["ingress"][0]["ports"]} == {("TCP", 8080), ("UDP", 7002)},
+      "targets policy: agents not admitted to exactly the traffic ports")
+
+check(not kinds("existing", "Secret"), "auth.existingSecret=x still renders a Secret")
+for comp in ("controller", "agent"):
+    ref = env("existing", comp)["STAMPEDE_TOKEN"]["valueFrom"]["secretKeyRef"]
+    check(ref == {"name": "x", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref}, not x/token")
+    ref = env("default", comp)["STAMPEDE_TOKEN"]["valueFrom"]["secretKeyRef"]
+    check(ref == {"name": "st-stampede-token", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref} by default")
+
+secret = one("default", "Secret")
+check(secret["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",
+      "the generated Secret is not helm.sh/resource-policy: keep")
+check("annotations" not in one("not-retained", "Secret")["metadata"], "auth.retainSecret=false still keeps the Secret")
+# Without a cluster there is nothing to look up: each render generates a token. Only an explicit token (or an
+# existing Secret) is stable across renders, which is why GitOps setups must use one.
+check(secret["data"] != one("default-again", "Secret")["data"],
+      "two default renders produced the same token: generated tokens must be random, not derived")
+check(one("token", "Secret") == one("token-again", "Secret"), "auth.token renders differ")
+
+check(not kinds("default", "PersistentVolumeClaim"), "default renders a PVC")
+pvc = one("pvc", "PersistentVolumeClaim")
+vols = one("pvc", "Deployment", "-controller")["spec"]["template"]["spec"]["volumes"]
+claim = [v["persistentVolumeClaim"]["claimName"] for v in vols if v["name"] == "reports"]
+check(claim == [pvc["metadata"]["name"]], f"persistence: the reports volume is {claim}, not the claim")
+check(not kinds("claim", "PersistentVolumeClaim"), "existingClaim still renders a PVC")
+vols = one("claim", "Deployment", "-controller")["spec"]["template"]["spec"]["volumes"]
+check([v.get("persistentVolumeClaim", {}).get("claimName") for v in vols if v["name"] == "reports"] == ["mine"],
+      "existingClaim is not mounted")
+check(one("pvc", "Deployment", "-controller")["spec"]["strategy"]["type"] == "Recreate", "controller not Recreate")
+
+for name, want in (("default", {"STAMPEDE_MAX_AGENTS": "50", "STAMPEDE_REPORTS_KEEP": "200",
+                                "STAMPEDE_REPORTS_MAX_AGE": "720h"}),
+                   ("max", {"STAMPEDE_MAX_AGENTS": "7", "STAMPEDE_REPORTS_KEEP": "9",
+                            "STAMPEDE_REPORTS_MAX_AGE": "48h"})):
+    e = env(name, "controller")
+    got = {k: e.get(k, {}).get("value") for k in want}
+    check(got == want, f"{name}: controller env {got}, want {want}")
+
+for p in problems:
+    print("  " + p, file=sys.stderr)
+sys.exit(1 if problems else 0)
+EOF
+# Render-time failures (the chart's own checks, not the schema).
+fails=(
+  "agents.replicas=51"
+  "networkPolicy.agentEgress.allowCidrs={169.254.169.254/32}"
+  "networkPolicy.agentEgress.allowCidrs={10.0.0.300/8}"
+  "networkPolicy.agentEgress.denyCidrs={1:2::3::4/64}"
+)
+for f in "${fails[@]}"; do
+  if "$HELM" template st "$CHART" --set "$f" --kube-version "$KUBE_VERSION" >/dev/null 2>"$work/err"; then
+    die "--set $f rendered, but must fail"
+  fi
+  grep -q "execution error" "$work/err" || {
+    cat "$work/err" >&2
+    die "--set $f failed, but not in the chart's own checks"
+  }
+done
+say "single-value cases OK (NetworkPolicies, token Secret, PVC, env); ${#fails[@]} bad combinations refused"
 say "chart OK: lint --strict clean and manifests valid for Kubernetes $KUBE_VERSION with ${#value_sets[@]} value sets"

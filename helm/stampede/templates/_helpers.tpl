@@ -112,3 +112,86 @@ app.kubernetes.io/component: {{ .component }}
 - name: tmp
   mountPath: /tmp
 {{- end -}}
+
+{{/*
+A CIDR as "FAMILY/PREFIX/BITS": the family (4 or 6), the prefix length, and the address as a string of 32 or 128
+binary digits. Used to decide which denyCidrs lie inside which allowed block (a NetworkPolicy ipBlock's except must
+be a strict subset of its cidr, or the API server rejects the object). IPv6 takes the usual hex notation with at most
+one "::" (no embedded dotted IPv4).
+*/}}
+{{- define "stampede.cidrBits" -}}
+{{- $parts := splitList "/" (lower (trim .)) -}}
+{{- if ne (len $parts) 2 -}}{{- fail (printf "%q is not a CIDR (ADDRESS/PREFIX)" .) -}}{{- end -}}
+{{- $addr := index $parts 0 -}}
+{{- $prefix := atoi (index $parts 1) -}}
+{{- $bits := "" -}}
+{{- if contains ":" $addr -}}
+{{- $hex := dict "0" "0000" "1" "0001" "2" "0010" "3" "0011" "4" "0100" "5" "0101" "6" "0110" "7" "0111" "8" "1000" "9" "1001" "a" "1010" "b" "1011" "c" "1100" "d" "1101" "e" "1110" "f" "1111" -}}
+{{- $halves := splitList "::" $addr -}}
+{{- if gt (len $halves) 2 -}}{{- fail (printf "%q: more than one \"::\"" .) -}}{{- end -}}
+{{- $left := list -}}
+{{- if index $halves 0 }}{{ $left = splitList ":" (index $halves 0) }}{{ end -}}
+{{- $right := list -}}
+{{- if and (eq (len $halves) 2) (index $halves 1) }}{{ $right = splitList ":" (index $halves 1) }}{{ end -}}
+{{- $groups := $left -}}
+{{- if eq (len $halves) 2 -}}
+{{- range until (int (sub 8 (add (len $left) (len $right)))) }}{{ $groups = append $groups "0" }}{{ end -}}
+{{- $groups = concat $groups $right -}}
+{{- end -}}
+{{- if ne (len $groups) 8 -}}{{- fail (printf "%q is not an IPv6 CIDR (8 groups of 16 bits)" .) -}}{{- end -}}
+{{- range $g := $groups -}}
+{{- if or (eq $g "") (gt (len $g) 4) -}}{{- fail (printf "%q: bad IPv6 group %q" $ $g) -}}{{- end -}}
+{{- range $ch := splitList "" (printf "%4s" $g | replace " " "0") -}}
+{{- if not (hasKey $hex $ch) -}}{{- fail (printf "%q: %q is not a hex digit" $ $ch) -}}{{- end -}}
+{{- $bits = print $bits (index $hex $ch) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt $prefix 128 -}}{{- fail (printf "%q: prefix above 128" .) -}}{{- end -}}
+6/{{ $prefix }}/{{ $bits }}
+{{- else -}}
+{{- $octets := splitList "." $addr -}}
+{{- if ne (len $octets) 4 -}}{{- fail (printf "%q is not an IPv4 CIDR" .) -}}{{- end -}}
+{{- range $o := $octets -}}
+{{- if or (not (regexMatch "^[0-9]{1,3}$" $o)) (gt (atoi $o) 255) -}}{{- fail (printf "%q: bad IPv4 octet %q" $ $o) -}}{{- end -}}
+{{- $bits = print $bits (printf "%08b" (atoi $o)) -}}
+{{- end -}}
+{{- if gt $prefix 32 -}}{{- fail (printf "%q: prefix above 32" .) -}}{{- end -}}
+4/{{ $prefix }}/{{ $bits }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+One ipBlock peer per allowed CIDR, each with the denied CIDRs that lie inside it as `except`:
+(dict "allow" LIST "deny" LIST). CIDRs are either nested or disjoint, so a denied CIDR is inside an allowed one,
+covers it (rendering fails: that allowed entry would allow nothing), or is unrelated (skipped).
+*/}}
+{{- define "stampede.ipBlocks" -}}
+{{- $deny := .deny -}}
+{{- range $a := .allow }}
+{{- $ab := splitList "/" (include "stampede.cidrBits" $a) }}
+{{- $aprefix := atoi (index $ab 1) }}
+{{- $except := list }}
+{{- range $d := $deny }}
+{{- $db := splitList "/" (include "stampede.cidrBits" $d) }}
+{{- $dprefix := atoi (index $db 1) }}
+{{- if eq (index $ab 0) (index $db 0) }}
+{{- $common := min $aprefix $dprefix | int }}
+{{- if eq (substr 0 $common (index $ab 2)) (substr 0 $common (index $db 2)) }}
+{{- if gt $dprefix $aprefix }}
+{{- $except = append $except $d }}
+{{- else }}
+{{- fail (printf "networkPolicy.agentEgress: allowCidrs entry %s lies inside denyCidrs entry %s, so it would allow nothing" $a $d) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+- ipBlock:
+    cidr: {{ $a | quote }}
+    {{- with $except }}
+    except:
+      {{- range . }}
+      - {{ . | quote }}
+      {{- end }}
+    {{- end }}
+{{- end }}
+{{- end -}}

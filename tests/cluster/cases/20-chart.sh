@@ -218,6 +218,6 @@ timeout 200 "$HELM" upgrade "$REL" "$CHART" -n "$NS" --reuse-values --wait --tim
 [ "$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)" = "$TOKEN" ] || fail "helm upgrade changed the token"
 
 say "helm uninstall"
-helm_uninstall_clean "$REL" "$CRD"
+helm_uninstall_clean "$REL" "$CRD" "$FULL-token"
 say "nothing of the release is left in $NS; the CRD $CRD is kept, as documented"
 say "chart case passed"

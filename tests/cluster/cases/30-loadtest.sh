@@ -242,6 +242,6 @@ say "LoadTest wide asked for 4 agents: the controller scaled $FULL-agent from 3 
 # 7. Uninstall.
 kn get loadtests -o json | jq -e '[.items[].metadata.finalizers // [] | length] | add == 0' >/dev/null ||
   fail "a LoadTest keeps a finalizer"
-helm_uninstall_clean "$REL" "$CRD"
+helm_uninstall_clean "$REL" "$CRD" "$FULL-token"
 say "helm uninstall: nothing left but the documented CRD and the LoadTests"
 say "loadtest case passed"

@@ -78,12 +78,18 @@ EOF
   [ "$phase" = Succeeded ] || fail "pod $name ended in phase '${phase:-unknown}'"
 }
 
-# helm_uninstall_clean REL CRD: `helm uninstall` the release, then check that nothing of it is left in $NS and that
-# the CRD, which the chart documents as kept, is still there.
+# helm_uninstall_clean REL CRD [SECRET]: `helm uninstall` the release, then check that nothing of it is left in $NS
+# and that the CRD, which the chart documents as kept, is still there. SECRET: the generated token Secret, which the
+# chart keeps by default (auth.retainSecret, helm.sh/resource-policy: keep): it must be left, and is then deleted.
 helm_uninstall_clean() {
-  local rel=$1 crd=$2 left
+  local rel=$1 crd=$2 secret=${3:-} left
   timeout 150 "$HELM" uninstall "$rel" -n "$NS" --wait --timeout 120s >&2 || fail "helm uninstall"
   kn wait --for=delete pod -l "app.kubernetes.io/instance=$rel" --timeout=90s >/dev/null 2>&1 || true
+  if [ -n "$secret" ]; then
+    [ "$(kn get secret "$secret" -o jsonpath='{.metadata.annotations.helm\.sh/resource-policy}' 2>/dev/null)" = keep ] ||
+      fail "the token Secret $secret should be kept by helm uninstall (documented), but is gone or not marked keep"
+    kn delete secret "$secret" --wait >/dev/null || fail "deleting the kept Secret $secret"
+  fi
   left=$(kn get all,secrets,configmaps,serviceaccounts,roles,rolebindings,pvc,endpointslices -o name 2>/dev/null |
     grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true)
   [ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"

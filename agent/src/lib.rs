@@ -40,14 +40,19 @@ use crate::stream::FramedRequest;
 use crate::udp::DatagramRequest;
 use stampede_core::protocol::Transport;
 
-/// How the agent connects and describes itself.
-#[derive(Debug, Clone)]
+/// How the agent connects and describes itself. `Debug` leaves the token and key out.
+#[derive(Clone)]
 pub struct AgentConfig {
-    /// Controller URL, e.g. `http://127.0.0.1:7070`.
+    /// Controller URL, e.g. `http://127.0.0.1:7070`, or `https://…` for TLS.
     pub controller: String,
     pub id: String,
-    /// Shared secret sent as `authorization: Bearer <token>`.
+    /// The agent token, sent as `authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// Certificate authorities (PEM) to trust for an `https://` controller, besides the
+    /// system's.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key (PEM), for a controller that requires mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// Sessions in flight at once before arrivals are dropped (and counted).
     pub capacity: u32,
     pub pod_name: String,
@@ -60,12 +65,27 @@ pub struct AgentConfig {
     pub source_ips: Vec<std::net::IpAddr>,
 }
 
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("controller", &self.controller)
+            .field("id", &self.id)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("identity", &self.identity.is_some())
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AgentConfig {
     pub fn new(controller: impl Into<String>, id: impl Into<String>) -> Self {
         Self {
             controller: controller.into(),
             id: id.into(),
             token: None,
+            ca_pem: None,
+            identity: None,
             capacity: 10_000,
             pod_name: String::new(),
             node_name: String::new(),
@@ -249,6 +269,15 @@ async fn control(
             return Ok(());
         }
         match result {
+            Err(AgentError::Status(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                // A wrong credential does not get better by retrying.
+                return Err(AgentError::Status(s));
+            }
             Ok(()) => tracing::info!("controller closed the stream; reconnecting"),
             Err(e) => tracing::warn!(error = %e, "controller connection failed; retrying"),
         }
@@ -276,8 +305,19 @@ async fn connection(
     if quit.is_cancelled() && state.active.is_none() {
         return Ok(());
     }
-    let endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
-        .map_err(|e| AgentError::Url(e.to_string()))?
+    let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
+        .map_err(|e| AgentError::Url(e.to_string()))?;
+    if cfg.controller.starts_with("https://") {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(ca) = &cfg.ca_pem {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &cfg.identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let endpoint = endpoint
         .connect_timeout(Duration::from_secs(3))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(5))

@@ -30,10 +30,39 @@ pub type Client = ControlServiceClient<InterceptedService<Channel, Auth>>;
 /// readable.
 pub const MAX_REPORT_BYTES: usize = 1 << 30;
 
-/// Connects to a controller at `url` (e.g. `http://127.0.0.1:7070`).
+/// PEM material for an `https://` controller: extra trusted CAs, and a client identity for
+/// mutual TLS.
+#[derive(Debug, Clone, Default)]
+pub struct TlsMaterial {
+    pub ca_pem: Option<Vec<u8>>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+static TLS: std::sync::OnceLock<TlsMaterial> = std::sync::OnceLock::new();
+
+/// Sets the TLS material every later [`connect`] uses (once per process, from the flags).
+pub fn set_tls(material: TlsMaterial) {
+    let _ = TLS.set(material);
+}
+
+/// Connects to a controller at `url` (e.g. `http://127.0.0.1:7070`, or `https://…` over TLS
+/// with the system's roots plus `--ca-cert`).
 pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-        .with_context(|| format!("invalid controller URL `{url}`"))?
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+        .with_context(|| format!("invalid controller URL `{url}`"))?;
+    if url.starts_with("https://") {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(m) = TLS.get() {
+            if let Some(ca) = &m.ca_pem {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &m.identity {
+                tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+            }
+        }
+        endpoint = endpoint.tls_config(tls).context("TLS settings")?;
+    }
+    let endpoint = endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
     let channel = endpoint

@@ -8,6 +8,7 @@ pub mod kube;
 pub mod local;
 pub mod plan;
 pub mod render;
+pub mod security;
 
 /// Exit codes (documented in the README).
 pub mod exit {

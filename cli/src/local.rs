@@ -11,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 /// A controller plus agents running in this process.
 pub struct LocalCluster {
     pub addr: SocketAddr,
+    /// The user token (CLI calls).
     pub token: String,
+    /// The agent token (what embedded agents present).
+    pub agent_token: String,
     pub controller: Controller,
     controller_stop: CancellationToken,
     /// Resolves when the controller's thread has stopped serving.
@@ -56,8 +59,10 @@ impl LocalCluster {
             }
         };
         let token = crate::random_token();
+        let agent_token = crate::random_token();
         let mut cfg = ControllerConfig::new(dir);
         cfg.token = Some(token.clone());
+        cfg.agent_token = Some(agent_token.clone());
         let controller = Controller::new(cfg).context("starting the controller")?;
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("binding the controller")?;
@@ -99,6 +104,7 @@ impl LocalCluster {
         let mut cluster = Self {
             addr,
             token,
+            agent_token,
             controller,
             controller_stop,
             controller_done: Some(done_rx),
@@ -119,7 +125,7 @@ impl LocalCluster {
     /// Starts one more agent with this id.
     pub fn add_agent(&mut self, id: &str) {
         let mut cfg = AgentConfig::new(self.url(), id);
-        cfg.token = Some(self.token.clone());
+        cfg.token = Some(self.agent_token.clone());
         cfg.max_backoff = std::time::Duration::from_millis(500);
         let stop = CancellationToken::new();
         let s = stop.clone();

@@ -22,6 +22,8 @@ struct Cli {
     /// Log format: text, or json (the default in a cluster).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "STAMPEDE_LOG_FORMAT")]
     log_format: LogFormat,
+    #[command(flatten)]
+    tls: stampede_cli::security::ClientTls,
     #[command(subcommand)]
     command: Command,
 }
@@ -213,9 +215,8 @@ struct ControllerArgs {
     /// Where reports are stored.
     #[arg(long, default_value = "stampede-data", env = "STAMPEDE_DATA_DIR")]
     data_dir: PathBuf,
-    /// Token agents and CLIs must present.
-    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    security: stampede_cli::security::ServerSecurity,
     /// How long a run waits for enough agents, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     agent_wait: Duration,
@@ -271,9 +272,17 @@ struct AgentArgs {
     /// Agent id (default: the pod name, or host name and pid).
     #[arg(long, env = "STAMPEDE_AGENT_ID")]
     id: Option<String>,
-    /// Shared token of the controller.
+    /// The user token, used only when no agent token is given (a controller with one shared
+    /// token).
     #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// The agent token the controller expects from agents (prefer the environment variable or
+    /// --agent-token-file).
+    #[arg(long, env = "STAMPEDE_AGENT_TOKEN", hide_env_values = true)]
+    agent_token: Option<String>,
+    /// File holding the agent token.
+    #[arg(long, env = "STAMPEDE_AGENT_TOKEN_FILE")]
+    agent_token_file: Option<PathBuf>,
     /// Sessions in flight at once before arrivals are dropped (and counted).
     #[arg(long, default_value_t = 10_000)]
     capacity: u32,
@@ -352,7 +361,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::RUN_FAILED as u8);
         }
     };
-    match rt.block_on(dispatch(cli.command)) {
+    match rt.block_on(dispatch(cli.command, cli.tls)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -361,7 +370,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cmd: Command) -> Result<i32> {
+async fn dispatch(cmd: Command, cli_tls: stampede_cli::security::ClientTls) -> Result<i32> {
+    client::set_tls(cli_tls.load()?);
     match cmd {
         Command::Run(a) => run(a).await,
         Command::Demo(a) => demo(a).await,
@@ -525,16 +535,17 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             }
         }
         Command::Controller(a) => {
+            stampede_cli::security::warn_if_in_argv(&["--token", "--agent-token"]);
+            let creds = a.security.resolve(a.listen)?;
             let mut cfg = stampede_controller::ControllerConfig::new(&a.data_dir);
-            cfg.token = a.token;
+            cfg.token = creds.token;
+            cfg.agent_token = creds.agent_token;
+            cfg.tls = creds.tls;
             cfg.agent_wait = a.agent_wait;
             cfg.lease = a.lease;
             cfg.max_agents = a.max_agents.max(1);
             cfg.reports_keep = a.reports_keep.max(1);
             cfg.reports_max_age = Some(a.reports_max_age);
-            if cfg.token.is_none() {
-                tracing::warn!("no --token/STAMPEDE_TOKEN: agents and CLIs are not authenticated");
-            }
             let controller = stampede_controller::Controller::new(cfg)?;
             let listener = tokio::net::TcpListener::bind(a.listen)
                 .await
@@ -606,8 +617,18 @@ async fn dispatch(cmd: Command) -> Result<i32> {
             let id =
                 a.id.or_else(|| std::env::var("POD_NAME").ok())
                     .unwrap_or_else(default_agent_id);
+            stampede_cli::security::warn_if_in_argv(&["--token", "--agent-token"]);
             let mut cfg = stampede_agent::AgentConfig::new(a.controller, id);
-            cfg.token = a.token;
+            // The agent token; the shared user token only where the controller has no other.
+            cfg.token = stampede_cli::security::token_from(
+                a.agent_token.as_deref(),
+                a.agent_token_file.as_deref(),
+                "--agent-token",
+            )?
+            .or(a.token);
+            let material = cli_tls.load()?;
+            cfg.ca_pem = material.ca_pem;
+            cfg.identity = material.identity;
             cfg.capacity = a.capacity;
             cfg.source_ips = a.source_ips;
             cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();

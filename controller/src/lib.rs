@@ -1,9 +1,12 @@
 //! Stampede controller: the agent registry, the run state machine (pending → assigning →
 //! ready → running → finishing → done | failed | aborted), the synchronized start, live and
 //! final merging, and the report store. The CLI talks to it over `ControlService`; agents
-//! attach over `AgentService`. Both require the shared token; health and reflection are open.
+//! attach over `AgentService`. Users and agents hold different tokens (`auth`); gRPC can be
+//! served over TLS, with client certificates required when a client CA is given. Health and
+//! reflection are open.
 
 mod agents;
+pub mod auth;
 mod control;
 pub mod k8s;
 mod metrics;
@@ -21,18 +24,23 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Status};
+use tonic::Status;
 
 pub use run::RunHandle;
 pub use store::{ReportStore, StoreError};
 
-/// Controller settings.
-#[derive(Debug, Clone)]
+/// Controller settings. `Debug` leaves the tokens out.
+#[derive(Clone)]
 pub struct ControllerConfig {
     /// Where finished reports are stored.
     pub data_dir: PathBuf,
-    /// Shared token required from agents and CLIs; `None` disables the check.
+    /// The users' token (CLI, LoadTest-free clients); `None` with no agent token disables the
+    /// check (only allowed on loopback or with `--insecure`).
     pub token: Option<String>,
+    /// The agents' token; `None`: agents present the user token.
+    pub agent_token: Option<String>,
+    /// Serve gRPC over TLS.
+    pub tls: Option<ServerTls>,
     /// Lease granted to agents; renewed every quarter of it.
     pub lease: Duration,
     /// How long a submitted run waits for enough agents before failing.
@@ -54,6 +62,28 @@ pub struct ControllerConfig {
     pub finished_in_memory: usize,
 }
 
+impl std::fmt::Debug for ControllerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerConfig")
+            .field("data_dir", &self.data_dir)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("agent_token", &self.agent_token.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls.as_ref().map(|t| t.client_ca_pem.is_some()))
+            .field("lease", &self.lease)
+            .field("max_agents", &self.max_agents)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The controller's TLS identity, PEM; with `client_ca_pem`, clients must present a
+/// certificate it signed (mutual TLS).
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
 /// Shortest lease the controller grants: renewals go out every quarter of it, and a lease
 /// shorter than a few scheduling hiccups would stop healthy agents.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -65,6 +95,8 @@ impl ControllerConfig {
         Self {
             data_dir: data_dir.into(),
             token: None,
+            agent_token: None,
+            tls: None,
             lease: Duration::from_secs(1),
             agent_wait: Duration::from_secs(30),
             ready_timeout: Duration::from_secs(15),
@@ -214,18 +246,21 @@ impl Controller {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .map_err(|e| ControllerError::Invalid(format!("reflection: {e}")))?;
-        let token: Option<Arc<str>> = self.inner.cfg.token.as_deref().map(Arc::from);
+        let creds = auth::Credentials::new(
+            self.inner.cfg.token.as_deref(),
+            self.inner.cfg.agent_token.as_deref(),
+        );
         let agent_svc = v1::agent_service_server::AgentServiceServer::with_interceptor(
             agents::AgentSvc {
                 inner: self.inner.clone(),
             },
-            auth(token.clone()),
+            creds.interceptor(auth::Role::Agent),
         );
         let control_svc = v1::control_service_server::ControlServiceServer::with_interceptor(
             control::ControlSvc {
                 inner: self.inner.clone(),
             },
-            auth(token),
+            creds.interceptor(auth::Role::User),
         );
         let stop = self.inner.shutdown.clone();
         let signal = async move {
@@ -233,7 +268,19 @@ impl Controller {
             tracing::info!("controller shutting down: closing agent streams");
             stop.cancel();
         };
-        tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.inner.cfg.tls {
+            let mut config = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),
+            );
+            if let Some(ca) = &tls.client_ca_pem {
+                config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            builder = builder
+                .tls_config(config)
+                .map_err(|e| ControllerError::Invalid(format!("tls: {e}")))?;
+        }
+        builder
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(5)))
             .http2_keepalive_timeout(Some(Duration::from_secs(5)))
@@ -244,33 +291,5 @@ impl Controller {
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
             .await?;
         Ok(())
-    }
-}
-
-/// Checks `authorization: Bearer <token>` in constant time.
-fn auth(token: Option<Arc<str>>) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
-    move |req: Request<()>| {
-        let Some(expected) = token.as_deref() else {
-            return Ok(req);
-        };
-        let given = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let same = given.len() == expected.len()
-            && given
-                .bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated(
-                "missing or wrong token: pass --token or set STAMPEDE_TOKEN to the controller's token",
-            ))
-        }
     }
 }

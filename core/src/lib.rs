@@ -17,3 +17,4 @@ pub mod schedule;
 pub mod shard;
 pub mod stats;
 pub mod threshold;
+pub mod yaml_guard;

@@ -437,6 +437,10 @@ impl ScenarioError {
 impl Scenario {
     /// Parses YAML (or JSON, which is YAML) and validates it.
     pub fn from_yaml(text: &str) -> Result<Self, ScenarioError> {
+        crate::yaml_guard::check_aliases(text).map_err(|message| ScenarioError::Parse {
+            path: "scenario".into(),
+            message,
+        })?;
         let de = serde_norway::Deserializer::from_str(text);
         let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();

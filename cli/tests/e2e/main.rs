@@ -7,6 +7,7 @@ mod endurance;
 mod ports;
 mod protocols;
 mod results;
+mod security;
 mod spine;
 mod tls;
 mod workloads;
@@ -92,7 +93,7 @@ pub fn spawn_agent(controller: &str, token: &str, id: &str) -> Proc {
             controller,
             "--id",
             id,
-            "--token",
+            "--agent-token",
             token,
         ])
         .env("RUST_LOG", "warn")

@@ -64,7 +64,7 @@ async fn an_agent_with_source_ips_connects_from_each_of_them() {
     let _agent = Proc(
         Command::new(BIN)
             .args(["agent", "--controller", &cluster.url(), "--id", "multi-src"])
-            .args(["--token", &cluster.token])
+            .args(["--agent-token", &cluster.agent_token])
             .args(["--source-ips", "127.0.0.2,127.0.0.3"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -82,7 +82,7 @@ async fn run_killing_one_agent(policy: &str) -> (Report, String) {
     let url = cluster.url();
     let mut agents: Vec<Proc> = ["a-1", "a-2", "a-3"]
         .iter()
-        .map(|id| spawn_agent(&url, &cluster.token, id))
+        .map(|id| spawn_agent(&url, &cluster.agent_token, id))
         .collect();
     tokio::time::timeout(
         Duration::from_secs(20),

@@ -508,7 +508,7 @@ impl Driver {
                             for (k, w) in progress.samples.iter().enumerate() {
                                 let merged = sample_from_wire(&format!("progress.samples[{k}]"), w, n_steps)
                                     .map_err(|e| e.to_string())
-                                    .and_then(|(phase, stats)| acc.add(i, progress.interval, phase, &stats).map_err(|e| e.to_string()));
+                                    .and_then(|(phase, stats)| acc.add(i, progress.interval, phase, &stampede_core::stats::SparseStats::from(&stats)).map_err(|e| e.to_string()));
                                 if let Err(e) = merged {
                                     tracing::error!(agent = %agent_id, error = %e, "rejected progress data");
                                 }

@@ -7,6 +7,7 @@ mod agents;
 mod control;
 pub mod k8s;
 mod metrics;
+mod renew;
 mod run;
 pub mod store;
 

@@ -325,6 +325,7 @@ pub struct RunAccumulator {
     phases: Vec<SparseStats>,
     agents: Vec<AgentAcc>,
     /// Timeline intervals some live agent has not reported yet; at most [`MAX_OPEN_INTERVALS`].
+    /// Only counters, response and service time are kept (what a [`TimelineRow`] shows).
     open: BTreeMap<u64, SparseStats>,
     closed: Vec<TimelineRow>,
     n_steps: usize,
@@ -462,7 +463,11 @@ impl RunAccumulator {
             Some(last) if interval <= last.interval => last.interval.saturating_add(1),
             _ => interval,
         };
-        self.open.entry(slot).or_default().add(stats);
+        // A timeline row needs only the counters and the two latency histograms.
+        let row = self.open.entry(slot).or_default();
+        row.counters.add(&stats.counters);
+        row.response.add(&stats.response);
+        row.service.add(&stats.service);
         while self.open.len() > MAX_OPEN_INTERVALS {
             if let Some((k, s)) = self.open.pop_first() {
                 let row = self.row(k, &s)?;

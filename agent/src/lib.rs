@@ -53,6 +53,9 @@ pub struct AgentConfig {
     pub ca_pem: Option<Vec<u8>>,
     /// Client certificate and key (PEM), for a controller that requires mutual TLS.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// Which addresses this agent may load (checked after name resolution, before any load).
+    /// The controller's own address is added when the agent starts.
+    pub target_policy: stampede_core::target_policy::TargetPolicy,
     /// Sessions in flight at once before arrivals are dropped (and counted).
     pub capacity: u32,
     pub pod_name: String,
@@ -86,6 +89,7 @@ impl AgentConfig {
             token: None,
             ca_pem: None,
             identity: None,
+            target_policy: stampede_core::target_policy::TargetPolicy::default(),
             capacity: 10_000,
             pod_name: String::new(),
             node_name: String::new(),
@@ -200,6 +204,21 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     if !cfg.source_ips.is_empty() {
         net::set_source_addresses(&cfg.source_ips).map_err(AgentError::SourceAddress)?;
+    }
+    let mut cfg = cfg;
+    // Never aim at the controller itself.
+    if let Some(authority) = cfg
+        .controller
+        .split("://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+    {
+        if let Ok(addrs) = tokio::net::lookup_host(authority).await {
+            for a in addrs {
+                cfg.target_policy
+                    .deny_endpoint(a, "the controller's own address");
+            }
+        }
     }
     let load = tokio::runtime::Handle::current();
     let quit = CancellationToken::new();
@@ -505,6 +524,13 @@ async fn handle(
                 };
                 let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
                 *d = (*d).max(Instant::now() + lease);
+                drop(d);
+                if l.acked_below > 0 {
+                    let run = a.run_id.clone();
+                    state.retained.retain(|m| {
+                        !matches!(&m.msg, Some(Out::Progress(p)) if p.run_id == run && p.interval < l.acked_below)
+                    });
+                }
             }
         }
         In::Abort(a) => {
@@ -599,7 +625,18 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         .map_err(|e| format!("shard: {e}"))?;
     let target = scenario.target.clone().unwrap_or_default();
     let (transport, rest) = Transport::parse(&target).map_err(|e| format!("target: {e}"))?;
+    if transport == Transport::Unix && !cfg.target_policy.allow_unix {
+        return Err(
+            "target: unix:// targets only run on agents on the same machine as the CLI (run --local)"
+                .into(),
+        );
+    }
     let (mut endpoint, host_header) = resolve(&target, transport, rest).await?;
+    // The address the run will really use, after resolution: a name that resolves to a
+    // refused address is refused too.
+    if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
+        cfg.target_policy.check(*addr)?;
+    }
     let http2 = scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
     let https = transport == Transport::Https;
     if let Endpoint::Http(addr, _) = endpoint {

@@ -133,11 +133,20 @@ pub enum RunEnd {
     Stopped,
 }
 
-/// The interval recorder: one [`Stats`] per phase, double-buffered so the ticker encodes
+/// One phase's interval stats, allocated when the phase first records something.
+type Slot = Option<Box<Stats>>;
+
+/// The interval recorder: a [`Stats`] per phase, double-buffered so the ticker encodes
 /// outside the lock.
+///
+/// A `Stats` is (3 + 2 × request steps) dense histograms of 184 KiB, so a slot is allocated
+/// only when its phase first records something and freed at the first flush that finds it
+/// empty: a run of 100 phases × 20 steps holds the one or two phases running now (twice, for
+/// the double buffer), not 100.
 #[derive(Debug)]
 pub struct Recorder {
-    active: Mutex<Vec<Stats>>,
+    active: Mutex<Vec<Slot>>,
+    steps: usize,
     pub in_flight: AtomicUsize,
     pub open_connections: AtomicU64,
 }
@@ -145,13 +154,14 @@ pub struct Recorder {
 impl Recorder {
     pub fn new(phases: usize, steps: usize) -> Self {
         Self {
-            active: Mutex::new(empty_buffers(phases, steps)),
+            active: Mutex::new(empty_buffers(phases)),
+            steps,
             in_flight: AtomicUsize::new(0),
             open_connections: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Stats>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
         // A panic while holding the lock cannot leave the counters half-written in a way
         // that matters more than losing the run's data, so keep going.
         self.active.lock().unwrap_or_else(|p| p.into_inner())
@@ -160,26 +170,37 @@ impl Recorder {
     /// Applies `f` to the phase's stats.
     #[inline]
     pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut Stats) -> R) -> Option<R> {
-        self.lock().get_mut(phase as usize).map(f)
+        let mut slots = self.lock();
+        let slot = slots.get_mut(phase as usize)?;
+        Some(f(slot.get_or_insert_with(|| {
+            Box::new(Stats::with_steps(self.steps))
+        })))
     }
 
     /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
     /// in `spare`.
-    pub fn swap(&self, spare: &mut Vec<Stats>) {
+    pub fn swap(&self, spare: &mut Vec<Slot>) {
         std::mem::swap(&mut *self.lock(), spare);
+    }
+
+    /// Phases holding an allocated [`Stats`] in the active buffer.
+    pub fn allocated(&self) -> usize {
+        self.lock().iter().filter(|s| s.is_some()).count()
     }
 }
 
-/// One empty [`Stats`] per phase: the recorder's buffers.
-fn empty_buffers(phases: usize, steps: usize) -> Vec<Stats> {
-    (0..phases).map(|_| Stats::with_steps(steps)).collect()
+/// The recorder's buffers: one empty slot per phase, nothing allocated.
+fn empty_buffers(phases: usize) -> Vec<Slot> {
+    (0..phases).map(|_| None).collect()
 }
 
-/// Builds the Progress message for one interval from filled buffers, then resets them.
-fn progress(run_id: &str, interval: u64, filled: &mut [Stats], open: u64) -> v1::AgentMessage {
+/// Builds the Progress message for one interval from filled buffers, then resets the slots
+/// that had data (their phase is likely to record again) and frees the ones that had none.
+fn progress(run_id: &str, interval: u64, filled: &mut [Slot], open: u64) -> v1::AgentMessage {
     let samples = filled
         .iter()
         .enumerate()
+        .filter_map(|(phase, s)| Some((phase, s.as_deref()?)))
         .filter(|(_, s)| !s.is_empty())
         .filter_map(|(phase, s)| match sample_to_wire(phase as u32, s) {
             Ok(w) => Some(w),
@@ -189,8 +210,11 @@ fn progress(run_id: &str, interval: u64, filled: &mut [Stats], open: u64) -> v1:
             }
         })
         .collect();
-    for s in filled.iter_mut() {
-        s.reset();
+    for slot in filled.iter_mut() {
+        match slot {
+            Some(s) if !s.is_empty() => s.reset(),
+            _ => *slot = None,
+        }
     }
     v1::AgentMessage {
         msg: Some(v1::agent_message::Msg::Progress(v1::Progress {
@@ -232,7 +256,7 @@ pub async fn execute(
         let (rec, spec, out, ticker_stop) =
             (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
         tokio::spawn(async move {
-            let mut spare = empty_buffers(spec.phases, n_steps);
+            let mut spare = empty_buffers(spec.phases);
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let mut next = 0u64;
@@ -333,7 +357,7 @@ pub async fn execute(
     ticker_stop.cancel();
     let (mut spare, next) = match ticker.await {
         Ok(v) => v,
-        Err(_) => (empty_buffers(spec.phases, n_steps), 0),
+        Err(_) => (empty_buffers(spec.phases), 0),
     };
     // Final flush: whatever was recorded since the last tick, in the interval most of it
     // belongs to. A run that ends just after a boundary (the tick for the interval that just
@@ -691,8 +715,67 @@ async fn timed<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::final_interval;
+    use super::{empty_buffers, final_interval, progress, Recorder};
     use std::time::Duration;
+
+    fn vm_hwm_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// A run of 100 phases × 20 request steps: only the phases that record hold a `Stats`
+    /// (each is 43 dense histograms, 7.7 MiB), and they are freed after their last flush,
+    /// so the recorder holds at most three phases per buffer (the running one, the previous
+    /// one finishing, one awaiting its freeing flush), not 100 × 2 × 7.7 MiB = 1.5 GiB.
+    #[test]
+    fn the_recorder_allocates_only_phases_that_record() {
+        let (phases, steps) = (100, 20);
+        // Reset the peak RSS so VmHWM measures this test (best effort; other tests are small).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let before = vm_hwm_kib();
+        let rec = Recorder::new(phases, steps);
+        let mut spare = empty_buffers(phases);
+        let mut most = 0;
+        let mut sent = 0u64;
+        for phase in 0..phases as u32 {
+            for interval in 0..2u64 {
+                for i in 0..400u64 {
+                    rec.with(phase, |s| {
+                        s.record_start(50 + i);
+                        s.record_success((i % 20) as usize, 1_000 + i * 37, 900 + i * 31);
+                    });
+                }
+                if phase > 0 && interval == 0 {
+                    // A session of the previous phase still finishing.
+                    rec.with(phase - 1, |s| s.record_success(0, 5_000, 4_000));
+                }
+                most = most.max(rec.allocated());
+                rec.swap(&mut spare);
+                let msg = progress("r", u64::from(phase) * 2 + interval, &mut spare, 0);
+                if let Some(stampede_proto::v1::agent_message::Msg::Progress(p)) = msg.msg {
+                    sent += p.samples.len() as u64;
+                }
+            }
+        }
+        rec.swap(&mut spare);
+        let _ = progress("r", 999, &mut spare, 0);
+        rec.swap(&mut spare);
+        let _ = progress("r", 1000, &mut spare, 0);
+        assert!(most <= 3, "{most} phases allocated at once");
+        assert_eq!(rec.allocated(), 0);
+        assert!(spare.iter().all(Option::is_none));
+        assert_eq!(sent, 100 * 2 + 99);
+        let peak_mib = vm_hwm_kib().saturating_sub(before.min(vm_hwm_kib())) / 1024;
+        let hwm_mib = vm_hwm_kib() / 1024;
+        eprintln!("recorder 100 phases x 20 steps: VmHWM {hwm_mib} MiB (+{peak_mib} MiB)");
+        assert!(hwm_mib < 200, "VmHWM {hwm_mib} MiB");
+    }
 
     #[test]
     fn the_final_flush_goes_to_the_interval_most_of_it_belongs_to() {

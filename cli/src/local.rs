@@ -126,6 +126,8 @@ impl LocalCluster {
     pub fn add_agent(&mut self, id: &str) {
         let mut cfg = AgentConfig::new(self.url(), id);
         cfg.token = Some(self.agent_token.clone());
+        // Embedded agents run on the CLI's machine: its unix sockets are theirs.
+        cfg.target_policy.allow_unix = true;
         cfg.max_backoff = std::time::Duration::from_millis(500);
         let stop = CancellationToken::new();
         let s = stop.clone();

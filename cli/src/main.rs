@@ -283,6 +283,8 @@ struct AgentArgs {
     /// File holding the agent token.
     #[arg(long, env = "STAMPEDE_AGENT_TOKEN_FILE")]
     agent_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    targets: stampede_cli::security::TargetPolicyArgs,
     /// Sessions in flight at once before arrivals are dropped (and counted).
     #[arg(long, default_value_t = 10_000)]
     capacity: u32,
@@ -626,6 +628,7 @@ async fn dispatch(cmd: Command, cli_tls: stampede_cli::security::ClientTls) -> R
                 "--agent-token",
             )?
             .or(a.token);
+            cfg.target_policy = a.targets.policy();
             let material = cli_tls.load()?;
             cfg.ca_pem = material.ca_pem;
             cfg.identity = material.identity;

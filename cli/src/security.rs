@@ -130,6 +130,51 @@ impl ClientTls {
     }
 }
 
+/// An agent's target policy options.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TargetPolicyArgs {
+    /// Only load these networks (CIDR or address; repeat or comma-separate). Also opens a
+    /// network the default rules refuse, e.g. 169.254.0.0/16.
+    #[arg(long, value_delimiter = ',', env = "STAMPEDE_ALLOW_TARGETS", value_parser = parse_net)]
+    pub allow_target: Vec<ipnet::IpNet>,
+    /// Never load these networks, besides link-local, cloud metadata, the controller and (in a
+    /// cluster) the Kubernetes API and kubelet ports.
+    #[arg(long, value_delimiter = ',', env = "STAMPEDE_DENY_TARGETS", value_parser = parse_net)]
+    pub deny_target: Vec<ipnet::IpNet>,
+}
+
+impl TargetPolicyArgs {
+    /// The policy: the defaults, the cluster's own endpoints when running in a pod, then the
+    /// operator's lists.
+    pub fn policy(&self) -> stampede_core::target_policy::TargetPolicy {
+        let mut p = stampede_core::target_policy::TargetPolicy::default();
+        if let (Ok(host), Ok(port)) = (
+            std::env::var("KUBERNETES_SERVICE_HOST"),
+            std::env::var("KUBERNETES_SERVICE_PORT"),
+        ) {
+            if let (Ok(ip), Ok(port)) = (host.parse::<std::net::IpAddr>(), port.parse::<u16>()) {
+                p.deny_endpoint(SocketAddr::new(ip, port), "the Kubernetes API");
+            }
+            for port in stampede_core::target_policy::KUBELET_PORTS {
+                p.deny_port(port, format!("the kubelet's port {port}"));
+            }
+        }
+        for net in &self.deny_target {
+            p.deny_net(*net);
+        }
+        for net in &self.allow_target {
+            p.allow_net(*net);
+        }
+        p
+    }
+}
+
+fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{s}` is neither a CIDR (10.0.0.0/8) nor an address"))
+}
+
 /// A token from a flag/env value or a file (trimmed); the file wins when both are given.
 pub fn token_from(value: Option<&str>, file: Option<&Path>, flag: &str) -> Result<Option<String>> {
     if let Some(path) = file {

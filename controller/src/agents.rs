@@ -265,28 +265,25 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
             },
         ),
     };
-    let ack = match &input {
-        RunInput::Progress { progress, .. } => Some(v1::Ack {
-            run_id: run_id.clone(),
-            interval: progress.interval,
-            done: false,
-        }),
-        RunInput::Done { .. } => Some(v1::Ack {
-            run_id: run_id.clone(),
-            interval: 0,
-            done: true,
-        }),
-        _ => None,
+    // Intervals of a live run are acknowledged in its lease renewals; its Done here. Whatever
+    // belongs to a run this controller does not know (any more) is acknowledged whole, so the
+    // agent stops replaying it.
+    let whole_run = v1::Ack {
+        run_id: run_id.clone(),
+        interval: 0,
+        done: true,
     };
-    match lock(&inner.runs).get(&run_id) {
+    let is_done = matches!(input, RunInput::Done { .. });
+    let is_data = is_done || matches!(input, RunInput::Progress { .. });
+    let handle = lock(&inner.runs).get(&run_id).cloned();
+    match handle {
         Some(h) => {
             h.send(input);
-            ack
+            is_done.then_some(whole_run)
         }
         None => {
             tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped");
-            // Nothing will ever take it: the agent can forget the run.
-            ack.map(|a| v1::Ack { done: true, ..a })
+            is_data.then_some(whole_run)
         }
     }
 }

@@ -205,6 +205,17 @@ pub(crate) fn submit(
             "agents: {agents} asked for; this controller allows at most {max} per run (--max-agents)"
         )));
     }
+    // A literal address the agents would refuse is refused here, before any agent is picked.
+    if let Some(addr) = scenario
+        .target
+        .as_deref()
+        .and_then(stampede_core::ports::endpoint)
+        .and_then(|e| e.parse::<std::net::SocketAddr>().ok())
+    {
+        stampede_core::target_policy::TargetPolicy::default()
+            .check(addr)
+            .map_err(|e| ControllerError::Invalid(format!("target: {e}")))?;
+    }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
     let handle = run::start(inner.clone(), scenario, agents, wait);
     if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {

@@ -10,6 +10,7 @@ pub mod auth;
 mod control;
 pub mod k8s;
 mod metrics;
+mod renew;
 mod run;
 pub mod store;
 

@@ -3,8 +3,9 @@
 //! Registry-wide gauges (agents, runs by state) are read from the controller's state at scrape
 //! time. Per-run series carry a `run_id` label; only the [`KEEP_RUNS`] most recent runs that
 //! reported data are kept, so cardinality stays bounded. The run driver feeds every accepted
-//! agent `Progress` into [`Metrics::progress`] (after de-duplication), so the counters add up to
-//! exactly the final report's totals. Latency is a real Prometheus histogram (cumulative
+//! agent `Progress` into [`Metrics::progress`] (after de-duplication and validation, already
+//! decoded: a Progress is decoded once), so the counters add up to exactly the final report's
+//! totals. Latency is a real Prometheus histogram (cumulative
 //! buckets, `_sum`, `_count`) filled from the merged HDR interval histograms, so Prometheus can
 //! aggregate it and compute any quantile with `histogram_quantile`.
 
@@ -22,8 +23,8 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
-use stampede_proto::convert::sample_from_wire;
-use stampede_proto::v1;
+use stampede_core::hist::SparseHist;
+use stampede_core::stats::SparseStats;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -44,6 +45,9 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// Intervals of completed-request counts kept per run for the throughput gauge.
 const KEEP_INTERVALS: usize = 4;
 
+/// Distinct error kinds (the `kind` label) kept per run; further kinds count as `other`.
+const MAX_ERROR_KINDS: usize = 32;
+
 #[derive(Debug, Clone, Default)]
 struct PromHist {
     /// Non-cumulative counts per bucket of [`LATENCY_BUCKETS`]; the last slot is `+Inf`.
@@ -53,18 +57,16 @@ struct PromHist {
 }
 
 impl PromHist {
-    fn add(&mut self, h: &hdrhistogram::Histogram<u64>) {
+    fn add(&mut self, h: &SparseHist) {
         if self.buckets.is_empty() {
             self.buckets = vec![0; LATENCY_BUCKETS.len() + 1];
         }
-        for v in h.iter_recorded() {
-            let us = h.median_equivalent(v.value_iterated_to());
-            let n = v.count_at_value();
+        for (us, n) in h.iter_medians() {
             let s = us as f64 / 1e6;
             let i = LATENCY_BUCKETS.partition_point(|b| *b < s);
-            self.buckets[i] += n;
+            self.buckets[i] = self.buckets[i].saturating_add(n);
             self.sum_s += s * n as f64;
-            self.count += n;
+            self.count = self.count.saturating_add(n);
         }
     }
 }
@@ -90,9 +92,16 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// Adds one accepted agent `Progress` to the run's series. Malformed samples are skipped
-    /// here; the run driver reports them.
-    pub(crate) fn progress(&self, run_id: &str, agent_id: &str, p: &v1::Progress) {
+    /// Adds one accepted agent `Progress` (its samples, decoded by the run driver) to the
+    /// run's series.
+    pub(crate) fn progress(
+        &self,
+        run_id: &str,
+        agent_id: &str,
+        interval: u64,
+        open_connections: u64,
+        samples: &[(u32, SparseStats)],
+    ) {
         let mut runs = lock(&self.runs);
         let idx = match runs.iter().position(|(id, _)| id == run_id) {
             Some(i) => i,
@@ -105,22 +114,31 @@ impl Metrics {
             }
         };
         let r = &mut runs[idx].1;
-        r.open_connections
-            .insert(agent_id.to_string(), p.open_connections);
-        for (k, w) in p.samples.iter().enumerate() {
-            let Ok((_, stats)) = sample_from_wire(&format!("samples[{k}]"), w, usize::MAX) else {
-                continue;
-            };
+        match r.open_connections.get_mut(agent_id) {
+            Some(n) => *n = open_connections,
+            None => {
+                r.open_connections
+                    .insert(agent_id.to_string(), open_connections);
+            }
+        }
+        for (_, stats) in samples {
             let c = &stats.counters;
-            r.requests_completed += c.requests_completed;
-            r.requests_failed += c.requests_failed;
-            r.sessions_started += c.sessions_started;
+            r.requests_completed = r.requests_completed.saturating_add(c.requests_completed);
+            r.requests_failed = r.requests_failed.saturating_add(c.requests_failed);
+            r.sessions_started = r.sessions_started.saturating_add(c.sessions_started);
             for (kind, n) in &c.errors {
-                *r.errors.entry(kind.clone()).or_default() += n;
+                let key = if r.errors.contains_key(kind) || r.errors.len() < MAX_ERROR_KINDS {
+                    kind.as_str()
+                } else {
+                    "other"
+                };
+                let e = r.errors.entry(key.to_string()).or_default();
+                *e = e.saturating_add(*n);
             }
             r.response.add(&stats.response);
             r.service.add(&stats.service);
-            *r.per_interval.entry(p.interval).or_default() += c.requests_completed;
+            let i = r.per_interval.entry(interval).or_default();
+            *i = i.saturating_add(c.requests_completed);
         }
         while r.per_interval.len() > KEEP_INTERVALS {
             r.per_interval.pop_first();
@@ -384,13 +402,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = crate::Controller::new(crate::ControllerConfig::new(dir.path())).unwrap();
         for i in 0..(KEEP_RUNS + 3) {
-            let p = v1::Progress {
-                run_id: format!("run-{i}"),
-                interval: 0,
-                samples: Vec::new(),
-                open_connections: 7,
-            };
-            c.inner.metrics.progress(&format!("run-{i}"), "a", &p);
+            c.inner
+                .metrics
+                .progress(&format!("run-{i}"), "a", 0, 7, &[]);
         }
         let text = c.metrics_text();
         for i in 0..3 {
@@ -408,9 +422,9 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_and_end_at_the_count() {
-        let mut h = stampede_core::hist::new_histogram();
+        let mut h = SparseHist::default();
         for us in [40, 900, 1_500, 20_000, 90_000_000] {
-            h.record(us).unwrap();
+            h.record_n(us, 1);
         }
         let mut p = PromHist::default();
         p.add(&h);

@@ -1,19 +1,20 @@
 //! One run's life: wait for agents, assign shards, wait for ready, synchronized start, merge
 //! progress live, apply the agent-loss policy, then build, persist and publish the report.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use stampede_core::plan::Plan;
 use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
 use stampede_core::scenario::{AgentLossPolicy, Scenario};
-use stampede_proto::convert::sample_from_wire;
+use stampede_proto::convert::progress_from_wire;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::renew::Renewals;
 use crate::{lock, unix_ms, unix_ns, Inner};
 
 /// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
@@ -223,7 +224,32 @@ struct Member {
     lost: bool,
     /// Why it was lost (for the report's message).
     lost_why: String,
-    received: BTreeSet<u64>,
+    received: Received,
+}
+
+/// The intervals received from one agent, for de-duplicating replays. Intervals arrive in
+/// order, so this is "everything below `next`" plus the few that came early: a long run
+/// costs a word per agent, not a set entry per interval.
+#[derive(Debug, Default)]
+struct Received {
+    next: u64,
+    ahead: BTreeSet<u64>,
+}
+
+impl Received {
+    /// Records `interval`; false if it was already there.
+    fn insert(&mut self, interval: u64) -> bool {
+        if interval < self.next || !self.ahead.insert(interval) {
+            return false;
+        }
+        while self.ahead.remove(&self.next) {
+            self.next = self.next.saturating_add(1);
+            if self.next == u64::MAX {
+                break;
+            }
+        }
+        true
+    }
 }
 
 enum Failure {
@@ -337,7 +363,7 @@ impl Driver {
                     done: false,
                     lost: false,
                     lost_why: String::new(),
-                    received: BTreeSet::new(),
+                    received: Received::default(),
                 });
             }
         }
@@ -513,8 +539,18 @@ impl Driver {
             ),
         );
 
-        let lease = self.inner.cfg.lease;
-        let mut renew = tokio::time::interval(lease / 4);
+        // Renewals go out from their own task: a slow merge here cannot delay them.
+        let renewals = Renewals::start(
+            members.iter().map(|m| m.tx.clone()).collect(),
+            self.inner.cfg.lease,
+        );
+        let index: HashMap<String, usize> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.agent_id.clone(), i))
+            .collect();
+        let n_phases = acc.phase_count();
+        let max_interval = acc.max_interval();
         let mut snap =
             tokio::time::interval_at(t0 + self.inner.cfg.interval, self.inner.cfg.interval);
         let planned = self.scenario.duration();
@@ -534,15 +570,10 @@ impl Driver {
         };
 
         while members.iter().any(|m| !m.done && !m.lost) {
+            if failure.is_some() {
+                renewals.stop();
+            }
             tokio::select! {
-                _ = renew.tick() => {
-                    if failure.is_none() {
-                        for m in members.iter().filter(|m| !m.done && !m.lost) {
-                            let l = v1::LeaseRenewal { lease_ms: lease.as_millis() as u64 };
-                            let _ = m.tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Lease(l)) }));
-                        }
-                    }
-                }
                 _ = snap.tick() => {
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
@@ -562,20 +593,11 @@ impl Driver {
                     let Some(input) = input else { break };
                     match input {
                         RunInput::Progress { agent_id, progress } => {
-                            let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else { continue };
-                            if !members[i].received.insert(progress.interval) {
-                                continue; // a replay of an interval we already have
+                            let Some(&i) = index.get(&agent_id) else { continue };
+                            if members[i].received.insert(progress.interval) {
+                                self.merge(&mut acc, i, &agent_id, &progress, n_steps, n_phases, max_interval);
                             }
-                            self.inner.metrics.progress(&self.h.run_id, &agent_id, &progress);
-                            for (k, w) in progress.samples.iter().enumerate() {
-                                let merged = sample_from_wire(&format!("progress.samples[{k}]"), w, n_steps)
-                                    .map_err(|e| e.to_string())
-                                    .and_then(|(phase, stats)| acc.add(i, progress.interval, phase, &stats).map_err(|e| e.to_string()));
-                                if let Err(e) = merged {
-                                    tracing::error!(agent = %agent_id, error = %e, "rejected progress data");
-                                }
-                            }
-                            let _ = acc.reported_through(i, progress.interval);
+                            renewals.ack(i, members[i].received.next);
                         }
                         RunInput::Done { agent_id, done } => {
                             if done.stopped_early && failure.is_none() {
@@ -584,8 +606,10 @@ impl Driver {
                                 let why: String = if done.reason.is_empty() { "stopped early".into() } else { done.reason.chars().take(200).collect() };
                                 self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
                             }
-                            if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
+                            if let Some(&i) = index.get(&agent_id) {
+                                let m = &mut members[i];
                                 m.done = true;
+                                renewals.retire(i);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
                             }
                             if members.iter().all(|m| m.done || m.lost) {
@@ -596,9 +620,11 @@ impl Driver {
                             }
                         }
                         RunInput::Failed { agent_id, reason } => {
+                            if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
                             self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {reason}"), policy, &mut failure, &mut deadline).await;
                         }
                         RunInput::Disconnected { agent_id } => {
+                            if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
                             self.agent_lost(&mut members, &mut acc, &agent_id, "connection closed", policy, &mut failure, &mut deadline).await;
                         }
                         RunInput::Ready { .. } => {}
@@ -615,6 +641,7 @@ impl Driver {
                     break;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
+                    renewals.stop();
                     for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| !m.done && !m.lost) {
                         tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
                         m.lost = true;
@@ -628,6 +655,7 @@ impl Driver {
                 }
             }
         }
+        drop(renewals);
         let duration_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
         // Without a failure, lost agents (tolerated) or agents that stopped early still mean
         // the run delivered less than planned.
@@ -644,6 +672,50 @@ impl Driver {
         };
         self.release();
         self.finish(acc, outcome, message, started_at, duration_s);
+    }
+
+    /// Validates, decodes (once) and merges one agent's Progress. A Progress that does not
+    /// fit the run is refused whole and logged; nothing of it is counted.
+    #[allow(clippy::too_many_arguments)]
+    fn merge(
+        &self,
+        acc: &mut RunAccumulator,
+        i: usize,
+        agent_id: &str,
+        progress: &v1::Progress,
+        n_steps: usize,
+        n_phases: usize,
+        max_interval: u64,
+    ) {
+        let checked = progress_from_wire(progress, n_phases, n_steps, max_interval)
+            .map_err(|e| e.to_string())
+            .and_then(|samples| {
+                samples
+                    .iter()
+                    .try_for_each(|(phase, s)| acc.check(i, progress.interval, *phase, s))
+                    .map_err(|e| e.to_string())
+                    .map(|()| samples)
+            });
+        let samples = match checked {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress");
+                return;
+            }
+        };
+        self.inner.metrics.progress(
+            &self.h.run_id,
+            agent_id,
+            progress.interval,
+            progress.open_connections,
+            &samples,
+        );
+        for (phase, s) in &samples {
+            if let Err(e) = acc.add(i, progress.interval, *phase, s) {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
+            }
+        }
+        let _ = acc.reported_through(i, progress.interval);
     }
 
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,

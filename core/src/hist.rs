@@ -4,7 +4,13 @@
 //! HdrHistogram's V2 format, deflate-compressed (the same bytes `.hlog` files carry). The
 //! decoder trusts nothing: it checks the size, the cookies, both length fields and the spec
 //! in the header before it lets the library read the counts.
+//!
+//! A dense `hdrhistogram::Histogram` of this spec is 184 KiB whatever it holds. Everything the
+//! controller stores or merges is a [`SparseHist`] instead (only non-empty buckets), decoded
+//! straight from the wire bytes by [`decode_sparse`]; a dense histogram is built only
+//! transiently, to encode ([`SparseHist::to_dense`]).
 
+use std::cell::RefCell;
 use std::io::Read;
 
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
@@ -61,6 +67,10 @@ pub enum HistError {
     Encode(String),
     #[error("merging: {0}")]
     Merge(String),
+    #[error("count at bucket {0} is beyond the spec's {COUNTS_LEN} buckets")]
+    IndexOutOfRange(usize),
+    #[error("the counts add up to more than 2^64")]
+    CountOverflow,
 }
 
 impl HistSpec {
@@ -178,6 +188,519 @@ pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
 /// Adds `src` into `dst`. Merge is addition, so order does not matter.
 pub fn merge(dst: &mut Histogram<u64>, src: &Histogram<u64>) -> Result<(), HistError> {
     dst.add(src).map_err(|e| HistError::Merge(format!("{e:?}")))
+}
+
+// The bucket layout of [`SPEC`], as hdrhistogram computes it: unit magnitude 0 (lowest 1 µs),
+// 2048 sub-buckets (3 digits), of which the upper half (1024) is used past bucket 0, and 22
+// buckets to reach 1 h. Checked against the library in the tests.
+const SUB_BUCKET_HALF_COUNT_MAGNITUDE: u32 = 10;
+const SUB_BUCKET_HALF_COUNT: u32 = 1 << SUB_BUCKET_HALF_COUNT_MAGNITUDE;
+const SUB_BUCKET_MASK: u64 = (2 * SUB_BUCKET_HALF_COUNT as u64) - 1;
+const LEADING_ZERO_COUNT_BASE: u32 = 64 - (SUB_BUCKET_HALF_COUNT_MAGNITUDE + 1);
+/// Number of counts (buckets × half sub-buckets) of a [`SPEC`] histogram.
+pub const COUNTS_LEN: usize = 23 * SUB_BUCKET_HALF_COUNT as usize;
+
+/// The lowest value counted at `index` (hdrhistogram's `value_for`).
+#[inline]
+fn value_for(index: u32) -> u64 {
+    let bucket = (index >> SUB_BUCKET_HALF_COUNT_MAGNITUDE) as i64 - 1;
+    let sub = (index & (SUB_BUCKET_HALF_COUNT - 1)) + SUB_BUCKET_HALF_COUNT;
+    if bucket < 0 {
+        u64::from(sub - SUB_BUCKET_HALF_COUNT)
+    } else {
+        u64::from(sub) << bucket
+    }
+}
+
+/// Width of the range of values counted at `index`.
+#[inline]
+fn range_for(index: u32) -> u64 {
+    let v = value_for(index);
+    let bucket = LEADING_ZERO_COUNT_BASE - (v | SUB_BUCKET_MASK).leading_zeros();
+    1 << bucket
+}
+
+/// The bucket index a value in [0, 1 h] is counted at (hdrhistogram's `index_for`).
+#[inline]
+fn index_for(value: u64) -> u32 {
+    let bucket = LEADING_ZERO_COUNT_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
+    let sub = (value >> bucket) as u32;
+    let base = (bucket + 1) << SUB_BUCKET_HALF_COUNT_MAGNITUDE;
+    base + sub - SUB_BUCKET_HALF_COUNT
+}
+
+/// Buckets per page: one half sub-bucket range (a factor of two in value).
+const PAGE: usize = SUB_BUCKET_HALF_COUNT as usize;
+/// A page's list becomes 1024 plain counters (8 KiB) past this many buckets (the list then
+/// costs half as much).
+const LIST_MAX: usize = 256;
+
+/// A [`SPEC`] histogram whose memory follows what it holds, not the spec's 184 KiB.
+///
+/// The 23,552 buckets are split into 23 pages of 1024 (one factor of two in value each); only
+/// pages that hold counts exist. A page is a sorted list of its non-empty buckets (16 bytes
+/// each) until it holds more than 256, then 1024 plain counters (8 KiB). So what one agent
+/// sends for an interval costs a few KiB, a histogram merging a whole fleet costs at most the
+/// dense size, and a merge is O(buckets added) with no rebuild of the whole histogram.
+/// Merging is exact addition (saturating instead of wrapping), and percentiles are computed
+/// the way hdrhistogram computes them, to the same bits (property-tested).
+#[derive(Debug, Clone, Default)]
+pub struct SparseHist {
+    /// (page number, page), sorted by page number.
+    pages: Vec<(u8, Page)>,
+    total: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Page {
+    /// (bucket within the page, count), sorted, no zero counts.
+    List(Vec<(u16, u64)>),
+    /// `PAGE` counters.
+    Dense(Box<[u64]>),
+}
+
+impl Page {
+    fn add(&mut self, j: u16, n: u64) {
+        match self {
+            Page::List(l) => match l.binary_search_by_key(&j, |b| b.0) {
+                Ok(at) => l[at].1 = l[at].1.saturating_add(n),
+                Err(at) => {
+                    l.insert(at, (j, n));
+                    self.maybe_dense();
+                }
+            },
+            Page::Dense(d) => d[j as usize] = d[j as usize].saturating_add(n),
+        }
+    }
+
+    fn merge(&mut self, o: &Page) {
+        match (&mut *self, o) {
+            (Page::Dense(d), Page::Dense(od)) => {
+                for (c, n) in d.iter_mut().zip(od.iter()) {
+                    *c = c.saturating_add(*n);
+                }
+            }
+            (Page::Dense(d), Page::List(ol)) => {
+                for &(j, n) in ol {
+                    d[j as usize] = d[j as usize].saturating_add(n);
+                }
+            }
+            (Page::List(l), Page::List(ol)) => {
+                list_add(l, ol);
+                self.maybe_dense();
+            }
+            (Page::List(l), Page::Dense(od)) => {
+                let mut d = od.clone();
+                for &(j, n) in l.iter() {
+                    d[j as usize] = d[j as usize].saturating_add(n);
+                }
+                *self = Page::Dense(d);
+            }
+        }
+    }
+
+    fn maybe_dense(&mut self) {
+        if let Page::List(l) = self {
+            if l.len() > LIST_MAX {
+                let mut d = vec![0u64; PAGE].into_boxed_slice();
+                for &(j, n) in l.iter() {
+                    d[j as usize] = n;
+                }
+                *self = Page::Dense(d);
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Page::List(l) => l.capacity() * std::mem::size_of::<(u16, u64)>(),
+            Page::Dense(d) => d.len() * 8,
+        }
+    }
+}
+
+impl PartialEq for SparseHist {
+    fn eq(&self, o: &Self) -> bool {
+        self.total == o.total && self.iter().eq(o.iter())
+    }
+}
+
+impl Eq for SparseHist {}
+
+impl SparseHist {
+    /// The non-empty buckets of a dense histogram of [`SPEC`].
+    pub fn from_dense(h: &Histogram<u64>) -> Self {
+        let mut s = Self::default();
+        for v in h.iter_recorded() {
+            let index = index_for(h.lowest_equivalent(v.value_iterated_to()));
+            s.add_at(index, v.count_at_value());
+        }
+        s
+    }
+
+    /// A dense copy, for the codec (encoding it gives the same bytes as encoding the
+    /// histogram the counts came from).
+    pub fn to_dense(&self) -> Histogram<u64> {
+        let mut h = new_histogram();
+        for (i, n) in self.iter() {
+            // In range by construction; saturates like every count here.
+            let _ = h.record_n(value_for(i), n);
+        }
+        h
+    }
+
+    /// The non-empty buckets as (bucket index, count), lowest first.
+    fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.pages.iter().flat_map(|(k, page)| {
+            let base = u32::from(*k) * PAGE as u32;
+            let (list, dense) = match page {
+                Page::List(l) => (Some(l.iter()), None),
+                Page::Dense(d) => (None, Some(d.iter().enumerate())),
+            };
+            let list = list
+                .into_iter()
+                .flatten()
+                .map(move |&(j, n)| (base + u32::from(j), n));
+            let dense = dense
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| **n > 0)
+                .map(move |(j, n)| (base + j as u32, *n));
+            list.chain(dense)
+        })
+    }
+
+    fn page_mut(&mut self, k: u8) -> &mut Page {
+        let at = match self.pages.binary_search_by_key(&k, |p| p.0) {
+            Ok(at) => at,
+            Err(at) => {
+                self.pages.insert(at, (k, Page::List(Vec::new())));
+                at
+            }
+        };
+        &mut self.pages[at].1
+    }
+
+    /// Adds `n` at bucket `index` (< [`COUNTS_LEN`]).
+    fn add_at(&mut self, index: u32, n: u64) {
+        let (k, j) = (
+            (index as usize / PAGE) as u8,
+            (index as usize % PAGE) as u16,
+        );
+        self.page_mut(k).add(j, n);
+        self.total = self.total.saturating_add(n);
+    }
+
+    /// Total count.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Bytes held on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.pages.capacity() * std::mem::size_of::<(u8, Page)>()
+            + self
+                .pages
+                .iter()
+                .map(|(_, p)| p.heap_bytes())
+                .sum::<usize>()
+    }
+
+    /// Records `n` counts of `us` microseconds (clamped into the spec like [`record`]).
+    pub fn record_n(&mut self, us: u64, n: u64) -> Recorded {
+        let (v, r) = if us < SPEC.lowest_us {
+            (SPEC.lowest_us, Recorded::OutOfRange)
+        } else if us > SPEC.highest_us {
+            (SPEC.highest_us, Recorded::OutOfRange)
+        } else {
+            (us, Recorded::InRange)
+        };
+        if n > 0 {
+            self.add_at(index_for(v), n);
+        }
+        r
+    }
+
+    /// Adds `o` into this one. Counts saturate at `u64::MAX` instead of wrapping.
+    pub fn add(&mut self, o: &SparseHist) {
+        if o.is_empty() {
+            return;
+        }
+        if self.pages.is_empty() {
+            self.clone_from(o);
+            return;
+        }
+        for (k, page) in &o.pages {
+            self.page_mut(*k).merge(page);
+        }
+        self.total = self.total.saturating_add(o.total);
+    }
+
+    /// Lowest recorded value, 0 when empty (as `Histogram::min`).
+    pub fn min(&self) -> u64 {
+        self.iter().next().map_or(0, |(i, _)| value_for(i))
+    }
+
+    /// Highest equivalent of the highest recorded value, 0 when empty (as `Histogram::max`).
+    pub fn max(&self) -> u64 {
+        let last = self.pages.iter().rev().find_map(|(k, page)| {
+            let j = match page {
+                Page::List(l) => l.last().map(|b| usize::from(b.0)),
+                Page::Dense(d) => d.iter().rposition(|n| *n > 0),
+            }?;
+            Some((usize::from(*k) * PAGE + j) as u32)
+        });
+        last.map_or(0, |i| value_for(i) + range_for(i) - 1)
+    }
+
+    /// The value at `quantile`, exactly as `Histogram::value_at_quantile`.
+    pub fn value_at_quantile(&self, quantile: f64) -> u64 {
+        let quantile = if quantile > 1.0 { 1.0 } else { quantile };
+        let fractional_count = quantile * self.total as f64;
+        let count_at_quantile = (fractional_count.ceil() as u64).max(1);
+        let mut so_far: u64 = 0;
+        for (i, n) in self.iter() {
+            so_far = so_far.saturating_add(n);
+            if so_far >= count_at_quantile {
+                let v = value_for(i);
+                return if quantile == 0.0 {
+                    v
+                } else {
+                    v + range_for(i) - 1
+                };
+            }
+        }
+        0
+    }
+
+    /// Mean of the bucket midpoints, exactly as `Histogram::mean` (same order of operations).
+    pub fn mean(&self) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        self.iter().fold(0.0_f64, |acc, (i, n)| {
+            acc + median_of(i) as f64 * n as f64 / self.total as f64
+        })
+    }
+
+    /// Standard deviation, exactly as `Histogram::stdev`.
+    pub fn stdev(&self) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let mean = self.mean();
+        let dev_total = self.iter().fold(0.0_f64, |acc, (i, n)| {
+            let dev = median_of(i) as f64 - mean;
+            acc + (dev * dev) * n as f64
+        });
+        (dev_total / self.total as f64).sqrt()
+    }
+
+    /// The non-empty buckets as (midpoint value in µs, count), lowest first.
+    pub fn iter_medians(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.iter().map(|(i, n)| (median_of(i), n))
+    }
+}
+
+/// Adds the sorted list `o` into the sorted list `l`.
+fn list_add(l: &mut Vec<(u16, u64)>, o: &[(u16, u64)]) {
+    if l.is_empty() {
+        l.extend_from_slice(o);
+        return;
+    }
+    // Add in place what is already there; merge the two sorted lists once if anything is new.
+    let mut missing = 0usize;
+    let mut from = 0usize;
+    for &(i, n) in o {
+        match l[from..].binary_search_by_key(&i, |b| b.0) {
+            Ok(at) => {
+                let b = &mut l[from + at];
+                b.1 = b.1.saturating_add(n);
+                from += at + 1;
+            }
+            Err(at) => {
+                missing += 1;
+                from += at;
+            }
+        }
+    }
+    if missing == 0 {
+        return;
+    }
+    let mut merged = Vec::with_capacity(l.len() + missing);
+    let (mut a, mut b) = (l.iter().peekable(), o.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(&&x), Some(&&y)) if x.0 < y.0 => {
+                merged.push(x);
+                a.next();
+            }
+            (Some(&&x), Some(&&y)) if x.0 == y.0 => {
+                // Already added above.
+                merged.push(x);
+                a.next();
+                b.next();
+            }
+            (_, Some(&&y)) => {
+                merged.push(y);
+                b.next();
+            }
+            (Some(&&x), None) => {
+                merged.push(x);
+                a.next();
+            }
+            (None, None) => break,
+        }
+    }
+    *l = merged;
+}
+
+#[inline]
+fn median_of(index: u32) -> u64 {
+    value_for(index) + (range_for(index) >> 1)
+}
+
+impl From<&Histogram<u64>> for SparseHist {
+    fn from(h: &Histogram<u64>) -> Self {
+        Self::from_dense(h)
+    }
+}
+
+/// Encodes a sparse histogram as compressed V2 (the same bytes as its dense form).
+pub fn encode_sparse(h: &SparseHist) -> Result<Vec<u8>, HistError> {
+    encode(&h.to_dense())
+}
+
+thread_local! {
+    /// One inflate state and output buffer per thread, reused: a fresh zlib decoder costs
+    /// a ~40 KiB allocation, more than decoding a typical interval histogram.
+    static INFLATE: RefCell<(flate2::Decompress, Vec<u8>)> =
+        RefCell::new((flate2::Decompress::new(true), Vec::new()));
+}
+
+fn inflate_into(
+    body: &[u8],
+    d: &mut flate2::Decompress,
+    out: &mut Vec<u8>,
+) -> Result<(), HistError> {
+    d.reset(true);
+    out.clear();
+    loop {
+        if out.len() == out.capacity() {
+            if out.len() as u64 > MAX_DECODED_BYTES {
+                return Err(HistError::TooLarge(out.len()));
+            }
+            out.reserve(out.len().max(4096));
+        }
+        let consumed = usize::try_from(d.total_in()).unwrap_or(usize::MAX);
+        let input = body.get(consumed..).unwrap_or_default();
+        let before = (d.total_in(), d.total_out());
+        let status = d
+            .decompress_vec(input, out, flate2::FlushDecompress::Finish)
+            .map_err(|e| HistError::Inflate(e.to_string()))?;
+        if status == flate2::Status::StreamEnd {
+            return Ok(());
+        }
+        if (d.total_in(), d.total_out()) == before && out.len() < out.capacity() {
+            return Err(HistError::Inflate("truncated deflate stream".into()));
+        }
+    }
+}
+
+/// hdrhistogram's LEB128-64b9B varint: 8 groups of 7 bits, then a 9th byte used whole.
+fn varint(b: &[u8], at: &mut usize) -> Result<u64, HistError> {
+    let mut value = 0u64;
+    for k in 0..9 {
+        let byte = *b.get(*at).ok_or(HistError::Truncated)?;
+        *at += 1;
+        if k == 8 {
+            return Ok(value | (u64::from(byte) << 56));
+        }
+        value |= u64::from(byte & 0x7f) << (7 * k);
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Ok(value)
+}
+
+/// Decodes compressed V2 bytes straight into a [`SparseHist`], with the checks of [`decode`]
+/// and without ever building the 184 KiB dense form. Counts whose sum overflows are refused.
+pub fn decode_sparse(bytes: &[u8]) -> Result<SparseHist, HistError> {
+    if bytes.len() > MAX_ENCODED_BYTES {
+        return Err(HistError::TooLarge(bytes.len()));
+    }
+    let cookie = be_u32(bytes, 0)?;
+    if cookie != V2_COMPRESSED_COOKIE {
+        return Err(HistError::BadCookie(cookie));
+    }
+    let declared = be_u32(bytes, 4)? as usize;
+    let body = &bytes[8..];
+    if declared != body.len() {
+        return Err(HistError::LengthMismatch {
+            declared,
+            actual: body.len(),
+        });
+    }
+    INFLATE.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let (d, inner) = &mut *guard;
+        inflate_into(body, d, inner)?;
+        sparse_from_v2(inner)
+    })
+}
+
+fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
+    let cookie = be_u32(inner, 0)?;
+    if cookie != V2_COOKIE {
+        return Err(HistError::BadCookie(cookie));
+    }
+    let payload = be_u32(inner, 4)? as usize;
+    let actual = inner.len().saturating_sub(V2_HEADER_SIZE);
+    if inner.len() < V2_HEADER_SIZE || payload != actual {
+        return Err(HistError::LengthMismatch {
+            declared: payload,
+            actual,
+        });
+    }
+    let got = HistSpec {
+        significant_digits: u8::try_from(be_u32(inner, 12)?).unwrap_or(u8::MAX),
+        lowest_us: be_u64(inner, 16)?,
+        highest_us: be_u64(inner, 24)?,
+    };
+    if got != SPEC {
+        return Err(HistError::SpecMismatch { got });
+    }
+    if be_u32(inner, 8)? != 0 || f64::from_bits(be_u64(inner, 32)?) != 1.0 {
+        return Err(HistError::Decode(
+            "unsupported normalizing offset or ratio".into(),
+        ));
+    }
+    let counts = &inner[V2_HEADER_SIZE..];
+    let (mut h, mut total) = (SparseHist::default(), 0u64);
+    let (mut at, mut index) = (0usize, 0usize);
+    while at < counts.len() {
+        let zz = varint(counts, &mut at)?;
+        let n = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+        if n < 0 {
+            index = index.saturating_add(usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX));
+            continue;
+        }
+        if n > 0 {
+            if index >= COUNTS_LEN {
+                return Err(HistError::IndexOutOfRange(index));
+            }
+            let n = n as u64;
+            total = total.checked_add(n).ok_or(HistError::CountOverflow)?;
+            h.add_at(index as u32, n);
+        }
+        index += 1;
+    }
+    Ok(h)
 }
 
 #[cfg(test)]

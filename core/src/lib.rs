@@ -16,5 +16,6 @@ pub use scenario::{Scenario, ScenarioError};
 pub mod schedule;
 pub mod shard;
 pub mod stats;
+pub mod target_policy;
 pub mod threshold;
 pub mod yaml_guard;

@@ -1,18 +1,18 @@
 //! Merging agents' interval data into one exact report, live and final.
 //!
-//! [`RunAccumulator`] takes every agent's per-interval, per-phase [`Stats`] and adds them up
-//! per phase, per agent and per timeline interval. Addition commutes, so the order in which
-//! agents report cannot change the result. [`Report`] is the JSON contract (README, issue 2 §8).
+//! [`RunAccumulator`] takes every agent's per-interval, per-phase [`SparseStats`] and adds them
+//! up per phase and per timeline interval (per agent only counters and the start lag).
+//! Addition commutes, so the order in which agents report cannot change the result. [`Report`] is the JSON contract (README, issue 2 §8).
 
 use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::hist::{self, HistError, HistSpec};
+use crate::hist::{self, HistError, HistSpec, SparseHist};
 use crate::plan::Plan;
 use crate::scenario::Scenario;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, SparseStats};
 
 /// Percentiles and moments of one latency histogram, in microseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,6 +54,28 @@ impl Percentiles {
             max_us: h.highest_equivalent(h.max()),
         }
     }
+
+    /// The same figures from a sparse histogram, bit for bit (property-tested).
+    pub fn of_sparse(h: &SparseHist) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let q = |p: f64| h.value_at_quantile(p);
+        Self {
+            count: h.len(),
+            min_us: h.min(),
+            mean_us: h.mean(),
+            stdev_us: h.stdev(),
+            p50_us: q(0.50),
+            p75_us: q(0.75),
+            p90_us: q(0.90),
+            p95_us: q(0.95),
+            p99_us: q(0.99),
+            p999_us: q(0.999),
+            p9999_us: q(0.9999),
+            max_us: h.max(),
+        }
+    }
 }
 
 /// The two latencies of design.md §3.3.
@@ -66,10 +88,10 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(s: &Stats) -> Self {
+    fn of(s: &SparseStats) -> Self {
         Self {
-            response_time: Percentiles::of(&s.response),
-            service_time: Percentiles::of(&s.service),
+            response_time: Percentiles::of_sparse(&s.response),
+            service_time: Percentiles::of_sparse(&s.service),
         }
     }
 }
@@ -286,10 +308,13 @@ pub struct LiveSnapshot {
     pub active_agents: u32,
 }
 
+/// Per agent the report needs only counters and the start-lag percentiles, so that is all
+/// that is kept (no response/service/step histograms per agent).
 #[derive(Debug, Clone)]
 struct AgentAcc {
     id: String,
-    stats: Stats,
+    counters: Counters,
+    lag: SparseHist,
     lost: bool,
     clock_offset_us: i64,
     /// Highest interval this agent has reported as complete.
@@ -301,11 +326,17 @@ struct AgentAcc {
 pub struct RunAccumulator {
     plan: Plan,
     interval_s: f64,
-    phases: Vec<Stats>,
+    phases: Vec<SparseStats>,
     agents: Vec<AgentAcc>,
-    open: BTreeMap<u64, Stats>,
+    /// Timeline intervals some live agent has not reported yet; at most [`MAX_OPEN_INTERVALS`].
+    /// Only counters, response and service time are kept (what a [`TimelineRow`] shows).
+    open: BTreeMap<u64, SparseStats>,
     closed: Vec<TimelineRow>,
     n_steps: usize,
+    /// Highest interval index the run can produce (duration, longest session and slack).
+    max_interval: u64,
+    /// The run's counters over every phase: the largest sums, checked before adding.
+    total_counters: Counters,
     /// Closed load model: no schedule, so planned requests are the started ones.
     unplanned: bool,
 }
@@ -319,22 +350,41 @@ pub enum MergeError {
     UnknownPhase(u32),
     #[error("too many request steps: {0}")]
     TooManySteps(usize),
+    #[error("interval {got} is beyond the run's last possible interval {max}")]
+    IntervalOutOfRange { got: u64, max: u64 },
+    #[error("counters would overflow")]
+    CounterOverflow,
     #[error(transparent)]
     Hist(#[from] HistError),
 }
 
+/// Timeline intervals kept open waiting for a slow agent. Beyond this the oldest is closed
+/// (its late data then lands in a later row; the totals stay exact), so a silent agent
+/// cannot make the controller hold one merged interval per second of the run.
+pub const MAX_OPEN_INTERVALS: usize = 30;
+
+/// Intervals accepted past the run's planned end and its longest session.
+const INTERVAL_SLACK_S: f64 = 120.0;
+
 impl RunAccumulator {
     pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
         let n_steps = scenario.step_names().len();
+        let horizon_s = scenario.duration().as_secs_f64()
+            + crate::ports::worst_case_session(scenario).as_secs_f64()
+            + INTERVAL_SLACK_S;
         Self {
             phases: (0..scenario.effective_phases().len())
-                .map(|_| Stats::with_steps(n_steps))
+                .map(|_| SparseStats {
+                    steps: vec![Default::default(); n_steps],
+                    ..SparseStats::default()
+                })
                 .collect(),
             agents: agent_ids
                 .into_iter()
                 .map(|id| AgentAcc {
                     id,
-                    stats: Stats::with_steps(n_steps),
+                    counters: Counters::default(),
+                    lag: SparseHist::default(),
                     lost: false,
                     clock_offset_us: 0,
                     reported_through: None,
@@ -346,7 +396,48 @@ impl RunAccumulator {
             closed: Vec::new(),
             n_steps,
             unplanned: scenario.is_closed(),
+            total_counters: Counters::default(),
+            max_interval: (horizon_s / interval_s.max(1e-3))
+                .ceil()
+                .min(u64::MAX as f64) as u64,
         }
+    }
+
+    /// Highest interval index [`RunAccumulator::add`] accepts.
+    pub fn max_interval(&self) -> u64 {
+        self.max_interval
+    }
+
+    /// Number of phases (a Progress carries at most one sample per phase).
+    pub fn phase_count(&self) -> usize {
+        self.phases.len()
+    }
+
+    /// Approximate heap bytes held by the merged data (for budgets and tests).
+    pub fn heap_bytes(&self) -> usize {
+        let phases: usize = self.phases.iter().map(SparseStats::heap_bytes).sum();
+        let open: usize = self.open.values().map(SparseStats::heap_bytes).sum();
+        let agents: usize = self
+            .agents
+            .iter()
+            .map(|a| {
+                std::mem::size_of::<AgentAcc>()
+                    + a.id.capacity()
+                    + a.lag.heap_bytes()
+                    + a.counters.errors.len() * 64
+            })
+            .sum();
+        let closed: usize = self
+            .closed
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<TimelineRow>()
+                    + r.response_hist.capacity()
+                    + r.service_hist.capacity()
+                    + r.errors.len() * 64
+            })
+            .sum();
+        phases + open + agents + closed
     }
 
     pub fn plan(&self) -> &Plan {
@@ -354,12 +445,49 @@ impl RunAccumulator {
     }
 
     /// Adds one agent's data for one interval and phase.
+    /// Adds one agent's data for one interval and phase. Data that does not fit the run
+    /// (unknown agent or phase, too many steps, an interval past the run's end, counters that
+    /// would overflow) is refused whole, before anything is added.
     pub fn add(
         &mut self,
         agent: usize,
         interval: u64,
         phase: u32,
-        stats: &Stats,
+        stats: &SparseStats,
+    ) -> Result<(), MergeError> {
+        self.check(agent, interval, phase, stats)?;
+        self.total_counters.add(&stats.counters);
+        self.phases[phase as usize].add(stats);
+        let a = &mut self.agents[agent];
+        a.counters.add(&stats.counters);
+        a.lag.add(&stats.lag);
+        // Late data for an interval already closed goes into the last open or a new row;
+        // the totals above are exact either way.
+        let slot = match self.closed.last() {
+            Some(last) if interval <= last.interval => last.interval.saturating_add(1),
+            _ => interval,
+        };
+        // A timeline row needs only the counters and the two latency histograms.
+        let row = self.open.entry(slot).or_default();
+        row.counters.add(&stats.counters);
+        row.response.add(&stats.response);
+        row.service.add(&stats.service);
+        while self.open.len() > MAX_OPEN_INTERVALS {
+            if let Some((k, s)) = self.open.pop_first() {
+                let row = self.row(k, &s)?;
+                self.closed.push(row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything [`RunAccumulator::add`] refuses.
+    pub fn check(
+        &self,
+        agent: usize,
+        interval: u64,
+        phase: u32,
+        stats: &SparseStats,
     ) -> Result<(), MergeError> {
         if agent >= self.agents.len() {
             return Err(MergeError::UnknownAgent(agent));
@@ -370,15 +498,16 @@ impl RunAccumulator {
         if stats.steps.len() > self.n_steps {
             return Err(MergeError::TooManySteps(stats.steps.len()));
         }
-        self.phases[phase as usize].add(stats)?;
-        self.agents[agent].stats.add(stats)?;
-        // Late data for an interval already closed goes into the last open or a new row;
-        // the totals above are exact either way.
-        let slot = match self.closed.last() {
-            Some(last) if interval <= last.interval => last.interval + 1,
-            _ => interval,
-        };
-        self.open.entry(slot).or_default().add(stats)?;
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        // Every other sum (phase, agent, interval) is at most the run's total.
+        if !self.total_counters.fits(&stats.counters) {
+            return Err(MergeError::CounterOverflow);
+        }
         Ok(())
     }
 
@@ -432,7 +561,7 @@ impl RunAccumulator {
             .filter(|(_, a)| a.lost)
             .map(|(i, a)| {
                 self.agent_planned_requests(i)
-                    .saturating_sub(a.stats.counters.requests_started)
+                    .saturating_sub(a.counters.requests_started)
             })
             .sum();
         undelivered as f64 / total as f64
@@ -443,9 +572,11 @@ impl RunAccumulator {
             return self
                 .agents
                 .get(agent)
-                .map_or(0, |a| a.stats.counters.requests_started);
+                .map_or(0, |a| a.counters.requests_started);
         }
-        self.plan.agent_sessions(agent) * self.plan.requests_per_session
+        self.plan
+            .agent_sessions(agent)
+            .saturating_mul(self.plan.requests_per_session)
     }
 
     fn close_through(&mut self, horizon: Option<u64>) -> Result<(), MergeError> {
@@ -463,12 +594,12 @@ impl RunAccumulator {
         Ok(())
     }
 
-    fn row(&self, interval: u64, s: &Stats) -> Result<TimelineRow, MergeError> {
+    fn row(&self, interval: u64, s: &SparseStats) -> Result<TimelineRow, MergeError> {
         use base64::Engine as _;
-        let b64 = |h: &Histogram<u64>| -> Result<String, HistError> {
-            Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode(h)?))
+        let b64 = |h: &SparseHist| -> Result<String, HistError> {
+            Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode_sparse(h)?))
         };
-        let r = Percentiles::of(&s.response);
+        let r = Percentiles::of_sparse(&s.response);
         Ok(TimelineRow {
             interval,
             t_s: interval as f64 * self.interval_s,
@@ -481,17 +612,20 @@ impl RunAccumulator {
             response_p90_us: r.p90_us,
             response_p99_us: r.p99_us,
             response_max_us: r.max_us,
-            service_p99_us: Percentiles::of(&s.service).p99_us,
+            service_p99_us: Percentiles::of_sparse(&s.service).p99_us,
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
         })
     }
 
     /// Merged counters over every phase.
-    pub fn totals(&self) -> Result<Stats, MergeError> {
-        let mut t = Stats::with_steps(self.n_steps);
+    pub fn totals(&self) -> Result<SparseStats, MergeError> {
+        let mut t = SparseStats {
+            steps: vec![Default::default(); self.n_steps],
+            ..SparseStats::default()
+        };
         for p in &self.phases {
-            t.add(p)?;
+            t.add(p);
         }
         Ok(t)
     }
@@ -499,10 +633,13 @@ impl RunAccumulator {
     /// A live view of the run so far.
     pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
         let t = self.totals()?;
-        let r = Percentiles::of(&t.response);
+        let r = Percentiles::of_sparse(&t.response);
         Ok(LiveSnapshot {
             elapsed_s,
-            planned_so_far: t.counters.sessions_planned * self.plan.requests_per_session,
+            planned_so_far: t
+                .counters
+                .sessions_planned
+                .saturating_mul(self.plan.requests_per_session),
             completed: t.counters.requests_completed,
             failed: t.counters.requests_failed,
             rps: self.closed.last().map_or(0.0, |row| row.rps),
@@ -549,8 +686,10 @@ impl RunAccumulator {
         let so_far = |c: &Counters| {
             let in_flight = c
                 .requests_started
-                .saturating_sub(c.requests_completed + c.requests_failed);
-            (c.sessions_planned * rps).saturating_sub(in_flight)
+                .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
+            c.sessions_planned
+                .saturating_mul(rps)
+                .saturating_sub(in_flight)
         };
         let (planned_per_phase, total_planned, sessions_planned) = if live {
             let per_phase: Vec<u64> = self
@@ -598,7 +737,11 @@ impl RunAccumulator {
                     } else if self.unplanned {
                         s.counters.requests_started
                     } else {
-                        planned_per_phase.get(i).copied().unwrap_or(0) * rps
+                        planned_per_phase
+                            .get(i)
+                            .copied()
+                            .unwrap_or(0)
+                            .saturating_mul(rps)
                     },
                     started: s.counters.requests_started,
                     completed: s.counters.requests_completed,
@@ -623,8 +766,8 @@ impl RunAccumulator {
                 failed: s.requests_failed,
                 errors: s.errors.clone(),
                 latency: Latency {
-                    response_time: Percentiles::of(&s.response),
-                    service_time: Percentiles::of(&s.service),
+                    response_time: Percentiles::of_sparse(&s.response),
+                    service_time: Percentiles::of_sparse(&s.service),
                 },
             })
             .collect();
@@ -635,17 +778,17 @@ impl RunAccumulator {
             .enumerate()
             .map(|(i, a)| {
                 let planned = self.agent_planned_requests(i);
-                let lag = Percentiles::of(&a.stats.lag);
+                let lag = Percentiles::of_sparse(&a.lag);
                 AgentReport {
                     id: a.id.clone(),
                     shard: i as u32,
                     planned,
-                    started: a.stats.counters.requests_started,
-                    completed: a.stats.counters.requests_completed,
-                    failed: a.stats.counters.requests_failed,
+                    started: a.counters.requests_started,
+                    completed: a.counters.requests_completed,
+                    failed: a.counters.requests_failed,
                     lost: a.lost,
                     lost_share: if a.lost && total_planned > 0 {
-                        planned.saturating_sub(a.stats.counters.requests_started) as f64
+                        planned.saturating_sub(a.counters.requests_started) as f64
                             / total_planned as f64
                     } else {
                         0.0
@@ -653,7 +796,7 @@ impl RunAccumulator {
                     clock_offset_us: a.clock_offset_us,
                     lag_p99_us: lag.p99_us,
                     lag_max_us: lag.max_us,
-                    late_arrivals: a.stats.counters.late_arrivals,
+                    late_arrivals: a.counters.late_arrivals,
                 }
             })
             .collect();
@@ -664,7 +807,7 @@ impl RunAccumulator {
                 .warnings
                 .insert(0, INSECURE_TLS_WARNING.to_string());
         }
-        let finished = c.requests_completed + c.requests_failed;
+        let finished = c.requests_completed.saturating_add(c.requests_failed);
         let report = Report {
             run_id: meta.run_id,
             scenario: scenario.name.clone(),
@@ -749,8 +892,8 @@ pub struct ReportMeta {
     pub duration_s: f64,
 }
 
-fn generator_verdict(t: &Stats, c: &Counters, agents: &[AgentReport]) -> Generator {
-    let lag = Percentiles::of(&t.lag);
+fn generator_verdict(t: &SparseStats, c: &Counters, agents: &[AgentReport]) -> Generator {
+    let lag = Percentiles::of_sparse(&t.lag);
     let mut warnings = Vec::new();
     if c.late_arrivals > 0 {
         warnings.push(format!(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::hist::{self, HistError, Recorded};
+use crate::hist::{self, HistError, Recorded, SparseHist};
 
 /// Error kinds, as counted in reports (design.md §3.7).
 pub mod error_kind {
@@ -53,26 +53,56 @@ pub struct Counters {
 pub const LATE_THRESHOLD_US: u64 = 10_000;
 
 impl Counters {
+    /// Adds `o`. Counters saturate at `u64::MAX` instead of wrapping (they may come from
+    /// the network); [`Counters::fits`] lets the controller refuse data that would saturate.
     pub fn add(&mut self, o: &Counters) {
-        self.sessions_planned += o.sessions_planned;
-        self.sessions_started += o.sessions_started;
-        self.sessions_completed += o.sessions_completed;
-        self.sessions_failed += o.sessions_failed;
-        self.requests_started += o.requests_started;
-        self.requests_completed += o.requests_completed;
-        self.requests_failed += o.requests_failed;
+        self.sessions_planned = self.sessions_planned.saturating_add(o.sessions_planned);
+        self.sessions_started = self.sessions_started.saturating_add(o.sessions_started);
+        self.sessions_completed = self.sessions_completed.saturating_add(o.sessions_completed);
+        self.sessions_failed = self.sessions_failed.saturating_add(o.sessions_failed);
+        self.requests_started = self.requests_started.saturating_add(o.requests_started);
+        self.requests_completed = self.requests_completed.saturating_add(o.requests_completed);
+        self.requests_failed = self.requests_failed.saturating_add(o.requests_failed);
         for (k, v) in &o.errors {
-            *self.errors.entry(k.clone()).or_default() += v;
+            let e = self.errors.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
         }
-        self.late_arrivals += o.late_arrivals;
-        self.dropped_arrivals += o.dropped_arrivals;
-        self.out_of_range += o.out_of_range;
-        self.bytes_sent += o.bytes_sent;
-        self.bytes_received += o.bytes_received;
+        self.late_arrivals = self.late_arrivals.saturating_add(o.late_arrivals);
+        self.dropped_arrivals = self.dropped_arrivals.saturating_add(o.dropped_arrivals);
+        self.out_of_range = self.out_of_range.saturating_add(o.out_of_range);
+        self.bytes_sent = self.bytes_sent.saturating_add(o.bytes_sent);
+        self.bytes_received = self.bytes_received.saturating_add(o.bytes_received);
+    }
+
+    /// Whether adding `o` keeps every counter exact (no saturation).
+    pub fn fits(&self, o: &Counters) -> bool {
+        let pairs = [
+            (self.sessions_planned, o.sessions_planned),
+            (self.sessions_started, o.sessions_started),
+            (self.sessions_completed, o.sessions_completed),
+            (self.sessions_failed, o.sessions_failed),
+            (self.requests_started, o.requests_started),
+            (self.requests_completed, o.requests_completed),
+            (self.requests_failed, o.requests_failed),
+            (self.late_arrivals, o.late_arrivals),
+            (self.dropped_arrivals, o.dropped_arrivals),
+            (self.out_of_range, o.out_of_range),
+            (self.bytes_sent, o.bytes_sent),
+            (self.bytes_received, o.bytes_received),
+        ];
+        pairs.iter().all(|(a, b)| a.checked_add(*b).is_some())
+            && o.errors.iter().all(|(k, v)| {
+                self.errors
+                    .get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .checked_add(*v)
+                    .is_some()
+            })
     }
 
     pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
+        self.errors.values().fold(0, |a, v| a.saturating_add(*v))
     }
 
     pub fn count_error(&mut self, kind: &str) {
@@ -237,5 +267,98 @@ impl Stats {
 
     pub fn is_empty(&self) -> bool {
         self.counters == Counters::default() && self.response.is_empty() && self.lag.is_empty()
+    }
+}
+
+/// [`StepStats`] as the controller keeps it: sparse histograms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SparseStepStats {
+    pub requests_completed: u64,
+    pub requests_failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub response: SparseHist,
+    pub service: SparseHist,
+}
+
+impl SparseStepStats {
+    pub fn add(&mut self, o: &SparseStepStats) {
+        self.requests_completed = self.requests_completed.saturating_add(o.requests_completed);
+        self.requests_failed = self.requests_failed.saturating_add(o.requests_failed);
+        for (k, v) in &o.errors {
+            let e = self.errors.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
+        }
+        self.response.add(&o.response);
+        self.service.add(&o.service);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.response.heap_bytes() + self.service.heap_bytes() + self.errors.len() * 64
+    }
+}
+
+impl From<&StepStats> for SparseStepStats {
+    fn from(s: &StepStats) -> Self {
+        Self {
+            requests_completed: s.requests_completed,
+            requests_failed: s.requests_failed,
+            errors: s.errors.clone(),
+            response: SparseHist::from_dense(&s.response),
+            service: SparseHist::from_dense(&s.service),
+        }
+    }
+}
+
+/// [`Stats`] as the controller stores and merges it: the same counters, sparse histograms,
+/// so memory follows what was recorded (design: bounded by data, not by scenario size).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SparseStats {
+    pub counters: Counters,
+    pub response: SparseHist,
+    pub service: SparseHist,
+    pub lag: SparseHist,
+    pub steps: Vec<SparseStepStats>,
+}
+
+impl SparseStats {
+    /// Adds another unit into this one (exact, saturating).
+    pub fn add(&mut self, o: &SparseStats) {
+        self.counters.add(&o.counters);
+        self.response.add(&o.response);
+        self.service.add(&o.service);
+        self.lag.add(&o.lag);
+        if self.steps.len() < o.steps.len() {
+            self.steps
+                .resize_with(o.steps.len(), SparseStepStats::default);
+        }
+        for (mine, theirs) in self.steps.iter_mut().zip(&o.steps) {
+            mine.add(theirs);
+        }
+    }
+
+    /// Approximate heap bytes held (histogram buckets exactly, maps estimated).
+    pub fn heap_bytes(&self) -> usize {
+        self.response.heap_bytes()
+            + self.service.heap_bytes()
+            + self.lag.heap_bytes()
+            + self.counters.errors.len() * 64
+            + self.steps.capacity() * std::mem::size_of::<SparseStepStats>()
+            + self
+                .steps
+                .iter()
+                .map(SparseStepStats::heap_bytes)
+                .sum::<usize>()
+    }
+}
+
+impl From<&Stats> for SparseStats {
+    fn from(s: &Stats) -> Self {
+        Self {
+            counters: s.counters.clone(),
+            response: SparseHist::from_dense(&s.response),
+            service: SparseHist::from_dense(&s.service),
+            lag: SparseHist::from_dense(&s.lag),
+            steps: s.steps.iter().map(SparseStepStats::from).collect(),
+        }
     }
 }

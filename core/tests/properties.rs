@@ -9,7 +9,7 @@ use stampede_core::report::{ReportMeta, RunAccumulator};
 use stampede_core::scenario::{ArrivalProcess, Phase, Scenario};
 use stampede_core::schedule::Schedule;
 use stampede_core::shard::Shard;
-use stampede_core::stats::Stats;
+use stampede_core::stats::{SparseStats, Stats};
 use stampede_core::HumanDuration;
 
 fn phase_strategy() -> impl Strategy<Value = Phase> {
@@ -136,7 +136,7 @@ proptest! {
                 let mut s = Stats::with_steps(1);
                 s.counters.requests_started += 1;
                 if ok { s.record_success(0, us, us / 2 + 1) } else { s.record_failure(0, "status") }
-                acc.add(agent, interval, phase, &s).unwrap();
+                acc.add(agent, interval, phase, &SparseStats::from(&s)).unwrap();
             }
             let mut r = acc.finish(&scenario, ReportMeta { duration_s: 12.0, ..ReportMeta::default() }).unwrap();
             r.timeline.clear(); // rows close in arrival order; totals must not
@@ -224,7 +224,7 @@ fn closed_report_plans_what_it_started() {
         }
         st.counters.requests_started += 1;
         st.record_failure(0, "timeout");
-        acc.add(agent, 0, 0, &st).unwrap();
+        acc.add(agent, 0, 0, &SparseStats::from(&st)).unwrap();
     }
     let r = acc
         .finish(
@@ -314,4 +314,114 @@ fn schema_rejects_what_validation_rejects() {
         assert!(!validator.is_valid(&value), "schema accepted {bad}");
         assert!(Scenario::from_yaml(bad).is_err());
     }
+}
+
+/// Values spread over the whole spec, dense at the low end as latencies are, plus the bounds.
+fn latency_values() -> impl Strategy<Value = Vec<(usize, u64)>> {
+    proptest::collection::vec(
+        (
+            0usize..5,
+            prop_oneof![
+                0u64..3_000,
+                1_000u64..200_000,
+                1u64..3_600_000_000,
+                Just(0u64),
+                Just(3_600_000_000u64),
+                Just(4_000_000_000u64),
+            ],
+        ),
+        0..400,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The sparse form is exact: decoding the wire bytes sparsely gives the same buckets as
+    /// decoding them densely, re-encoding gives the same bytes, and every percentile, the
+    /// mean and the stdev are the same bits as hdrhistogram's.
+    #[test]
+    fn sparse_equals_dense(values in latency_values()) {
+        use stampede_core::hist::SparseHist;
+        use stampede_core::report::Percentiles;
+        let mut dense = hist::new_histogram();
+        let mut direct = SparseHist::default();
+        for (k, v) in &values {
+            hist::record(&mut dense, *v);
+            direct.record_n(*v, *k as u64 + 1);
+            if *k > 0 { dense.record_n((*v).clamp(1, 3_600_000_000), *k as u64).unwrap(); }
+        }
+        let bytes = hist::encode(&dense).unwrap();
+        let sparse = hist::decode_sparse(&bytes).unwrap();
+        prop_assert_eq!(&sparse, &SparseHist::from_dense(&dense));
+        prop_assert_eq!(&sparse, &direct);
+        prop_assert_eq!(sparse.len(), dense.len());
+        prop_assert_eq!(hist::encode_sparse(&sparse).unwrap(), bytes);
+        prop_assert_eq!(Percentiles::of_sparse(&sparse), Percentiles::of(&dense));
+        for q in [0.0, 0.1, 0.5, 0.999, 1.0] {
+            prop_assert_eq!(sparse.value_at_quantile(q), dense.value_at_quantile(q));
+        }
+        prop_assert_eq!(sparse.min(), dense.min());
+        prop_assert_eq!(sparse.max(), dense.max());
+        let medians: Vec<(u64, u64)> = dense.iter_recorded().map(|v| (dense.median_equivalent(v.value_iterated_to()), v.count_at_value())).collect();
+        prop_assert_eq!(sparse.iter_medians().collect::<Vec<_>>(), medians);
+    }
+
+    /// Sparse merge is addition: any order gives the same histogram, equal to the dense merge
+    /// (same percentiles, same encoded .hlog bytes).
+    #[test]
+    fn sparse_merge_is_order_independent_and_equals_dense(values in latency_values(), perm_seed in any::<u64>()) {
+        use stampede_core::hist::SparseHist;
+        use stampede_core::report::Percentiles;
+        let mut parts: Vec<_> = (0..5).map(|_| hist::new_histogram()).collect();
+        for (k, v) in &values { hist::record(&mut parts[*k], *v); }
+        let sparse: Vec<SparseHist> = parts.iter().map(|h| hist::decode_sparse(&hist::encode(h).unwrap()).unwrap()).collect();
+        let mut dense = hist::new_histogram();
+        let mut forward = SparseHist::default();
+        for (h, s) in parts.iter().zip(&sparse) {
+            hist::merge(&mut dense, h).unwrap();
+            forward.add(s);
+        }
+        let mut order: Vec<usize> = (0..5).collect();
+        let mut s = perm_seed;
+        for i in (1..order.len()).rev() { s = s.wrapping_mul(6364136223846793005).wrapping_add(1); order.swap(i, (s >> 33) as usize % (i + 1)); }
+        let mut shuffled = SparseHist::default();
+        for &i in &order { shuffled.add(&sparse[i]); }
+        prop_assert_eq!(&forward, &shuffled);
+        prop_assert_eq!(forward.len(), values.len() as u64);
+        prop_assert_eq!(&forward, &SparseHist::from_dense(&dense));
+        prop_assert_eq!(Percentiles::of_sparse(&forward), Percentiles::of(&dense));
+        prop_assert_eq!(hist::encode_sparse(&forward).unwrap(), hist::encode(&dense).unwrap());
+    }
+}
+
+#[test]
+fn hostile_sparse_input_is_refused_without_panicking() {
+    use stampede_core::report::MergeError;
+    use stampede_core::stats::Counters;
+    let scenario = Scenario::from_yaml(include_str!("../../examples/demo.yaml")).unwrap();
+    let plan = Plan::new(&scenario, 1, &[], 1).unwrap();
+    let mut acc = RunAccumulator::new(&scenario, plan, vec!["a".into()], 1.0);
+    let big = SparseStats {
+        counters: Counters {
+            requests_completed: u64::MAX,
+            ..Counters::default()
+        },
+        ..SparseStats::default()
+    };
+    acc.add(0, 0, 0, &big).unwrap();
+    assert!(matches!(
+        acc.add(0, 1, 0, &big),
+        Err(MergeError::CounterOverflow)
+    ));
+    assert!(matches!(
+        acc.add(0, u64::MAX, 0, &SparseStats::default()),
+        Err(MergeError::IntervalOutOfRange { .. })
+    ));
+    let last = acc.max_interval();
+    acc.add(0, last, 0, &SparseStats::default()).unwrap();
+    acc.reported_through(0, u64::MAX).unwrap();
+    acc.add(0, 0, 0, &SparseStats::default()).unwrap();
+    let r = acc.finish(&scenario, ReportMeta::default()).unwrap();
+    assert_eq!(r.totals.completed, u64::MAX);
 }

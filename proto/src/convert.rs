@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use stampede_core::hist::SparseHist;
 use stampede_core::hist::{self, HistError, HistSpec};
 use stampede_core::report::LiveSnapshot;
-use stampede_core::stats::{Counters, Stats, StepStats};
+use stampede_core::stats::{Counters, SparseStats, SparseStepStats, Stats};
 
 use crate::v1;
 
@@ -129,8 +130,8 @@ fn enc(field: &str, h: &hdrhistogram::Histogram<u64>) -> Result<Vec<u8>, Convert
     })
 }
 
-fn dec(field: &str, bytes: &[u8]) -> Result<hdrhistogram::Histogram<u64>, ConvertError> {
-    hist::decode(bytes).map_err(|source| ConvertError::Hist {
+fn dec(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
+    hist::decode_sparse(bytes).map_err(|source| ConvertError::Hist {
         field: field.to_string(),
         source,
     })
@@ -160,12 +161,13 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
     })
 }
 
-/// Decodes one phase sample from the wire. `max_steps` bounds the per-step list.
+/// Decodes one phase sample from the wire, straight into sparse histograms (the controller
+/// never builds the 184 KiB dense form). `max_steps` bounds the per-step list.
 pub fn sample_from_wire(
     field: &str,
     w: &v1::PhaseSample,
     max_steps: usize,
-) -> Result<(u32, Stats), ConvertError> {
+) -> Result<(u32, SparseStats), ConvertError> {
     if w.steps.len() > max_steps {
         return Err(ConvertError::invalid(
             format!("{field}.steps"),
@@ -184,7 +186,7 @@ pub fn sample_from_wire(
         .iter()
         .enumerate()
         .map(|(i, st)| {
-            Ok(StepStats {
+            Ok(SparseStepStats {
                 requests_completed: st.requests_completed,
                 requests_failed: st.requests_failed,
                 errors: errors_from_wire(&format!("{field}.steps[{i}].errors"), &st.errors)?,
@@ -201,7 +203,7 @@ pub fn sample_from_wire(
         .collect::<Result<Vec<_>, ConvertError>>()?;
     Ok((
         w.phase,
-        Stats {
+        SparseStats {
             counters: counters_from_wire(&format!("{field}.counters"), counters)?,
             response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
             service: dec(&format!("{field}.service_hist"), &w.service_hist)?,
@@ -209,6 +211,59 @@ pub fn sample_from_wire(
             steps,
         },
     ))
+}
+
+/// Validates a whole Progress before decoding anything, then decodes every sample once.
+///
+/// An agent sends at most one sample per phase, each with at most the scenario's request
+/// steps, for an interval the run can have; anything else is refused whole, so a hostile or
+/// broken agent cannot make the controller decode thousands of histograms.
+pub fn progress_from_wire(
+    p: &v1::Progress,
+    phases: usize,
+    max_steps: usize,
+    max_interval: u64,
+) -> Result<Vec<(u32, SparseStats)>, ConvertError> {
+    if p.samples.len() > phases {
+        return Err(ConvertError::invalid(
+            "progress.samples",
+            format!(
+                "{} samples, but the run has {phases} phases",
+                p.samples.len()
+            ),
+        ));
+    }
+    if p.interval > max_interval {
+        return Err(ConvertError::invalid(
+            "progress.interval",
+            format!(
+                "interval {} is past the run's last possible interval {max_interval}",
+                p.interval
+            ),
+        ));
+    }
+    for (k, w) in p.samples.iter().enumerate() {
+        if w.phase as usize >= phases {
+            return Err(ConvertError::invalid(
+                format!("progress.samples[{k}].phase"),
+                format!("phase {} is not one of the run's {phases}", w.phase),
+            ));
+        }
+        if w.steps.len() > max_steps {
+            return Err(ConvertError::invalid(
+                format!("progress.samples[{k}].steps"),
+                format!(
+                    "{} steps, but the scenario has {max_steps} request steps",
+                    w.steps.len()
+                ),
+            ));
+        }
+    }
+    p.samples
+        .iter()
+        .enumerate()
+        .map(|(k, w)| sample_from_wire(&format!("progress.samples[{k}]"), w, max_steps))
+        .collect()
 }
 
 impl From<&LiveSnapshot> for v1::LiveSnapshot {
@@ -241,7 +296,7 @@ mod tests {
         let w = sample_to_wire(1, &s).unwrap();
         let (phase, back) = sample_from_wire("progress.samples[0]", &w, 2).unwrap();
         assert_eq!(phase, 1);
-        assert_eq!(back, s);
+        assert_eq!(back, SparseStats::from(&s));
     }
 
     #[test]
@@ -273,6 +328,30 @@ mod tests {
             }
         }
         assert!(sample_from_wire("s", &w, 1).is_err());
+    }
+
+    #[test]
+    fn progress_is_validated_before_decoding() {
+        let s = Stats::with_steps(1);
+        let sample = sample_to_wire(0, &s).unwrap();
+        let mut p = v1::Progress {
+            run_id: "r".into(),
+            interval: 3,
+            samples: vec![sample.clone()],
+            open_connections: 0,
+        };
+        assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
+        let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
+        assert!(too_far.starts_with("progress.interval: "), "{too_far}");
+        // Thousands of samples are refused on their count, before any is decoded.
+        let mut garbage = sample.clone();
+        garbage.response_hist = vec![0xff; 64];
+        p.samples = vec![garbage; 10_000];
+        let many = progress_from_wire(&p, 2, 1, 10).unwrap_err().to_string();
+        assert!(many.starts_with("progress.samples: "), "{many}");
+        p.samples = vec![sample.clone()];
+        p.samples[0].phase = 5;
+        assert!(progress_from_wire(&p, 2, 1, 10).is_err());
     }
 
     #[test]

@@ -142,7 +142,16 @@ async fn udp_datagrams_and_metrics() {
         let n = sock.recv(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"small");
 
-        let m = scrape(maddr).await;
+        // The server counts a frame once its reply is sent, so the reply can arrive a moment
+        // before the count: scrape until it lands (bounded).
+        let mut m = scrape(maddr).await;
+        for _ in 0..200 {
+            if m.get("stampede_target_echo_frames_total", &[]) == Some(401.0) {
+                break;
+            }
+            tokio::task::yield_now().await;
+            m = scrape(maddr).await;
+        }
         assert_eq!(m.get("stampede_target_echo_frames_total", &[]), Some(401.0));
         assert_eq!(
             m.get("stampede_target_echo_request_duration_seconds_count", &[]),

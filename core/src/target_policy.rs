@@ -1,0 +1,180 @@
+//! Which addresses an agent may load. A load generator inside a cluster can flood anything its
+//! pods reach, so some addresses are refused unless the operator opens them: link-local and
+//! cloud metadata addresses, the controller itself, and (in a cluster) the Kubernetes API and
+//! the kubelet ports. Operators narrow it with an allow list and widen the deny list with
+//! their own CIDRs. The agent checks the address it really connects to (after name
+//! resolution), so a name that resolves to a refused address is refused too.
+
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+/// The kubelet's ports (authenticated and read-only), refused on every address in a cluster.
+pub const KUBELET_PORTS: [u16; 2] = [10250, 10255];
+
+/// One deny rule: a network (and optionally one port), with the reason the refusal names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyRule {
+    pub net: Option<IpNet>,
+    pub port: Option<u16>,
+    pub why: String,
+}
+
+/// The target policy of an agent (and the controller's early check of literal addresses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetPolicy {
+    /// Empty: any address not denied. Otherwise only these networks.
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<DenyRule>,
+    /// `unix://` targets: only for agents on the same machine as the CLI (`--local`).
+    pub allow_unix: bool,
+}
+
+impl Default for TargetPolicy {
+    /// Link-local (169.254.0.0/16, fe80::/10, which hold the cloud metadata services) and
+    /// fd00:ec2::254 (AWS's IPv6 metadata address) are refused.
+    fn default() -> Self {
+        let rule = |cidr: &str, why: &str| DenyRule {
+            net: cidr.parse().ok(),
+            port: None,
+            why: why.to_string(),
+        };
+        Self {
+            allow: Vec::new(),
+            deny: vec![
+                rule(
+                    "169.254.0.0/16",
+                    "link-local and cloud metadata (169.254.0.0/16)",
+                ),
+                rule("fe80::/10", "link-local (fe80::/10)"),
+                rule("fd00:ec2::254/128", "cloud metadata (fd00:ec2::254)"),
+            ],
+            allow_unix: false,
+        }
+    }
+}
+
+impl TargetPolicy {
+    /// Also refuses `addr` exactly (the controller's own address, the Kubernetes API).
+    pub fn deny_endpoint(&mut self, addr: SocketAddr, why: impl Into<String>) {
+        self.deny.push(DenyRule {
+            net: Some(IpNet::from(addr.ip())),
+            port: Some(addr.port()),
+            why: why.into(),
+        });
+    }
+
+    /// Also refuses a port on every address (the kubelet's).
+    pub fn deny_port(&mut self, port: u16, why: impl Into<String>) {
+        self.deny.push(DenyRule {
+            net: None,
+            port: Some(port),
+            why: why.into(),
+        });
+    }
+
+    /// Also refuses a network (`--deny-target`).
+    pub fn deny_net(&mut self, net: IpNet) {
+        self.deny.push(DenyRule {
+            net: Some(net),
+            port: None,
+            why: format!("denied by --deny-target {net}"),
+        });
+    }
+
+    /// Opens a network that the default rules refuse, and (with any allow entry) limits
+    /// targets to the allowed networks (`--allow-target`).
+    pub fn allow_net(&mut self, net: IpNet) {
+        self.deny.retain(|r| {
+            r.port.is_some()
+                || r.net
+                    .is_none_or(|d| !(net.contains(&d) || d.contains(&net.network())))
+        });
+        self.allow.push(net);
+    }
+
+    /// Checks the address a run will really connect to; the error names it and the rule.
+    pub fn check(&self, addr: SocketAddr) -> Result<(), String> {
+        let ip = canonical(addr.ip());
+        if let Some(r) = self.deny.iter().find(|r| {
+            r.net.is_none_or(|n| n.contains(&ip)) && r.port.is_none_or(|p| p == addr.port())
+        }) {
+            return Err(format!(
+                "target {addr} is refused by the target policy: {} (open it with --allow-target on the agents)",
+                r.why
+            ));
+        }
+        if !self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&ip)) {
+            return Err(format!(
+                "target {addr} is refused by the target policy: not in the allowed networks ({})",
+                self.allow
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An IPv4-mapped IPv6 address checked as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn metadata_and_link_local_are_refused_by_default() {
+        let p = TargetPolicy::default();
+        for bad in [
+            "169.254.169.254:80",
+            "[fd00:ec2::254]:80",
+            "[fe80::1]:443",
+            "[::ffff:169.254.169.254]:80",
+        ] {
+            let e = p.check(sa(bad)).unwrap_err();
+            assert!(e.contains("refused by the target policy"), "{e}");
+        }
+        assert!(p.check(sa("127.0.0.1:8080")).is_ok());
+        assert!(p.check(sa("198.18.0.1:80")).is_ok());
+    }
+
+    #[test]
+    fn the_controller_api_and_kubelet_are_refused_and_lists_apply() {
+        let mut p = TargetPolicy::default();
+        p.deny_endpoint(sa("10.96.0.1:443"), "the Kubernetes API");
+        p.deny_port(10250, "the kubelet");
+        assert!(p
+            .check(sa("10.96.0.1:443"))
+            .unwrap_err()
+            .contains("Kubernetes API"));
+        assert!(p.check(sa("10.96.0.1:80")).is_ok());
+        assert!(p
+            .check(sa("10.1.2.3:10250"))
+            .unwrap_err()
+            .contains("kubelet"));
+        p.deny_net("10.9.0.0/16".parse().unwrap());
+        assert!(p.check(sa("10.9.3.4:80")).is_err());
+        p.allow_net("198.18.0.0/15".parse().unwrap());
+        assert!(p.check(sa("198.19.0.1:80")).is_ok());
+        assert!(p
+            .check(sa("10.1.2.3:80"))
+            .unwrap_err()
+            .contains("not in the allowed"));
+        // Allowing the metadata network opens it.
+        let mut q = TargetPolicy::default();
+        q.allow_net("169.254.0.0/16".parse().unwrap());
+        assert!(q.check(sa("169.254.169.254:80")).is_ok());
+    }
+}

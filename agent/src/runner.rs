@@ -2,7 +2,7 @@
 //! intended times, records both latencies per request, and ships interval data.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -139,7 +139,8 @@ pub enum RunEnd {
 pub struct Recorder {
     active: Mutex<Vec<Stats>>,
     pub in_flight: AtomicUsize,
-    pub open_connections: AtomicU64,
+    /// Connections open, their per-interval peak and how many were opened.
+    pub connections: crate::net::ConnGauge,
 }
 
 impl Recorder {
@@ -147,7 +148,7 @@ impl Recorder {
         Self {
             active: Mutex::new(empty_buffers(phases, steps)),
             in_flight: AtomicUsize::new(0),
-            open_connections: AtomicU64::new(0),
+            connections: crate::net::ConnGauge::default(),
         }
     }
 
@@ -164,9 +165,15 @@ impl Recorder {
     }
 
     /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
-    /// in `spare`.
+    /// in `spare`, with the interval's connection figures in the phase-0 stats (connections
+    /// belong to no phase; one sample carries them so that phases never add up one peak twice).
     pub fn swap(&self, spare: &mut Vec<Stats>) {
         std::mem::swap(&mut *self.lock(), spare);
+        let (opened, peak) = self.connections.take_interval();
+        if let Some(s) = spare.first_mut() {
+            s.counters.connections_opened += opened;
+            s.counters.peak_open_connections = s.counters.peak_open_connections.max(peak);
+        }
     }
 }
 
@@ -246,12 +253,7 @@ pub async fn execute(
                 // newest complete one.
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
-                let msg = progress(
-                    &spec.run_id,
-                    interval,
-                    &mut spare,
-                    rec.open_connections.load(Ordering::Relaxed),
-                );
+                let msg = progress(&spec.run_id, interval, &mut spare, rec.connections.open());
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -462,17 +464,8 @@ async fn pooled_connection(
     drop(conn);
 }
 
-/// Decrements the open-connection gauge when a connection is dropped.
-struct Tracked<'a> {
-    conn: Link,
-    gauge: &'a AtomicU64,
-}
-
-impl Drop for Tracked<'_> {
-    fn drop(&mut self) {
-        self.gauge.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.
+type Tracked<'a> = crate::net::Tracked<'a, Link>;
 
 fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -609,11 +602,7 @@ async fn exchange<'a>(
         let c = tokio::time::timeout_at(deadline, Box::pin(Link::open(&spec.target)))
             .await
             .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
-        rec.open_connections.fetch_add(1, Ordering::Relaxed);
-        *conn = Some(Tracked {
-            conn: c,
-            gauge: &rec.open_connections,
-        });
+        *conn = Some(rec.connections.track(c));
     }
     let Some(c) = conn.as_mut() else {
         return Err(Failure(error_kind::CONNECT));

@@ -47,6 +47,17 @@ pub struct Counters {
     pub out_of_range: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Connections the agent opened (any transport). An agent counts them, and the one
+    /// below, in its phase-0 sample only, since connections are not tied to a phase.
+    #[serde(default)]
+    pub connections_opened: u64,
+    /// Most connections the agent held open at once during the interval. Unlike the other
+    /// counters this is a gauge's peak: adding two agents' peaks of the same interval gives an
+    /// upper bound of their joint peak (they may peak at different instants), and adding one
+    /// agent's peaks of different intervals means nothing, so the report takes the maximum
+    /// over intervals (`RunAccumulator`), never a sum over time.
+    #[serde(default)]
+    pub peak_open_connections: u64,
 }
 
 /// A session that starts this late behind its intended time counts as a late arrival.
@@ -69,6 +80,8 @@ impl Counters {
         self.out_of_range += o.out_of_range;
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
+        self.connections_opened += o.connections_opened;
+        self.peak_open_connections += o.peak_open_connections;
     }
 
     pub fn error_count(&self) -> u64 {

@@ -226,11 +226,12 @@ echo "peak RSS (MiB) per agent:  $(for p in "${agent_pids[@]}"; do printf '%s ' 
 echo "peak RSS (MiB) per target: $(for p in "${target_pids[@]}"; do printf '%s ' "$(rss "$p")"; done)"
 echo "run took ${elapsed}s (stampede run exit $run_rc)"
 
+if [ "$MODE" = shared-ip ] && grep -q "port budget" "$work/run.txt"; then
+    echo "shared-ip: $AGENTS agents on one source IP were refused up front by the port budget:"
+    grep -o "port budget.*" "$work/run.txt" | head -1
+    exit 0
+fi
 if [ ! -s "$work/report.json" ]; then
-    if [ "$MODE" = shared-ip ] && grep -q "port budget" "$work/run.txt"; then
-        echo "shared-ip: refused up front by the port budget (above)"
-        exit 0
-    fi
     echo "no report (stampede run exit $run_rc)" >&2
     exit 1
 fi

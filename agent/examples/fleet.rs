@@ -14,7 +14,8 @@
 //! cargo build --release -p stampede-agent --example fleet
 //! fleet --controller http://127.0.0.1:7000 --agents 1000 [--prefix fleet] [--timeout-s 600]
 //! ```
-//! The token comes from `STAMPEDE_TOKEN`.
+//! The token comes from `STAMPEDE_AGENT_TOKEN` (else `STAMPEDE_TOKEN`, for a controller with one
+//! shared token), as a real agent's does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -174,7 +175,9 @@ async fn fleet(a: Args) -> i32 {
             .map(|k| build_sample(&mut rng, a.steps, 10 + k % 7))
             .collect(),
     );
-    let token = std::env::var("STAMPEDE_TOKEN").ok();
+    let token = std::env::var("STAMPEDE_AGENT_TOKEN")
+        .or_else(|_| std::env::var("STAMPEDE_TOKEN"))
+        .ok();
     let totals = Arc::new(Totals::default());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..a.agents {

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 use stampede_core::stats::error_kind;
@@ -70,6 +70,59 @@ async fn connect_from(source: IpAddr, addr: SocketAddr) -> io::Result<TcpStream>
     }
     socket.bind(SocketAddr::new(source, 0))?;
     socket.connect(addr).await
+}
+
+/// The connections a run holds open (every transport: one count per TCP, TLS, HTTP/1.1, h2
+/// or Unix connection and per UDP socket): the current number, its peak since the last
+/// interval boundary, and how many were opened. Three atomics and no lock, so opening and
+/// dropping a connection stays free of locks and allocation; the report's `connections`
+/// figures come from here.
+#[derive(Debug, Default)]
+pub struct ConnGauge {
+    open: AtomicU64,
+    peak: AtomicU64,
+    opened: AtomicU64,
+}
+
+impl ConnGauge {
+    /// Connections open right now.
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Counts `conn` as opened and open; the returned guard un-counts it when dropped, so
+    /// every way a connection goes away (closed, failed, its session cancelled) is counted.
+    pub fn track<T>(&self, conn: T) -> Tracked<'_, T> {
+        let now = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Tracked { conn, gauge: self }
+    }
+
+    /// Ends an interval: returns `(opened, peak)` since the previous call, and starts the
+    /// next interval's peak at the connections open now (held connections count in every
+    /// interval they span, not only in the one they were opened in).
+    pub fn take_interval(&self) -> (u64, u64) {
+        let opened = self.opened.swap(0, Ordering::Relaxed);
+        let peak = self.peak.swap(0, Ordering::Relaxed);
+        // A connect racing with the swap raises the new peak itself (fetch_max after its
+        // increment); one counted just before it is in `peak`.
+        self.peak.fetch_max(self.open(), Ordering::Relaxed);
+        (opened, peak)
+    }
+}
+
+/// A connection counted in a [`ConnGauge`] for as long as it lives.
+#[derive(Debug)]
+pub struct Tracked<'a, T> {
+    pub conn: T,
+    gauge: &'a ConnGauge,
+}
+
+impl<T> Drop for Tracked<'_, T> {
+    fn drop(&mut self) {
+        self.gauge.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Why a request failed, as a report error kind.
@@ -154,4 +207,31 @@ pub async fn connect_udp(addr: SocketAddr) -> Result<tokio::net::UdpSocket, Fail
         .await
         .map_err(|e| connect_failure(&e))?;
     Ok(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnGauge;
+
+    #[test]
+    fn the_gauge_counts_open_connections_and_their_peak_per_interval() {
+        let g = ConnGauge::default();
+        assert_eq!(g.take_interval(), (0, 0));
+        let a = g.track(());
+        let b = g.track(());
+        let c = g.track(());
+        drop(b);
+        assert_eq!(g.open(), 2);
+        // Interval 0: three opened, three at once at the peak.
+        assert_eq!(g.take_interval(), (3, 3));
+        // Interval 1: nothing opened, but the two held connections are its peak.
+        drop(a);
+        assert_eq!(g.take_interval(), (0, 2));
+        let d = g.track(());
+        drop(c);
+        drop(d);
+        assert_eq!(g.open(), 0);
+        assert_eq!(g.take_interval(), (1, 2));
+        assert_eq!(g.take_interval(), (0, 0));
+    }
 }

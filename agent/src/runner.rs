@@ -2,7 +2,7 @@
 //! intended times, records both latencies per request, and ships interval data.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -148,7 +148,8 @@ pub struct Recorder {
     active: Mutex<Vec<Slot>>,
     steps: usize,
     pub in_flight: AtomicUsize,
-    pub open_connections: AtomicU64,
+    /// Connections open, their per-interval peak and how many were opened.
+    pub connections: crate::net::ConnGauge,
 }
 
 impl Recorder {
@@ -157,7 +158,7 @@ impl Recorder {
             active: Mutex::new(empty_buffers(phases)),
             steps,
             in_flight: AtomicUsize::new(0),
-            open_connections: AtomicU64::new(0),
+            connections: crate::net::ConnGauge::default(),
         }
     }
 
@@ -178,9 +179,25 @@ impl Recorder {
     }
 
     /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
-    /// in `spare`.
+    /// in `spare`, with the interval's connection figures in one phase's stats (connections
+    /// belong to no phase; one sample carries them so that phases never add up one peak twice):
+    /// the first phase that recorded, or phase 0 when none did.
     pub fn swap(&self, spare: &mut Vec<Slot>) {
         std::mem::swap(&mut *self.lock(), spare);
+        let (opened, peak) = self.connections.take_interval();
+        if opened == 0 && peak == 0 {
+            return;
+        }
+        let steps = self.steps;
+        let carrier = match spare.iter().position(Option::is_some) {
+            Some(i) => spare.get_mut(i),
+            None => spare.first_mut(),
+        };
+        if let Some(slot) = carrier {
+            let s = slot.get_or_insert_with(|| Box::new(Stats::with_steps(steps)));
+            s.counters.connections_opened += opened;
+            s.counters.peak_open_connections = s.counters.peak_open_connections.max(peak);
+        }
     }
 
     /// Phases holding an allocated [`Stats`] in the active buffer.
@@ -270,12 +287,7 @@ pub async fn execute(
                 // newest complete one.
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
-                let msg = progress(
-                    &spec.run_id,
-                    interval,
-                    &mut spare,
-                    rec.open_connections.load(Ordering::Relaxed),
-                );
+                let msg = progress(&spec.run_id, interval, &mut spare, rec.connections.open());
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -486,17 +498,8 @@ async fn pooled_connection(
     drop(conn);
 }
 
-/// Decrements the open-connection gauge when a connection is dropped.
-struct Tracked<'a> {
-    conn: Link,
-    gauge: &'a AtomicU64,
-}
-
-impl Drop for Tracked<'_> {
-    fn drop(&mut self) {
-        self.gauge.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.
+type Tracked<'a> = crate::net::Tracked<'a, Link>;
 
 fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -633,11 +636,7 @@ async fn exchange<'a>(
         let c = tokio::time::timeout_at(deadline, Box::pin(Link::open(&spec.target)))
             .await
             .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
-        rec.open_connections.fetch_add(1, Ordering::Relaxed);
-        *conn = Some(Tracked {
-            conn: c,
-            gauge: &rec.open_connections,
-        });
+        *conn = Some(rec.connections.track(c));
     }
     let Some(c) = conn.as_mut() else {
         return Err(Failure(error_kind::CONNECT));

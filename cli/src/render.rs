@@ -96,6 +96,14 @@ pub fn report_text(r: &Report) -> String {
         t.sessions.failed,
         t.sessions.dropped
     );
+    let c = &r.connections;
+    if c.opened > 0 || c.peak_open > 0 {
+        let _ = writeln!(
+            o,
+            "Conns     opened {}  peak open {} (most held at once, agents' per-interval peaks summed)",
+            c.opened, c.peak_open
+        );
+    }
     if t.errors.is_empty() {
         let _ = writeln!(o, "Errors    none");
     } else {

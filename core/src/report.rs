@@ -183,6 +183,22 @@ pub struct AgentReport {
     pub lag_p99_us: u64,
     pub lag_max_us: u64,
     pub late_arrivals: u64,
+    /// Most connections this agent held open at once (its highest per-interval peak).
+    #[serde(default)]
+    pub peak_open: u64,
+}
+
+/// Connections the run's agents opened and held (every transport: TCP, TLS, HTTP/1.1, h2,
+/// Unix, and UDP sockets).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionsReport {
+    /// Connections opened, all agents together.
+    pub opened: u64,
+    /// The most connections held open at once: the maximum over timeline intervals of the sum
+    /// over agents of each agent's peak in that interval. Agents that peak at different
+    /// instants of one interval make it an upper bound of the true simultaneous peak; for a
+    /// steady load (closed model) it is exact.
+    pub peak_open: u64,
 }
 
 /// One timeline interval, all agents merged.
@@ -201,6 +217,12 @@ pub struct TimelineRow {
     pub response_p99_us: u64,
     pub response_max_us: u64,
     pub service_p99_us: u64,
+    /// Sum over agents of each agent's most connections held open at once in this interval.
+    #[serde(default)]
+    pub peak_open: u64,
+    /// Connections opened in this interval, all agents together.
+    #[serde(default)]
+    pub connections_opened: u64,
     /// The interval's response-time histogram, compressed V2, base64 (for `.hlog` output).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub response_hist: String,
@@ -261,6 +283,9 @@ pub struct Report {
     pub totals: Totals,
     pub latency: Latency,
     pub generator: Generator,
+    /// Connections opened and the most held open at once.
+    #[serde(default)]
+    pub connections: ConnectionsReport,
     pub phases: Vec<PhaseReport>,
     pub steps: Vec<StepReport>,
     pub agents: Vec<AgentReport>,
@@ -317,6 +342,8 @@ struct AgentAcc {
     lag: SparseHist,
     lost: bool,
     clock_offset_us: i64,
+    /// The highest per-interval peak of open connections this agent reported.
+    peak_open: u64,
     /// Highest interval this agent has reported as complete.
     reported_through: Option<u64>,
 }
@@ -387,6 +414,7 @@ impl RunAccumulator {
                     lag: SparseHist::default(),
                     lost: false,
                     clock_offset_us: 0,
+                    peak_open: 0,
                     reported_through: None,
                 })
                 .collect(),
@@ -461,6 +489,7 @@ impl RunAccumulator {
         let a = &mut self.agents[agent];
         a.counters.add(&stats.counters);
         a.lag.add(&stats.lag);
+        a.peak_open = a.peak_open.max(stats.counters.peak_open_connections);
         // Late data for an interval already closed goes into the last open or a new row;
         // the totals above are exact either way.
         let slot = match self.closed.last() {
@@ -613,9 +642,23 @@ impl RunAccumulator {
             response_p99_us: r.p99_us,
             response_max_us: r.max_us,
             service_p99_us: Percentiles::of_sparse(&s.service).p99_us,
+            peak_open: s.counters.peak_open_connections,
+            connections_opened: s.counters.connections_opened,
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
         })
+    }
+
+    /// The run's connection figures: opened is a plain sum; the peak is the largest
+    /// per-interval sum of agents' peaks, over the intervals in `timeline`, the closed rows and
+    /// the still-open ones (a live report has no timeline yet).
+    fn connections(&self, c: &Counters, timeline: &[TimelineRow]) -> ConnectionsReport {
+        let rows = timeline.iter().chain(&self.closed).map(|r| r.peak_open);
+        let open = self.open.values().map(|s| s.counters.peak_open_connections);
+        ConnectionsReport {
+            opened: c.connections_opened,
+            peak_open: rows.chain(open).max().unwrap_or(0),
+        }
     }
 
     /// Merged counters over every phase.
@@ -797,6 +840,7 @@ impl RunAccumulator {
                     lag_p99_us: lag.p99_us,
                     lag_max_us: lag.max_us,
                     late_arrivals: a.counters.late_arrivals,
+                    peak_open: a.peak_open,
                 }
             })
             .collect();
@@ -859,6 +903,7 @@ impl RunAccumulator {
             },
             latency: Latency::of(&totals_stats),
             generator,
+            connections: self.connections(c, &timeline),
             phases,
             steps,
             lost_share: self.lost_share(),
@@ -934,5 +979,77 @@ fn generator_verdict(t: &SparseStats, c: &Counters, agents: &[AgentReport]) -> G
         out_of_range: c.out_of_range,
         behind_schedule: behind,
         warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(connections: u32) -> Scenario {
+        let text = format!(
+            "name: c\ntarget: http://h:1\nload: {{ model: closed, connections: {connections}, duration: 3s }}\nsession:\n  - http: {{ path: / }}\n"
+        );
+        Scenario::from_yaml(&text).unwrap()
+    }
+
+    fn gauge(opened: u64, peak: u64) -> crate::stats::SparseStats {
+        let mut s = crate::stats::SparseStats::default();
+        s.counters.connections_opened = opened;
+        s.counters.peak_open_connections = peak;
+        s
+    }
+
+    #[test]
+    fn peak_open_is_the_max_over_intervals_of_the_sum_over_agents() {
+        let s = closed(300);
+        let plan = Plan::new(&s, 2, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+        // Interval 0: a ramps to 100, b to 50. Interval 1: a 120, b 90. Interval 2: a 10.
+        for (agent, interval, opened, peak) in [
+            (0, 0, 100, 100),
+            (1, 0, 50, 50),
+            (1, 1, 45, 90),
+            (0, 1, 25, 120),
+            (0, 2, 0, 10),
+        ] {
+            acc.add(agent, interval, 0, &gauge(opened, peak)).unwrap();
+        }
+        // Live (nothing closed yet): the open intervals count.
+        let live = acc.live_report(&s, 2.5).unwrap();
+        assert_eq!(live.connections.peak_open, 210);
+        acc.reported_through(0, 1).unwrap();
+        acc.reported_through(1, 1).unwrap();
+        assert_eq!(acc.live_report(&s, 2.5).unwrap().connections.peak_open, 210);
+
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(
+            r.connections,
+            ConnectionsReport {
+                opened: 220,
+                peak_open: 210
+            }
+        );
+        let rows: Vec<(u64, u64)> = r
+            .timeline
+            .iter()
+            .map(|t| (t.peak_open, t.connections_opened))
+            .collect();
+        assert_eq!(rows, [(150, 150), (210, 70), (10, 0)]);
+        let agents: Vec<u64> = r.agents.iter().map(|a| a.peak_open).collect();
+        assert_eq!(agents, [120, 90]);
+
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["connections"]["peak_open"], 210);
+        assert_eq!(json["timeline"][1]["peak_open"], 210);
+    }
+
+    #[test]
+    fn reports_without_connection_figures_still_load() {
+        let mut json = serde_json::to_value(Report::default()).unwrap();
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("connections");
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back.connections, ConnectionsReport::default());
     }
 }

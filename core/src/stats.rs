@@ -47,6 +47,17 @@ pub struct Counters {
     pub out_of_range: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Connections the agent opened (any transport). An agent counts them, and the one
+    /// below, in its phase-0 sample only, since connections are not tied to a phase.
+    #[serde(default)]
+    pub connections_opened: u64,
+    /// Most connections the agent held open at once during the interval. Unlike the other
+    /// counters this is a gauge's peak: adding two agents' peaks of the same interval gives an
+    /// upper bound of their joint peak (they may peak at different instants), and adding one
+    /// agent's peaks of different intervals means nothing, so the report takes the maximum
+    /// over intervals (`RunAccumulator`), never a sum over time.
+    #[serde(default)]
+    pub peak_open_connections: u64,
 }
 
 /// A session that starts this late behind its intended time counts as a late arrival.
@@ -72,6 +83,10 @@ impl Counters {
         self.out_of_range = self.out_of_range.saturating_add(o.out_of_range);
         self.bytes_sent = self.bytes_sent.saturating_add(o.bytes_sent);
         self.bytes_received = self.bytes_received.saturating_add(o.bytes_received);
+        self.connections_opened = self.connections_opened.saturating_add(o.connections_opened);
+        self.peak_open_connections = self
+            .peak_open_connections
+            .saturating_add(o.peak_open_connections);
     }
 
     /// Whether adding `o` keeps every counter exact (no saturation).
@@ -89,6 +104,8 @@ impl Counters {
             (self.out_of_range, o.out_of_range),
             (self.bytes_sent, o.bytes_sent),
             (self.bytes_received, o.bytes_received),
+            (self.connections_opened, o.connections_opened),
+            (self.peak_open_connections, o.peak_open_connections),
         ];
         pairs.iter().all(|(a, b)| a.checked_add(*b).is_some())
             && o.errors.iter().all(|(k, v)| {

@@ -14,6 +14,10 @@ use crate::v1;
 pub const MAX_ERROR_KINDS: usize = 64;
 /// Longest error-kind name accepted.
 pub const MAX_ERROR_KIND_LEN: usize = 64;
+/// Most connections one agent can claim to hold open at once. One process cannot hold more
+/// sockets than it may open files, and Linux caps that (`fs.nr_open`) at 2^30; a larger
+/// claim is garbage that would dominate the report's peak, which is a maximum.
+pub const MAX_OPEN_CONNECTIONS: u64 = 1 << 30;
 
 /// A wire message that does not convert; the field path says where.
 #[derive(Debug, thiserror::Error)]
@@ -101,11 +105,22 @@ impl From<&Counters> for v1::Counters {
             out_of_range: c.out_of_range,
             bytes_sent: c.bytes_sent,
             bytes_received: c.bytes_received,
+            connections_opened: c.connections_opened,
+            peak_open_connections: c.peak_open_connections,
         }
     }
 }
 
 fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, ConvertError> {
+    if c.peak_open_connections > MAX_OPEN_CONNECTIONS {
+        return Err(ConvertError::invalid(
+            format!("{field}.peak_open_connections"),
+            format!(
+                "{} is more connections than one agent can hold (at most {MAX_OPEN_CONNECTIONS})",
+                c.peak_open_connections
+            ),
+        ));
+    }
     Ok(Counters {
         sessions_planned: c.sessions_planned,
         sessions_started: c.sessions_started,
@@ -120,6 +135,8 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         out_of_range: c.out_of_range,
         bytes_sent: c.bytes_sent,
         bytes_received: c.bytes_received,
+        connections_opened: c.connections_opened,
+        peak_open_connections: c.peak_open_connections,
     })
 }
 
@@ -293,6 +310,8 @@ mod tests {
         s.record_success(0, 5_000, 4_000);
         s.record_success(1, 7_000, 6_500);
         s.record_failure(1, "reset");
+        s.counters.connections_opened = 3;
+        s.counters.peak_open_connections = 2;
         let w = sample_to_wire(1, &s).unwrap();
         let (phase, back) = sample_from_wire("progress.samples[0]", &w, 2).unwrap();
         assert_eq!(phase, 1);
@@ -328,6 +347,17 @@ mod tests {
             }
         }
         assert!(sample_from_wire("s", &w, 1).is_err());
+
+        let mut w = sample_to_wire(0, &s).unwrap();
+        if let Some(c) = w.counters.as_mut() {
+            c.peak_open_connections = MAX_OPEN_CONNECTIONS;
+        }
+        assert!(sample_from_wire("s", &w, 1).is_ok());
+        if let Some(c) = w.counters.as_mut() {
+            c.peak_open_connections = u64::MAX;
+        }
+        let e = sample_from_wire("s", &w, 1).unwrap_err().to_string();
+        assert!(e.starts_with("s.counters.peak_open_connections: "), "{e}");
     }
 
     #[test]

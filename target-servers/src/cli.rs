@@ -66,6 +66,11 @@ pub struct LoginArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:7000")]
     pub listen: SocketAddr,
+    /// Set SO_REUSEPORT on the listener, so several target processes can listen on the same
+    /// ip:port and the kernel spreads new connections over them (one process can only hold as
+    /// many connections as it may open files).
+    #[arg(long)]
+    pub reuse_port: bool,
     /// Users file: a JSON array of `{"username","password","role","locked"}`. Without it, the
     /// built-in table (alice/wonderland, bob/builder, locked mallory, userN/passN).
     #[arg(long)]
@@ -93,6 +98,11 @@ pub struct EchoTcpArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:7001")]
     pub listen: SocketAddr,
+    /// Set SO_REUSEPORT on the listener, so several target processes can listen on the same
+    /// ip:port and the kernel spreads new connections over them (one process can only hold as
+    /// many connections as it may open files).
+    #[arg(long)]
+    pub reuse_port: bool,
     /// Framing: `length` (4-byte big-endian length prefix) or `newline`.
     #[arg(long, value_enum, default_value_t = Framing::Length)]
     pub framing: Framing,
@@ -145,6 +155,11 @@ pub struct HttpArgs {
     /// Address to listen on (HTTP/1.1 and h2c on the same port; `/metrics` is served here too).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Set SO_REUSEPORT on the listener, so several target processes can listen on the same
+    /// ip:port and the kernel spreads new connections over them (one process can only hold as
+    /// many connections as it may open files).
+    #[arg(long)]
+    pub reuse_port: bool,
     /// CPU milliseconds burnt per `GET /data` request (and the default of `/work`).
     #[arg(long, default_value_t = 0)]
     pub work_ms: u64,
@@ -258,7 +273,7 @@ impl TargetCommand {
                     tls: args.tls()?,
                     ..HttpConfig::from(&args)
                 };
-                let listener = bind_tcp(args.listen)?;
+                let listener = bind_tcp(args.listen, args.reuse_port)?;
                 http::serve(listener, cfg, shutdown).await
             }
             TargetCommand::Login(args) => {
@@ -273,7 +288,7 @@ impl TargetCommand {
                     read_timeout: args.read_timeout,
                     shutdown_grace: args.shutdown_grace,
                 })?;
-                let listener = bind_tcp(args.listen)?;
+                let listener = bind_tcp(args.listen, args.reuse_port)?;
                 let render = server.clone();
                 with_metrics(
                     args.metrics_listen,
@@ -284,7 +299,7 @@ impl TargetCommand {
             }
             TargetCommand::EchoTcp(args) => {
                 let server = EchoServer::new(args.opts.echo_config(args.framing))?;
-                let listener = bind_tcp(args.listen)?;
+                let listener = bind_tcp(args.listen, args.reuse_port)?;
                 let render = server.clone();
                 with_metrics(
                     args.opts.metrics_listen,
@@ -348,7 +363,7 @@ where
     let Some(addr) = listen else {
         return main.await;
     };
-    let listener = bind_tcp(addr)?;
+    let listener = bind_tcp(addr, false)?;
     let local = listener.local_addr().map_err(TargetError::LocalAddr)?;
     tracing::info!(addr = %local, "metrics listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -374,8 +389,11 @@ fn remove_stale_socket(path: &Path) {
     }
 }
 
-/// Binds a TCP listener with `SO_REUSEADDR` and a large backlog.
-pub(crate) fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, TargetError> {
+/// Binds a TCP listener with `SO_REUSEADDR` and a large backlog; with `reuse_port`, also
+/// `SO_REUSEPORT`, so other processes (of the same user) that set it too can bind the same
+/// ip:port and the kernel balances new connections between them. Without it a second bind of
+/// a listening ip:port fails with "address in use".
+pub fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> Result<TcpListener, TargetError> {
     let err = |source| TargetError::Bind { addr, source };
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
@@ -384,6 +402,9 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, TargetError> {
     }
     .map_err(err)?;
     socket.set_reuseaddr(true).map_err(err)?;
+    if reuse_port {
+        socket.set_reuseport(true).map_err(err)?;
+    }
     socket.bind(addr).map_err(err)?;
     socket.listen(BACKLOG).map_err(err)
 }
@@ -513,6 +534,39 @@ mod tests {
         ] {
             Cli::try_parse_from(args).unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn reuse_port_lets_a_second_listener_share_the_address() {
+        let first = bind_tcp("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = bind_tcp(addr, true).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+        // Every listener on the address must have asked for it.
+        let e = bind_tcp(addr, false).unwrap_err();
+        assert!(matches!(e, TargetError::Bind { .. }), "{e}");
+        drop((first, second));
+
+        let alone = bind_tcp("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = alone.local_addr().unwrap();
+        assert!(bind_tcp(addr, false).is_err());
+        assert!(bind_tcp(addr, true).is_err());
+    }
+
+    #[test]
+    fn reuse_port_flag_parses_on_the_tcp_targets() {
+        for kind in ["http", "login", "echo-tcp"] {
+            let cli = Cli::try_parse_from(["t", kind, "--reuse-port"]).unwrap();
+            let reuse = match cli.target {
+                TargetCommand::Http(a) => a.reuse_port,
+                TargetCommand::Login(a) => a.reuse_port,
+                TargetCommand::EchoTcp(a) => a.reuse_port,
+                _ => false,
+            };
+            assert!(reuse, "{kind}");
+        }
+        assert!(!http_args(&[]).unwrap().reuse_port);
+        assert!(Cli::try_parse_from(["t", "echo-udp", "--reuse-port"]).is_err());
     }
 
     #[test]

@@ -168,3 +168,50 @@ async fn constant_rate_waits_for_a_busy_pool_and_counts_the_wait() {
     );
     cluster.stop().await;
 }
+
+/// The report's `connections` gauge: a closed load of 200 keep-alive connections reports 200
+/// opened and 200 held at once, in total and in the intervals where the load was steady.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_load_reports_its_peak_open_connections() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    // A think time keeps the request rate (and the CPU) low; connections stay open through it.
+    let text = format!(
+        "name: e2e-peak\ntarget: {}\nload: {{ model: closed, connections: 200, duration: 3s }}\nsession:\n  - http: {{ method: GET, path: / }}\n  - think_time: 100ms\n",
+        target.url
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 2).await;
+    let stats = target.server.stats();
+    eprintln!(
+        "peak: connections {:?}, per interval {:?}, per agent {:?}, target saw {} connections",
+        r.connections,
+        r.timeline.iter().map(|t| t.peak_open).collect::<Vec<_>>(),
+        r.agents.iter().map(|a| a.peak_open).collect::<Vec<_>>(),
+        stats.connections_total
+    );
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(stats.connections_total, 200);
+    assert_eq!(r.connections.opened, 200);
+    assert_eq!(r.connections.peak_open, 200);
+    assert_eq!(
+        r.agents.iter().map(|a| a.peak_open).collect::<Vec<_>>(),
+        [100, 100]
+    );
+    // Every interval but the last (which may see connections close) held all 200.
+    let rows: Vec<u64> = r.timeline.iter().map(|t| t.peak_open).collect();
+    assert!(rows.len() >= 2, "{rows:?}");
+    assert!(rows.iter().all(|p| *p <= 200), "{rows:?}");
+    assert!(
+        rows[1..rows.len() - 1].iter().all(|p| *p == 200),
+        "{rows:?}"
+    );
+    assert_eq!(
+        r.timeline.iter().map(|t| t.connections_opened).sum::<u64>(),
+        200
+    );
+    let text = stampede_cli::render::report_text(&r);
+    assert!(text.contains("opened 200  peak open 200"), "{text}");
+    cluster.stop().await;
+}

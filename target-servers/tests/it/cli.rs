@@ -136,3 +136,49 @@ async fn second_signal_forces_exit() {
     })
     .await;
 }
+
+/// `--reuse-port`: two target processes serve the same ip:port; a third without the flag
+/// cannot bind it and exits with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuse_port_shares_one_address_between_processes() {
+    bounded(async {
+        let (mut a, addr) = spawn_child("http --listen 127.0.0.1:0 --reuse-port").await;
+        let (mut b, addr_b) = spawn_child(&format!("http --listen {addr} --reuse-port")).await;
+        assert_eq!(addr_b, addr);
+
+        // The kernel spreads connections over both listeners by a hash of the 4-tuple: with
+        // both processes serving, every connection is answered.
+        for _ in 0..32 {
+            let mut c = h1(addr).await;
+            assert_eq!(get(&mut c, "/").await.0, StatusCode::OK);
+        }
+        // Stop the first: the second alone keeps answering on the same address.
+        signal(&a, "-TERM");
+        assert_eq!(a.wait().await.unwrap().code(), Some(0));
+        for _ in 0..32 {
+            let mut c = h1(addr).await;
+            assert_eq!(get(&mut c, "/").await.0, StatusCode::OK);
+        }
+
+        // Without the flag the address is taken.
+        let mut c = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "cli::child_main", "--nocapture"])
+            .env(CHILD_ENV, format!("http --listen {addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let status = c.wait().await.unwrap();
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        let mut err = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut c.stderr.take().unwrap(), &mut err)
+            .await
+            .unwrap();
+        assert!(err.contains("cannot bind"), "{err}");
+
+        signal(&b, "-TERM");
+        assert_eq!(b.wait().await.unwrap().code(), Some(0));
+    })
+    .await;
+}

@@ -381,7 +381,13 @@ async fn connection(
                     Some(Err(status)) => return Err(status.into()),
                     None => return Err(AgentError::Closed),
                 };
+                let run_acked = matches!(&m.msg, Some(In::Ack(a)) if a.done);
                 handle(cfg, state, &tx, m).await;
+                // Drained: the controller has the run's Done (only its ack proves the frames
+                // left this process; returning earlier would drop them with the runtime).
+                if draining && run_acked && state.active.is_none() {
+                    return Ok(());
+                }
             }
             Some(mut out) = state.run_rx.recv() => {
                 let done = if let Some(Out::Done(d)) = &mut out.msg {
@@ -406,7 +412,7 @@ async fn connection(
                     return Err(AgentError::Closed);
                 }
                 if done && quit.is_cancelled() {
-                    return Ok(()); // drained: the last data is on its way
+                    draining = true; // now wait for the controller's acknowledgement
                 }
             }
             _ = quit.cancelled(), if !draining => {

@@ -181,16 +181,14 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
     })
 }
 
-/// This machine's ephemeral port count, or Linux's default.
+/// This machine's ephemeral port count (as an agent here would register it), or Linux's
+/// default.
 fn local_ephemeral_ports() -> u32 {
-    let text =
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-    let mut it = text
-        .split_whitespace()
-        .filter_map(|s| s.parse::<u32>().ok());
-    match (it.next(), it.next()) {
-        (Some(lo), Some(hi)) if hi >= lo && lo > 0 => hi - lo + 1,
-        _ => DEFAULT_EPHEMERAL_PORTS,
+    let r = stampede_agent::ephemeral_ports();
+    if r.high >= r.low && r.low > 0 {
+        r.high - r.low + 1
+    } else {
+        DEFAULT_EPHEMERAL_PORTS
     }
 }
 

@@ -137,29 +137,8 @@ fn be_u64(b: &[u8], at: usize) -> Result<u64, HistError> {
 
 /// Decodes compressed V2 bytes, refusing anything that is not exactly [`SPEC`].
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
-    if bytes.len() > MAX_ENCODED_BYTES {
-        return Err(HistError::TooLarge(bytes.len()));
-    }
-    let cookie = be_u32(bytes, 0)?;
-    if cookie != V2_COMPRESSED_COOKIE {
-        return Err(HistError::BadCookie(cookie));
-    }
-    let declared = be_u32(bytes, 4)? as usize;
-    let body = &bytes[8..];
-    if declared != body.len() {
-        return Err(HistError::LengthMismatch {
-            declared,
-            actual: body.len(),
-        });
-    }
     let mut inner = Vec::new();
-    flate2::read::ZlibDecoder::new(body)
-        .take(MAX_DECODED_BYTES + 1)
-        .read_to_end(&mut inner)
-        .map_err(|e| HistError::Inflate(e.to_string()))?;
-    if inner.len() as u64 > MAX_DECODED_BYTES {
-        return Err(HistError::TooLarge(inner.len()));
-    }
+    inflate_into(compressed_body(bytes)?, &mut inner)?;
     let cookie = be_u32(&inner, 0)?;
     if cookie != V2_COOKIE {
         return Err(HistError::BadCookie(cookie));
@@ -580,6 +559,27 @@ thread_local! {
     static INFLATED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The zlib body of compressed V2 bytes, after checking their size, cookie and declared
+/// length (no length is trusted).
+fn compressed_body(bytes: &[u8]) -> Result<&[u8], HistError> {
+    if bytes.len() > MAX_ENCODED_BYTES {
+        return Err(HistError::TooLarge(bytes.len()));
+    }
+    let cookie = be_u32(bytes, 0)?;
+    if cookie != V2_COMPRESSED_COOKIE {
+        return Err(HistError::BadCookie(cookie));
+    }
+    let declared = be_u32(bytes, 4)? as usize;
+    let body = &bytes[8..];
+    if declared != body.len() {
+        return Err(HistError::LengthMismatch {
+            declared,
+            actual: body.len(),
+        });
+    }
+    Ok(body)
+}
+
 /// Inflates a zlib stream into `out`, bounded. The same reader as [`decode`]'s: a fresh
 /// decoder each time, because a reused inflate state driven with `Finish` fails for good on
 /// the miniz backend once a first call runs out of output space (wide histograms did, and
@@ -616,21 +616,7 @@ fn varint(b: &[u8], at: &mut usize) -> Result<u64, HistError> {
 /// Decodes compressed V2 bytes straight into a [`SparseHist`], with the checks of [`decode`]
 /// and without ever building the 184 KiB dense form. Counts whose sum overflows are refused.
 pub fn decode_sparse(bytes: &[u8]) -> Result<SparseHist, HistError> {
-    if bytes.len() > MAX_ENCODED_BYTES {
-        return Err(HistError::TooLarge(bytes.len()));
-    }
-    let cookie = be_u32(bytes, 0)?;
-    if cookie != V2_COMPRESSED_COOKIE {
-        return Err(HistError::BadCookie(cookie));
-    }
-    let declared = be_u32(bytes, 4)? as usize;
-    let body = &bytes[8..];
-    if declared != body.len() {
-        return Err(HistError::LengthMismatch {
-            declared,
-            actual: body.len(),
-        });
-    }
+    let body = compressed_body(bytes)?;
     INFLATED.with(|cell| {
         let mut inner = cell.borrow_mut();
         inflate_into(body, &mut inner)?;

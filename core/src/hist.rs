@@ -139,26 +139,7 @@ fn be_u64(b: &[u8], at: usize) -> Result<u64, HistError> {
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
     let mut inner = Vec::new();
     inflate_into(compressed_body(bytes)?, &mut inner)?;
-    let cookie = be_u32(&inner, 0)?;
-    if cookie != V2_COOKIE {
-        return Err(HistError::BadCookie(cookie));
-    }
-    let payload = be_u32(&inner, 4)? as usize;
-    let actual = inner.len().saturating_sub(V2_HEADER_SIZE);
-    if inner.len() < V2_HEADER_SIZE || payload != actual {
-        return Err(HistError::LengthMismatch {
-            declared: payload,
-            actual,
-        });
-    }
-    let got = HistSpec {
-        significant_digits: u8::try_from(be_u32(&inner, 12)?).unwrap_or(u8::MAX),
-        lowest_us: be_u64(&inner, 16)?,
-        highest_us: be_u64(&inner, 24)?,
-    };
-    if got != SPEC {
-        return Err(HistError::SpecMismatch { got });
-    }
+    check_v2_header(&inner)?;
     Deserializer::new()
         .deserialize(&mut inner.as_slice())
         .map_err(|e| HistError::Decode(format!("{e:?}")))
@@ -624,7 +605,9 @@ pub fn decode_sparse(bytes: &[u8]) -> Result<SparseHist, HistError> {
     })
 }
 
-fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
+/// Checks an uncompressed V2 header: its cookie, that the declared payload is exactly what
+/// follows, and that it was recorded with [`SPEC`].
+fn check_v2_header(inner: &[u8]) -> Result<(), HistError> {
     let cookie = be_u32(inner, 0)?;
     if cookie != V2_COOKIE {
         return Err(HistError::BadCookie(cookie));
@@ -645,6 +628,11 @@ fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
     if got != SPEC {
         return Err(HistError::SpecMismatch { got });
     }
+    Ok(())
+}
+
+fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
+    check_v2_header(inner)?;
     if be_u32(inner, 8)? != 0 || f64::from_bits(be_u64(inner, 32)?) != 1.0 {
         return Err(HistError::Decode(
             "unsupported normalizing offset or ratio".into(),

@@ -381,7 +381,7 @@ async fn connection(
                     Some(Err(status)) => return Err(status.into()),
                     None => return Err(AgentError::Closed),
                 };
-                let run_acked = matches!(&m.msg, Some(In::Ack(a)) if a.done);
+                let run_acked = matches!(&m.msg, Some(In::Ack(_)));
                 handle(cfg, state, &tx, m).await;
                 // Drained: the controller has the run's Done (only its ack proves the frames
                 // left this process; returning earlier would drop them with the runtime).
@@ -570,13 +570,11 @@ async fn handle(
     }
 }
 
-/// Whether `ack` covers the retained message `m` (one interval, or the whole run).
+/// Whether `ack` (a whole run) covers the retained message `m`.
 fn acknowledged(m: &v1::AgentMessage, ack: &v1::Ack) -> bool {
     match &m.msg {
-        Some(Out::Progress(p)) => {
-            p.run_id == ack.run_id && (ack.done || p.interval == ack.interval)
-        }
-        Some(Out::Done(d)) => ack.done && d.run_id == ack.run_id,
+        Some(Out::Progress(p)) => p.run_id == ack.run_id,
+        Some(Out::Done(d)) => d.run_id == ack.run_id,
         _ => false,
     }
 }

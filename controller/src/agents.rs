@@ -270,8 +270,6 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
     // agent stops replaying it.
     let whole_run = v1::Ack {
         run_id: run_id.clone(),
-        interval: 0,
-        done: true,
     };
     let is_done = matches!(input, RunInput::Done { .. });
     let is_data = is_done || matches!(input, RunInput::Progress { .. });

@@ -577,10 +577,13 @@ async fn session<'a>(
                             rec.with(phase, |s| {
                                 s.counters.bytes_sent += answer.sent;
                                 s.counters.bytes_received += answer.received;
+                                if answer.status != 0 {
+                                    s.counters.count_status(answer.status);
+                                }
                                 if answer.good {
                                     s.record_success(*ordinal, us(done - due), us(done - sent));
                                 } else {
-                                    s.record_failure(*ordinal, error_kind::STATUS);
+                                    s.record_failure(*ordinal, error_kind::status(answer.status));
                                 }
                             });
                             if !answer.keep_alive {
@@ -617,6 +620,8 @@ struct Answer {
     received: u64,
     /// The reply is the expected one (HTTP: the status is expected).
     good: bool,
+    /// The HTTP status code (0 for tcp and udp, which have none).
+    status: u16,
     /// The connection may carry another request.
     keep_alive: bool,
 }
@@ -653,6 +658,7 @@ async fn exchange<'a>(
                 sent: request.len() as u64,
                 received: resp.bytes_received,
                 good: status_expected(expect.as_deref(), resp.status),
+                status: resp.status,
                 keep_alive: resp.keep_alive,
             }),
         // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
@@ -671,6 +677,7 @@ async fn exchange<'a>(
                 sent: request.len() as u64,
                 received: resp.bytes_received,
                 good: status_expected(expect.as_deref(), resp.status),
+                status: resp.status,
                 keep_alive: true,
             }),
         (Link::Stream(c), StepPlan::Tcp { request, .. }) => {
@@ -680,6 +687,7 @@ async fn exchange<'a>(
                     sent: request.len() as u64,
                     received,
                     good: true,
+                    status: 0,
                     keep_alive: true,
                 })
         }
@@ -689,6 +697,7 @@ async fn exchange<'a>(
                 sent: request.len() as u64,
                 received,
                 good: true,
+                status: 0,
                 keep_alive: true,
             }),
         // Validation ties the step kind to the target's scheme; this cannot happen.

@@ -30,6 +30,21 @@ pub fn progress_line(s: &v1::LiveSnapshot) -> String {
     )
 }
 
+/// A byte count for people: B, KiB, MiB, GiB.
+fn bytes(n: f64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let (mut v, mut u) = (n, 0);
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 fn lat_row(out: &mut String, name: &str, p: &Percentiles) {
     let _ = writeln!(
         out,
@@ -102,6 +117,23 @@ pub fn report_text(r: &Report) -> String {
             o,
             "Conns     opened {}  peak open {} (most held at once, agents' per-interval peaks summed)",
             c.opened, c.peak_open
+        );
+    }
+    if !t.status_codes.is_empty() {
+        let list: Vec<String> = t
+            .status_codes
+            .iter()
+            .map(|(k, v)| format!("{k} ×{v}"))
+            .collect();
+        let _ = writeln!(o, "Status    {}", list.join(", "));
+    }
+    if t.mean_response_bytes > 0.0 || t.mean_request_bytes > 0.0 {
+        let _ = writeln!(
+            o,
+            "Sizes     mean request {}  mean response {}  (received {} in all)",
+            bytes(t.mean_request_bytes),
+            bytes(t.mean_response_bytes),
+            bytes(t.bytes_received as f64)
         );
     }
     if t.errors.is_empty() {

@@ -762,12 +762,6 @@ impl Driver {
             started_at_unix_ms,
             duration_s,
         };
-        let state = match outcome {
-            RunOutcome::Succeeded => "done",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Aborted => "aborted",
-            RunOutcome::Incomplete => "incomplete",
-        };
         let report = match acc.finish(&self.scenario, meta) {
             Ok(mut r) => {
                 r.threshold_abort = self.threshold_abort.clone();
@@ -779,6 +773,14 @@ impl Driver {
                 return;
             }
         };
+        // The report's verdict, not the driver's: a run that delivered nothing is failed.
+        let state = match report.outcome {
+            RunOutcome::Succeeded => "done",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Aborted => "aborted",
+            RunOutcome::Incomplete => "incomplete",
+        };
+        let message = report.message.clone().or(message);
         let (json, state, message) = match self.inner.store.save(&report) {
             Ok(json) => {
                 self.h

@@ -25,21 +25,40 @@ impl HumanDuration {
 /// Parses `250ms`, `10s`, `1.5m`, `2h`. The unit is mandatory, and the error lists the units.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let (num, mult_ns) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60e9)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3600e9)
-    } else {
-        return Err(format!(
-            "invalid duration `{text}`: expected a number followed by ms, s, m or h"
-        ));
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let mult_ns = match unit {
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" => 60e9,
+        "h" => 3600e9,
+        "" => {
+            return Err(format!(
+                "invalid duration `{text}`: a duration needs a unit: ms, s, m or h (e.g. {}s)",
+                if num.is_empty() { "10" } else { num }
+            ))
+        }
+        other => {
+            let hint = match other {
+                "sec" | "secs" | "second" | "seconds" => Some("s"),
+                "min" | "mins" | "minute" | "minutes" => Some("m"),
+                "hr" | "hrs" | "hour" | "hours" => Some("h"),
+                "msec" | "millis" | "millisecond" | "milliseconds" => Some("ms"),
+                _ => None,
+            };
+            return Err(match hint {
+                Some(u) => {
+                    format!("invalid duration `{text}`: write `{num}{u}` (units: ms, s, m, h)")
+                }
+                None => {
+                    format!("invalid duration `{text}`: unknown unit `{other}`; use ms, s, m or h")
+                }
+            });
+        }
     };
     let value: f64 = num
-        .trim()
         .parse()
         .map_err(|_| format!("invalid duration `{text}`: `{num}` is not a number"))?;
     if !value.is_finite() || value < 0.0 {
@@ -73,11 +92,34 @@ impl Serialize for HumanDuration {
 
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_duration(&text)
-            .map(HumanDuration)
-            .map_err(serde::de::Error::custom)
+        d.deserialize_any(DurationVisitor)
     }
+}
+
+/// Accepts text; a bare number is refused with the units to add, not a type error.
+pub(crate) struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = HumanDuration;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a duration like 250ms, 10s, 1.5m or 2h")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HumanDuration, E> {
+        parse_duration(v).map(HumanDuration).map_err(E::custom)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<HumanDuration, E> {
+        Err(E::custom(no_unit(&v.to_string())))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<HumanDuration, E> {
+        Err(E::custom(no_unit(&v.to_string())))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<HumanDuration, E> {
+        Err(E::custom(no_unit(&v.to_string())))
+    }
+}
+
+fn no_unit(n: &str) -> String {
+    format!("`{n}` has no unit: write {n}ms or {n}s (units: ms, s, m, h)")
 }
 
 impl JsonSchema for HumanDuration {
@@ -115,6 +157,12 @@ mod tests {
         for bad in ["10", "abc", "-1s", "1d", "", "NaNs", "1e30m", "8785h"] {
             assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
         }
+        let e = parse_duration("2 minutes").unwrap_err();
+        assert!(e.contains("write `2m`"), "{e}");
+        let e = parse_duration("3 fortnights").unwrap_err();
+        assert!(e.contains("unknown unit `fortnights`"), "{e}");
+        let e = parse_duration("500").unwrap_err();
+        assert!(e.contains("needs a unit"), "{e}");
     }
 
     #[test]

@@ -124,6 +124,15 @@ pub struct Totals {
     pub sessions: SessionTotals,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// HTTP responses by status code, all of them (2xx and 3xx included).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_codes: BTreeMap<u16, u64>,
+    /// Mean bytes received per finished request (headers included for HTTP).
+    #[serde(default)]
+    pub mean_response_bytes: f64,
+    /// Mean bytes sent per started request.
+    #[serde(default)]
+    pub mean_request_bytes: f64,
 }
 
 /// How well the generator kept to its schedule.
@@ -314,6 +323,30 @@ pub struct ThresholdAbort {
 }
 
 impl Report {
+    /// A run that sent nothing, or in which no request succeeded, is not a success whatever
+    /// its thresholds say: its numbers describe a target that never answered (or a
+    /// generator that never ran), and a CI gate must not pass it.
+    pub fn judge_delivery(&mut self) {
+        if self.outcome != RunOutcome::Succeeded {
+            return;
+        }
+        let t = &self.totals;
+        let why = if t.started == 0 && t.completed == 0 && t.failed == 0 {
+            "no request was sent".to_string()
+        } else if t.completed == 0 {
+            let kinds: Vec<String> = t.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            format!(
+                "no request succeeded: all {} failed ({})",
+                t.failed,
+                kinds.join(", ")
+            )
+        } else {
+            return;
+        };
+        self.outcome = RunOutcome::Failed;
+        self.message = Some(why);
+    }
+
     /// True when every threshold passed (also when there are none).
     pub fn thresholds_passed(&self) -> bool {
         self.thresholds.iter().all(|t| t.passed)
@@ -331,6 +364,8 @@ pub struct LiveSnapshot {
     pub p50_us: u64,
     pub p99_us: u64,
     pub active_agents: u32,
+    /// Failed requests so far, by error kind.
+    pub errors: BTreeMap<String, u64>,
 }
 
 /// Per agent the report needs only counters and the start-lag percentiles, so that is all
@@ -685,10 +720,15 @@ impl RunAccumulator {
                 .saturating_mul(self.plan.requests_per_session),
             completed: t.counters.requests_completed,
             failed: t.counters.requests_failed,
-            rps: self.closed.last().map_or(0.0, |row| row.rps),
+            // Before the first interval closes, the average so far (not a misleading 0).
+            rps: self.closed.last().map_or_else(
+                || t.counters.requests_completed as f64 / elapsed_s.max(1e-3),
+                |row| row.rps,
+            ),
             p50_us: r.p50_us,
             p99_us: r.p99_us,
             active_agents: self.agents.iter().filter(|a| !a.lost).count() as u32,
+            errors: t.counters.errors.clone(),
         })
     }
 
@@ -696,7 +736,16 @@ impl RunAccumulator {
     pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
         self.close_through(None)?;
         let timeline = std::mem::take(&mut self.closed);
-        self.build(scenario, meta, timeline, false)
+        let mut report = self.build(scenario, meta, timeline, false)?;
+        // The default error verdict, unless the user wrote a run-wide error_rate threshold.
+        if let (Some(limit), Ok(ts)) = (scenario.max_error_rate(), scenario.parsed_thresholds()) {
+            if !ts.iter().any(|t| t.is_run_error_rate()) {
+                let t = crate::threshold::Threshold::default_error_rate(limit);
+                report.thresholds.push(t.evaluate(&report));
+            }
+        }
+        report.judge_delivery();
+        Ok(report)
     }
 
     /// A report of the run so far, `elapsed_s` after T0, for live threshold evaluation
@@ -845,7 +894,7 @@ impl RunAccumulator {
             })
             .collect();
 
-        let mut generator = generator_verdict(&totals_stats, c, &agents);
+        let mut generator = generator_verdict(&totals_stats, c, &agents, meta.outcome);
         if scenario.insecure_tls() {
             generator
                 .warnings
@@ -900,6 +949,17 @@ impl RunAccumulator {
                 },
                 bytes_sent: c.bytes_sent,
                 bytes_received: c.bytes_received,
+                status_codes: c.status_codes.clone(),
+                mean_response_bytes: if finished > 0 {
+                    c.bytes_received as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                mean_request_bytes: if c.requests_started > 0 {
+                    c.bytes_sent as f64 / c.requests_started as f64
+                } else {
+                    0.0
+                },
             },
             latency: Latency::of(&totals_stats),
             generator,
@@ -937,7 +997,15 @@ pub struct ReportMeta {
     pub duration_s: f64,
 }
 
-fn generator_verdict(t: &SparseStats, c: &Counters, agents: &[AgentReport]) -> Generator {
+/// How the generator kept up. Sessions that never started because the run was stopped
+/// (aborted, failed, an agent lost) are the stop's doing, not the generator's: they are
+/// reported as such and do not make the run "behind schedule".
+fn generator_verdict(
+    t: &SparseStats,
+    c: &Counters,
+    agents: &[AgentReport],
+    outcome: RunOutcome,
+) -> Generator {
     let lag = Percentiles::of_sparse(&t.lag);
     let mut warnings = Vec::new();
     if c.late_arrivals > 0 {
@@ -949,11 +1017,20 @@ fn generator_verdict(t: &SparseStats, c: &Counters, agents: &[AgentReport]) -> G
             crate::stats::LATE_THRESHOLD_US / 1000
         ));
     }
+    let stopped = outcome != RunOutcome::Succeeded;
     if c.dropped_arrivals > 0 {
-        warnings.push(format!(
-            "{} planned sessions were never started",
-            c.dropped_arrivals
-        ));
+        warnings.push(if stopped {
+            format!(
+                "{} planned sessions were not started because the run stopped early ({})",
+                c.dropped_arrivals,
+                format!("{outcome:?}").to_lowercase()
+            )
+        } else {
+            format!(
+                "{} planned sessions were never started: the generator's in-flight cap was reached",
+                c.dropped_arrivals
+            )
+        });
     }
     if c.out_of_range > 0 {
         warnings.push(format!(
@@ -971,7 +1048,7 @@ fn generator_verdict(t: &SparseStats, c: &Counters, agents: &[AgentReport]) -> G
     }
     warnings.sort();
     let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
-        || c.dropped_arrivals > 0;
+        || (c.dropped_arrivals > 0 && !stopped);
     Generator {
         lag,
         late_arrivals: c.late_arrivals,
@@ -1051,5 +1128,63 @@ mod tests {
         obj.remove("connections");
         let back: Report = serde_json::from_value(json).unwrap();
         assert_eq!(back.connections, ConnectionsReport::default());
+    }
+
+    fn counted(completed: u64, failed: u64) -> crate::stats::SparseStats {
+        let mut s = crate::stats::SparseStats::default();
+        s.counters.requests_started = completed + failed;
+        s.counters.requests_completed = completed;
+        s.counters.requests_failed = failed;
+        if failed > 0 {
+            s.counters.errors.insert("connect_refused".into(), failed);
+        }
+        s
+    }
+
+    #[test]
+    fn a_run_that_delivered_nothing_is_failed_and_errors_breach_the_default_verdict() {
+        let s = closed(2);
+        let run = |completed, failed| {
+            let plan = Plan::new(&s, 1, &[], 0).unwrap();
+            let mut acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+            acc.add(0, 0, 0, &counted(completed, failed)).unwrap();
+            acc.finish(&s, ReportMeta::default()).unwrap()
+        };
+        let none = run(0, 0);
+        assert_eq!(none.outcome, RunOutcome::Failed);
+        assert_eq!(none.message.as_deref(), Some("no request was sent"));
+        let refused = run(0, 40);
+        assert_eq!(refused.outcome, RunOutcome::Failed);
+        assert_eq!(
+            refused.message.as_deref(),
+            Some("no request succeeded: all 40 failed (connect_refused 40)")
+        );
+        // Some failures: the run succeeded, but the default error verdict (1%) breaches.
+        let some = run(90, 10);
+        assert_eq!(some.outcome, RunOutcome::Succeeded);
+        let v = some.thresholds.last().unwrap();
+        assert_eq!(v.expr, "error_rate < 1% (default)");
+        assert!(!v.passed);
+        assert!(run(1000, 1).thresholds_passed());
+        // A user's run-wide error_rate threshold replaces the default; `none` turns it off.
+        let mut own = s.clone();
+        own.thresholds = vec!["error_rate < 20%".into()];
+        let plan = Plan::new(&own, 1, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&own, plan, vec!["a".into()], 1.0);
+        acc.add(0, 0, 0, &counted(90, 10)).unwrap();
+        let r = acc.finish(&own, ReportMeta::default()).unwrap();
+        assert_eq!(r.thresholds.len(), 1);
+        assert!(r.thresholds_passed());
+        let mut off = s.clone();
+        off.max_error_rate = Some("none".into());
+        assert_eq!(off.max_error_rate(), None);
+        off.max_error_rate = Some("5%".into());
+        assert_eq!(off.max_error_rate(), Some(0.05));
+        off.max_error_rate = Some("lots".into());
+        assert!(off
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_error_rate"));
     }
 }

@@ -78,6 +78,11 @@ pub struct Scenario {
     /// 100 finished requests, so a few early samples cannot abort a run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub abort_on_fail: bool,
+    /// The default error verdict: without a run-wide `error_rate` threshold, a run whose
+    /// error rate reaches this is flagged (exit 1), so CI can gate on failures without writing
+    /// thresholds. A percentage like `1%` (the default) or `0%`, or `none` to turn it off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_error_rate: Option<String>,
 }
 
 fn default_request_timeout() -> HumanDuration {
@@ -355,8 +360,56 @@ impl Step {
     }
 }
 
+/// `think_time: 500ms` or `{ min: 1s, max: 3s }`, by hand rather than `untagged` so that a
+/// mistake (`think_time: 500`) gets the duration's own error, not "did not match any variant".
+impl<'de> Deserialize<'de> for ThinkTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Range {
+            min: HumanDuration,
+            max: HumanDuration,
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ThinkTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a duration like 500ms, or { min: 1s, max: 3s }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ThinkTime, E> {
+                crate::duration::DurationVisitor
+                    .visit_str(v)
+                    .map(ThinkTime::Fixed)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ThinkTime, E> {
+                crate::duration::DurationVisitor
+                    .visit_u64(v)
+                    .map(ThinkTime::Fixed)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ThinkTime, E> {
+                crate::duration::DurationVisitor
+                    .visit_i64(v)
+                    .map(ThinkTime::Fixed)
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ThinkTime, E> {
+                crate::duration::DurationVisitor
+                    .visit_f64(v)
+                    .map(ThinkTime::Fixed)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<ThinkTime, A::Error> {
+                let r = Range::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(ThinkTime::Range {
+                    min: r.min,
+                    max: r.max,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A pause: fixed, or uniformly random within a range.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ThinkTime {
     Fixed(HumanDuration),
@@ -509,12 +562,31 @@ impl Scenario {
             Some(load) => self.validate_load(load)?,
         }
         self.validate_session()?;
+        if let Some(v) = &self.max_error_rate {
+            let v = v.trim();
+            if v != "none" && v != "off" && crate::threshold::parse_fraction(v).is_none() {
+                return Err(ScenarioError::invalid(
+                    "max_error_rate",
+                    format!("`{v}` is not a percentage like 1% or 0%, or `none`"),
+                ));
+            }
+        }
         self.parsed_thresholds().map(|_| ())
     }
 
     /// True when the scenario turns off TLS certificate verification.
     pub fn insecure_tls(&self) -> bool {
         self.tls.as_ref().is_some_and(|t| t.insecure_skip_verify)
+    }
+
+    /// The default error verdict's limit ([`crate::threshold::DEFAULT_MAX_ERROR_RATE`] unless
+    /// `max_error_rate` says otherwise); `None` when turned off. Checked by `validate`.
+    pub fn max_error_rate(&self) -> Option<f64> {
+        match self.max_error_rate.as_deref().map(str::trim) {
+            None => Some(crate::threshold::DEFAULT_MAX_ERROR_RATE),
+            Some("none" | "off") => None,
+            Some(v) => crate::threshold::parse_fraction(v),
+        }
     }
 
     /// The thresholds, parsed; the error names the entry.
@@ -941,6 +1013,29 @@ phases:
 session:
   - http: { method: GET, path: /data }
 "#;
+
+    #[test]
+    fn durations_without_units_and_think_times_say_what_to_write() {
+        let e = err(&DEMO.replace(
+            "duration: 10s\n    arrival_rate: 20\n  -",
+            "duration: 10\n    arrival_rate: 20\n  -",
+        ));
+        assert!(e.to_string().contains("`10` has no unit"), "{e}");
+        let think = format!("{DEMO}  - think_time: 500\n");
+        let e = err(&think);
+        assert!(e.to_string().contains("`500` has no unit"), "{e}");
+        assert!(e.path().contains("think_time"), "{}", e.path());
+        let e = err(&format!("{DEMO}  - think_time: 2 minutes\n"));
+        assert!(e.to_string().contains("write `2m`"), "{e}");
+        let ok = Scenario::from_yaml(&format!("{DEMO}  - think_time: {{ min: 1s, max: 2s }}\n"))
+            .unwrap();
+        assert!(matches!(
+            ok.session[1].think_time,
+            Some(ThinkTime::Range { .. })
+        ));
+        let e = err(&format!("{DEMO}  - think_time: {{ min: 1s, most: 2s }}\n"));
+        assert!(e.to_string().contains("most"), "{e}");
+    }
 
     #[test]
     fn accepts_the_contract_subset() {

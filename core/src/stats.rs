@@ -19,9 +19,22 @@ pub mod error_kind {
     pub const READ_TIMEOUT: &str = "read_timeout";
     pub const WRITE: &str = "write";
     pub const TIMEOUT: &str = "timeout";
+    /// A reply whose status was not expected, without a code (the wire's old form).
     pub const STATUS: &str = "status";
     pub const PROTOCOL: &str = "protocol";
     pub const TLS: &str = "tls";
+
+    /// The error kind of an unexpected HTTP status: `status_404`, so every report names the
+    /// code. Codes are three digits (100 to 999), so there are at most 900 such kinds and
+    /// they are made once, not per failed request.
+    pub fn status(code: u16) -> &'static str {
+        static KINDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let kinds = KINDS.get_or_init(|| (100..1000).map(|c| format!("status_{c}")).collect());
+        match code {
+            100..=999 => &kinds[usize::from(code - 100)],
+            _ => STATUS,
+        }
+    }
 }
 
 /// Additive counters of one agent, one interval, one phase.
@@ -58,6 +71,9 @@ pub struct Counters {
     /// over intervals (`RunAccumulator`), never a sum over time.
     #[serde(default)]
     pub peak_open_connections: u64,
+    /// HTTP responses by status code, expected or not (empty for tcp and udp).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_codes: BTreeMap<u16, u64>,
 }
 
 /// A session that starts this late behind its intended time counts as a late arrival.
@@ -87,6 +103,10 @@ impl Counters {
         self.peak_open_connections = self
             .peak_open_connections
             .saturating_add(o.peak_open_connections);
+        for (k, v) in &o.status_codes {
+            let e = self.status_codes.entry(*k).or_default();
+            *e = e.saturating_add(*v);
+        }
     }
 
     /// Whether adding `o` keeps every counter exact (no saturation).
@@ -116,6 +136,19 @@ impl Counters {
                     .checked_add(*v)
                     .is_some()
             })
+            && o.status_codes.iter().all(|(k, v)| {
+                self.status_codes
+                    .get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .checked_add(*v)
+                    .is_some()
+            })
+    }
+
+    /// Counts one HTTP response's status code.
+    pub fn count_status(&mut self, code: u16) {
+        *self.status_codes.entry(code).or_default() += 1;
     }
 
     pub fn error_count(&self) -> u64 {

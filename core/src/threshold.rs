@@ -116,10 +116,18 @@ fn parse_duration_us(s: &str) -> Option<f64> {
     (v.is_finite() && v >= 0.0).then_some(v * mult)
 }
 
-fn parse_fraction(s: &str) -> Option<f64> {
+/// A percentage (`0.1%`) or a fraction below 1 (`0.001`). A bare `1` (or more) is refused:
+/// users who write `error_rate < 1` mean 1 %, and reading it as 100 % passes every run.
+pub(crate) fn parse_fraction(s: &str) -> Option<f64> {
     let v = match s.strip_suffix('%') {
         Some(p) => p.trim().parse::<f64>().ok()? / 100.0,
-        None => s.parse::<f64>().ok()?,
+        None => {
+            let v = s.parse::<f64>().ok()?;
+            if v >= 1.0 {
+                return None;
+            }
+            v
+        }
     };
     (v.is_finite() && (0.0..=1.0).contains(&v)).then_some(v)
 }
@@ -164,7 +172,8 @@ impl Threshold {
                 parse_fraction(rhs).ok_or_else(|| {
                     bad(
                         expr,
-                        "error_rate takes a percentage like 0.1% or a fraction like 0.001",
+                        "error_rate takes a percentage like 0.1% or a fraction below 1 like 0.001 \
+                         (a bare 1 is ambiguous: write 1% or 100%)",
                     )
                 })?,
             ),
@@ -216,9 +225,39 @@ impl Threshold {
         })
     }
 
-    /// Evaluates against a report. A scope that names no phase or step fails with a message.
+    /// The default error verdict ([`DEFAULT_MAX_ERROR_RATE`] unless the scenario says
+    /// otherwise): `error_rate < limit` over the whole run, marked as the default.
+    pub fn default_error_rate(limit: f64) -> Self {
+        Self {
+            expr: format!("error_rate < {}% (default)", limit * 100.0),
+            scope: Scope::Run,
+            metric: Metric::ErrorRate,
+            op: Op::Lt,
+            limit,
+        }
+    }
+
+    /// True for a run-wide `error_rate` threshold: with one the default error verdict is
+    /// not added, the user has said what they accept.
+    pub fn is_run_error_rate(&self) -> bool {
+        self.scope == Scope::Run && self.metric == Metric::ErrorRate
+    }
+
+    /// Evaluates against a report. A scope that names no phase or step fails with a message,
+    /// and so does a scope with no finished request: a threshold never passes on nothing.
     pub fn evaluate(&self, r: &Report) -> ThresholdResult {
-        let measured = self.measure(r);
+        let measured = match self.scope_samples(r) {
+            Some(0) => {
+                return ThresholdResult {
+                    expr: self.expr.clone(),
+                    measured: f64::NAN,
+                    limit: self.limit,
+                    passed: false,
+                    measured_text: "no finished requests".to_string(),
+                }
+            }
+            _ => self.measure(r),
+        };
         let (measured, passed, text) = match measured {
             Some(v) => (v, self.op.holds(v, self.limit), self.format(v)),
             None => (f64::NAN, false, "no such phase or step".to_string()),
@@ -338,6 +377,11 @@ fn quantile(p: &Percentiles, q: f64) -> f64 {
         .map_or(p.max_us, |(_, v)| *v) as f64
 }
 
+/// The error rate a run may have without thresholds before it is flagged (exit 1): a run with
+/// failures should not pass CI silently. `max_error_rate:` in the scenario changes it, and a
+/// run-wide `error_rate` threshold replaces it.
+pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.01;
+
 /// Live evaluation (`abort_on_fail`) waits this long after T0 before judging anything.
 pub const ABORT_GRACE_S: f64 = 2.0;
 /// Live evaluation judges a threshold only once its scope (the run, the phase or the step)
@@ -410,6 +454,8 @@ mod tests {
                 },
             },
             totals: Totals {
+                completed: 1999,
+                failed: 1,
                 error_rate: 0.0005,
                 throughput_rps: 990.0,
                 achieved_ratio: 0.995,
@@ -497,6 +543,7 @@ mod tests {
             ("p99 < 50", "needs a unit"),
             ("p101 < 5ms", "unknown metric"),
             ("error_rate < 150%", "percentage"),
+            ("error_rate < 1", "ambiguous"),
             ("throughput > lots", "requests per second"),
             ("step(x).throughput > 5", "not defined per step"),
             ("phase().p99 < 1ms", "empty"),
@@ -504,5 +551,42 @@ mod tests {
             let err = Threshold::parse(e).unwrap_err();
             assert!(err.contains(why), "{e}: {err}");
         }
+    }
+
+    #[test]
+    fn nothing_finished_never_passes() {
+        let mut r = report();
+        r.totals.completed = 0;
+        r.totals.failed = 0;
+        r.totals.error_rate = 0.0;
+        for e in [
+            "error_rate < 1%",
+            "p99 < 1s",
+            "throughput < 1000",
+            "phase(ramp).p99 < 1s",
+        ] {
+            let mut r = r.clone();
+            if e.starts_with("phase") {
+                r.phases[0].completed = 0;
+                r.phases[0].failed = 0;
+            }
+            let v = Threshold::parse(e).unwrap().evaluate(&r);
+            assert!(!v.passed, "{e} passed on zero samples");
+            assert_eq!(v.measured_text, "no finished requests");
+        }
+    }
+
+    #[test]
+    fn default_error_verdict() {
+        let t = Threshold::default_error_rate(DEFAULT_MAX_ERROR_RATE);
+        assert!(t.is_run_error_rate());
+        assert_eq!(t.expr, "error_rate < 1% (default)");
+        let mut r = report();
+        assert!(t.evaluate(&r).passed);
+        r.totals.error_rate = 0.02;
+        assert!(!t.evaluate(&r).passed);
+        assert!(!Threshold::parse("phase(ramp).error_rate < 5%")
+            .unwrap()
+            .is_run_error_rate());
     }
 }

@@ -107,8 +107,29 @@ impl From<&Counters> for v1::Counters {
             bytes_received: c.bytes_received,
             connections_opened: c.connections_opened,
             peak_open_connections: c.peak_open_connections,
+            status_codes: c
+                .status_codes
+                .iter()
+                .map(|(k, v)| (u32::from(*k), *v))
+                .collect(),
         }
     }
+}
+
+/// Status codes are three digits; anything else is refused, so the map stays small.
+fn status_codes_from_wire(
+    field: &str,
+    m: &std::collections::HashMap<u32, u64>,
+) -> Result<BTreeMap<u16, u64>, ConvertError> {
+    m.iter()
+        .map(|(k, v)| match u16::try_from(*k) {
+            Ok(code) if (100..=999).contains(&code) => Ok((code, *v)),
+            _ => Err(ConvertError::invalid(
+                field,
+                format!("status code {k} is not between 100 and 999"),
+            )),
+        })
+        .collect()
 }
 
 fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, ConvertError> {
@@ -137,6 +158,7 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         bytes_received: c.bytes_received,
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
+        status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,
     })
 }
 
@@ -295,6 +317,7 @@ impl From<&LiveSnapshot> for v1::LiveSnapshot {
             p99_us: s.p99_us,
             active_agents: s.active_agents,
             planned_duration_s: 0.0,
+            errors: s.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         }
     }
 }

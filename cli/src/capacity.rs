@@ -19,8 +19,8 @@ use crate::render::us;
 /// Arguments of `stampede capacity`.
 #[derive(clap::Args, Debug)]
 pub struct CapacityArgs {
-    /// The scenario file: its target, session and settings are used; its phases (or load) are
-    /// replaced by the steps of the search.
+    /// The scenario file: its target, session and settings are used; it needs no phases or
+    /// load (any it has are replaced by the steps of the search).
     pub scenario: PathBuf,
     /// A service-level objective every step must meet, in the threshold syntax
     /// (e.g. "p99 < 50ms", "error_rate < 0.1%"); repeat for more.
@@ -99,6 +99,8 @@ pub fn step_scenario(
         ramp_to: None,
     }];
     s.thresholds = slos.to_vec();
+    // The SLOs given are the verdict; the default error verdict would add one of its own.
+    s.max_error_rate = Some("none".into());
     s.abort_on_fail = true;
     s.validate().with_context(|| format!("step {name}"))?;
     Ok(s)
@@ -113,7 +115,7 @@ pub struct Outcome {
 /// Runs the search; returns the exit code (0: a sustainable rate was found, 1: not even the
 /// first step held, 2: a step could not run).
 pub async fn command(a: CapacityArgs) -> Result<i32> {
-    let (_, base) = client::read_scenario(&a.scenario)?;
+    let (_, base) = client::read_scenario_with(&a.scenario, Scenario::from_yaml_loadless)?;
     for (i, slo) in a.slos.iter().enumerate() {
         Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}"))?;
     }

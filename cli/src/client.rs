@@ -68,7 +68,7 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
     let channel = endpoint
         .connect()
         .await
-        .with_context(|| format!("cannot reach the controller at {url}"))?;
+        .map_err(|e| anyhow!("cannot reach the controller at {url}: {}", causes(&e)))?;
     let auth = match token {
         Some(t) => Some(
             MetadataValue::try_from(format!("Bearer {t}"))
@@ -158,8 +158,45 @@ fn parse_report(json: &str) -> Result<Report> {
     serde_json::from_str(json).context("the controller sent a report this CLI cannot read")
 }
 
+/// An error's chain of causes, each said once (transport errors repeat their cause's text:
+/// "tcp connect error: tcp connect error: Connection refused").
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !parts
+            .iter()
+            .any(|p| p.contains(&text) || text.contains(p.as_str()))
+        {
+            parts.push(text);
+        } else if let Some(last) = parts.last_mut() {
+            if text.len() > last.len() {
+                *last = text;
+            }
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
 /// Turns a gRPC status into an error that says what to do.
 pub fn status_error(s: tonic::Status) -> anyhow::Error {
+    // What a gRPC client reports when the other end speaks plain HTTP/1 (a target server,
+    // a metrics port): not an error of the controller, a wrong address.
+    let msg = s.message();
+    if matches!(
+        s.code(),
+        tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::Unimplemented
+    ) && (msg.contains("compression flag")
+        || msg.contains("h2 protocol error")
+        || msg.contains("content-type")
+        || msg.contains("HTTP status"))
+    {
+        return anyhow!(
+            "this address does not answer like a Stampede controller (wrong port? the controller serves gRPC, 7070 by default): {msg}"
+        );
+    }
     match s.code() {
         tonic::Code::Unauthenticated => anyhow!("unauthenticated: {}", s.message()),
         tonic::Code::InvalidArgument => anyhow!("{}", s.message()),
@@ -171,9 +208,20 @@ pub fn status_error(s: tonic::Status) -> anyhow::Error {
 
 /// Reads a scenario file and validates it locally first, for a clear error before any RPC.
 pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::Scenario)> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut scenario = match stampede_core::Scenario::from_yaml(&text) {
+    read_scenario_with(path, stampede_core::Scenario::from_yaml)
+}
+
+/// [`read_scenario`] with another parser (capacity's, which needs no load).
+pub fn read_scenario_with(
+    path: &std::path::Path,
+    parse: fn(&str) -> Result<stampede_core::Scenario, stampede_core::scenario::ScenarioError>,
+) -> Result<(String, stampede_core::Scenario)> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the scenario from stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    let mut scenario = match parse(&text) {
         Ok(s) => s,
         Err(e) => bail!("{}: {e}", path.display()),
     };

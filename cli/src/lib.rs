@@ -2,11 +2,14 @@
 
 pub mod capacity;
 pub mod client;
+pub mod cmd;
+pub mod config;
 pub mod export;
 pub mod html;
 pub mod kube;
 pub mod local;
 pub mod plan;
+pub mod quick;
 pub mod render;
 pub mod security;
 

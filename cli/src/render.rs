@@ -16,21 +16,67 @@ pub fn us(v: u64) -> String {
     }
 }
 
-pub fn progress_line(s: &v1::LiveSnapshot) -> String {
-    format!(
-        "[{:>5.1}s/{:.0}s] {:>8.0} req/s  completed {:>9}  failed {:>6}  p50 {:>8}  p99 {:>8}  agents {}",
+/// The live line: at most [`LIVE_WIDTH`] columns (a wider line breaks on every redraw in an
+/// 80-column terminal). It shows time, the phase, the achieved rate against the planned one,
+/// completed and failed requests with the commonest error, and p99.
+pub fn progress_line(s: &v1::LiveSnapshot, scenario: &stampede_core::Scenario) -> String {
+    let (phase, planned) = planned_at(scenario, s.elapsed_s);
+    let rate = match planned {
+        Some(p) => format!("{}/{}/s", short(s.rps), short(p)),
+        None => format!("{}/s", short(s.rps)),
+    };
+    let errors = match s.errors.iter().max_by_key(|(_, v)| **v) {
+        Some((k, _)) if s.failed > 0 => format!(" err {} {k}", short(s.failed as f64)),
+        _ => String::new(),
+    };
+    let line = format!(
+        "{:>4.0}/{:.0}s {phase} {rate} ok {}{errors} p99 {}",
         s.elapsed_s,
         s.planned_duration_s,
-        s.rps,
-        s.completed,
-        s.failed,
-        us(s.p50_us),
+        short(s.completed as f64),
         us(s.p99_us),
-        s.active_agents
-    )
+    );
+    line.chars().take(LIVE_WIDTH).collect()
 }
 
-/// A byte count for people: B, KiB, MiB, GiB.
+/// Widest live line, in columns.
+pub const LIVE_WIDTH: usize = 79;
+
+/// The phase running `elapsed_s` after T0 and its planned request rate then (none for a
+/// closed load, which has no schedule).
+fn planned_at(s: &stampede_core::Scenario, elapsed_s: f64) -> (String, Option<f64>) {
+    let rps = s.requests_per_session() as f64;
+    if let Some(l) = &s.load {
+        return (
+            format!("{:?}", l.model).to_lowercase(),
+            l.rate.map(|r| r * rps),
+        );
+    }
+    let mut start = 0.0;
+    for (i, p) in s.phases.iter().enumerate() {
+        let d = p.duration.as_secs_f64();
+        if elapsed_s < start + d || i + 1 == s.phases.len() {
+            let f = ((elapsed_s - start) / d.max(1e-9)).clamp(0.0, 1.0);
+            let rate = p.arrival_rate + (p.end_rate() - p.arrival_rate) * f;
+            let name: String = p.display_name(i).chars().take(12).collect();
+            return (name, Some(rate * rps));
+        }
+        start += d;
+    }
+    (String::new(), None)
+}
+
+/// 1234 → "1234", 12345 → "12.3k", 1234567 → "1.23M".
+fn short(v: f64) -> String {
+    if v < 10_000.0 {
+        format!("{v:.0}")
+    } else if v < 1e6 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{:.2}M", v / 1e6)
+    }
+}
+
 fn bytes(n: f64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let (mut v, mut u) = (n, 0);
@@ -275,5 +321,28 @@ mod tests {
     fn renders_an_empty_report() {
         let text = report_text(&Report::default());
         assert!(text.contains("Errors    none"));
+    }
+
+    #[test]
+    fn the_live_line_fits_80_columns_and_names_phase_plan_and_errors() {
+        let s = stampede_core::Scenario::from_yaml(
+            "name: n\ntarget: http://h:1\nphases:\n  - { name: warm-up-and-a-long-name, duration: 10s, arrival_rate: 100, ramp_to: 200 }\nsession:\n  - http: { path: / }\n",
+        )
+        .unwrap();
+        let snap = v1::LiveSnapshot {
+            elapsed_s: 5.0,
+            planned_duration_s: 10.0,
+            rps: 149.7,
+            completed: 123_456_789,
+            failed: 98_765_432,
+            p99_us: 1_234_567,
+            errors: [("connect_refused".to_string(), 98_765_432)].into(),
+            ..Default::default()
+        };
+        let line = progress_line(&snap, &s);
+        assert!(line.chars().count() <= LIVE_WIDTH, "{line}");
+        assert!(line.contains("warm-up-and-"), "{line}");
+        assert!(line.contains("150/150/s"), "{line}");
+        assert!(line.contains("err 98.77M connect_refused"), "{line}");
     }
 }

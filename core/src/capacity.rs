@@ -408,9 +408,15 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
                 ..t.clone()
             }));
         out.planned_duration_s += r.planned_duration_s;
-        // The next step starts on the next whole interval after this one ended.
+        // The next step starts on the interval after this one's last row: the wait for the
+        // agents' final data, or a step cut short by its SLOs, would otherwise show as a
+        // stretch of zero throughput that no load ever had.
         let row_end = r.timeline.last().map_or(0.0, |row| row.t_s + 1.0);
-        offset += r.duration_s.max(r.planned_duration_s).max(row_end).ceil();
+        offset += if r.timeline.is_empty() {
+            r.duration_s.max(r.planned_duration_s).ceil()
+        } else {
+            row_end.ceil()
+        };
     }
     out.duration_s = offset;
     let t = &mut out.totals;
@@ -662,11 +668,12 @@ mod tests {
         let m = merge_steps("cap", &parts).unwrap();
         assert_eq!(m.phases.len(), 2);
         assert_eq!(m.phases[1].name, "s2 100/s");
-        assert_eq!(m.phases[1].start_s, 3.0);
+        // The second step follows the first's last row: no empty second between them.
+        assert_eq!(m.phases[1].start_s, 2.0);
         assert_eq!(m.totals.completed, 290);
         assert_eq!(m.totals.planned, 300);
         assert_eq!(m.timeline.len(), 4);
-        assert_eq!(m.timeline[2].t_s, 3.0);
+        assert_eq!(m.timeline[2].t_s, 2.0);
         assert_eq!(m.timeline[3].interval, 3);
         // Every interval histogram (one sample each) is merged into the overall latency.
         assert_eq!(m.latency.response_time.count, 4);

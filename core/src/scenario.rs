@@ -488,8 +488,31 @@ impl ScenarioError {
 }
 
 impl Scenario {
+    /// Parses a scenario whose load is chosen elsewhere (the capacity search): without
+    /// `phases` or `load` it gets one placeholder phase, which the caller replaces.
+    pub fn from_yaml_loadless(text: &str) -> Result<Self, ScenarioError> {
+        let mut s = Self::parse_unchecked(text)?;
+        if s.phases.is_empty() && s.load.is_none() {
+            s.phases = vec![Phase {
+                name: None,
+                duration: HumanDuration(std::time::Duration::from_secs(1)),
+                arrival_rate: 1.0,
+                ramp_to: None,
+            }];
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
     /// Parses YAML (or JSON, which is YAML) and validates it.
     pub fn from_yaml(text: &str) -> Result<Self, ScenarioError> {
+        let s = Self::parse_unchecked(text)?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Parses without the checks of [`Scenario::validate`] (the types' own still apply).
+    fn parse_unchecked(text: &str) -> Result<Self, ScenarioError> {
         crate::yaml_guard::check_aliases(text).map_err(|message| ScenarioError::Parse {
             path: "scenario".into(),
             message,
@@ -505,7 +528,6 @@ impl Scenario {
             let message = strip_location_prefix(&e.into_inner().to_string());
             ScenarioError::Parse { path, message }
         })?;
-        scenario.validate()?;
         Ok(scenario)
     }
 

@@ -77,12 +77,19 @@ pub struct Threshold {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThresholdResult {
     pub expr: String,
-    /// The measured value, in the metric's unit (µs, fraction, requests/s).
+    /// The measured value, in the metric's unit (µs, fraction, requests/s); NaN (`null` in
+    /// JSON) when there was nothing to measure.
+    #[serde(deserialize_with = "nan_if_null")]
     pub measured: f64,
     pub limit: f64,
     pub passed: bool,
     /// Human form of the measured value.
     pub measured_text: String,
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, and reads `null` back here as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 fn bad(expr: &str, why: &str) -> String {
@@ -573,6 +580,10 @@ mod tests {
             let v = Threshold::parse(e).unwrap().evaluate(&r);
             assert!(!v.passed, "{e} passed on zero samples");
             assert_eq!(v.measured_text, "no finished requests");
+            // NaN survives the JSON report (as null).
+            let back: ThresholdResult =
+                serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+            assert!(back.measured.is_nan());
         }
     }
 

@@ -128,7 +128,8 @@ fn search(
     std::fs::write(
         &path,
         format!(
-            "name: work\ntarget: http://{addr}\nphases:\n  - {{ duration: 1s, arrival_rate: 1 }}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\nrequest_timeout: 5s\n"
+            // No phases: the search supplies the load.
+            "name: work\ntarget: http://{addr}\nsession:\n  - http: {{ path: \"/work?ms={work_ms}&clock=wall\" }}\nrequest_timeout: 5s\n"
         ),
     )
     .unwrap();

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod endurance;
+mod first_hour;
 mod ports;
 mod protocols;
 mod results;

@@ -271,7 +271,9 @@ async fn http_unexpected_status_is_status() {
     let target = Target::start(0).await;
     let session = "  - http: { method: GET, path: /data, expect_status: [201] }\n";
     let r = run_local(&scenario(&target.url, 20, session, ""), 2).await;
-    assert_eq!(errors(&r), [("status", 20)]);
+    // The error names the code the target sent.
+    assert_eq!(errors(&r), [("status_200", 20)]);
+    assert_eq!(r.totals.status_codes.get(&200), Some(&20));
     assert_eq!(target.requests(), 20);
     // And the same target with the right expectation: all complete, counts match.
     let ok = "  - http: { method: GET, path: /data, expect_status: [200] }\n    repeat: 3\n";
@@ -361,8 +363,8 @@ async fn h2c_counts_match_over_one_connection_per_session() {
         "{}",
         r.totals.bytes_received
     );
-    // A wrong status over HTTP/2 is a `status` error too.
+    // A wrong status over HTTP/2 is a `status_NNN` error too.
     let bad = "  - http: { method: GET, path: /data, expect_status: [204] }\n";
     let r = run_local(&scenario(&target.url, 10, bad, "http_version: \"2\"\n"), 1).await;
-    assert_eq!(errors(&r), [("status", 10)]);
+    assert_eq!(errors(&r), [("status_200", 10)]);
 }

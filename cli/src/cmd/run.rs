@@ -1,0 +1,287 @@
+//! `stampede run` (and the demo's run): read the scenario (a file, standard input, or the
+//! one-line flags), check every output path before any load, submit and follow the run with a
+//! live line, and write every output even when one of them fails.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use stampede_core::report::{Report, RunOutcome};
+use stampede_core::Scenario;
+use stampede_proto::v1;
+
+use crate::client::{self, Live};
+use crate::config::{Output, RunArgs};
+use crate::local::LocalCluster;
+use crate::{exit, render};
+
+/// Reads the scenario a `run` was given: the file (or `-` for standard input), with the
+/// target and load flags applied, or the one-line run the flags describe.
+pub fn load_scenario(args: &RunArgs) -> Result<(String, Scenario)> {
+    let (text, scenario) = match &args.scenario {
+        Some(path) => client::read_scenario(path)?,
+        None => {
+            let text = args.quick.scenario_text()?;
+            let s = Scenario::from_yaml(&text).context("the one-line run")?;
+            (text, s)
+        }
+    };
+    if args.scenario.is_none() || args.quick.is_empty() {
+        return Ok((text, scenario));
+    }
+    let text = args.quick.override_file(&scenario)?;
+    let s = Scenario::from_yaml(&text).context("the scenario with the flags applied")?;
+    Ok((text, s))
+}
+
+/// The files a run writes, checked before any load so a typo in a path never costs the run.
+pub struct Outputs<'a> {
+    files: Vec<(&'static str, &'a Path)>,
+}
+
+impl<'a> Outputs<'a> {
+    /// Outputs by flag name (`--report`, `--hdr-log`, `--csv`, `--html`) and path.
+    pub fn new(files: Vec<(&'static str, &'a Path)>) -> Self {
+        Self { files }
+    }
+
+    pub fn of(a: &'a RunArgs) -> Self {
+        let files = [
+            ("--report", &a.report),
+            ("--hdr-log", &a.hdr_log),
+            ("--csv", &a.csv),
+            ("--html", &a.html),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_deref().map(|p| (flag, p)))
+        .collect();
+        Self { files }
+    }
+
+    /// Each path's directory exists and is writable, and the path is not a directory.
+    pub fn check(&self) -> Result<()> {
+        for (flag, path) in &self.files {
+            check_writable(path).with_context(|| format!("{flag} {}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes every output; a failure is reported and the others are still written.
+    /// Returns whether all were written.
+    pub fn write(&self, r: &Report) -> bool {
+        let mut ok = true;
+        for (flag, path) in &self.files {
+            let body = match *flag {
+                "--report" => serde_json::to_string_pretty(r)
+                    .map(|j| j + "\n")
+                    .map_err(anyhow::Error::from),
+                "--hdr-log" => Ok(crate::export::hdr_log(r)),
+                "--csv" => Ok(crate::export::csv(r)),
+                _ => crate::html::html(r)
+                    .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}")),
+            };
+            let written = body.and_then(|b| {
+                std::fs::write(path, b).with_context(|| format!("writing {}", path.display()))
+            });
+            if let Err(e) = written {
+                eprintln!("error: {flag}: {e:#}");
+                ok = false;
+            }
+        }
+        ok
+    }
+}
+
+fn check_writable(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("is a directory");
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        anyhow::bail!("the directory {} does not exist", dir.display());
+    }
+    // Probe with a temporary file in the same directory: permissions, read-only mounts.
+    tempfile::NamedTempFile::new_in(&dir)
+        .map(drop)
+        .with_context(|| format!("cannot write in {}", dir.display()))
+}
+
+/// `stampede run`.
+pub async fn run(a: RunArgs) -> Result<i32> {
+    let (text, scenario) = match load_scenario(&a) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(exit::RUN_FAILED);
+        }
+    };
+    let outputs = Outputs::of(&a);
+    if let Err(e) = outputs.check() {
+        eprintln!("error: {e:#} (nothing was run)");
+        return Ok(exit::RUN_FAILED);
+    }
+    let watch = Watch {
+        quiet: a.quiet,
+        scenario: &scenario,
+    };
+    let report = if a.local {
+        let n = a.agents.or(scenario.agents).unwrap_or(1);
+        let cluster = LocalCluster::start(n, None).await?;
+        let r = submit_follow(
+            &cluster.url(),
+            Some(&cluster.token),
+            &text,
+            Some(n),
+            a.agent_wait,
+            &watch,
+        )
+        .await;
+        cluster.stop().await;
+        r?
+    } else {
+        let ep = a.conn.endpoint().await?;
+        submit_follow(
+            &ep.url,
+            ep.token.as_deref(),
+            &text,
+            a.agents,
+            a.agent_wait,
+            &watch,
+        )
+        .await?
+    };
+    let written = outputs.write(&report);
+    print_report(&report, a.output)?;
+    Ok(if written {
+        outcome_code(&report)
+    } else {
+        exit::RUN_FAILED
+    })
+}
+
+/// The exit code of a finished run (the README's table).
+pub fn outcome_code(r: &Report) -> i32 {
+    match r.outcome {
+        RunOutcome::Succeeded if r.thresholds_passed() => exit::OK,
+        RunOutcome::Succeeded => exit::THRESHOLD,
+        // abort_on_fail stopped the run on a threshold breach: a breach, not a broken run.
+        RunOutcome::Aborted if r.threshold_abort.is_some() => exit::THRESHOLD,
+        // Less than planned was delivered: never a pass, whatever the numbers say.
+        RunOutcome::Failed | RunOutcome::Aborted | RunOutcome::Incomplete => exit::RUN_FAILED,
+    }
+}
+
+pub fn print_report(r: &Report, output: Output) -> Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(r)?),
+        Output::Text => print!("{}", render::report_text(r)),
+    }
+    Ok(())
+}
+
+/// How a run is followed: quietly, or with a live line that knows the scenario's phases.
+pub struct Watch<'a> {
+    pub quiet: bool,
+    pub scenario: &'a Scenario,
+}
+
+/// Prints live progress: a rewritten line on a terminal, a line every 5 s otherwise.
+struct Progress<'a> {
+    tty: bool,
+    quiet: bool,
+    last_printed: f64,
+    scenario: &'a Scenario,
+}
+
+impl<'a> Progress<'a> {
+    fn new(w: &Watch<'a>) -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            quiet: w.quiet,
+            last_printed: -10.0,
+            scenario: w.scenario,
+        }
+    }
+    fn on(&mut self, live: Live<'_>) {
+        if self.quiet {
+            return;
+        }
+        match live {
+            Live::State(s) => {
+                if self.tty {
+                    eprint!("\r\x1b[2K");
+                }
+                if s.message.is_empty() {
+                    eprintln!("run {}: {}", s.run_id, s.state);
+                } else {
+                    eprintln!("run {}: {} — {}", s.run_id, s.state, s.message);
+                }
+            }
+            Live::Snapshot(s) => {
+                let line = render::progress_line(s, self.scenario);
+                if self.tty {
+                    eprint!("\r\x1b[2K{line}");
+                } else if s.elapsed_s - self.last_printed >= 5.0 {
+                    self.last_printed = s.elapsed_s;
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+    fn done(&self) {
+        if self.tty && !self.quiet {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+/// Submits, follows, and on Ctrl-C aborts the run but still waits for its final report.
+pub async fn submit_follow(
+    url: &str,
+    token: Option<&str>,
+    text: &str,
+    agents: Option<u32>,
+    wait: Option<Duration>,
+    w: &Watch<'_>,
+) -> Result<Report> {
+    let mut c = client::connect(url, token).await?;
+    let run_id = client::submit(&mut c, text, agents, wait).await?;
+    let mut progress = Progress::new(w);
+    let mut watcher = c.clone();
+    let mut on_live = |l: Live<'_>| progress.on(l);
+    let watch = client::watch(&mut watcher, &run_id, &mut on_live);
+    tokio::pin!(watch);
+    let report = tokio::select! {
+        r = &mut watch => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: aborting {run_id} (Ctrl-C again to quit at once)");
+            c.abort_run(v1::AbortRunRequest { run_id: run_id.clone(), reason: "interrupted from the CLI (Ctrl-C)".into() }).await.map_err(client::status_error)?;
+            tokio::select! {
+                r = &mut watch => r,
+                _ = tokio::signal::ctrl_c() => std::process::exit(130),
+            }
+        }
+    };
+    Progress::new(w).done();
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_paths_are_checked_before_load() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_writable(&dir.path().join("r.json")).is_ok());
+        let e = check_writable(&dir.path().join("nope/r.json")).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        let e = check_writable(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        assert!(check_writable(Path::new("r.json")).is_ok());
+    }
+}

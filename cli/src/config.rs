@@ -1,0 +1,399 @@
+//! The one configuration surface: every command, flag and environment variable of the
+//! `stampede` binary, with its default, in one place. A setting comes from, in order: the
+//! flag, then its environment variable (named in `env = ...` below, and listed by
+//! `stampede <command> --help`), then the scenario file where one applies (`agents`, `target`
+//! and the load, which `run`'s flags override), then the default written here. The README's
+//! "Settings" table is generated from these definitions ([`settings_table`]) and a test keeps
+//! it in step.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Stampede: a distributed load tester with exact merged percentiles.
+#[derive(Parser, Debug)]
+#[command(name = "stampede", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format: text, or json (the default in a cluster).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "STAMPEDE_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub tls: crate::security::ClientTls,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Where the controller is.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Conn {
+    /// Controller URL. Without it, the controller pod is found in the current kube context and
+    /// namespace and reached through a port-forward; with no kube configuration at all,
+    /// http://127.0.0.1:7070.
+    #[arg(long, env = "STAMPEDE_CONTROLLER")]
+    pub controller: Option<String>,
+    /// Shared token of the controller (in a cluster, read from the controller's Secret by default).
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Kubernetes namespace of the controller (default: the kube context's namespace).
+    #[arg(long, env = "STAMPEDE_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Kubernetes context to use (default: the current context).
+    #[arg(long, env = "STAMPEDE_KUBE_CONTEXT")]
+    pub context: Option<String>,
+}
+
+/// A resolved controller address (and the port-forward that keeps it reachable).
+pub struct Endpoint {
+    pub url: String,
+    pub token: Option<String>,
+    _forward: Option<crate::kube::Forward>,
+}
+
+impl Conn {
+    pub async fn endpoint(&self) -> Result<Endpoint> {
+        if let Some(url) = &self.controller {
+            return Ok(Endpoint {
+                url: url.clone(),
+                token: self.token.clone(),
+                _forward: None,
+            });
+        }
+        crate::kube::check_flags(self.namespace.as_deref(), self.context.as_deref())?;
+        if !crate::kube::configured() {
+            return Ok(Endpoint {
+                url: "http://127.0.0.1:7070".into(),
+                token: self.token.clone(),
+                _forward: None,
+            });
+        }
+        let f = crate::kube::forward(
+            self.namespace.as_deref(),
+            self.context.as_deref(),
+            self.token.clone(),
+        )
+        .await?;
+        tracing::debug!(pod = %f.pod, namespace = %f.namespace, url = %f.url, "port-forward to the controller");
+        Ok(Endpoint {
+            url: f.url.clone(),
+            token: f.token.clone(),
+            _forward: Some(f),
+        })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a scenario against a controller, or embedded with --local, and print the report.
+    Run(RunArgs),
+    /// Start a local HTTP target, a controller and agents in this process, and run the demo scenario.
+    Demo(DemoArgs),
+    /// Find the highest arrival rate at which the SLOs hold: a stair-step test, then a bisection.
+    Capacity(crate::capacity::CapacityArgs),
+    /// List runs known to the controller.
+    Status {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Fetch the report of a finished run.
+    Report {
+        run_id: String,
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List the agents attached to the controller.
+    Agents {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Abort a running run.
+    Abort {
+        run_id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Dry run: each agent's share per phase, peak connections and the port budget per source
+    /// address, and whether the controller would refuse the run (exit 1), without any load.
+    Plan(crate::plan::PlanArgs),
+    /// Check a scenario file (`-` reads standard input) and print what it plans.
+    Validate { scenario: PathBuf },
+    /// Print the JSON Schema of the scenario file.
+    Schema,
+    /// Print the LoadTest CustomResourceDefinition (the chart's crds/ file is generated from it).
+    Crd,
+    /// Print a shell completion script, e.g. `stampede completions bash > /etc/bash_completion.d/stampede`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Serve the controller.
+    Controller(ControllerArgs),
+    /// Serve an agent that dials the controller.
+    Agent(AgentArgs),
+    /// Serve a target server for tests.
+    #[command(subcommand)]
+    Target(stampede_target_servers::TargetCommand),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The scenario file (YAML or JSON; `-` reads standard input). Optional with --url.
+    pub scenario: Option<PathBuf>,
+    #[command(flatten)]
+    pub quick: crate::quick::QuickArgs,
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Run embedded: start a controller and agents in this process.
+    #[arg(long)]
+    pub local: bool,
+    /// Number of agents (overrides the scenario's `agents`; at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub agents: Option<u32>,
+    /// How long to wait for enough agents, e.g. 30s.
+    #[arg(long, value_parser = parse_duration)]
+    pub agent_wait: Option<Duration>,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write the HdrHistogram interval log (.hlog) to this file.
+    #[arg(long)]
+    pub hdr_log: Option<PathBuf>,
+    /// Write the per-interval timeline as CSV to this file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Write a self-contained HTML report (SVG charts, tables, threshold verdicts) to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Total length of the demo (its phases are scaled to it), e.g. 12s.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Number of embedded agents.
+    #[arg(long, default_value_t = 2)]
+    pub agents: u32,
+    /// Where to write the JSON report; the HTML report goes next to it (same name, `.html`).
+    #[arg(long, default_value = "stampede-report.json")]
+    pub report: PathBuf,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ControllerArgs {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "0.0.0.0:7070")]
+    pub listen: SocketAddr,
+    /// Where reports are stored.
+    #[arg(long, default_value = "stampede-data", env = "STAMPEDE_DATA_DIR")]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub security: crate::security::ServerSecurity,
+    /// How long a run waits for enough agents, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub agent_wait: Duration,
+    /// Lease granted to agents; load stops this long after the controller goes away
+    /// (100ms to 60s).
+    #[arg(long, default_value = "1s", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// Most agents one run may ask for; the agent Deployment is never scaled above it.
+    #[arg(long, env = "STAMPEDE_MAX_AGENTS", default_value_t = stampede_core::scenario::MAX_AGENTS)]
+    pub max_agents: u32,
+    /// Stored reports to keep (the newest); older ones are removed after each run.
+    #[arg(long, env = "STAMPEDE_REPORTS_KEEP", default_value_t = 200)]
+    pub reports_keep: usize,
+    /// Stored reports older than this are removed after each run, e.g. 720h.
+    #[arg(long, env = "STAMPEDE_REPORTS_MAX_AGE", default_value = "720h", value_parser = parse_duration)]
+    pub reports_max_age: Duration,
+    /// Also serve Prometheus `GET /metrics` on this address (e.g. 0.0.0.0:9090).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Kubernetes integration (agent pods, scaling, LoadTest resources): `auto` turns it on when
+    /// running in a pod (KUBERNETES_SERVICE_HOST is set).
+    #[arg(long, env = "STAMPEDE_KUBE", value_enum, default_value_t = KubeMode::Auto)]
+    pub kube: KubeMode,
+    /// Namespace of LoadTests, agent pods and the agent Deployment (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Label selector of the agent pods to watch.
+    #[arg(long, env = "STAMPEDE_AGENT_SELECTOR")]
+    pub agent_selector: Option<String>,
+    /// Agent Deployment to scale up when a run needs more agents than are attached.
+    #[arg(long, env = "STAMPEDE_AGENT_DEPLOYMENT")]
+    pub agent_deployment: Option<String>,
+    /// Scale the agent Deployment back to its previous size after a run that scaled it up.
+    #[arg(long, env = "STAMPEDE_SCALE_DOWN_AFTER")]
+    pub scale_down_after: bool,
+    /// Do not reconcile LoadTest resources (the rest of the Kubernetes side still runs).
+    #[arg(long, env = "STAMPEDE_NO_LOADTESTS")]
+    pub no_loadtests: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KubeMode {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AgentArgs {
+    /// Controller URL.
+    #[arg(long, env = "STAMPEDE_CONTROLLER")]
+    pub controller: String,
+    /// Agent id (default: the pod name, or host name and pid).
+    #[arg(long, env = "STAMPEDE_AGENT_ID")]
+    pub id: Option<String>,
+    /// The user token, used only when no agent token is given (a controller with one shared
+    /// token).
+    #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The agent token the controller expects from agents (prefer the environment variable or
+    /// --agent-token-file).
+    #[arg(long, env = "STAMPEDE_AGENT_TOKEN", hide_env_values = true)]
+    pub agent_token: Option<String>,
+    /// File holding the agent token.
+    #[arg(long, env = "STAMPEDE_AGENT_TOKEN_FILE")]
+    pub agent_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub targets: crate::security::TargetPolicyArgs,
+    /// Sessions in flight at once before arrivals are dropped (and counted).
+    #[arg(long, default_value_t = 10_000)]
+    pub capacity: u32,
+    /// Local addresses to open load connections from, round-robin (comma-separated, e.g.
+    /// 10.0.0.2,10.0.0.3); each multiplies the port budget per target.
+    #[arg(long, value_delimiter = ',', env = "STAMPEDE_SOURCE_IPS")]
+    pub source_ips: Vec<std::net::IpAddr>,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    stampede_core::duration::parse_duration(s)
+}
+
+/// A lease between the controller's bounds: 0 would panic the renewal timer, an hour would
+/// turn "load stops within a second" into an hour.
+pub fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    let (min, max) = (
+        stampede_controller::MIN_LEASE,
+        stampede_controller::MAX_LEASE,
+    );
+    if d < min || d > max {
+        return Err(format!(
+            "`{s}` is outside {}ms to {}s",
+            min.as_millis(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// The settings table of the README: each command's flags, environment variables and
+/// defaults, from the clap definitions themselves (so the README cannot drift from the code).
+pub fn settings_table() -> String {
+    use clap::CommandFactory as _;
+    let mut out = String::from(
+        "| command | flag | environment | default | what it sets |\n|---|---|---|---|---|\n",
+    );
+    let root = Cli::command();
+    let mut rows = |cmd: &clap::Command, name: &str| {
+        for a in cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            if long == "help" || long == "version" {
+                continue;
+            }
+            let env = a
+                .get_env()
+                .map(|e| format!("`{}`", e.to_string_lossy()))
+                .unwrap_or_default();
+            let default: Vec<String> = a
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let default = if default.is_empty() {
+                String::new()
+            } else {
+                format!("`{}`", default.join(","))
+            };
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            // The first sentence ("e.g. " does not end one).
+            let help = help.replace("e.g. ", "e.g.\u{a0}");
+            let first = help.split(". ").next().unwrap_or_default();
+            let first = first
+                .trim_end_matches('.')
+                .replace('\u{a0}', " ")
+                .replace('|', "\\|");
+            out.push_str(&format!(
+                "| {name} | `--{long}` | {env} | {default} | {first} |\n"
+            ));
+        }
+    };
+    rows(&root, "(all)");
+    for sub in root.get_subcommands() {
+        if sub.get_name() == "target" {
+            continue;
+        }
+        let own = Cli::command();
+        let sub = own.find_subcommand(sub.get_name()).cloned();
+        if let Some(sub) = sub {
+            let name = sub.get_name().to_string();
+            rows(&sub, &name);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    /// The README lists every setting; regenerate with `STAMPEDE_BLESS=1 cargo test -p
+    /// stampede --lib settings`.
+    #[test]
+    fn the_readme_settings_table_matches_the_flags() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let (begin, end) = ("<!-- settings:begin -->\n", "<!-- settings:end -->");
+        let table = super::settings_table();
+        let (Some(i), Some(j)) = (readme.find(begin), readme.find(end)) else {
+            panic!("README.md has no settings markers");
+        };
+        let current = &readme[i + begin.len()..j];
+        if std::env::var_os("STAMPEDE_BLESS").is_some() && current != table {
+            let updated = format!("{}{table}{}", &readme[..i + begin.len()], &readme[j..]);
+            std::fs::write(path, updated).unwrap();
+            return;
+        }
+        assert_eq!(
+            current, table,
+            "README.md's settings table is stale: run `STAMPEDE_BLESS=1 cargo test -p stampede --lib settings`"
+        );
+    }
+}

@@ -359,6 +359,11 @@ async fn connection(
         pod_ip: cfg.pod_ip.clone(),
         ephemeral_ports: Some(ephemeral_ports()),
         source_addresses: net::source_addresses().len().max(1) as u32,
+        active_run: state
+            .active
+            .as_ref()
+            .map(|a| a.run_id.clone())
+            .unwrap_or_default(),
     };
     let _ = tx.send(msg(Out::Register(register))).await;
     let mut inbound = v1::agent_service_client::AgentServiceClient::new(channel)

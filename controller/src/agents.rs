@@ -99,6 +99,19 @@ impl v1::agent_service_server::AgentService for AgentSvc {
         let (tx, rx) = mpsc::channel(256);
         let conn_id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
         let kick = CancellationToken::new();
+        // An agent still running a run this controller does not know (it restarted, or the
+        // run ended meanwhile) is an orphan's: it is told to stop, and stays out of new runs
+        // ("stopping") until its Done says the load has stopped.
+        let orphan = (!register.active_run.is_empty()
+            && lock(&inner.runs)
+                .get(&register.active_run)
+                .is_none_or(|h| crate::run::is_terminal(&h.state().0)))
+        .then(|| register.active_run.clone());
+        let (run, state) = match (&orphan, register.active_run.is_empty()) {
+            (Some(r), _) => (Some(r.clone()), "stopping"),
+            (None, false) => (Some(register.active_run.clone()), "busy"),
+            (None, true) => (None, "idle"),
+        };
         {
             let mut agents = lock(&inner.agents);
             // A reconnect under the same id replaces the old session.
@@ -123,8 +136,8 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                         pod_name: register.pod_name.clone(),
                         node_name: register.node_name.clone(),
                         pod_ip: register.pod_ip.clone(),
-                        state: "idle".into(),
-                        run_id: String::new(),
+                        state: state.into(),
+                        run_id: run.clone().unwrap_or_default(),
                         connected_at_unix_ms: unix_ms(),
                         clock_offset_us: 0,
                         capacity: register.capacity,
@@ -134,7 +147,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                     },
                     tx: tx.clone(),
                     clock: ClockEstimate::default(),
-                    run: None,
+                    run,
                     kick: kick.clone(),
                 },
             );
@@ -146,6 +159,15 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                 lease_ms: inner.cfg.lease.as_millis() as u64,
             })))
             .await;
+        if let Some(run_id) = orphan {
+            tracing::warn!(agent = %register.agent_id, run = %run_id, "agent is running a run this controller does not know: stopping it");
+            let _ = tx
+                .send(out(Out::Abort(v1::Abort {
+                    run_id,
+                    reason: "the controller does not know this run (it restarted)".into(),
+                })))
+                .await;
+        }
         tokio::spawn(session(
             inner.clone(),
             conn_id,
@@ -281,6 +303,18 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
         }
         None => {
             tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped");
+            if is_done {
+                // An orphaned run has stopped: the agent is free again.
+                if let Some(a) = lock(&inner.agents)
+                    .get_mut(&conn_id)
+                    .filter(|a| a.run.as_deref() == Some(run_id.as_str()))
+                {
+                    a.run = None;
+                    a.info.state = "idle".into();
+                    a.info.run_id.clear();
+                }
+                inner.agents_changed.notify_waiters();
+            }
             is_data.then_some(whole_run)
         }
     }

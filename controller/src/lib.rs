@@ -181,6 +181,9 @@ pub struct Controller {
 impl Controller {
     pub fn new(cfg: ControllerConfig) -> Result<Self, ControllerError> {
         let store = ReportStore::open(&cfg.data_dir)?;
+        for r in store.recover_interrupted() {
+            tracing::warn!(run = %r.run_id, scenario = %r.scenario, "run was in flight when the controller stopped: recorded as failed");
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 cfg,

@@ -187,6 +187,12 @@ pub(crate) fn start(
         abort_reason: Mutex::new(None),
         inbox,
     });
+    if let Err(e) = inner
+        .store
+        .mark_in_flight(&run_id, &scenario.name, handle.submitted_at_unix_ms)
+    {
+        tracing::warn!(run = %run_id, error = %e, "cannot mark the run in flight: a controller restart would forget it");
+    }
     lock(&inner.runs).insert(run_id, handle.clone());
     let driver = Driver {
         inner,
@@ -197,8 +203,85 @@ pub(crate) fn start(
         agent_wait,
         threshold_abort: None,
     };
-    tokio::spawn(driver.drive());
+    spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
+}
+
+/// Runs a run's driver, and if it panics (a bug: valid input must never do it) ends the run
+/// as `failed` instead of leaving it `running` forever: its agents are told to stop and freed
+/// for the next run, a failed report is stored and sent to watchers, so `stampede run` ends.
+fn spawn_supervised(
+    inner: Arc<Inner>,
+    h: Arc<RunHandle>,
+    driver: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let task = tokio::spawn(driver);
+    tokio::spawn(async move {
+        let Err(e) = task.await else { return };
+        let why = if e.is_panic() {
+            let p = e.into_panic();
+            let text = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            format!(
+                "internal error: the run's driver panicked ({text}); the data of this run is lost"
+            )
+        } else {
+            "internal error: the run's driver was cancelled".to_string()
+        };
+        tracing::error!(run = %h.run_id, "{why}");
+        end_orphaned_run(&inner, &h, &why);
+    });
+}
+
+/// Ends a run whose driver is gone: stops and frees its agents, stores a failed report.
+fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
+    {
+        let mut agents = lock(&inner.agents);
+        for a in agents
+            .values_mut()
+            .filter(|a| a.run.as_deref() == Some(h.run_id.as_str()))
+        {
+            let _ = a.tx.try_send(Ok(v1::ControllerMessage {
+                msg: Some(Out::Abort(v1::Abort {
+                    run_id: h.run_id.clone(),
+                    reason: why.to_string(),
+                })),
+            }));
+            a.run = None;
+            a.info.state = "idle".into();
+            a.info.run_id.clear();
+        }
+    }
+    inner.agents_changed.notify_waiters();
+    if is_terminal(&h.state().0) {
+        return;
+    }
+    let report = stampede_core::report::Report {
+        run_id: h.run_id.clone(),
+        scenario: h.scenario_name.clone(),
+        outcome: RunOutcome::Failed,
+        message: Some(why.to_string()),
+        started_at_unix_ms: h.submitted_at_unix_ms,
+        hist_spec: stampede_core::hist::SPEC,
+        ..Default::default()
+    };
+    let json = match inner.store.save(&report) {
+        Ok(json) => {
+            h.persisted
+                .store(true, std::sync::atomic::Ordering::Release);
+            json
+        }
+        Err(_) => serde_json::to_string_pretty(&report).unwrap_or_default(),
+    };
+    inner.store.clear_in_flight(&h.run_id);
+    let _ = h.report_json.set(json.clone());
+    h.set_state("failed", why);
+    let _ = h.events.send(v1::RunEvent {
+        event: Some(v1::run_event::Event::ReportJson(json)),
+    });
 }
 
 struct Driver {
@@ -806,6 +889,9 @@ impl Driver {
                 )
             }
         };
+        if self.h.persisted.load(std::sync::atomic::Ordering::Acquire) {
+            self.inner.store.clear_in_flight(&self.h.run_id);
+        }
         let _ = self.h.report_json.set(json.clone());
         self.h.set_state(state, message);
         let _ = self.h.events.send(v1::RunEvent {
@@ -872,5 +958,76 @@ impl Driver {
         }
         drop(agents);
         self.inner.agents_changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_driver_fails_the_run_and_frees_its_agents() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = crate::Controller::new(crate::ControllerConfig::new(dir.path())).unwrap();
+        let inner = c.inner.clone();
+        let scenario = Scenario::from_yaml(
+            "name: p\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 1s, arrival_rate: 1 }\nsession:\n  - http: { path: / }\n",
+        )
+        .unwrap();
+        // A real run handle, whose driver is replaced by one that panics once it holds an agent.
+        let h = start(inner.clone(), scenario, 1, Duration::from_millis(1));
+        h.finished().await; // the real driver fails at once: no agents
+        let h2 = Arc::new(RunHandle {
+            run_id: "run-panics".into(),
+            scenario_name: "p".into(),
+            agents_wanted: 1,
+            submitted_at_unix_ms: unix_ms(),
+            state: Mutex::new(("running".into(), String::new())),
+            events: broadcast::channel(16).0,
+            report_json: OnceLock::new(),
+            persisted: std::sync::atomic::AtomicBool::new(false),
+            abort: CancellationToken::new(),
+            abort_reason: Mutex::new(None),
+            inbox: mpsc::unbounded_channel().0,
+        });
+        lock(&inner.runs).insert(h2.run_id.clone(), h2.clone());
+        let (tx, mut agent_rx) = mpsc::channel(4);
+        lock(&inner.agents).insert(
+            7,
+            crate::agents::AgentEntry {
+                conn_id: 7,
+                info: v1::AgentInfo {
+                    agent_id: "a".into(),
+                    state: "busy".into(),
+                    run_id: "run-panics".into(),
+                    ..Default::default()
+                },
+                tx,
+                clock: Default::default(),
+                run: Some("run-panics".into()),
+                kick: CancellationToken::new(),
+            },
+        );
+        let mut events = h2.events.subscribe();
+        spawn_supervised(inner.clone(), h2.clone(), async { panic!("boom") });
+        tokio::time::timeout(Duration::from_secs(5), h2.finished())
+            .await
+            .unwrap();
+        let (state, message) = h2.state();
+        assert_eq!(state, "failed");
+        assert!(message.contains("panicked (boom)"), "{message}");
+        // The agent is told to stop and is free for the next run.
+        let msg = agent_rx.recv().await.unwrap().unwrap();
+        assert!(matches!(msg.msg, Some(Out::Abort(_))));
+        let a = &lock(&inner.agents)[&7];
+        assert!(a.run.is_none());
+        assert_eq!(a.info.state, "idle");
+        // Watchers get a report, and it is stored.
+        let mut got_report = false;
+        while let Ok(ev) = events.try_recv() {
+            got_report |= matches!(ev.event, Some(v1::run_event::Event::ReportJson(_)));
+        }
+        assert!(got_report);
+        assert!(inner.store.load("run-panics").unwrap().is_some());
     }
 }

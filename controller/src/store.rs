@@ -1,5 +1,7 @@
 //! The report store: one JSON file per finished run under `<data-dir>/runs/`, written
-//! atomically (temporary file, fsync, rename) before the run is declared finished.
+//! atomically (temporary file, fsync, rename) before the run is declared finished; and a
+//! marker per run in flight under `<data-dir>/inflight/`, so that a controller that restarts
+//! ends the runs it lost as `failed` instead of forgetting them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,34 @@ pub enum StoreError {
 #[derive(Debug, Clone)]
 pub struct ReportStore {
     dir: PathBuf,
+    inflight: PathBuf,
+}
+
+/// What is known of a run while it is in flight: enough for its failed report after a restart.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct InFlight {
+    run_id: String,
+    scenario: String,
+    submitted_at_unix_ms: u64,
+}
+
+/// Temporary file, fsync, rename, fsync of the directory: the file is whole or absent.
+fn atomic_write(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = path.with_extension("json.tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    };
+    write().map_err(|source| StoreError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn valid_id(id: &str) -> bool {
@@ -43,11 +73,79 @@ fn valid_id(id: &str) -> bool {
 impl ReportStore {
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let dir = data_dir.join("runs");
-        std::fs::create_dir_all(&dir).map_err(|source| StoreError::Write {
-            path: dir.clone(),
-            source,
-        })?;
-        Ok(Self { dir })
+        let inflight = data_dir.join("inflight");
+        for d in [&dir, &inflight] {
+            std::fs::create_dir_all(d).map_err(|source| StoreError::Write {
+                path: d.clone(),
+                source,
+            })?;
+        }
+        Ok(Self { dir, inflight })
+    }
+
+    /// Records that a run is in flight (removed when its report is stored).
+    pub fn mark_in_flight(
+        &self,
+        run_id: &str,
+        scenario: &str,
+        submitted_at_unix_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.path(run_id)?;
+        let marker = InFlight {
+            run_id: run_id.to_string(),
+            scenario: scenario.to_string(),
+            submitted_at_unix_ms,
+        };
+        let json = serde_json::to_string(&marker)
+            .map_err(|e| StoreError::Corrupt(run_id.to_string(), e))?;
+        let path = self.inflight.join(format!("{run_id}.json"));
+        atomic_write(&self.inflight, &path, json.as_bytes())
+    }
+
+    /// The run is no longer in flight.
+    pub fn clear_in_flight(&self, run_id: &str) {
+        if valid_id(run_id) {
+            let _ = std::fs::remove_file(self.inflight.join(format!("{run_id}.json")));
+        }
+    }
+
+    /// After a restart: every run still marked in flight was lost with the previous process.
+    /// Each gets a stored `failed` report that says so (unless its report was stored just
+    /// before the crash); returns those reports.
+    pub fn recover_interrupted(&self) -> Vec<Report> {
+        let Ok(entries) = std::fs::read_dir(&self.inflight) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            let marker: Option<InFlight> = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            if let Some(m) = marker.filter(|m| valid_id(&m.run_id)) {
+                if matches!(self.load(&m.run_id), Ok(None)) {
+                    let report = Report {
+                        run_id: m.run_id.clone(),
+                        scenario: m.scenario,
+                        outcome: stampede_core::report::RunOutcome::Failed,
+                        message: Some(
+                            "the controller restarted while this run was in flight; the data it had \
+                             merged was lost (agents stopped their load when their lease lapsed)"
+                                .into(),
+                        ),
+                        started_at_unix_ms: m.submitted_at_unix_ms,
+                        hist_spec: stampede_core::hist::SPEC,
+                        ..Report::default()
+                    };
+                    if self.save(&report).is_err() {
+                        continue; // keep the marker: the next start tries again
+                    }
+                    out.push(report);
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        out
     }
 
     pub fn path(&self, run_id: &str) -> Result<PathBuf, StoreError> {
@@ -62,21 +160,7 @@ impl ReportStore {
         let path = self.path(&report.run_id)?;
         let json = serde_json::to_string_pretty(report)
             .map_err(|e| StoreError::Corrupt(report.run_id.clone(), e))?;
-        let tmp = path.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(json.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            if let Ok(d) = std::fs::File::open(&self.dir) {
-                let _ = d.sync_all();
-            }
-            Ok(())
-        };
-        write().map_err(|source| StoreError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        atomic_write(&self.dir, &path, json.as_bytes())?;
         Ok(json)
     }
 
@@ -159,6 +243,38 @@ impl ReportStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_in_flight_at_a_restart_end_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReportStore::open(dir.path()).unwrap();
+        store
+            .mark_in_flight("r-lost", "soak", 1_700_000_000_000)
+            .unwrap();
+        store.mark_in_flight("r-done", "quick", 1).unwrap();
+        store.mark_in_flight("r-cleared", "x", 1).unwrap();
+        store.clear_in_flight("r-cleared");
+        // r-done's report was stored just before the crash: it is kept as it is.
+        let done = Report {
+            run_id: "r-done".into(),
+            ..Report::default()
+        };
+        store.save(&done).unwrap();
+        // A new process over the same directory.
+        let store = ReportStore::open(dir.path()).unwrap();
+        let lost = store.recover_interrupted();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].run_id, "r-lost");
+        let back: Report = serde_json::from_str(&store.load("r-lost").unwrap().unwrap()).unwrap();
+        assert_eq!(back.outcome, stampede_core::report::RunOutcome::Failed);
+        assert_eq!(back.scenario, "soak");
+        assert!(back.message.unwrap().contains("controller restarted"));
+        let kept: Report = serde_json::from_str(&store.load("r-done").unwrap().unwrap()).unwrap();
+        assert_eq!(kept, done);
+        assert!(store.load("r-cleared").unwrap().is_none());
+        // Once only.
+        assert!(store.recover_interrupted().is_empty());
+    }
 
     #[test]
     fn save_load_list() {

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod endurance;
+mod faults;
 mod first_hour;
 mod ports;
 mod protocols;
@@ -107,11 +108,20 @@ pub fn spawn_agent(controller: &str, token: &str, id: &str) -> Proc {
 
 /// Starts `stampede controller` on an ephemeral port; returns it and its URL.
 pub fn spawn_controller(token: &str, data_dir: &std::path::Path) -> (Proc, String) {
+    spawn_controller_on("127.0.0.1:0", token, data_dir)
+}
+
+/// Starts `stampede controller` listening on `listen`; returns it and its URL.
+pub fn spawn_controller_on(
+    listen: &str,
+    token: &str,
+    data_dir: &std::path::Path,
+) -> (Proc, String) {
     let mut child = Command::new(BIN)
         .args([
             "controller",
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--token",
             token,
             "--data-dir",

@@ -1,0 +1,100 @@
+//! Faults of the control plane, with real processes: a controller killed mid-run and started
+//! again over the same data directory.
+
+use std::time::Duration;
+
+use stampede_cli::client;
+use stampede_core::report::RunOutcome;
+use stampede_proto::v1;
+
+use crate::{spawn_agent, spawn_controller_on, Target, QUIET};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restart_fails_the_runs_in_flight_and_frees_their_agents() {
+    let _q = QUIET.read().await;
+    let target = Target::start(0).await;
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let token = "restart-token";
+    let (mut controller, url) = spawn_controller_on(&listen, token, data.path());
+    let _agent = spawn_agent(&url, token, "restart-agent");
+
+    // A long run, followed until it is running.
+    let long = format!(
+        "name: long\ntarget: {}\nphases:\n  - {{ duration: 60s, arrival_rate: 50 }}\nsession:\n  - http: {{ path: /data }}\n",
+        target.url
+    );
+    let mut c = client::connect(&url, Some(token)).await.unwrap();
+    let run_id = client::submit(&mut c, &long, Some(1), Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let running = async {
+        loop {
+            let runs = c
+                .list_runs(v1::ListRunsRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            if runs
+                .runs
+                .iter()
+                .any(|r| r.run_id == run_id && r.state == "running")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("running");
+
+    // The controller dies without a chance to say anything, and comes back.
+    controller.0.kill().unwrap();
+    controller.0.wait().unwrap();
+    let sent_at_kill = target.requests();
+    let (_controller, url) = spawn_controller_on(&listen, token, data.path());
+
+    // The run it lost is failed, with a report that says why.
+    let mut c = client::connect(&url, Some(token)).await.unwrap();
+    let r = client::get_report(&mut c, &run_id).await.unwrap();
+    assert_eq!(r.outcome, RunOutcome::Failed);
+    assert!(
+        r.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("controller restarted"),
+        "{:?}",
+        r.message
+    );
+    let runs = c
+        .list_runs(v1::ListRunsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(runs
+        .runs
+        .iter()
+        .any(|x| x.run_id == run_id && x.state == "failed"));
+
+    // The agent stopped the orphaned load, came back, and is free for the next run.
+    let short = format!(
+        "name: after\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 20 }}\nsession:\n  - http: {{ path: /data }}\n",
+        target.url
+    );
+    let next = crate::run(&url, token, &short, 1).await;
+    assert_eq!(next.outcome, RunOutcome::Succeeded, "{:?}", next.message);
+    assert_eq!(next.totals.completed, 20);
+    // The orphaned load stopped within its lease (1 s): far fewer than the 50/s of the lost
+    // run's remaining minute reached the target besides the new run's 20.
+    let after = target.requests() - sent_at_kill;
+    assert!(
+        after < 20 + 50 * 5,
+        "the orphaned load went on: {after} requests after the kill"
+    );
+}

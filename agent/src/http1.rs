@@ -106,16 +106,27 @@ impl Conn {
             .write_all(&req.bytes)
             .await
             .map_err(|e| io_failure(&e, true))?;
+        let mut received = 0u64;
         let (status, keep_alive, body, head_len) = loop {
-            if let Some(parsed) = self.parse_head(req.head)? {
-                break parsed;
+            match self.parse_head(req.head)? {
+                // An interim answer (100 Continue, 103 Early Hints) precedes the real one on
+                // the same connection: skip it, or the next request would read this one's
+                // answer. 101 would switch protocols, which no step asks for.
+                Some((101, ..)) => return Err(Failure(error_kind::PROTOCOL)),
+                Some((s, _, _, n)) if (100..200).contains(&s) => {
+                    self.buf.advance(n);
+                    received += n as u64;
+                    continue;
+                }
+                Some(parsed) => break parsed,
+                None => {}
             }
             if self.buf.len() >= MAX_HEAD {
                 return Err(Failure(error_kind::PROTOCOL));
             }
             self.fill().await?;
         };
-        let mut received = head_len as u64;
+        received += head_len as u64;
         self.buf.advance(head_len);
         received += match body {
             Body::None => 0,
@@ -316,6 +327,24 @@ mod tests {
         let mut c = Conn::connect(addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (404, false));
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_skipped() {
+        let addr = serve_once(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok",
+        )
+        .await;
+        let mut c = Conn::connect(addr, None).await.unwrap();
+        let r = c.request(&get()).await.unwrap();
+        assert_eq!(r.status, 201);
+        assert_eq!(r.bytes_received, 110);
+        let addr = serve_once(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n").await;
+        let mut c = Conn::connect(addr, None).await.unwrap();
+        assert_eq!(
+            c.request(&get()).await.unwrap_err(),
+            Failure(error_kind::PROTOCOL)
+        );
     }
 
     #[tokio::test]

@@ -944,11 +944,18 @@ impl Scenario {
                 "must start with / and contain no spaces",
             ));
         }
-        for name in http.headers.keys() {
+        for (name, value) in &http.headers {
             if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
                 return Err(ScenarioError::invalid(
                     format!("session[{i}].http.headers"),
                     format!("`{name}` is not a valid header name"),
+                ));
+            }
+            // A CR or LF would end the header early and inject others (or a second request).
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}].http.headers.{name}"),
+                    "a header value must not contain CR, LF or NUL",
                 ));
             }
         }
@@ -1057,6 +1064,16 @@ session:
         ));
         let e = err(&format!("{DEMO}  - think_time: {{ min: 1s, most: 2s }}\n"));
         assert!(e.to_string().contains("most"), "{e}");
+    }
+
+    #[test]
+    fn header_values_cannot_inject_lines() {
+        let e = err(&DEMO.replace(
+            "http: { method: GET, path: /data }",
+            "http: { method: GET, path: /data, headers: { x-a: \"1\\r\\nx-b: 2\" } }",
+        ));
+        assert_eq!(e.path(), "session[0].http.headers.x-a");
+        assert!(e.to_string().contains("CR, LF"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! socket is dropped with the failure (the runner drops a connection on any error), so the
 //! next request goes out from a fresh socket on a new local port: a late reply to the old
 //! one lands on a closed port and can never be taken for the answer to a later request. The
-//! socket is connected, so the kernel drops datagrams from any other peer.
+//! socket is connected, so the kernel drops datagrams from any other peer. A target that
+//! answers one datagram twice leaves the copy queued: it is drained before the next send, so
+//! it is never taken for the next request's answer (which would time that request at ~0).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -82,6 +84,7 @@ impl UdpConn {
             Some(t) => deadline.min(Instant::now() + t),
             None => deadline,
         };
+        self.drain_stale();
         self.socket
             .send(&req.bytes)
             .await
@@ -102,10 +105,53 @@ impl UdpConn {
     }
 }
 
+impl UdpConn {
+    /// Discards datagrams already queued (duplicates of earlier replies); returns how many.
+    fn drain_stale(&mut self) -> usize {
+        let mut n = 0;
+        while self.socket.try_recv(&mut self.buf).is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
 /// An ICMP port-unreachable surfaces on a connected socket as "connection refused".
 fn udp_failure(e: &std::io::Error, writing: bool) -> Failure {
     match e.kind() {
         std::io::ErrorKind::ConnectionRefused => Failure(error_kind::CONNECT_REFUSED),
         _ => io_failure(e, writing),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_duplicated_reply_is_not_taken_for_the_next_answer() {
+        // A target that answers the first datagram twice (3 bytes), the second once (5 bytes).
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut b = [0u8; 64];
+            let (_, peer) = server.recv_from(&mut b).await.unwrap();
+            server.send_to(b"one", peer).await.unwrap();
+            server.send_to(b"one", peer).await.unwrap();
+            let (_, peer) = server.recv_from(&mut b).await.unwrap();
+            server.send_to(b"two!!", peer).await.unwrap();
+        });
+        let req = DatagramRequest {
+            bytes: Bytes::from_static(b"ping"),
+            timeout: None,
+            check: None,
+        };
+        let mut c = UdpConn::connect(addr).await.unwrap();
+        let far = Instant::now() + Duration::from_secs(5);
+        assert_eq!(c.request(&req, far).await.unwrap(), 3);
+        // Wait until the duplicate is queued (peek does not consume it).
+        let mut b = [0u8; 8];
+        c.socket.peek(&mut b).await.unwrap();
+        assert_eq!(c.request(&req, far).await.unwrap(), 5);
     }
 }

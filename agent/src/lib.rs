@@ -366,7 +366,11 @@ async fn connection(
             .unwrap_or_default(),
     };
     let _ = tx.send(msg(Out::Register(register))).await;
+    // An Assign carries the whole scenario (files inlined), up to the scenario's bound.
     let mut inbound = v1::agent_service_client::AgentServiceClient::new(channel)
+        .max_decoding_message_size(
+            stampede_core::scenario::MAX_SCENARIO_BYTES + stampede_core::scenario::MESSAGE_OVERHEAD,
+        )
         .attach(request)
         .await?
         .into_inner();

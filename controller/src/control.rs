@@ -31,9 +31,7 @@ impl v1::control_service_server::ControlService for ControlSvc {
         req: Request<v1::SubmitRunRequest>,
     ) -> Result<Response<v1::SubmitRunResponse>, Status> {
         let req = req.into_inner();
-        if req.scenario.len() > 4 << 20 {
-            return Err(ControllerError::Invalid("scenario: larger than 4 MiB".into()).into());
-        }
+        // Bounded by `MAX_SCENARIO_BYTES`, checked before any parsing.
         let scenario = Scenario::from_yaml(&req.scenario).map_err(ControllerError::from)?;
         let wait = (req.agent_wait_ms > 0).then(|| Duration::from_millis(req.agent_wait_ms));
         let handle = submit(self.inner.clone(), scenario, req.agents, wait)?;

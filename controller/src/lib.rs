@@ -254,16 +254,22 @@ impl Controller {
             self.inner.cfg.token.as_deref(),
             self.inner.cfg.agent_token.as_deref(),
         );
-        let agent_svc = v1::agent_service_server::AgentServiceServer::with_interceptor(
-            agents::AgentSvc {
+        use stampede_core::scenario::{MAX_SCENARIO_BYTES, MESSAGE_OVERHEAD};
+        use tonic::service::interceptor::InterceptedService;
+        let agent_svc = InterceptedService::new(
+            v1::agent_service_server::AgentServiceServer::new(agents::AgentSvc {
                 inner: self.inner.clone(),
-            },
+            })
+            .max_encoding_message_size(MAX_SCENARIO_BYTES + MESSAGE_OVERHEAD),
             creds.interceptor(auth::Role::Agent),
         );
-        let control_svc = v1::control_service_server::ControlServiceServer::with_interceptor(
-            control::ControlSvc {
+        // A SubmitRun carries the scenario with its files inlined: accept what the CLI accepts.
+        let control_svc = InterceptedService::new(
+            v1::control_service_server::ControlServiceServer::new(control::ControlSvc {
                 inner: self.inner.clone(),
-            },
+            })
+            .max_decoding_message_size(MAX_SCENARIO_BYTES + MESSAGE_OVERHEAD)
+            .max_encoding_message_size(usize::MAX),
             creds.interceptor(auth::Role::User),
         );
         let stop = self.inner.shutdown.clone();

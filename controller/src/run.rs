@@ -427,6 +427,14 @@ impl Driver {
         self.check_ports(&picked, seed)?;
         let scenario_text = serde_json::to_string(&self.scenario)
             .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;
+        // The form agents receive can be longer than the text submitted (JSON escapes).
+        if scenario_text.len() > stampede_core::scenario::MAX_SCENARIO_BYTES {
+            return Err(Failure::Failed(format!(
+                "the scenario is {} bytes as sent to agents; at most {} MiB",
+                scenario_text.len(),
+                stampede_core::scenario::MAX_SCENARIO_BYTES >> 20
+            )));
+        }
         let mut members = Vec::with_capacity(n);
         {
             let agents = lock(&self.inner.agents);

@@ -26,6 +26,13 @@ pub const MAX_THRESHOLDS: usize = 100;
 /// run, and it keeps every arrival index exact in the schedule's `f64` arithmetic.
 pub const MAX_TOTAL_ARRIVALS: f64 = 1e15;
 
+/// Largest scenario text (files it names inlined): it travels whole in SubmitRun and in every
+/// agent's Assign, and both ends accept exactly this much (plus [`MESSAGE_OVERHEAD`]), so a
+/// scenario the CLI accepts is never refused later as "message too large".
+pub const MAX_SCENARIO_BYTES: usize = 32 << 20;
+/// Room for the other fields of a message that carries a scenario.
+pub const MESSAGE_OVERHEAD: usize = 1 << 20;
+
 /// A load test: arrival phases, and what each arriving virtual client does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -513,6 +520,16 @@ impl Scenario {
 
     /// Parses without the checks of [`Scenario::validate`] (the types' own still apply).
     fn parse_unchecked(text: &str) -> Result<Self, ScenarioError> {
+        if text.len() > MAX_SCENARIO_BYTES {
+            return Err(ScenarioError::Parse {
+                path: "scenario".into(),
+                message: format!(
+                    "{} bytes; a scenario (with its files) may have at most {} MiB",
+                    text.len(),
+                    MAX_SCENARIO_BYTES >> 20
+                ),
+            });
+        }
         crate::yaml_guard::check_aliases(text).map_err(|message| ScenarioError::Parse {
             path: "scenario".into(),
             message,

@@ -98,3 +98,49 @@ async fn a_controller_restart_fails_the_runs_in_flight_and_frees_their_agents() 
         "the orphaned load went on: {after} requests after the kill"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_refused() {
+    let _q = QUIET.read().await;
+    let target = Target::start_with(stampede_target_servers::http::HttpConfig {
+        max_body_bytes: 8 << 20,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    // A 6 MiB body: the Assign that carries it is over tonic's default 4 MiB.
+    let body = "x".repeat(6 << 20);
+    let text = format!(
+        "name: big\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 2 }}\nsession:\n  - http: {{ method: POST, path: /echo, body: '{body}' }}\n",
+        target.url
+    );
+    let d = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || crate::cli_run_local(&d, "big", &text))
+        .await
+        .unwrap();
+    assert_eq!(
+        run.code,
+        Some(0),
+        "{}\n{:?}",
+        run.stderr,
+        run.report.message
+    );
+    assert_eq!(run.report.totals.completed, 2);
+    assert!(run.report.totals.bytes_sent > 12 << 20);
+    // Past the bound: refused by the CLI, naming it, before any load.
+    let huge = format!(
+        "name: huge\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 2 }}\nsession:\n  - http: {{ method: POST, path: /echo, body: '{}' }}\n",
+        target.url,
+        "x".repeat(33 << 20)
+    );
+    let path = dir.path().join("huge.yaml");
+    std::fs::write(&path, huge).unwrap();
+    let out = std::process::Command::new(crate::BIN)
+        .args(["validate"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 32 MiB"));
+    assert_eq!(target.requests(), 2);
+}

@@ -38,13 +38,17 @@ pub struct Target {
 
 impl Target {
     pub async fn start(delay_ms: u64) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = HttpServer::new(HttpConfig {
+        Self::start_with(HttpConfig {
             delay_ms,
             ..HttpConfig::default()
         })
-        .unwrap();
+        .await
+    }
+
+    pub async fn start_with(config: HttpConfig) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = HttpServer::new(config).unwrap();
         let stop = serve_until_dropped(|shutdown| server.clone().serve(listener, shutdown));
         Self {
             server,

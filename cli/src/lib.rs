@@ -2,12 +2,14 @@
 
 pub mod capacity;
 pub mod client;
+pub mod compare;
 pub mod export;
 pub mod html;
 pub mod kube;
 pub mod local;
 pub mod plan;
 pub mod render;
+pub mod report_file;
 pub mod security;
 
 /// Exit codes (documented in the README).

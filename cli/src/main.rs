@@ -113,14 +113,20 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
-    /// Fetch the report of a finished run.
+    /// Fetch the report of a finished run, or render a local JSON report file.
     Report {
+        /// A run id, or a report file (an existing path, or a name ending in .json).
         run_id: String,
         #[command(flatten)]
         conn: Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        #[command(flatten)]
+        files: stampede_cli::report_file::Outputs,
     },
+    /// Compare two JSON reports, figure by figure, with confidence intervals; exit 1 when a
+    /// significant regression is beyond a --max-regression limit.
+    Compare(stampede_cli::compare::CompareArgs),
     /// List the agents attached to the controller.
     Agents {
         #[command(flatten)]
@@ -378,6 +384,7 @@ async fn dispatch(cmd: Command, cli_tls: stampede_cli::security::ClientTls) -> R
         Command::Run(a) => run(a).await,
         Command::Demo(a) => demo(a).await,
         Command::Capacity(a) => stampede_cli::capacity::command(a).await,
+        Command::Compare(a) => stampede_cli::compare::command(a),
         Command::Status { conn, output } => {
             let ep = conn.endpoint().await?;
             let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
@@ -408,10 +415,19 @@ async fn dispatch(cmd: Command, cli_tls: stampede_cli::security::ClientTls) -> R
             run_id,
             conn,
             output,
+            files,
         } => {
+            if stampede_cli::report_file::is_local(&run_id) {
+                return stampede_cli::report_file::render(
+                    run_id.as_ref(),
+                    &files,
+                    output == Output::Json,
+                );
+            }
             let ep = conn.endpoint().await?;
             let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
             let report = client::get_report(&mut c, &run_id).await?;
+            files.write(&report)?;
             print_report(&report, output)?;
             Ok(outcome_code(&report))
         }

@@ -435,10 +435,7 @@ fn interval_s(r: &Report) -> f64 {
 type RawBuckets = Vec<(u64, u64, u64)>;
 
 /// Decodes every interval's response-time histogram, as (highest, median, count) buckets.
-fn decode_run(
-    r: &Report,
-    run: &'static str,
-) -> Result<Vec<(Interval, RawBuckets)>, CompareError> {
+fn decode_run(r: &Report, run: &'static str) -> Result<Vec<(Interval, RawBuckets)>, CompareError> {
     let len = interval_s(r);
     r.timeline
         .iter()
@@ -1116,6 +1113,79 @@ mod tests {
         assert_eq!(c, compare(&b, &n, &Options::default()).unwrap());
         let same = compare(&b, &report(3, 400, noisy(3)), &Options::default()).unwrap();
         assert_eq!(same.run().unwrap().rows[0].verdict, Verdict::WithinNoise);
+    }
+
+    /// `r` split into two phases of `seconds / 2` each, with their exact figures.
+    fn two_phases(mut r: Report, seconds: u64) -> Report {
+        let half = seconds / 2;
+        r.phases = (0..2)
+            .map(|i| {
+                let mut h = hist::new_histogram();
+                for row in &r.timeline[(i * half) as usize..((i + 1) * half) as usize] {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(&row.response_hist)
+                        .unwrap();
+                    hist::merge(&mut h, &hist::decode(&bytes).unwrap()).unwrap();
+                }
+                crate::report::PhaseReport {
+                    index: i as u32,
+                    name: ["warm", "main"][i as usize].into(),
+                    start_s: (i * half) as f64,
+                    duration_s: half as f64,
+                    completed: h.len(),
+                    latency: crate::report::Latency {
+                        response_time: Percentiles::of(&h),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                }
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn phases_are_compared_one_by_one_and_stratify_the_whole_run() {
+        // The second phase is slower in both runs; only the new run's second phase doubles.
+        let f = noisy(1);
+        let b = two_phases(
+            report(20, 300, |s, i| f(s, i) * if s >= 10 { 3 } else { 1 }),
+            20,
+        );
+        let n = two_phases(
+            report(20, 300, |s, i| f(s, i) * if s >= 10 { 6 } else { 1 }),
+            20,
+        );
+        let c = compare(&b, &n, &Options::default()).unwrap();
+        let names: Vec<(Scope, &str, Noise)> = c
+            .sections
+            .iter()
+            .map(|s| (s.scope, s.name.as_str(), s.noise))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (Scope::Run, "", Noise::Intervals { blocks: 20 }),
+                (Scope::Phase, "warm", Noise::Intervals { blocks: 10 }),
+                (Scope::Phase, "main", Noise::Intervals { blocks: 10 }),
+            ]
+        );
+        let p99 = |s: &Section| {
+            s.rows
+                .iter()
+                .find(|r| r.metric == Metric::P99)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(p99(&c.sections[1]).verdict, Verdict::WithinNoise);
+        assert_eq!(p99(&c.sections[1]).change, Some(0.0));
+        assert_eq!(p99(&c.sections[2]).verdict, Verdict::Regression);
+        assert_eq!(p99(&c.sections[0]).verdict, Verdict::Regression);
+        // The phase figures are the report's own.
+        assert_eq!(
+            p99(&c.sections[2]).base,
+            Some(b.phases[1].latency.response_time.p99_us as f64)
+        );
     }
 
     #[test]

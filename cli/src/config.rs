@@ -111,14 +111,20 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
-    /// Fetch the report of a finished run.
+    /// Fetch the report of a finished run, or render a local JSON report file.
     Report {
+        /// A run id, or a report file (an existing path, or a name ending in .json).
         run_id: String,
         #[command(flatten)]
         conn: Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        #[command(flatten)]
+        files: crate::report_file::Outputs,
     },
+    /// Compare two JSON reports, figure by figure, with confidence intervals; exit 1 when a
+    /// significant regression is beyond a --max-regression limit.
+    Compare(crate::compare::CompareArgs),
     /// List the agents attached to the controller.
     Agents {
         #[command(flatten)]

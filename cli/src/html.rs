@@ -10,13 +10,13 @@ const W: u32 = 960;
 const H: u32 = 320;
 
 /// One named line of a chart.
-struct Line {
-    name: String,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
+pub(crate) struct Line {
+    pub(crate) name: String,
+    pub(crate) color: RGBColor,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
-const PALETTE: [RGBColor; 8] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -32,7 +32,7 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// A line chart over `x_range`, with dashed vertical markers at `marks`.
-fn line_chart(
+pub(crate) fn line_chart(
     title: &str,
     x_desc: &str,
     y_desc: &str,
@@ -87,32 +87,73 @@ fn line_chart(
                 .map_err(err)?;
         }
         for l in lines {
-            let color = l.color;
             // "planned" is drawn wide and light so an identical achieved line stays readable.
             let width = if l.name == "planned" { 6 } else { 2 };
             chart
-                .draw_series(LineSeries::new(l.points.clone(), color.stroke_width(width)))
-                .map_err(err)?
-                .label(l.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-        }
-        if !lines.is_empty() {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .draw()
+                .draw_series(LineSeries::new(
+                    l.points.clone(),
+                    l.color.stroke_width(width),
+                ))
                 .map_err(err)?;
         }
         root.present().map_err(err)?;
     }
-    Ok(svg)
+    // The legend is HTML under the chart: outside the plot area, it hides no line, and it
+    // stays legible when the chart is scaled down to a phone's width.
+    let mut legend = String::from("<div class=\"legend\">");
+    for l in lines {
+        let RGBColor(r, g, b) = l.color;
+        let _ = write!(
+            legend,
+            "<span><i style=\"background:rgb({r},{g},{b})\"></i>{}</span>",
+            esc(&l.name)
+        );
+    }
+    legend.push_str("</div>");
+    Ok(format!("{svg}{legend}"))
 }
 
-fn esc(s: &str) -> String {
+/// The page's `<head>` and opening `<body>`: one style for the report and the comparison.
+pub(crate) fn page_head(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title>\n<style>{STYLE}</style></head><body>\n",
+        esc(title)
+    )
+}
+
+/// Wide tables scroll sideways inside their own box instead of widening the page; on a phone,
+/// cells wrap and charts keep a legible width (they scroll sideways).
+const STYLE: &str = "\
+body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;padding:0 12px;max-width:1000px;color:#222}\
+h1{font-size:1.5em;overflow-wrap:anywhere} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}\
+p,li{overflow-wrap:anywhere}\
+.scroll{overflow-x:auto;max-width:100%} .tables{display:flex;flex-wrap:wrap;gap:0 24px}\
+table{border-collapse:collapse;margin:8px 0;font-size:0.9em} td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}\
+th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}\
+.pass,.improvement{color:#1a7f37;font-weight:bold} .fail,.regression{color:#cf222e;font-weight:bold} .noise{color:#57606a}\
+.warn{color:#9a6700}\
+.chart svg{max-width:100%;height:auto;display:block}\
+.legend{display:flex;flex-wrap:wrap;gap:4px 18px;font-size:0.85em;margin:2px 0 8px 70px}\
+.legend i{display:inline-block;width:18px;height:3px;margin:0 6px 3px 0;vertical-align:middle}\
+@media (max-width:600px){body{margin:8px auto;padding:0 8px} h1{font-size:1.25em} table{font-size:0.8em}\
+ td,th{white-space:normal;padding:2px 4px} td.ci{white-space:nowrap} .legend{margin-left:0}\
+ .chart{overflow-x:auto} .chart svg{max-width:none;width:640px}}";
+
+/// How the run was loaded: `closed model, 50 connections`, `constant 200/s over 50
+/// connections`, `arrival poisson`.
+pub(crate) fn load_model(r: &Report) -> String {
+    match &r.load {
+        Some(l) if l.model == "closed" => format!("closed model, {} connections", l.connections),
+        Some(l) => match l.rate {
+            Some(rate) => format!("{} {rate}/s over {} connections", l.model, l.connections),
+            None => format!("{} model, {} connections", l.model, l.connections),
+        },
+        None => format!("arrival {}", r.arrival),
+    }
+}
+
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -125,7 +166,7 @@ fn ms(us: u64) -> String {
 
 /// The percentile spectrum of the whole run, merged from the per-interval histograms:
 /// (x = -log10(1 - q), value in ms).
-fn spectrum(r: &Report) -> Vec<(f64, f64)> {
+pub(crate) fn spectrum(r: &Report) -> Vec<(f64, f64)> {
     use base64::Engine as _;
     let mut all = stampede_core::hist::new_histogram();
     for row in &r.timeline {
@@ -297,30 +338,28 @@ pub fn html(r: &Report) -> Result<String, String> {
     )?;
 
     let mut o = String::with_capacity(256 * 1024);
+    o.push_str(&page_head(&format!("Stampede report {}", r.run_id)));
     let _ = write!(
         o,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Stampede report {id}</title>\n<style>\
-body{{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1000px;color:#222}}\
-h1{{font-size:1.5em}} h2{{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}}\
-table{{border-collapse:collapse;margin:8px 0;font-size:0.9em}} td,th{{border:1px solid #ddd;padding:3px 8px;text-align:right}}\
-th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
-.pass{{color:#1a7f37;font-weight:bold}} .fail{{color:#cf222e;font-weight:bold}} .chart svg{{max-width:100%;height:auto}}\
-</style></head><body>\n<h1>Stampede report: {scenario}</h1>\n<p>Run <code>{id}</code>, outcome <b>{outcome:?}</b>{msg}. Duration {dur:.1} s (planned {pdur:.1} s), arrival {arrival}, seed {seed}.</p>\n",
+        "<h1>Stampede report: {scenario}</h1>\n<p>Run <code>{id}</code>, outcome <b>{outcome:?}</b>{msg}. Duration {dur:.1} s (planned {pdur:.1} s), {model}, seed {seed}{target}.</p>\n",
         id = esc(&r.run_id),
         scenario = esc(&r.scenario),
         outcome = r.outcome,
         msg = r.message.as_deref().map(|m| format!(": {}", esc(m))).unwrap_or_default(),
         dur = r.duration_s,
         pdur = r.planned_duration_s,
-        arrival = esc(&r.arrival),
+        model = esc(&load_model(r)),
         seed = r.seed,
+        target = if r.target.is_empty() { String::new() } else { format!(", target <code>{}</code>", esc(&r.target)) },
     );
     let t = &r.totals;
     let lt = &r.latency.response_time;
     let _ = write!(
         o,
-        "<h2>Summary</h2><table><tr><th>planned</th><th>completed</th><th>failed</th><th>error rate</th><th>throughput</th><th>achieved</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>p99.99 ms</th><th>max ms</th></tr>\
-<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}%</td><td>{:.1}/s</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        "<h2>Summary</h2><div class=\"tables\"><div class=\"scroll\"><table><tr><th>planned</th><th>completed</th><th>failed</th><th>error rate</th><th>throughput</th><th>achieved</th></tr>\
+<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}%</td><td>{:.1}/s</td><td>{:.1}%</td></tr></table></div>\
+<div class=\"scroll\"><table><tr><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>p99.99 ms</th><th>max ms</th></tr>\
+<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table></div></div>",
         t.planned, t.completed, t.failed, t.error_rate * 100.0, t.throughput_rps, t.achieved_ratio * 100.0,
         ms(lt.p50_us), ms(lt.p90_us), ms(lt.p99_us), ms(lt.p999_us), ms(lt.p9999_us), ms(lt.max_us),
     );
@@ -329,7 +368,7 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
         o.push_str("<p>No thresholds were set.</p>");
     } else {
         o.push_str(
-            "<table id=\"thresholds\"><tr><th>threshold</th><th>measured</th><th>verdict</th></tr>",
+            "<div class=\"scroll\"><table id=\"thresholds\"><tr><th>threshold</th><th>measured</th><th>verdict</th></tr>",
         );
         for th in &r.thresholds {
             let _ = write!(
@@ -341,7 +380,7 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
                 if th.passed { "PASS" } else { "FAIL" }
             );
         }
-        o.push_str("</table>");
+        o.push_str("</table></div>");
     }
     for (title, svg) in [
         ("Latency over time", latency),
@@ -351,7 +390,7 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
     ] {
         let _ = write!(o, "\n<h2>{title}</h2><div class=\"chart\">{svg}</div>");
     }
-    o.push_str("\n<h2>Phases</h2><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
+    o.push_str("\n<h2>Phases</h2><div class=\"scroll\"><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
     for p in &r.phases {
         let l = &p.latency.response_time;
         let _ = write!(
@@ -361,7 +400,7 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
             ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
         );
     }
-    o.push_str("</table>\n<h2>Steps</h2><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
+    o.push_str("</table></div>\n<h2>Steps</h2><div class=\"scroll\"><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
     for s in &r.steps {
         let l = &s.latency.response_time;
         let errs: Vec<String> = s.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
@@ -371,7 +410,7 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
             esc(&s.name), s.completed, s.failed, esc(&errs.join(", ")), ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
         );
     }
-    o.push_str("</table>\n<h2>Agents</h2><table><tr><th>agent</th><th>shard</th><th>planned</th><th>started</th><th>completed</th><th>failed</th><th>lost</th><th>clock offset µs</th><th>lag p99 µs</th><th>lag max µs</th><th>late arrivals</th></tr>");
+    o.push_str("</table></div>\n<h2>Agents</h2><div class=\"scroll\"><table><tr><th>agent</th><th>shard</th><th>planned</th><th>started</th><th>completed</th><th>failed</th><th>lost</th><th>clock offset µs</th><th>lag p99 µs</th><th>lag max µs</th><th>late arrivals</th></tr>");
     for a in &r.agents {
         let _ = write!(
             o,
@@ -381,6 +420,36 @@ th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}\
             a.clock_offset_us, a.lag_p99_us, a.lag_max_us, a.late_arrivals
         );
     }
-    o.push_str("</table>\n<p style=\"color:#777;font-size:0.8em\">Generated by stampede. Percentiles are exact over the merged HDR histograms (3 significant digits).</p>\n</body></html>\n");
+    o.push_str("</table></div>\n<p style=\"color:#777;font-size:0.8em\">Generated by stampede. Percentiles are exact over the merged HDR histograms (3 significant digits).</p>\n</body></html>\n");
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stampede_core::report::LoadSummary;
+
+    #[test]
+    fn the_header_names_the_load_model_and_legends_are_outside_the_charts() {
+        let mut r = Report {
+            arrival: "uniform".into(),
+            load: Some(LoadSummary {
+                model: "constant".into(),
+                connections: 10,
+                rate: Some(200.0),
+                ..LoadSummary::default()
+            }),
+            ..Report::default()
+        };
+        let page = html(&r).unwrap();
+        assert!(page.contains("constant 200/s over 10 connections"));
+        assert!(!page.contains("arrival uniform"));
+        // Legends are HTML under the charts, not boxes drawn over the plot.
+        assert_eq!(page.matches("<div class=\"legend\">").count(), 4);
+        r.load.as_mut().unwrap().model = "closed".into();
+        assert!(html(&r).unwrap().contains("closed model, 10 connections"));
+        r.load = None;
+        r.arrival = "poisson".into();
+        assert!(html(&r).unwrap().contains("arrival poisson"));
+    }
 }

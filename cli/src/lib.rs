@@ -3,6 +3,7 @@
 pub mod capacity;
 pub mod client;
 pub mod cmd;
+pub mod compare;
 pub mod config;
 pub mod export;
 pub mod html;
@@ -11,6 +12,7 @@ pub mod local;
 pub mod plan;
 pub mod quick;
 pub mod render;
+pub mod report_file;
 pub mod security;
 
 /// Exit codes (documented in the README).

@@ -3,6 +3,7 @@
 //! No async runtime, no clocks, no sockets.
 
 pub mod capacity;
+pub mod compare;
 pub mod duration;
 pub mod hist;
 pub mod plan;

@@ -275,6 +275,10 @@ pub enum RunOutcome {
 pub struct Report {
     pub run_id: String,
     pub scenario: String,
+    /// The scenario's target, without any user and password (so `compare` can tell two
+    /// targets apart); empty in reports written before it was added.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub target: String,
     pub outcome: RunOutcome,
     /// Why the run failed or was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -904,6 +908,11 @@ impl RunAccumulator {
         let report = Report {
             run_id: meta.run_id,
             scenario: scenario.name.clone(),
+            target: scenario
+                .target
+                .as_deref()
+                .map(without_userinfo)
+                .unwrap_or_default(),
             outcome: meta.outcome,
             message: meta.message,
             started_at_unix_ms: meta.started_at_unix_ms,
@@ -978,6 +987,18 @@ impl RunAccumulator {
             report.thresholds = crate::threshold::evaluate_all(&ts, &report);
         }
         Ok(report)
+    }
+}
+
+/// `scheme://user:password@host/path` without `user:password@`.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
     }
 }
 
@@ -1119,6 +1140,20 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["connections"]["peak_open"], 210);
         assert_eq!(json["timeline"][1]["peak_open"], 210);
+    }
+
+    #[test]
+    fn the_target_is_kept_without_credentials() {
+        assert_eq!(
+            without_userinfo("http://u:p@h:1/a@b"),
+            "http://h:1/a@b".to_string()
+        );
+        assert_eq!(without_userinfo("unix:///tmp/s"), "unix:///tmp/s");
+        let s = closed(2);
+        let plan = Plan::new(&s, 1, &[], 0).unwrap();
+        let acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(r.target, "http://h:1");
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl ConnTracker {
                 self.changed.notify_waiters();
                 Some(ConnGuard {
                     tracker: Arc::clone(self),
-                    _permit: permit,
+                    permit: Some(permit),
                 })
             }
             Err(_) => {
@@ -130,11 +130,14 @@ impl ConnTracker {
 /// Held by a connection task for as long as the connection is open.
 pub(crate) struct ConnGuard {
     tracker: Arc<ConnTracker>,
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        // The slot is free before anyone hears the connection closed: a client that connects
+        // as soon as `open` drops must be admitted (fields would drop after this body).
+        drop(self.permit.take());
         self.tracker.open.dec();
         self.tracker.changed.notify_waiters();
     }

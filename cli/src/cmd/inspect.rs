@@ -37,11 +37,21 @@ pub async fn status(conn: Conn, output: Output) -> Result<i32> {
     Ok(exit::OK)
 }
 
-/// `stampede report RUN_ID`: a finished run's report, fetched from the controller.
-pub async fn report(run_id: String, conn: Conn, output: Output) -> Result<i32> {
+/// `stampede report RUN_ID|FILE.json`: a finished run's report, fetched from the controller,
+/// or a local report file rendered.
+pub async fn report(
+    run_id: String,
+    conn: Conn,
+    output: Output,
+    files: crate::report_file::Outputs,
+) -> Result<i32> {
+    if crate::report_file::is_local(&run_id) {
+        return crate::report_file::render(run_id.as_ref(), &files, output == Output::Json);
+    }
     let ep = conn.endpoint().await?;
     let mut c = client::connect(&ep.url, ep.token.as_deref()).await?;
     let report = client::get_report(&mut c, &run_id).await?;
+    files.write(&report)?;
     print_report(&report, output)?;
     Ok(outcome_code(&report))
 }

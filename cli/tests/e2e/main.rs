@@ -3,6 +3,7 @@
 //! is bounded in time and stops what it started. One test binary; one module per area.
 
 mod capacity;
+mod compare;
 mod endurance;
 mod faults;
 mod first_hour;

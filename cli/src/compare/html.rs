@@ -51,14 +51,6 @@ pub fn page(
     base: &Report,
     new: &Report,
 ) -> Result<String, String> {
-    let pct = |x: &f64| -> String {
-        let q = 100.0 * (1.0 - 10f64.powf(-*x));
-        if q < 99.0 {
-            format!("{q:.0}%")
-        } else {
-            format!("{}%", (q * 1000.0).round() / 1000.0)
-        }
-    };
     let line = |name: &str, i: usize, points: Vec<(f64, f64)>| Line {
         name: name.into(),
         color: PALETTE[i],
@@ -74,7 +66,7 @@ pub fn page(
             line("new", 1, spectrum(new)),
         ],
         &[],
-        Some(&pct),
+        Some(&crate::html::percentile_label),
     )?;
     let x_max = [base, new]
         .iter()

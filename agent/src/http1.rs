@@ -273,7 +273,10 @@ impl Conn {
                     }
                 }
             }
-            total += self.skip_exact(size + 2).await?;
+            // 16 hex digits fit a u64 but not the CRLF after the data: a protocol error, not
+            // an overflow.
+            let with_crlf = size.checked_add(2).ok_or(Failure(error_kind::PROTOCOL))?;
+            total = total.saturating_add(self.skip_exact(with_crlf).await?);
         }
     }
 }
@@ -355,6 +358,8 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffe\r\n",
         ] {
             let addr = serve_once(reply).await;
             let mut c = Conn::connect(addr, None).await.unwrap();

@@ -822,7 +822,7 @@ async fn run(a: RunArgs) -> Result<i32> {
 /// The demo scenario, with its phases scaled to `duration`.
 fn demo_scenario(target: &str, duration: Option<Duration>) -> Result<Scenario> {
     let mut s = Scenario::from_yaml(include_str!("../../examples/demo.yaml"))?;
-    s.target = Some(target.to_string());
+    s.target = Some(target.parse().map_err(|e| anyhow::anyhow!("target: {e}"))?);
     if let Some(d) = duration {
         let factor = d.as_secs_f64() / s.duration().as_secs_f64();
         for p in &mut s.phases {

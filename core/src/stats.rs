@@ -22,6 +22,8 @@ pub mod error_kind {
     pub const STATUS: &str = "status";
     pub const PROTOCOL: &str = "protocol";
     pub const TLS: &str = "tls";
+    /// A rendered template would break the request (a line break in a header value).
+    pub const TEMPLATE: &str = "template";
 }
 
 /// Additive counters of one agent, one interval, one phase.

@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use stampede_core::scenario::HttpRequest;
 use stampede_core::stats::error_kind;
+use stampede_core::template::Template;
 
-use crate::http1::Response;
+use crate::http1::{Discard, Response, Sink};
 use crate::net::{self, io_failure, Failure};
 
 /// A request compiled once per step.
@@ -24,11 +25,18 @@ pub struct H2Request {
 impl H2Request {
     /// Builds the request for `authority` (`:scheme` is `https` over TLS, else `http`); the
     /// error says which part is not valid HTTP/2.
-    pub fn new(req: &HttpRequest, tls: bool, authority: &str) -> Result<Self, String> {
+    pub fn new(
+        req: &HttpRequest,
+        tls: bool,
+        authority: &str,
+        prefix: &str,
+    ) -> Result<Self, String> {
+        let text = |t: &Template| t.as_static().unwrap_or_default().to_string();
         let method = http::Method::from_bytes(req.method.as_bytes())
             .map_err(|_| format!("method: `{}` is not an HTTP method", req.method))?;
         let scheme = if tls { "https" } else { "http" };
-        let uri: http::Uri = format!("{scheme}://{authority}{}", req.path)
+        let path = format!("{prefix}{}", text(&req.path));
+        let uri: http::Uri = format!("{scheme}://{authority}{path}")
             .parse()
             .map_err(|e| format!("path: {e}"))?;
         let mut headers = http::HeaderMap::new();
@@ -48,7 +56,7 @@ impl H2Request {
             }
             let name = http::HeaderName::from_bytes(lower.as_bytes())
                 .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
-            let value = http::HeaderValue::from_str(v)
+            let value = http::HeaderValue::from_str(&text(v))
                 .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
             headers.append(name, value);
         }
@@ -58,8 +66,8 @@ impl H2Request {
                 http::HeaderValue::from_static("stampede"),
             );
         }
-        let body = Bytes::from(req.body.clone().unwrap_or_default());
-        let wire_len = (req.method.len() + req.path.len() + authority.len()) as u64
+        let body = Bytes::from(req.body.as_ref().map(text).unwrap_or_default());
+        let wire_len = (req.method.len() + path.len() + authority.len()) as u64
             + headers
                 .iter()
                 .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
@@ -126,30 +134,44 @@ impl H2Conn {
 
     /// Sends one request on a new stream and reads the whole response.
     pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
+        let mut req = http::Request::new(());
+        *req.method_mut() = r.method.clone();
+        *req.uri_mut() = r.uri.clone();
+        *req.headers_mut() = r.headers.clone();
+        self.send(req, r.body.clone(), &mut Discard).await
+    }
+
+    /// Sends `req` with `body` on a new stream and reads the whole response into `sink`.
+    pub async fn send<S: Sink>(
+        &mut self,
+        req: http::Request<()>,
+        body: Bytes,
+        sink: &mut S,
+    ) -> Result<Response, Failure> {
         let mut send = self
             .send
             .clone()
             .ready()
             .await
             .map_err(|e| h2_failure(&e))?;
-        let mut req = http::Request::new(());
-        *req.method_mut() = r.method.clone();
-        *req.uri_mut() = r.uri.clone();
-        *req.headers_mut() = r.headers.clone();
-        let end = r.body.is_empty();
+        let end = body.is_empty();
         let (response, mut stream) = send.send_request(req, end).map_err(|e| h2_failure(&e))?;
         if !end {
-            stream
-                .send_data(r.body.clone(), true)
-                .map_err(|e| h2_failure(&e))?;
+            stream.send_data(body, true).map_err(|e| h2_failure(&e))?;
         }
         let response = response.await.map_err(|e| h2_failure(&e))?;
         let status = response.status().as_u16();
+        if S::KEEP {
+            for (k, v) in response.headers() {
+                sink.header(k.as_str(), v.as_bytes());
+            }
+        }
         let mut body = response.into_body();
         let mut received = 0u64;
         while let Some(chunk) = body.data().await {
             let chunk = chunk.map_err(|e| h2_failure(&e))?;
             received += chunk.len() as u64;
+            sink.body(&chunk);
             let _ = body.flow_control().release_capacity(chunk.len());
         }
         Ok(Response {
@@ -191,22 +213,22 @@ mod tests {
     #[test]
     fn requests_are_checked_once() {
         let mut req = HttpRequest {
-            method: "GET".into(),
-            path: "/x".into(),
-            headers: Default::default(),
-            body: None,
-            body_file: None,
-            expect_status: None,
+            path: Template::literal("/x"),
+            ..Default::default()
         };
-        req.headers.insert("Connection".into(), "close".into());
-        req.headers.insert("X-Id".into(), "7".into());
-        let r = H2Request::new(&req, false, "h:1").unwrap();
+        req.headers
+            .insert("Connection".into(), Template::literal("close"));
+        req.headers.insert("X-Id".into(), Template::literal("7"));
+        let r = H2Request::new(&req, false, "h:1", "").unwrap();
         assert_eq!(r.uri.to_string(), "http://h:1/x");
-        let over_tls = H2Request::new(&req, true, "h:1").unwrap();
+        let prefixed = H2Request::new(&req, false, "h:1", "/api").unwrap();
+        assert_eq!(prefixed.uri.to_string(), "http://h:1/api/x");
+        let over_tls = H2Request::new(&req, true, "h:1", "").unwrap();
         assert_eq!(over_tls.uri.to_string(), "https://h:1/x");
         assert!(r.headers.get("connection").is_none());
         assert_eq!(r.headers.get("x-id").unwrap(), "7");
-        req.headers.insert("X-Bad".into(), "a\nb".into());
-        assert!(H2Request::new(&req, false, "h:1").is_err());
+        req.headers
+            .insert("X-Bad".into(), Template::literal("a\nb"));
+        assert!(H2Request::new(&req, false, "h:1", "").is_err());
     }
 }

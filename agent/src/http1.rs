@@ -1,13 +1,18 @@
-//! A small HTTP/1.1 client for the hot path: the request is rendered once per step, the
+//! A small HTTP/1.1 client for the hot path: a static request is rendered once per step, the
 //! response is parsed with `httparse` into a buffer owned by the connection, and bodies are
 //! read and discarded. Nothing is allocated per request. Lengths from the server are never
 //! trusted beyond what is actually read.
+//!
+//! Steps that extract or check pass a [`Capture`] [`Sink`] that keeps the headers and the
+//! first [`stampede_core::extract::MAX_CAPTURED_BODY`] bytes of the body; every other step
+//! passes [`Discard`], whose calls compile to nothing, so the discard path is unchanged.
 
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes, BytesMut};
 use stampede_core::scenario::HttpRequest;
 use stampede_core::stats::error_kind;
+use stampede_core::template::Template;
 
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
@@ -30,11 +35,16 @@ pub struct PreparedRequest {
 }
 
 impl PreparedRequest {
-    pub fn new(req: &HttpRequest, host_header: &str) -> Self {
+    /// Renders a static request (no template reference: see [`HttpRequest::is_static`]) once,
+    /// its path appended to the target's `prefix`.
+    pub fn new(req: &HttpRequest, host_header: &str, prefix: &str) -> Self {
+        debug_assert!(req.is_static());
+        let text = |t: &Template| t.as_static().unwrap_or_default().to_string();
         let mut out = String::with_capacity(256);
         out.push_str(&req.method);
         out.push(' ');
-        out.push_str(&req.path);
+        out.push_str(prefix);
+        out.push_str(&text(&req.path));
         out.push_str(" HTTP/1.1\r\nHost: ");
         out.push_str(host_header);
         out.push_str("\r\n");
@@ -46,13 +56,14 @@ impl PreparedRequest {
             has_ua |= k.eq_ignore_ascii_case("user-agent");
             out.push_str(k);
             out.push_str(": ");
-            out.push_str(v);
+            out.push_str(&text(v));
             out.push_str("\r\n");
         }
         if !has_ua {
             out.push_str("User-Agent: stampede\r\n");
         }
-        let body = req.body.as_deref().unwrap_or("");
+        let body = req.body.as_ref().map(text).unwrap_or_default();
+        let body = body.as_str();
         if !body.is_empty() || matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
             out.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
@@ -70,6 +81,54 @@ impl PreparedRequest {
 
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+}
+
+/// Where the parts of a response go.
+pub trait Sink {
+    /// Whether anything is kept (chunk boundaries are then observed).
+    const KEEP: bool;
+    fn header(&mut self, name: &str, value: &[u8]);
+    fn body(&mut self, chunk: &[u8]);
+}
+
+/// Keeps nothing: the discard path.
+pub struct Discard;
+
+impl Sink for Discard {
+    const KEEP: bool = false;
+    #[inline(always)]
+    fn header(&mut self, _: &str, _: &[u8]) {}
+    #[inline(always)]
+    fn body(&mut self, _: &[u8]) {}
+}
+
+/// Keeps the headers (names lowercased) and the body up to `limit` bytes, for extraction and
+/// checks. Reused from one request to the next of a session.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub limit: usize,
+}
+
+impl Capture {
+    pub fn clear(&mut self, limit: usize) {
+        self.headers.clear();
+        self.body.clear();
+        self.limit = limit;
+    }
+}
+
+impl Sink for Capture {
+    const KEEP: bool = true;
+    fn header(&mut self, name: &str, value: &[u8]) {
+        self.headers
+            .push((name.to_ascii_lowercase(), value.to_vec()));
+    }
+    fn body(&mut self, chunk: &[u8]) {
+        let room = self.limit.saturating_sub(self.body.len());
+        self.body.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
 }
 
@@ -101,14 +160,24 @@ impl Conn {
 
     /// Sends one request and reads the whole response.
     pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
+        self.exchange(&req.bytes, req.head, &mut Discard).await
+    }
+
+    /// Sends the bytes of one request and reads the whole response into `sink`.
+    pub async fn exchange<S: Sink>(
+        &mut self,
+        request: &[u8],
+        head: bool,
+        sink: &mut S,
+    ) -> Result<Response, Failure> {
         self.buf.clear();
         self.stream
-            .write_all(&req.bytes)
+            .write_all(request)
             .await
             .map_err(|e| io_failure(&e, true))?;
         let mut received = 0u64;
         let (status, keep_alive, body, head_len) = loop {
-            match self.parse_head(req.head)? {
+            match self.parse_head(head, &mut Discard)? {
                 // An interim answer (100 Continue, 103 Early Hints) precedes the real one on
                 // the same connection: skip it, or the next request would read this one's
                 // answer. 101 would switch protocols, which no step asks for.
@@ -118,7 +187,13 @@ impl Conn {
                     received += n as u64;
                     continue;
                 }
-                Some(parsed) => break parsed,
+                Some(parsed) => {
+                    // The final head, parsed again into a keeping sink (capturing steps only).
+                    if S::KEEP {
+                        self.parse_head(head, sink)?;
+                    }
+                    break parsed;
+                }
                 None => {}
             }
             if self.buf.len() >= MAX_HEAD {
@@ -130,9 +205,9 @@ impl Conn {
         self.buf.advance(head_len);
         received += match body {
             Body::None => 0,
-            Body::Length(n) => self.skip_exact(n).await?,
-            Body::Chunked => self.skip_chunked().await?,
-            Body::UntilClose => self.skip_to_close().await?,
+            Body::Length(n) => self.skip_exact(n, sink).await?,
+            Body::Chunked => self.skip_chunked(sink).await?,
+            Body::UntilClose => self.skip_to_close(sink).await?,
         };
         Ok(Response {
             status,
@@ -153,7 +228,11 @@ impl Conn {
         }
     }
 
-    fn parse_head(&self, head_request: bool) -> Result<Option<(u16, bool, Body, usize)>, Failure> {
+    fn parse_head<S: Sink>(
+        &self,
+        head_request: bool,
+        sink: &mut S,
+    ) -> Result<Option<(u16, bool, Body, usize)>, Failure> {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut headers);
         let n = match resp.parse(&self.buf) {
@@ -166,6 +245,7 @@ impl Conn {
         let mut length = None;
         let mut chunked = false;
         for h in resp.headers.iter() {
+            sink.header(h.name, h.value);
             if h.name.eq_ignore_ascii_case("content-length") {
                 let v = std::str::from_utf8(h.value)
                     .ok()
@@ -204,11 +284,12 @@ impl Conn {
         Ok(Some((status, keep_alive, body, n)))
     }
 
-    /// Reads and discards exactly `n` body bytes.
-    async fn skip_exact(&mut self, n: u64) -> Result<u64, Failure> {
+    /// Reads exactly `n` body bytes into `sink`.
+    async fn skip_exact<S: Sink>(&mut self, n: u64, sink: &mut S) -> Result<u64, Failure> {
         let mut left = n;
         loop {
             let take = (self.buf.len() as u64).min(left);
+            sink.body(&self.buf[..take as usize]);
             self.buf.advance(take as usize);
             left -= take;
             if left == 0 {
@@ -219,20 +300,24 @@ impl Conn {
         }
     }
 
-    async fn skip_to_close(&mut self) -> Result<u64, Failure> {
+    async fn skip_to_close<S: Sink>(&mut self, sink: &mut S) -> Result<u64, Failure> {
         let mut total = self.buf.len() as u64;
+        sink.body(&self.buf);
         loop {
             self.buf.clear();
             match self.stream.read_buf(&mut self.buf).await {
                 Ok(0) => return Ok(total),
-                Ok(n) => total += n as u64,
+                Ok(n) => {
+                    total += n as u64;
+                    sink.body(&self.buf);
+                }
                 Err(e) => return Err(io_failure(&e, false)),
             }
         }
     }
 
-    /// Reads and discards a chunked body, trailers included.
-    async fn skip_chunked(&mut self) -> Result<u64, Failure> {
+    /// Reads a chunked body into `sink`, trailers included.
+    async fn skip_chunked<S: Sink>(&mut self, sink: &mut S) -> Result<u64, Failure> {
         let mut total = 0u64;
         loop {
             // Chunk-size line.
@@ -276,7 +361,12 @@ impl Conn {
             // 16 hex digits fit a u64 but not the CRLF after the data: a protocol error, not
             // an overflow.
             let with_crlf = size.checked_add(2).ok_or(Failure(error_kind::PROTOCOL))?;
-            total = total.saturating_add(self.skip_exact(with_crlf).await?);
+            if S::KEEP {
+                total = total.saturating_add(self.skip_exact(size, sink).await?);
+                total = total.saturating_add(self.skip_exact(2, &mut Discard).await?);
+            } else {
+                total = total.saturating_add(self.skip_exact(with_crlf, sink).await?);
+            }
         }
     }
 }
@@ -309,14 +399,10 @@ mod tests {
 
     fn get() -> PreparedRequest {
         let req = HttpRequest {
-            method: "GET".into(),
-            path: "/x".into(),
-            headers: Default::default(),
-            body: None,
-            body_file: None,
-            expect_status: None,
+            path: Template::literal("/x"),
+            ..Default::default()
         };
-        PreparedRequest::new(&req, "h")
+        PreparedRequest::new(&req, "h", "")
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@
 //! the load: a process whose load saturates its cores still reads its renewals on time, so it
 //! never mistakes itself for an orphan.
 
+pub mod dynamic;
 pub mod h2;
 pub mod http1;
 pub mod net;
@@ -636,15 +637,30 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
     let planned = stampede_core::plan::Plan::shard_sessions(&scenario, &shard, a.seed)
         .map_err(|e| format!("shard: {e}"))?;
-    let target = scenario.target.clone().unwrap_or_default();
-    let (transport, rest) = Transport::parse(&target).map_err(|e| format!("target: {e}"))?;
+    if scenario.has_env_refs() {
+        return Err(
+            "scenario: ${env:...} references must be resolved before submission (the CLI does it)"
+                .into(),
+        );
+    }
+    // The data supply with the run's seed (the CLI and the controller check it too when the
+    // schedule does not depend on the seed): refused before any load.
+    scenario
+        .check_data_supply(a.seed)
+        .map_err(|e| e.to_string())?;
+    let target = scenario
+        .target
+        .clone()
+        .ok_or_else(|| "target: is required".to_string())?;
+    let transport = target.transport();
     if transport == Transport::Unix && !cfg.target_policy.allow_unix {
         return Err(
             "target: unix:// targets only run on agents on the same machine as the CLI (run --local)"
                 .into(),
         );
     }
-    let (mut endpoint, host_header) = resolve(&target, transport, rest).await?;
+    let mut endpoint = resolve(&target).await?;
+    let host_header = target.authority();
     // The address the run will really use, after resolution: a name that resolves to a
     // refused address is refused too.
     if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
@@ -654,10 +670,9 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
     let https = transport == Transport::Https;
     if let Endpoint::Http(addr, _) = endpoint {
         let tls = if https {
-            let host = url_host(&host_header);
             Some(Arc::new(tls::TlsClient::new(
                 scenario.tls.as_ref(),
-                host,
+                target.host(),
                 http2,
             )?))
         } else {
@@ -669,17 +684,42 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
             Endpoint::Http(addr, tls)
         };
     }
+    let (context, slots) = dynamic::Context::new(&scenario, a.seed, a.shard_index, &a.run_id);
+    let mut any_dynamic = false;
+    let prefix = target.prefix();
     let mut ordinal = 0;
     let mut steps = Vec::with_capacity(scenario.session.len());
     for (i, s) in scenario.session.iter().enumerate() {
         let (repeat, new_connection) = (s.repeat(), s.new_connection);
-        let plan = if let Some(h) = &s.http {
+        let plan = if let Some(h) = s.http.as_ref().filter(|h| {
+            !h.is_static() || !s.extract.is_empty() || s.check.is_some() || scenario.cookies
+        }) {
+            any_dynamic = true;
+            StepPlan::HttpDynamic {
+                ordinal,
+                step: Arc::new(
+                    dynamic::DynamicHttp::new(
+                        h,
+                        &s.extract,
+                        s.check.as_ref(),
+                        &scenario,
+                        &slots,
+                        &host_header,
+                        prefix,
+                        https,
+                    )
+                    .map_err(|e| format!("session[{i}].{e}"))?,
+                ),
+                repeat,
+                new_connection,
+            }
+        } else if let Some(h) = &s.http {
             StepPlan::Http {
                 ordinal,
-                request: PreparedRequest::new(h, &host_header),
+                request: PreparedRequest::new(h, &host_header, prefix),
                 h2: if http2 {
                     Some(
-                        crate::h2::H2Request::new(h, https, &host_header)
+                        crate::h2::H2Request::new(h, https, &host_header, prefix)
                             .map_err(|e| format!("session[{i}].http.{e}"))?,
                     )
                 } else {
@@ -728,16 +768,23 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                 ));
             }
             let connections = share as usize;
+            let first = split_evenly(u64::from(load.connections), a.shard_count)
+                .iter()
+                .take(a.shard_index as usize)
+                .sum();
             match load.model {
                 LoadModel::Closed => runner::Mode::Closed {
                     connections,
                     duration: load.duration.0,
+                    first,
+                    total: u64::from(load.connections),
                 },
                 LoadModel::Constant => runner::Mode::Constant { connections },
             }
         }
     };
     let phases = scenario.effective_phases();
+    let dynamic = (any_dynamic || !context_is_empty(&scenario)).then(|| Arc::new(context));
     Ok(RunSpec {
         run_id: a.run_id.clone(),
         schedule: Schedule::new(&phases, scenario.arrival, a.seed),
@@ -751,55 +798,29 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         target: endpoint,
         steps,
         capacity: cfg.capacity.max(1) as usize,
+        dynamic,
     })
 }
 
-/// Resolves the target once per run: the endpoint, and the authority (the HTTP `Host`).
-async fn resolve(
-    url: &str,
-    transport: Transport,
-    rest: &str,
-) -> Result<(Endpoint, String), String> {
-    if transport == Transport::Unix {
-        return Ok((Endpoint::Unix(rest.into()), String::new()));
+/// Data sources bind rows (and `stop` skips sessions) even when no step reads them.
+fn context_is_empty(scenario: &Scenario) -> bool {
+    scenario.data.is_empty()
+}
+
+/// Resolves the target once per run.
+async fn resolve(target: &stampede_core::target::Target) -> Result<Endpoint, String> {
+    if let Some(path) = target.unix_path() {
+        return Ok(Endpoint::Unix(path.into()));
     }
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err(format!("target: `{url}` has no host"));
-    }
-    let default_port = if transport == Transport::Https {
-        443
-    } else {
-        80
-    };
-    let with_port = if authority.starts_with('[') {
-        if authority.contains("]:") {
-            authority.to_string()
-        } else {
-            format!("{authority}:{default_port}")
-        }
-    } else if authority.contains(':') {
-        authority.to_string()
-    } else {
-        format!("{authority}:{default_port}")
-    };
-    let addr = tokio::net::lookup_host(&with_port)
+    let authority = target.socket_authority().unwrap_or_default();
+    let addr = tokio::net::lookup_host(&authority)
         .await
         .map_err(|e| format!("target: cannot resolve `{authority}`: {e}"))?
         .next()
         .ok_or_else(|| format!("target: `{authority}` resolved to no address"))?;
-    let endpoint = match transport {
+    Ok(match target.transport() {
         Transport::Tcp => Endpoint::Tcp(addr),
         Transport::Udp => Endpoint::Udp(addr),
         _ => Endpoint::Http(addr, None),
-    };
-    Ok((endpoint, authority.to_string()))
-}
-
-/// The host of a URL authority: without the port, and without the brackets of an IPv6 address.
-fn url_host(authority: &str) -> &str {
-    if let Some(rest) = authority.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    })
 }

@@ -35,6 +35,14 @@ pub enum StepPlan {
         repeat: u32,
         new_connection: bool,
     },
+    /// An HTTP request rendered per session (templates, cookies), or whose response is
+    /// captured (extract, check): see [`crate::dynamic`].
+    HttpDynamic {
+        ordinal: usize,
+        step: Arc<crate::dynamic::DynamicHttp>,
+        repeat: u32,
+        new_connection: bool,
+    },
     /// A framed request/response over the session's TCP or Unix stream.
     Tcp {
         ordinal: usize,
@@ -94,10 +102,13 @@ pub enum Mode {
     /// Open model: each owned arrival of the schedule starts a new session.
     Arrivals,
     /// Closed model: this many connections, each looping the session back to back until
-    /// `duration` after T0.
+    /// `duration` after T0. This shard's connections are `first..first + connections` of
+    /// `total`; connection `c`'s `k`-th session has index `c + k × total` (its data row).
     Closed {
         connections: usize,
         duration: Duration,
+        first: u64,
+        total: u64,
     },
     /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
     /// on the first free connection of a pool of this many. A slot that finds every
@@ -124,6 +135,9 @@ pub struct RunSpec {
     /// This shard's planned sessions per phase (arithmetic, [`stampede_core::plan::Plan::shard_sessions`]):
     /// what a stop leaves undone is this minus what was handled, never a walk of the rest.
     pub planned: Vec<u64>,
+    /// Data rows and variables of dynamic steps; `None` when every step is static, and then
+    /// sessions carry no variables at all.
+    pub dynamic: Option<Arc<crate::dynamic::Context>>,
 }
 
 /// Why a run ended.
@@ -315,7 +329,7 @@ pub async fn execute(
                     let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                     handle.spawn(tracker.track_future(async move {
                         let mut conn = None;
-                        session(&spec, &rec, intended, a.phase, &stop, &mut conn).await;
+                        session(&spec, &rec, intended, a.phase, a.index, &stop, &mut conn).await;
                         drop(conn);
                         rec.in_flight.fetch_sub(1, Ordering::Relaxed);
                     }));
@@ -325,15 +339,25 @@ pub async fn execute(
         Mode::Closed {
             connections,
             duration,
+            first,
+            total,
         } => {
-            for _ in 0..connections {
+            for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
-                tracker.spawn(closed_connection(spec, rec, t0, t0 + duration, stop));
+                let stripe = (first + c as u64, total.max(1));
+                tracker.spawn(closed_connection(
+                    spec,
+                    rec,
+                    t0,
+                    t0 + duration,
+                    stripe,
+                    stop,
+                ));
             }
             None
         }
         Mode::Constant { connections } => {
-            let (tx, rx) = mpsc::unbounded_channel::<(Instant, u32)>();
+            let (tx, rx) = mpsc::unbounded_channel::<(Instant, u32, u64)>();
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
             for _ in 0..connections {
                 let (rec, spec, stop, rx) = (rec.clone(), spec.clone(), stop.clone(), rx.clone());
@@ -343,7 +367,7 @@ pub async fn execute(
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
             Some(tokio::task::spawn_blocking(move || {
                 arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
-                    if tx.send((intended, a.phase)).is_err() {
+                    if tx.send((intended, a.phase, a.index)).is_err() {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                     }
                 });
@@ -362,7 +386,7 @@ pub async fn execute(
     if let Some(rx) = queue {
         // Stopped early: slots still queued were never started.
         let mut rx = rx.lock().await;
-        while let Ok((_, phase)) = rx.try_recv() {
+        while let Ok((_, phase, _)) = rx.try_recv() {
             rec.with(phase, |s| s.counters.dropped_arrivals += 1);
         }
     }
@@ -449,12 +473,14 @@ fn arrival_loop(
 }
 
 /// One connection of a closed load: runs the session back to back, keeping the connection
-/// between sessions, until `end` (a session running at `end` finishes).
+/// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
+/// connection's global index and the stride between its sessions' indexes.
 async fn closed_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
     t0: Instant,
     end: Instant,
+    (mut index, stride): (u64, u64),
     stop: CancellationToken,
 ) {
     tokio::select! {
@@ -468,7 +494,10 @@ async fn closed_connection(
             break;
         }
         rec.with(0, |s| s.counters.sessions_planned += 1);
-        session(&spec, &rec, now, 0, &stop, &mut conn).await;
+        if !session(&spec, &rec, now, 0, index, &stop, &mut conn).await {
+            break;
+        }
+        index += stride;
     }
     drop(conn);
 }
@@ -478,7 +507,7 @@ async fn closed_connection(
 async fn pooled_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
-    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, u32)>>>,
+    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, u32, u64)>>>,
     stop: CancellationToken,
 ) {
     let mut conn = None;
@@ -490,10 +519,10 @@ async fn pooled_connection(
                 _ = stop.cancelled() => None,
             }
         };
-        let Some((intended, phase)) = next else {
+        let Some((intended, phase, index)) = next else {
             break;
         };
-        session(&spec, &rec, intended, phase, &stop, &mut conn).await;
+        session(&spec, &rec, intended, phase, index, &stop, &mut conn).await;
     }
     drop(conn);
 }
@@ -520,15 +549,29 @@ async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
 }
 
 /// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
-/// it, so a closed or pooled connection survives from one session to the next).
+/// it, so a closed or pooled connection survives from one session to the next). `index` is
+/// the session's global arrival index (its data rows and generated values). Returns false
+/// when the session was not started because its data rows ran out (`on_exhausted: stop`).
+#[allow(clippy::too_many_arguments)]
 async fn session<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
     intended: Instant,
     phase: u32,
+    index: u64,
     stop: &CancellationToken,
     conn: &mut Option<Tracked<'a>>,
-) {
+) -> bool {
+    let mut vars = match &spec.dynamic {
+        None => None,
+        Some(ctx) => match ctx.session(index) {
+            Some(v) => Some(Box::new(v)),
+            None => {
+                rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+                return false;
+            }
+        },
+    };
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
     // The time the next request should have been sent: the arrival for the first request,
@@ -539,11 +582,17 @@ async fn session<'a>(
         match step {
             StepPlan::Think(t) => {
                 if !think(t, stop).await {
-                    return;
+                    return true;
                 }
                 due = Instant::now();
             }
             StepPlan::Http {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::HttpDynamic {
                 ordinal,
                 repeat,
                 new_connection,
@@ -568,8 +617,8 @@ async fn session<'a>(
                     let sent = Instant::now();
                     rec.with(phase, |s| s.counters.requests_started += 1);
                     let result = tokio::select! {
-                        r = exchange(spec, rec, conn, step) => r,
-                        _ = stop.cancelled() => return,
+                        r = exchange(spec, rec, conn, step, &mut vars) => r,
+                        _ = stop.cancelled() => return true,
                     };
                     let done = Instant::now();
                     match result {
@@ -580,16 +629,17 @@ async fn session<'a>(
                                 if answer.status != 0 {
                                     s.counters.count_status(answer.status);
                                 }
-                                if answer.good {
-                                    s.record_success(*ordinal, us(done - due), us(done - sent));
-                                } else {
-                                    s.record_failure(*ordinal, error_kind::status(answer.status));
+                                match answer.error {
+                                    None => {
+                                        s.record_success(*ordinal, us(done - due), us(done - sent))
+                                    }
+                                    Some(kind) => s.record_failure(*ordinal, kind),
                                 }
                             });
                             if !answer.keep_alive {
                                 *conn = None;
                             }
-                            if !answer.good {
+                            if answer.error.is_some() {
                                 ok = false;
                                 break 'steps;
                             }
@@ -612,14 +662,16 @@ async fn session<'a>(
             s.counters.sessions_failed += 1;
         }
     });
+    true
 }
 
 /// What one request brought back.
-struct Answer {
+struct Answer<'s> {
     sent: u64,
     received: u64,
-    /// The reply is the expected one (HTTP: the status is expected).
-    good: bool,
+    /// The error kind when the reply is not the expected one (HTTP: `status_NNN`; a dynamic
+    /// step's failed check or extraction).
+    error: Option<&'s str>,
     /// The HTTP status code (0 for tcp and udp, which have none).
     status: u16,
     /// The connection may carry another request.
@@ -627,12 +679,13 @@ struct Answer {
 }
 
 /// Connects if needed, then sends one request of `step`, within the request timeout.
-async fn exchange<'a>(
-    spec: &RunSpec,
+async fn exchange<'a, 's>(
+    spec: &'s RunSpec,
     rec: &'a Recorder,
     conn: &mut Option<Tracked<'a>>,
-    step: &StepPlan,
-) -> Result<Answer, Failure> {
+    step: &'s StepPlan,
+    vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+) -> Result<Answer<'s>, Failure> {
     let deadline = Instant::now() + spec.request_timeout;
     if conn.is_none() {
         // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
@@ -657,7 +710,8 @@ async fn exchange<'a>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                good: status_expected(expect.as_deref(), resp.status),
+                error: (!status_expected(expect.as_deref(), resp.status))
+                    .then(|| error_kind::status(resp.status)),
                 status: resp.status,
                 keep_alive: resp.keep_alive,
             }),
@@ -676,17 +730,35 @@ async fn exchange<'a>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                good: status_expected(expect.as_deref(), resp.status),
+                error: (!status_expected(expect.as_deref(), resp.status))
+                    .then(|| error_kind::status(resp.status)),
                 status: resp.status,
                 keep_alive: true,
             }),
+        // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
+        (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
+            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => timed(deadline, Box::pin(step.http1(c, ctx, v)))
+                    .await
+                    .map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            }
+        }
+        (Link::H2(c), StepPlan::HttpDynamic { step, .. }) => {
+            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => timed(deadline, Box::pin(step.h2(c, ctx, v)))
+                    .await
+                    .map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            }
+        }
         (Link::Stream(c), StepPlan::Tcp { request, .. }) => {
             timed(deadline, Box::pin(c.request(request)))
                 .await
                 .map(|received| Answer {
                     sent: request.len() as u64,
                     received,
-                    good: true,
+                    error: None,
                     status: 0,
                     keep_alive: true,
                 })
@@ -696,7 +768,7 @@ async fn exchange<'a>(
             .map(|received| Answer {
                 sent: request.len() as u64,
                 received,
-                good: true,
+                error: None,
                 status: 0,
                 keep_alive: true,
             }),
@@ -707,6 +779,18 @@ async fn exchange<'a>(
         *conn = None;
     }
     result
+}
+
+impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
+    fn from(o: crate::dynamic::Outcome<'s>) -> Self {
+        Self {
+            sent: o.sent,
+            received: o.received,
+            error: o.error,
+            status: o.status,
+            keep_alive: o.keep_alive,
+        }
+    }
 }
 
 /// Runs `f` until `deadline`; running out is a `timeout`.

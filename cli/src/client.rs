@@ -235,7 +235,12 @@ pub fn read_scenario_with(
             path.display()
         );
     }
-    match scenario.inline_files(base, &mut |p| std::fs::read(p)) {
+    // `${env:NAME}` is resolved here too: agents never read their own environment, and the
+    // values are never written to a report or a log.
+    let changed = scenario
+        .inline_files(base, &mut |p| std::fs::read(p))
+        .and_then(|files| Ok(scenario.resolve_env(&|n| std::env::var(n).ok())? | files));
+    match changed {
         Ok(false) => Ok((text, scenario)),
         Ok(true) => {
             let json = serde_json::to_string(&scenario).context("serialising the scenario")?;

@@ -206,7 +206,7 @@ pub(crate) fn submit(
     // A literal address the agents would refuse is refused here, before any agent is picked.
     if let Some(addr) = scenario
         .target
-        .as_deref()
+        .as_ref()
         .and_then(stampede_core::ports::endpoint)
         .and_then(|e| e.parse::<std::net::SocketAddr>().ok())
     {

@@ -4,8 +4,11 @@
 
 pub mod capacity;
 pub mod compare;
+pub mod data;
 pub mod duration;
+pub mod extract;
 pub mod hist;
+pub mod http;
 pub mod plan;
 pub mod ports;
 pub mod protocol;
@@ -17,6 +20,8 @@ pub use scenario::{Scenario, ScenarioError};
 pub mod schedule;
 pub mod shard;
 pub mod stats;
+pub mod target;
 pub mod target_policy;
+pub mod template;
 pub mod threshold;
 pub mod yaml_guard;

@@ -98,29 +98,11 @@ impl std::fmt::Display for Thousands {
     }
 }
 
-/// `host:port` of a target URL that spends local ports: `http://` and `https://` (default
+/// `host:port` of a target that spends local ports: `http://` and `https://` (default
 /// ports 80 and 443), `tcp://` and `udp://` (a UDP socket connected to its target holds a
 /// local port just like a TCP connection). `unix://` spends none.
-pub fn endpoint(url: &str) -> Option<String> {
-    let (rest, port) = if let Some(r) = url.strip_prefix("http://") {
-        (r, Some(80))
-    } else if let Some(r) = url.strip_prefix("https://") {
-        (r, Some(443))
-    } else if let Some(r) = url.strip_prefix("tcp://") {
-        (r, None)
-    } else {
-        (url.strip_prefix("udp://")?, None)
-    };
-    let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
-    let has_port = match authority.rfind(']') {
-        Some(close) => authority[close..].contains(':'),
-        None => authority.contains(':'),
-    };
-    match (has_port, port) {
-        (true, _) => Some(authority.to_string()),
-        (false, Some(port)) => Some(format!("{authority}:{port}")),
-        (false, None) => None,
-    }
+pub fn endpoint(target: &crate::target::Target) -> Option<String> {
+    target.socket_authority()
 }
 
 /// The longest one session can hold its connection: every request taking the whole
@@ -151,7 +133,7 @@ pub fn demand(
     if agents == 0 {
         return Err(ShardError::NoShards);
     }
-    let Some(target) = scenario.target.as_deref().and_then(endpoint) else {
+    let Some(target) = scenario.target.as_ref().and_then(endpoint) else {
         return Ok(Vec::new());
     };
     let per_agent = match &scenario.load {
@@ -255,18 +237,18 @@ mod tests {
 
     #[test]
     fn endpoints() {
+        let t = |u: &str| crate::target::Target::parse(u).unwrap();
         assert_eq!(
-            endpoint("http://127.0.0.1:8080/x").as_deref(),
+            endpoint(&t("http://127.0.0.1:8080/x")).as_deref(),
             Some("127.0.0.1:8080")
         );
-        assert_eq!(endpoint("http://svc").as_deref(), Some("svc:80"));
-        assert_eq!(endpoint("https://svc/").as_deref(), Some("svc:443"));
-        assert_eq!(endpoint("http://[::1]").as_deref(), Some("[::1]:80"));
-        assert_eq!(endpoint("http://[::1]:9").as_deref(), Some("[::1]:9"));
-        assert_eq!(endpoint("ftp://x"), None);
-        assert_eq!(endpoint("tcp://h:7").as_deref(), Some("h:7"));
-        assert_eq!(endpoint("udp://[::1]:53").as_deref(), Some("[::1]:53"));
-        assert_eq!(endpoint("unix:///tmp/s"), None);
+        assert_eq!(endpoint(&t("http://svc")).as_deref(), Some("svc:80"));
+        assert_eq!(endpoint(&t("https://svc/")).as_deref(), Some("svc:443"));
+        assert_eq!(endpoint(&t("http://[::1]")).as_deref(), Some("[::1]:80"));
+        assert_eq!(endpoint(&t("http://[::1]:9")).as_deref(), Some("[::1]:9"));
+        assert_eq!(endpoint(&t("tcp://h:7")).as_deref(), Some("h:7"));
+        assert_eq!(endpoint(&t("udp://[::1]:53")).as_deref(), Some("[::1]:53"));
+        assert_eq!(endpoint(&t("unix:///tmp/s")), None);
     }
 
     #[test]

@@ -336,7 +336,7 @@ pub struct UdpRequest {
     pub expect: Option<Expect>,
 }
 
-/// The transport a target URL selects.
+/// The transport a target URL selects (parsed in [`crate::target::Target`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// `http://`: HTTP/1.1 over TCP.
@@ -352,50 +352,6 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The transport and the rest of the URL (authority for network schemes, path for unix).
-    pub fn parse(url: &str) -> Result<(Transport, &str), String> {
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://)")
-        })?;
-        let t = match scheme {
-            "http" => Transport::Http,
-            "https" => Transport::Https,
-            "tcp" => Transport::Tcp,
-            "udp" => Transport::Udp,
-            "unix" => Transport::Unix,
-            other => {
-                return Err(format!(
-                    "`{other}://` is not a supported scheme (http, https, tcp, udp, unix)"
-                ))
-            }
-        };
-        match t {
-            Transport::Unix => {
-                if !rest.starts_with('/') || rest.len() < 2 {
-                    return Err(format!("`{url}` is not unix:///absolute/path"));
-                }
-            }
-            Transport::Http | Transport::Https => {
-                if rest.is_empty() || rest.starts_with('/') {
-                    return Err(format!("`{url}` has no host"));
-                }
-            }
-            Transport::Tcp | Transport::Udp => {
-                let (host, port) = rest
-                    .trim_end_matches('/')
-                    .rsplit_once(':')
-                    .ok_or_else(|| format!("`{url}` needs host:port"))?;
-                if host.is_empty()
-                    || port.parse::<u16>().is_err()
-                    || (rest.contains('/') && !rest.ends_with('/'))
-                {
-                    return Err(format!("`{url}` needs host:port"));
-                }
-            }
-        }
-        Ok((t, rest))
-    }
-
     /// The step kind (`http`, `tcp` or `udp`) this transport runs.
     pub fn step_kind(self) -> &'static str {
         match self {
@@ -562,7 +518,11 @@ mod tests {
             ("udp://[::1]:53", Transport::Udp),
             ("unix:///tmp/x.sock", Transport::Unix),
         ] {
-            assert_eq!(Transport::parse(url).unwrap().0, t, "{url}");
+            assert_eq!(
+                crate::target::Target::parse(url).unwrap().transport(),
+                t,
+                "{url}"
+            );
         }
         for bad in [
             "ftp://h:1",
@@ -574,7 +534,7 @@ mod tests {
             "127.0.0.1:80",
             "tcp://h:1/path",
         ] {
-            assert!(Transport::parse(bad).is_err(), "{bad}");
+            assert!(crate::target::Target::parse(bad).is_err(), "{bad}");
         }
     }
 }

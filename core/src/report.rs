@@ -910,8 +910,8 @@ impl RunAccumulator {
             scenario: scenario.name.clone(),
             target: scenario
                 .target
-                .as_deref()
-                .map(without_userinfo)
+                .as_ref()
+                .map(|t| without_userinfo(t.as_str()))
                 .unwrap_or_default(),
             outcome: meta.outcome,
             message: meta.message,

@@ -6,8 +6,13 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::data::DataSource;
 use crate::duration::HumanDuration;
+use crate::extract::{Check, Extract};
+pub use crate::http::{status_expected, HttpRequest};
 use crate::protocol::{self, TcpRequest, Transport, UdpRequest};
+use crate::target::Target;
+use crate::template::Var;
 
 /// Largest arrival rate accepted for one phase, in new sessions per second.
 pub const MAX_ARRIVAL_RATE: f64 = 10_000_000.0;
@@ -39,11 +44,11 @@ pub const MESSAGE_OVERHEAD: usize = 1 << 20;
 pub struct Scenario {
     /// A short name for the run.
     pub name: String,
-    /// What to load. The scheme picks the transport and so the step kind: `http://host:port`
-    /// (http steps), `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port`
-    /// (udp steps).
+    /// What to load. The scheme picks the transport and so the step kind:
+    /// `http://host:port/prefix` (http steps; request paths are appended to the prefix),
+    /// `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port` (udp steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub target: Option<Target>,
     /// HTTP version of `http://` and `https://` targets: `"1.1"` (default) or `"2"` (over
     /// `http://`, h2c with prior knowledge; over `https://`, h2 negotiated by ALPN).
     /// Quote it: `http_version: "2"`.
@@ -67,6 +72,15 @@ pub struct Scenario {
     /// A closed (wrk `-c`) or constant-rate (wrk2 `-R`) load instead of arrival phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<Load>,
+    /// Data sources, read as `${NAME.column}`: a row per session, bound by the global
+    /// arrival index so a file splits exactly across agents (see `data`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, DataSource>,
+    /// Keep a cookie jar per session: `Set-Cookie` of a response is sent back as `Cookie` on
+    /// the session's later HTTP steps (name=value only; one target, so no domain or path
+    /// matching; attributes and expiry are ignored).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cookies: bool,
     /// The steps each arriving session runs, in order, over one connection.
     pub session: Vec<Step>,
     /// What happens when an agent is lost mid-run.
@@ -346,6 +360,14 @@ pub struct Step {
     /// Open a new connection for each request of this step instead of reusing the session's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_connection: bool,
+    /// Values taken from the response, read as `${NAME}` by later steps of the session. A
+    /// value that is missing fails the request with the error kind `extract.NAME`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extract: BTreeMap<String, Extract>,
+    /// Assertions on the response; a failed one fails the request with the error kind
+    /// `check.status`, `check.body_contains` or `check.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Check>,
 }
 
 impl Step {
@@ -424,48 +446,6 @@ pub enum ThinkTime {
         min: HumanDuration,
         max: HumanDuration,
     },
-}
-
-/// An HTTP/1.1 request, relative to the scenario's `target`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HttpRequest {
-    #[serde(default = "default_method")]
-    pub method: String,
-    #[serde(default = "default_path")]
-    pub path: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    /// The body from a UTF-8 file, read by the CLI (relative to the scenario file) before
-    /// submission; the submitted scenario carries it as `body`. Excludes `body`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_file: Option<String>,
-    /// Status codes that count as success; default: any 2xx or 3xx.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expect_status: Option<Vec<u16>>,
-}
-
-fn default_method() -> String {
-    "GET".to_string()
-}
-fn default_path() -> String {
-    "/".to_string()
-}
-
-impl HttpRequest {
-    pub fn status_ok(&self, status: u16) -> bool {
-        status_expected(self.expect_status.as_deref(), status)
-    }
-}
-
-/// Whether `status` answers a request expecting `expect` (no list: any 2xx or 3xx).
-pub fn status_expected(expect: Option<&[u16]>, status: u16) -> bool {
-    match expect {
-        Some(list) => list.contains(&status),
-        None => (200..400).contains(&status),
-    }
 }
 
 /// A scenario that does not parse or does not validate.
@@ -600,6 +580,13 @@ impl Scenario {
             None => self.validate_phases()?,
             Some(load) => self.validate_load(load)?,
         }
+        self.validate_data()?;
+        if self.cookies && self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "cookies",
+                "only applies to http:// and https:// targets",
+            ));
+        }
         self.validate_session()?;
         if let Some(v) = &self.max_error_rate {
             let v = v.trim();
@@ -609,6 +596,11 @@ impl Scenario {
                     format!("`{v}` is not a percentage like 1% or 0%, or `none`"),
                 ));
             }
+        }
+        // The supply of rows is known now when the schedule does not depend on a seed the
+        // controller has yet to draw; otherwise the agents check it with the run's seed.
+        if self.seed.is_some() || self.arrival == ArrivalProcess::Uniform {
+            self.check_data_supply(self.seed.unwrap_or(0))?;
         }
         self.parsed_thresholds().map(|_| ())
     }
@@ -757,6 +749,8 @@ impl Scenario {
                 format!("{} steps; at most {MAX_STEPS}", self.session.len()),
             ));
         }
+        // Variables extracted by the steps before the one being checked.
+        let mut defined = std::collections::BTreeSet::new();
         for (i, step) in self.session.iter().enumerate() {
             let kinds = usize::from(step.http.is_some())
                 + usize::from(step.tcp.is_some())
@@ -805,8 +799,38 @@ impl Scenario {
                 }
             }
             if let Some(http) = &step.http {
-                self.validate_http(i, http)?;
+                http.check().map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
+                })?;
+                for (field, t) in http.templates() {
+                    self.check_refs(t, &defined).map_err(|why| {
+                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
+                    })?;
+                }
             }
+            if (!step.extract.is_empty() || step.check.is_some()) && step.http.is_none() {
+                return Err(ScenarioError::invalid(
+                    format!("session[{i}]"),
+                    "extract and check apply to http steps",
+                ));
+            }
+            for (name, e) in &step.extract {
+                if !crate::template::is_name(name) {
+                    return Err(ScenarioError::invalid(
+                        format!("session[{i}].extract"),
+                        format!("`{name}` is not a variable name"),
+                    ));
+                }
+                e.check().map_err(|why| {
+                    ScenarioError::invalid(format!("session[{i}].extract.{name}"), why)
+                })?;
+            }
+            if let Some(c) = &step.check {
+                c.validate().map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("session[{i}].check.{field}"), why)
+                })?;
+            }
+            defined.extend(step.extract.keys().map(String::as_str));
         }
         if self.requests_per_session() == 0 {
             return Err(ScenarioError::invalid(
@@ -819,18 +843,111 @@ impl Scenario {
 
     /// The target's transport; the error names `target`.
     pub fn transport(&self) -> Result<Transport, ScenarioError> {
-        let t = self
-            .target
-            .as_deref()
-            .ok_or_else(|| ScenarioError::invalid("target", "is required"))?;
-        Transport::parse(t)
-            .map(|(t, _)| t)
-            .map_err(|why| ScenarioError::invalid("target", why))
+        self.target
+            .as_ref()
+            .map(Target::transport)
+            .ok_or_else(|| ScenarioError::invalid("target", "is required"))
+    }
+
+    /// Every reference of `t` resolves: a data source and column, a value extracted by an
+    /// earlier step (`defined`), a built-in, a generator, or the environment.
+    fn check_refs(
+        &self,
+        t: &crate::template::Template,
+        defined: &std::collections::BTreeSet<&str>,
+    ) -> Result<(), String> {
+        for r in t.refs() {
+            match &r.var {
+                Var::Extracted(name) if !defined.contains(name.as_str()) => {
+                    return Err(format!("{r} is not defined before this step"));
+                }
+                Var::Data { source, column } => {
+                    let Some(d) = self.data.get(source) else {
+                        return Err(format!("{r}: `{source}` is not a data source"));
+                    };
+                    if d.file.is_none() && d.column(column).is_none() {
+                        return Err(format!(
+                            "{r}: data.{source} has no column `{column}` (it has {})",
+                            d.columns.join(", ")
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_data(&self) -> Result<(), ScenarioError> {
+        for (name, d) in &self.data {
+            if !crate::template::is_name(name) || matches!(name.as_str(), "session" | "run") {
+                return Err(ScenarioError::invalid(
+                    "data",
+                    format!("`{name}` cannot name a data source"),
+                ));
+            }
+            d.check()
+                .map_err(|why| ScenarioError::invalid(format!("data.{name}"), why))?;
+            if self.is_closed() && d.on_exhausted == crate::data::OnExhausted::Fail {
+                return Err(ScenarioError::invalid(
+                    format!("data.{name}.on_exhausted"),
+                    "a closed load plans no arrivals, so the supply cannot be checked: use wrap or stop",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// With `on_exhausted: fail`, refuses a run whose schedule (seeded with `seed`) plans more
+    /// arrivals than a data source has rows. The count is arithmetic, never a walk.
+    pub fn check_data_supply(&self, seed: u64) -> Result<(), ScenarioError> {
+        if self.data.is_empty() || self.is_closed() {
+            return Ok(());
+        }
+        let total = crate::schedule::Schedule::new(&self.effective_phases(), self.arrival, seed)
+            .total_arrivals();
+        crate::data::check_supply(&self.data, total)
+            .map_err(|(path, why)| ScenarioError::invalid(path, why))
+    }
+
+    /// Resolves every `${env:NAME}` through `lookup` (the CLI's environment, at submit
+    /// time), so the submitted scenario carries values, never asks agents for theirs. The
+    /// error names the field and the variable. Returns whether anything changed.
+    pub fn resolve_env(
+        &mut self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<bool, ScenarioError> {
+        let mut changed = false;
+        for (i, step) in self.session.iter_mut().enumerate() {
+            if let Some(h) = &mut step.http {
+                for (field, t) in h.templates_mut() {
+                    changed |= t.resolve_env(lookup).map_err(|why| {
+                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
+                    })?;
+                }
+            }
+        }
+        if changed {
+            self.validate()?;
+        }
+        Ok(changed)
+    }
+
+    /// True when a template still reads the environment (the CLI resolves them; a scenario
+    /// submitted otherwise cannot run).
+    pub fn has_env_refs(&self) -> bool {
+        self.session
+            .iter()
+            .filter_map(|s| s.http.as_ref())
+            .any(|h| {
+                h.templates()
+                    .any(|(_, t)| t.refs().any(|r| matches!(r.var, Var::Env(_))))
+            })
     }
 
     /// A step of `kind` needs a target whose scheme runs that kind.
     fn check_step_transport(&self, i: usize, kind: &str) -> Result<(), ScenarioError> {
-        let Some(t) = self.target.as_deref() else {
+        let Some(t) = self.target.as_ref() else {
             return Err(ScenarioError::invalid(
                 "target",
                 format!("session[{i}] is a {kind} step, so a target URL is required"),
@@ -875,7 +992,9 @@ impl Scenario {
                             format!("`{f}` is not UTF-8 text"),
                         )
                     })?;
-                    h.body = Some(text);
+                    h.body = Some(crate::template::Template::parse(&text).map_err(|why| {
+                        ScenarioError::invalid(format!("session[{i}].http.body_file"), why)
+                    })?);
                     changed = true;
                 }
             }
@@ -896,6 +1015,17 @@ impl Scenario {
                 changed |=
                     protocol::inline_expect(&mut u.expect, base, protocol::MAX_DATAGRAM, read)
                         .map_err(|w| field("expect", w))?;
+            }
+        }
+        for (name, d) in &mut self.data {
+            if let Some(f) = d.file.clone() {
+                let field = format!("data.{name}.file");
+                let bytes = protocol::read_file(&f, base, crate::data::MAX_DATA_BYTES, read)
+                    .map_err(|why| ScenarioError::invalid(&field, why))?;
+                let jsonl = f.ends_with(".jsonl") || f.ends_with(".ndjson");
+                d.load(&bytes, jsonl)
+                    .map_err(|e| ScenarioError::invalid(&field, format!("`{f}`: {e}")))?;
+                changed = true;
             }
         }
         if let Some(tls) = &mut self.tls {
@@ -919,6 +1049,7 @@ impl Scenario {
     pub fn has_files(&self) -> bool {
         use protocol::Payload::File;
         self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
+            || self.data.values().any(|d| d.file.is_some())
             || self.session.iter().any(|s| {
                 s.http.as_ref().is_some_and(|h| h.body_file.is_some())
                     || s.tcp.as_ref().is_some_and(|t| {
@@ -934,57 +1065,6 @@ impl Scenario {
                                 .is_some_and(|e| matches!(e.payload(), File(_)))
                     })
             })
-    }
-
-    fn validate_http(&self, i: usize, http: &HttpRequest) -> Result<(), ScenarioError> {
-        if http.body.is_some() && http.body_file.is_some() {
-            return Err(ScenarioError::invalid(
-                format!("session[{i}].http.body_file"),
-                "give either body or body_file, not both",
-            ));
-        }
-        let method_ok = !http.method.is_empty()
-            && http.method.len() <= 32
-            && http
-                .method
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !method_ok {
-            return Err(ScenarioError::invalid(
-                format!("session[{i}].http.method"),
-                format!("`{}` is not an HTTP method", http.method),
-            ));
-        }
-        if !http.path.starts_with('/') || http.path.contains(char::is_whitespace) {
-            return Err(ScenarioError::invalid(
-                format!("session[{i}].http.path"),
-                "must start with / and contain no spaces",
-            ));
-        }
-        for (name, value) in &http.headers {
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
-                return Err(ScenarioError::invalid(
-                    format!("session[{i}].http.headers"),
-                    format!("`{name}` is not a valid header name"),
-                ));
-            }
-            // A CR or LF would end the header early and inject others (or a second request).
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(ScenarioError::invalid(
-                    format!("session[{i}].http.headers.{name}"),
-                    "a header value must not contain CR, LF or NUL",
-                ));
-            }
-        }
-        if let Some(codes) = &http.expect_status {
-            if codes.is_empty() || codes.iter().any(|c| !(100..=599).contains(c)) {
-                return Err(ScenarioError::invalid(
-                    format!("session[{i}].http.expect_status"),
-                    "must list status codes between 100 and 599",
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Requests one session sends (each request step times its repeat).
@@ -1090,7 +1170,7 @@ session:
             "http: { method: GET, path: /data, headers: { x-a: \"1\\r\\nx-b: 2\" } }",
         ));
         assert_eq!(e.path(), "session[0].http.headers.x-a");
-        assert!(e.to_string().contains("CR, LF"), "{e}");
+        assert!(e.to_string().contains("line break"), "{e}");
     }
 
     #[test]
@@ -1430,7 +1510,10 @@ session:
         s.inline_files(base, &mut |_| Ok(b"{}".to_vec())).unwrap();
         let h = s.session[0].http.as_ref().unwrap();
         assert_eq!(
-            (h.body.as_deref(), h.body_file.as_deref()),
+            (
+                h.body.as_ref().and_then(|b| b.as_static()),
+                h.body_file.as_deref()
+            ),
             (Some("{}"), None)
         );
     }
@@ -1480,6 +1563,92 @@ session:
             .inline_files(std::path::Path::new("/"), &mut |_| Ok(b"junk".to_vec()))
             .unwrap_err();
         assert_eq!(e.path(), "tls.ca_pem");
+    }
+
+    const SESSIONS: &str = r#"
+name: s
+target: http://127.0.0.1:8080/api/v1/
+data:
+  users: { columns: [id, name], rows: [["1", "a"], ["2", "b"]], on_exhausted: wrap }
+phases: [ { duration: 1s, arrival_rate: 5 } ]
+session:
+  - name: login
+    http: { method: post, path: '/login?u=${users.name|url}', body: '{"id":${users.id}}' }
+    extract: { token: { json: /token } }
+    check: { status: [200], json: { /status: ok } }
+  - http: { path: /me, headers: { authorization: 'Bearer ${token}' } }
+"#;
+
+    #[test]
+    fn sessions_parse_once_and_name_the_field() {
+        let s = Scenario::from_yaml(SESSIONS).unwrap();
+        let h = s.session[0].http.as_ref().unwrap();
+        assert_eq!(h.method, "POST");
+        assert!(!h.is_static());
+        assert_eq!(s.target.as_ref().unwrap().prefix(), "/api/v1");
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        let cases = [
+            (
+                "extract: { token: { json: /token } }",
+                "extract: { tok: { json: /token } }",
+                "session[1].http.headers.authorization: ${token} is not defined before this step",
+            ),
+            (
+                "${users.name|url}",
+                "${user.name}",
+                "session[0].http.path: ${user.name}: `user` is not a data source",
+            ),
+            (
+                "${users.id}",
+                "${users.email}",
+                "session[0].http.body: ${users.email}: data.users has no column `email` (it has id, name)",
+            ),
+            (
+                "${users.name|url}'",
+                "${users.name|url'",
+                "session[0].http.path: `${users.name|url` is not closed by } at line 9 column 11",
+            ),
+            (
+                "json: /token",
+                "json: token",
+                "session[0].extract.token: `token` is not a JSON Pointer (it starts with /)",
+            ),
+            (
+                "on_exhausted: wrap",
+                "on_exhausted: fail",
+                "data.users: 2 rows, 5 planned arrivals: the rows are exhausted before the run ends; add rows, or use on_exhausted: wrap or stop",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert_eq!(err(&SESSIONS.replace(from, to)).to_string(), want, "{to}");
+        }
+        let e = err(&SESSIONS.replace("method: post", "method: 'g t'"));
+        assert_eq!(e.path(), "session[0].http.method");
+    }
+
+    #[test]
+    fn env_and_data_files_are_resolved_by_the_cli() {
+        let text = SESSIONS
+            .replace(
+                "users: { columns: [id, name], rows: [[\"1\", \"a\"], [\"2\", \"b\"]], on_exhausted: wrap }",
+                "users: { file: users.csv, on_exhausted: wrap }",
+            )
+            .replace("path: /me,", "path: /me, body: '${env:KEY}',");
+        let mut s = Scenario::from_yaml(&text).unwrap();
+        assert!(s.has_files() && s.has_env_refs());
+        s.inline_files(std::path::Path::new("/b"), &mut |_| {
+            Ok(b"id,name\n1,x\n".to_vec())
+        })
+        .unwrap();
+        assert_eq!(s.data["users"].rows, [vec!["1", "x"]]);
+        let e = s.resolve_env(&|_| None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "session[1].http.body: ${env:KEY} is not set in the environment"
+        );
+        assert!(s.resolve_env(&|_| Some("v".into())).unwrap());
+        assert!(!s.has_env_refs() && !s.has_files());
     }
 
     #[test]

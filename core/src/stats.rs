@@ -23,6 +23,8 @@ pub mod error_kind {
     pub const STATUS: &str = "status";
     pub const PROTOCOL: &str = "protocol";
     pub const TLS: &str = "tls";
+    /// A rendered template would break the request (a line break in a header value).
+    pub const TEMPLATE: &str = "template";
 
     /// The error kind of an unexpected HTTP status: `status_404`, so every report names the
     /// code. Codes are three digits (100 to 999), so there are at most 900 such kinds and

@@ -425,3 +425,54 @@ fn hostile_sparse_input_is_refused_without_panicking() {
     let r = acc.finish(&scenario, ReportMeta::default()).unwrap();
     assert_eq!(r.totals.completed, u64::MAX);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Data rows bound by the global arrival index split exactly across agents: whatever the
+    /// agent count, the rows the shards use are pairwise disjoint and their union is each row
+    /// once (while arrivals do not outnumber rows), and each arrival gets the same row.
+    #[test]
+    fn data_rows_split_exactly_across_agents(
+        rows in 1usize..400,
+        phases in proptest::collection::vec(phase_strategy(), 1..3),
+        agents in 1u32..=32,
+        shuffle in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        use stampede_core::data::{Binding, DataOrder, DataSource};
+        let source = DataSource {
+            order: if shuffle { DataOrder::Shuffle } else { DataOrder::Sequence },
+            columns: vec!["x".into()],
+            rows: (0..rows).map(|i| vec![i.to_string()]).collect(),
+            ..Default::default()
+        };
+        let binding = Binding::new("users", &source, seed);
+        let schedule = Schedule::new(&phases, ArrivalProcess::Uniform, seed);
+        let one_agent: Vec<Option<usize>> = schedule.iter().map(|a| binding.row(a.index)).collect();
+        let mut used = Vec::new();
+        for k in 0..agents {
+            // Each agent binds on its own, from the same seed.
+            let mine = Binding::new("users", &source, seed);
+            let f = Shard::new(k, agents).filter().unwrap();
+            for a in schedule.iter().filter(|a| f.owns(a.index)) {
+                let row = mine.row(a.index);
+                prop_assert_eq!(row, one_agent[a.index as usize]);
+                used.extend(row);
+            }
+        }
+        used.sort_unstable();
+        let expect: Vec<usize> = if shuffle {
+            let mut v: Vec<usize> = one_agent.iter().flatten().copied().collect();
+            v.sort_unstable();
+            v
+        } else {
+            (0..rows.min(one_agent.len())).collect()
+        };
+        prop_assert_eq!(used.len(), rows.min(one_agent.len()));
+        let mut dedup = used.clone();
+        dedup.dedup();
+        prop_assert_eq!(&dedup, &used, "a row was used twice");
+        prop_assert_eq!(used, expect);
+    }
+}

@@ -11,6 +11,7 @@ mod ports;
 mod protocols;
 mod results;
 mod security;
+mod sessions;
 mod spine;
 mod tls;
 mod workloads;

@@ -1,0 +1,584 @@
+//! Dynamic HTTP steps: requests rendered per session from templates, data rows, extracted
+//! values and cookies, and responses captured for extraction and checks.
+//!
+//! Only steps that need it come here (a reference, an `extract`, a `check`, or the cookie
+//! jar); static steps keep the request rendered once per run (`http1::PreparedRequest`). The
+//! templates are resolved to indexes once per run ([`Compiled`]), and a session renders into
+//! buffers it reuses from one request to the next.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use stampede_core::data::Binding;
+use stampede_core::extract::{Check, Extract, JsonCache, Response as Seen, MAX_CAPTURED_BODY};
+use stampede_core::scenario::{status_expected, HttpRequest, Scenario};
+use stampede_core::stats::error_kind;
+use stampede_core::template::{self, Builtin, Filter, Generator, Segment, Template, Var};
+
+use crate::http1::{Capture, Conn, Discard};
+use crate::net::Failure;
+
+/// What every session of a run reads: the data rows and how they bind, the seed, who we are.
+#[derive(Debug)]
+pub struct Context {
+    sources: Vec<(Vec<Vec<String>>, Binding)>,
+    slots: usize,
+    seed: u64,
+    agent: String,
+    run_id: String,
+}
+
+/// One piece of a compiled template.
+#[derive(Debug, Clone)]
+enum Part {
+    Lit(Box<[u8]>),
+    Data {
+        source: usize,
+        column: usize,
+        filter: Option<Filter>,
+    },
+    Slot(usize, Option<Filter>),
+    Builtin(Builtin, Option<Filter>),
+    Gen(Generator, Option<Filter>),
+}
+
+/// A template with its names resolved to indexes.
+#[derive(Debug, Clone)]
+pub struct Compiled(Vec<Part>);
+
+/// A dynamic HTTP step, compiled once per run.
+#[derive(Debug)]
+pub struct DynamicHttp {
+    method: String,
+    head: bool,
+    /// Content-Length is sent even for an empty body.
+    body_method: bool,
+    path: Compiled,
+    headers: Vec<(String, Compiled)>,
+    has_ua: bool,
+    body: Option<Compiled>,
+    /// The `Host` header (HTTP/1.1) or `:authority` (h2).
+    authority: String,
+    /// `http` or `https`, for h2's `:scheme`.
+    scheme: &'static str,
+    expect: Option<Vec<u16>>,
+    extract: Vec<(usize, Extract, String)>,
+    check: Option<Check>,
+    capture_body: bool,
+    cookies: bool,
+}
+
+/// A session's variables and reusable buffers; exists only when the run has dynamic steps.
+#[derive(Debug)]
+pub struct SessionVars {
+    index: u64,
+    rows: Vec<usize>,
+    values: Vec<Option<String>>,
+    rng: Option<rand_chacha::ChaCha8Rng>,
+    cookies: Vec<(String, String)>,
+    out: Vec<u8>,
+    body: Vec<u8>,
+    capture: Capture,
+}
+
+/// What a dynamic exchange brought back.
+pub struct Outcome<'a> {
+    pub sent: u64,
+    pub received: u64,
+    pub keep_alive: bool,
+    /// The error kind when the response is not the expected one.
+    pub error: Option<&'a str>,
+    /// The HTTP status code.
+    pub status: u16,
+}
+
+impl Context {
+    /// The run's context, and the slot of every extracted variable by name.
+    pub fn new(
+        scenario: &Scenario,
+        seed: u64,
+        agent: u32,
+        run_id: &str,
+    ) -> (Self, BTreeMap<String, usize>) {
+        let sources = scenario
+            .data
+            .iter()
+            .map(|(name, d)| (d.rows.clone(), Binding::new(name, d, seed)))
+            .collect();
+        let mut slots = BTreeMap::new();
+        for s in &scenario.session {
+            for name in s.extract.keys() {
+                let n = slots.len();
+                slots.entry(name.clone()).or_insert(n);
+            }
+        }
+        let ctx = Self {
+            sources,
+            slots: slots.len(),
+            seed,
+            agent: agent.to_string(),
+            run_id: run_id.to_string(),
+        };
+        (ctx, slots)
+    }
+
+    /// A session's variables, or `None` when a data source has no row for it (`stop`).
+    pub fn session(&self, index: u64) -> Option<SessionVars> {
+        let rows = self
+            .sources
+            .iter()
+            .map(|(_, b)| b.row(index))
+            .collect::<Option<Vec<_>>>()?;
+        Some(SessionVars {
+            index,
+            rows,
+            values: vec![None; self.slots],
+            rng: None,
+            cookies: Vec::new(),
+            out: Vec::new(),
+            body: Vec::new(),
+            capture: Capture::default(),
+        })
+    }
+}
+
+/// Resolves the names of `t` against the scenario's data sources and the variable slots.
+pub fn compile(
+    t: &Template,
+    scenario: &Scenario,
+    slots: &BTreeMap<String, usize>,
+) -> Result<Compiled, String> {
+    let mut parts = Vec::new();
+    for seg in t.segments() {
+        parts.push(match seg {
+            Segment::Literal(l) => Part::Lit(l.as_bytes().into()),
+            Segment::Ref(r) => match &r.var {
+                Var::Env(n) => {
+                    return Err(format!(
+                        "${{env:{n}}} was not resolved: environment references are resolved by the CLI at submit time"
+                    ))
+                }
+                Var::Data { source, column } => {
+                    let (i, (_, d)) = scenario
+                        .data
+                        .iter()
+                        .enumerate()
+                        .find(|(_, (n, _))| *n == source)
+                        .ok_or_else(|| format!("{r}: `{source}` is not a data source"))?;
+                    let column = d
+                        .column(column)
+                        .ok_or_else(|| format!("{r}: no column `{column}`"))?;
+                    Part::Data {
+                        source: i,
+                        column,
+                        filter: r.filter,
+                    }
+                }
+                Var::Extracted(n) => Part::Slot(
+                    *slots
+                        .get(n)
+                        .ok_or_else(|| format!("{r} is not extracted by any step"))?,
+                    r.filter,
+                ),
+                Var::Builtin(b) => Part::Builtin(*b, r.filter),
+                Var::Gen(g) => Part::Gen(*g, r.filter),
+            },
+        });
+    }
+    Ok(Compiled(parts))
+}
+
+impl Compiled {
+    fn literal(text: &str) -> Self {
+        Self(vec![Part::Lit(text.as_bytes().into())])
+    }
+
+    /// Appends the rendered value to `out`.
+    fn render(&self, ctx: &Context, vars: &mut SessionVars, out: &mut Vec<u8>) {
+        for p in &self.0 {
+            match p {
+                Part::Lit(b) => out.extend_from_slice(b),
+                Part::Data {
+                    source,
+                    column,
+                    filter,
+                } => {
+                    let (rows, _) = &ctx.sources[*source];
+                    let v = rows[vars.rows[*source]][*column].as_bytes();
+                    template::apply_filter(*filter, v, out);
+                }
+                Part::Slot(slot, filter) => {
+                    let v = vars.values[*slot].as_deref().unwrap_or_default();
+                    template::apply_filter(*filter, v.as_bytes(), out);
+                }
+                Part::Builtin(b, filter) => {
+                    let v = match b {
+                        Builtin::SessionIndex => vars.index.to_string(),
+                        Builtin::Agent => ctx.agent.clone(),
+                        Builtin::RunId => ctx.run_id.clone(),
+                    };
+                    template::apply_filter(*filter, v.as_bytes(), out);
+                }
+                Part::Gen(g, filter) => {
+                    let rng = vars
+                        .rng
+                        .get_or_insert_with(|| template::session_rng(ctx.seed, vars.index));
+                    if filter.is_none() {
+                        template::generate(*g, vars.index, rng, out);
+                    } else {
+                        let mut v = Vec::new();
+                        template::generate(*g, vars.index, rng, &mut v);
+                        template::apply_filter(*filter, &v, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl DynamicHttp {
+    /// Compiles `req` of a step with `extract` and `check`; the error names the field
+    /// relative to the step.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        req: &HttpRequest,
+        extract: &BTreeMap<String, Extract>,
+        check: Option<&Check>,
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+        authority: &str,
+        prefix: &str,
+        https: bool,
+    ) -> Result<Self, String> {
+        let mut path = req.path.clone();
+        path.prepend(prefix);
+        let path = compile(&path, scenario, slots).map_err(|e| format!("http.path: {e}"))?;
+        let mut headers = Vec::new();
+        let mut has_ua = false;
+        for (k, v) in &req.headers {
+            if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("host") {
+                continue;
+            }
+            has_ua |= k.eq_ignore_ascii_case("user-agent");
+            let c = compile(v, scenario, slots).map_err(|e| format!("http.headers.{k}: {e}"))?;
+            headers.push((k.clone(), c));
+        }
+        let body = req
+            .body
+            .as_ref()
+            .map(|b| compile(b, scenario, slots))
+            .transpose()
+            .map_err(|e| format!("http.body: {e}"))?;
+        let extract: Vec<_> = extract
+            .iter()
+            .map(|(name, e)| (slots[name], e.clone(), format!("extract.{name}")))
+            .collect();
+        let check = check.cloned();
+        let capture_body = extract.iter().any(|(_, e, _)| e.needs_body())
+            || check.as_ref().is_some_and(Check::needs_body);
+        Ok(Self {
+            method: req.method.clone(),
+            head: req.method == "HEAD",
+            body_method: matches!(req.method.as_str(), "POST" | "PUT" | "PATCH"),
+            path,
+            headers,
+            has_ua,
+            body,
+            authority: authority.to_string(),
+            scheme: if https { "https" } else { "http" },
+            expect: req.expect_status.clone(),
+            extract,
+            check,
+            capture_body,
+            cookies: scenario.cookies,
+        })
+    }
+
+    /// Renders the body into `vars.body`, then the whole HTTP/1.1 request into `vars.out`.
+    /// A rendered value that would break the request (a line break in a header, a space in
+    /// the path) is a `template` error.
+    fn render_http1(&self, ctx: &Context, vars: &mut SessionVars) -> Result<(), Failure> {
+        let mut out = std::mem::take(&mut vars.out);
+        let mut body = std::mem::take(&mut vars.body);
+        out.clear();
+        body.clear();
+        let r = (|| {
+            if let Some(b) = &self.body {
+                b.render(ctx, vars, &mut body);
+            }
+            out.extend_from_slice(self.method.as_bytes());
+            out.push(b' ');
+            let start = out.len();
+            self.path.render(ctx, vars, &mut out);
+            if out[start..].iter().any(|&b| b <= b' ' || b == 0x7f) {
+                return Err(Failure(error_kind::TEMPLATE));
+            }
+            out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+            out.extend_from_slice(self.authority.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            for (k, v) in &self.headers {
+                out.extend_from_slice(k.as_bytes());
+                out.extend_from_slice(b": ");
+                let start = out.len();
+                v.render(ctx, vars, &mut out);
+                if out[start..].iter().any(|&b| matches!(b, b'\r' | b'\n' | 0)) {
+                    return Err(Failure(error_kind::TEMPLATE));
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+            if !self.has_ua {
+                out.extend_from_slice(b"User-Agent: stampede\r\n");
+            }
+            if self.cookies && !vars.cookies.is_empty() {
+                out.extend_from_slice(b"Cookie: ");
+                for (i, (k, v)) in vars.cookies.iter().enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b"; ");
+                    }
+                    out.extend_from_slice(k.as_bytes());
+                    out.push(b'=');
+                    out.extend_from_slice(v.as_bytes());
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+            if !body.is_empty() || self.body_method {
+                out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&body);
+            Ok(())
+        })();
+        vars.out = out;
+        vars.body = body;
+        r
+    }
+
+    /// Runs extraction, checks and the cookie jar on a captured response; the error kind
+    /// of the first failure.
+    fn judge(&self, status: u16, vars: &mut SessionVars) -> Option<&str> {
+        let seen = Seen {
+            status,
+            headers: &vars.capture.headers,
+            body: &vars.capture.body,
+        };
+        if self.cookies {
+            for (name, value) in stampede_core::extract::set_cookies(seen.headers) {
+                match vars.cookies.iter_mut().find(|(n, _)| n == name) {
+                    Some(c) => c.1 = value.to_string(),
+                    None => vars.cookies.push((name.to_string(), value.to_string())),
+                }
+            }
+        }
+        let mut json = JsonCache::default();
+        if let Some(c) = &self.check {
+            if let Some(which) = c.apply(&seen, &mut json) {
+                return Some(match which {
+                    "status" => "check.status",
+                    "body_contains" => "check.body_contains",
+                    _ => "check.json",
+                });
+            }
+        }
+        if !status_expected(self.expect.as_deref(), status)
+            && self.check.as_ref().is_none_or(|c| c.status.is_none())
+        {
+            return Some(error_kind::status(status));
+        }
+        for (slot, e, kind) in &self.extract {
+            match e.apply(&seen, &mut json) {
+                Some(v) => vars.values[*slot] = Some(v),
+                None => return Some(kind),
+            }
+        }
+        None
+    }
+
+    fn wants_capture(&self) -> bool {
+        self.capture_body || !self.extract.is_empty() || self.check.is_some() || self.cookies
+    }
+
+    /// One request over HTTP/1.1.
+    pub async fn http1<'s>(
+        &'s self,
+        conn: &mut Conn,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<Outcome<'s>, Failure> {
+        self.render_http1(ctx, vars)?;
+        let resp = if self.wants_capture() {
+            let limit = if self.capture_body {
+                MAX_CAPTURED_BODY
+            } else {
+                0
+            };
+            vars.capture.clear(limit);
+            conn.exchange(&vars.out, self.head, &mut vars.capture)
+                .await?
+        } else {
+            conn.exchange(&vars.out, self.head, &mut Discard).await?
+        };
+        let error = if self.wants_capture() {
+            self.judge(resp.status, vars)
+        } else {
+            (!status_expected(self.expect.as_deref(), resp.status))
+                .then(|| error_kind::status(resp.status))
+        };
+        Ok(Outcome {
+            sent: vars.out.len() as u64,
+            received: resp.bytes_received,
+            keep_alive: resp.keep_alive,
+            error,
+            status: resp.status,
+        })
+    }
+
+    /// One request over HTTP/2.
+    pub async fn h2<'s>(
+        &'s self,
+        conn: &mut crate::h2::H2Conn,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<Outcome<'s>, Failure> {
+        let bad = || Failure(error_kind::TEMPLATE);
+        let mut path = std::mem::take(&mut vars.out);
+        path.clear();
+        self.path.render(ctx, vars, &mut path);
+        let uri = http::Uri::builder()
+            .scheme(self.scheme)
+            .authority(self.authority.as_str())
+            .path_and_query(path.as_slice())
+            .build()
+            .map_err(|_| bad());
+        let mut sent = (self.method.len() + path.len() + self.authority.len()) as u64;
+        vars.out = path;
+        let mut req = http::Request::new(());
+        *req.method_mut() = http::Method::from_bytes(self.method.as_bytes()).map_err(|_| bad())?;
+        *req.uri_mut() = uri?;
+        let mut value = Vec::new();
+        for (k, v) in &self.headers {
+            let lower = k.to_ascii_lowercase();
+            if matches!(
+                lower.as_str(),
+                "connection" | "keep-alive" | "transfer-encoding" | "upgrade"
+            ) {
+                continue;
+            }
+            value.clear();
+            v.render(ctx, vars, &mut value);
+            sent += (k.len() + value.len()) as u64;
+            let name = http::HeaderName::from_bytes(lower.as_bytes()).map_err(|_| bad())?;
+            let value = http::HeaderValue::from_bytes(&value).map_err(|_| bad())?;
+            req.headers_mut().append(name, value);
+        }
+        if !self.has_ua {
+            req.headers_mut().insert(
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static("stampede"),
+            );
+        }
+        if self.cookies && !vars.cookies.is_empty() {
+            let jar = vars
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let value = http::HeaderValue::from_str(&jar).map_err(|_| bad())?;
+            req.headers_mut().insert(http::header::COOKIE, value);
+        }
+        let mut body = Vec::new();
+        if let Some(b) = &self.body {
+            b.render(ctx, vars, &mut body);
+        }
+        sent += body.len() as u64;
+        let resp = if self.wants_capture() {
+            let limit = if self.capture_body {
+                MAX_CAPTURED_BODY
+            } else {
+                0
+            };
+            vars.capture.clear(limit);
+            conn.send(req, Bytes::from(body), &mut vars.capture).await?
+        } else {
+            conn.send(req, Bytes::from(body), &mut Discard).await?
+        };
+        let error = if self.wants_capture() {
+            self.judge(resp.status, vars)
+        } else {
+            (!status_expected(self.expect.as_deref(), resp.status))
+                .then(|| error_kind::status(resp.status))
+        };
+        Ok(Outcome {
+            sent,
+            received: resp.bytes_received,
+            keep_alive: true,
+            error,
+            status: resp.status,
+        })
+    }
+}
+
+impl Default for Compiled {
+    fn default() -> Self {
+        Self::literal("")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCENARIO: &str = r#"
+name: t
+target: http://127.0.0.1:1/api
+seed: 3
+data:
+  users: { order: sequence, on_exhausted: wrap, columns: [id, name], rows: [["1", "a b"], ["2", "c"]] }
+phases: [ { duration: 1s, arrival_rate: 3 } ]
+session:
+  - http: { method: post, path: '/login?u=${users.name|url}', body: '{"id":${users.id},"i":${session.index}}' }
+    extract: { token: { json: /token } }
+  - http: { path: /me, headers: { authorization: 'Bearer ${token}' } }
+"#;
+
+    #[test]
+    fn requests_render_from_rows_and_extracted_values() {
+        let s = Scenario::from_yaml(SCENARIO).unwrap();
+        let (ctx, slots) = Context::new(&s, 3, 0, "r1");
+        let h = s.session[0].http.as_ref().unwrap();
+        let login = DynamicHttp::new(
+            h,
+            &s.session[0].extract,
+            None,
+            &s,
+            &slots,
+            "127.0.0.1:1",
+            "/api",
+            false,
+        )
+        .unwrap();
+        let mut vars = ctx.session(2).unwrap();
+        login.render_http1(&ctx, &mut vars).unwrap();
+        let text = String::from_utf8(vars.out.clone()).unwrap();
+        assert!(
+            text.starts_with("POST /api/login?u=a%20b HTTP/1.1\r\nHost: 127.0.0.1:1\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("Content-Length: 14\r\n\r\n{\"id\":1,\"i\":2}"),
+            "{text}"
+        );
+        vars.capture.clear(MAX_CAPTURED_BODY);
+        vars.capture.body.extend_from_slice(br#"{"token":"t-9"}"#);
+        assert_eq!(login.judge(200, &mut vars), None);
+        let me = s.session[1].http.as_ref().unwrap();
+        let me =
+            DynamicHttp::new(me, &BTreeMap::new(), None, &s, &slots, "h", "/api", false).unwrap();
+        me.render_http1(&ctx, &mut vars).unwrap();
+        let text = String::from_utf8(vars.out.clone()).unwrap();
+        assert!(text.contains("authorization: Bearer t-9\r\n"), "{text}");
+        vars.capture.clear(MAX_CAPTURED_BODY);
+        vars.capture.body.extend_from_slice(b"{}");
+        assert_eq!(login.judge(200, &mut vars), Some("extract.token"));
+    }
+}

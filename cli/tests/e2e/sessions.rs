@@ -1,0 +1,275 @@
+//! Realistic sessions: a data file split exactly across agents, a token extracted from a
+//! login response and carried into the next request, checks, cookies, `${env:...}`, and a
+//! run refused before any load when the rows would run out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{serve_until_dropped, Stop, BIN, QUIET};
+
+/// One request as the login server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: BTreeMap<String, String>,
+    body: String,
+}
+
+/// A small real HTTP/1.1 keep-alive server: `/login` issues `{"token":"t-N","status":"ok"}`
+/// and a `sid` cookie; `/me` answers 200 only to `Bearer t-N` of an issued token.
+struct LoginServer {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _stop: Stop,
+}
+
+impl LoginServer {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/api", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let issued = Arc::new(Mutex::new(BTreeSet::new()));
+        let log = seen.clone();
+        let stop = serve_until_dropped(move |shutdown| async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = async {
+                    loop {
+                        let Ok((s, _)) = listener.accept().await else { continue };
+                        tokio::spawn(serve(s, log.clone(), issued.clone()));
+                    }
+                } => {}
+            }
+        });
+        Self {
+            url,
+            seen,
+            _stop: stop,
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn serve(mut s: TcpStream, log: Arc<Mutex<Vec<Seen>>>, issued: Arc<Mutex<BTreeSet<String>>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+        let mut lines = head.split("\r\n");
+        let path = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .unwrap_or_default()
+            .to_string();
+        let headers: BTreeMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let len: usize = headers
+            .get("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + len {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
+        buf.drain(..head_end + len);
+        let (status, extra, out) = if path.starts_with("/api/login") {
+            let mut set = issued.lock().unwrap();
+            let n = set.len() + 1;
+            set.insert(format!("t-{n}"));
+            (
+                200,
+                format!("set-cookie: sid=s-{n}; Path=/\r\n"),
+                format!("{{\"token\":\"t-{n}\",\"status\":\"ok\"}}"),
+            )
+        } else if path == "/api/me" {
+            let token = headers
+                .get("authorization")
+                .and_then(|a| a.strip_prefix("Bearer "))
+                .unwrap_or_default();
+            if issued.lock().unwrap().contains(token) {
+                (200, String::new(), "{\"me\":\"ok\"}".to_string())
+            } else {
+                (401, String::new(), "no".to_string())
+            }
+        } else {
+            (200, String::new(), "ok".to_string())
+        };
+        log.lock().unwrap().push(Seen {
+            path,
+            headers,
+            body,
+        });
+        let reply = format!(
+            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n{extra}\r\n{out}",
+            out.len()
+        );
+        if s.write_all(reply.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn scenario(url: &str, file: &str, rows_policy: &str) -> String {
+    format!(
+        r#"name: sessions
+target: {url}
+cookies: true
+data:
+  users: {{ file: {file}, order: shuffle, on_exhausted: {rows_policy} }}
+phases: [ {{ duration: 2s, arrival_rate: 60 }} ]
+session:
+  - name: login
+    http: {{ method: post, path: '/login?u=${{users.name|url}}', headers: {{ x-key: '${{env:E2E_SESSION_KEY}}' }}, body: '{{"id":${{users.id}},"n":${{seq(1000,1)}}}}' }}
+    extract: {{ token: {{ json: /token }}, sid: {{ cookie: sid }} }}
+    check: {{ status: [200], json: {{ /status: ok }} }}
+  - name: me
+    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{token}}', x-sid: '${{sid}}' }} }}
+    check: {{ status: [200], body_contains: '"ok"' }}
+"#
+    )
+}
+
+fn run_cli(dir: &std::path::Path, name: &str, text: &str, agents: &str) -> (Option<i32>, String) {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "--local", "--quiet", "--agents", agents, "--report"])
+        .arg(dir.join(format!("{name}.json")))
+        .arg(&path)
+        .env("E2E_SESSION_KEY", "k-e2e")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_carry_their_token_and_rows_split_exactly() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..120).map(|i| format!("{i},user {i}\n")).collect();
+    std::fs::write(dir.path().join("users.csv"), format!("id,name\n{rows}")).unwrap();
+
+    let text = scenario(&server.url, "users.csv", "fail");
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "ok", &text, "3")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let seen = server.seen();
+    let logins: Vec<_> = seen
+        .iter()
+        .filter(|s| s.path.starts_with("/api/login"))
+        .collect();
+    let users: BTreeSet<_> = logins.iter().map(|s| s.path.clone()).collect();
+    assert_eq!((logins.len(), users.len()), (120, 120), "each row once");
+    assert!(users.contains("/api/login?u=user%207"), "{users:?}");
+    assert!(logins.iter().all(|s| s.headers["x-key"] == "k-e2e"));
+    let seqs: BTreeSet<_> = logins.iter().map(|s| s.body.clone()).collect();
+    assert_eq!(seqs.len(), 120);
+    let me: Vec<_> = seen.iter().filter(|s| s.path == "/api/me").collect();
+    assert_eq!(me.len(), 120);
+    assert!(me.iter().all(|s| {
+        let sid = s.headers["x-sid"].as_str();
+        s.headers["cookie"] == format!("sid={sid}")
+            && s.headers["authorization"].starts_with("Bearer t-")
+    }));
+    let report = std::fs::read_to_string(dir.path().join("ok.json")).unwrap();
+    assert!(!report.contains("k-e2e") && !report.contains("E2E_SESSION_KEY"));
+
+    // 119 rows for 120 arrivals: refused before any load, naming the counts.
+    let short: String = (0..119).map(|i| format!("{i},u{i}\n")).collect();
+    std::fs::write(dir.path().join("few.csv"), format!("id,name\n{short}")).unwrap();
+    let before = server.seen().len();
+    let text = scenario(&server.url, "few.csv", "fail");
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "few", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("119 rows, 120 planned arrivals"), "{out}");
+    assert_eq!(server.seen().len(), before, "no load was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_and_extraction_have_their_own_kinds() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"name: checks
+target: {}
+phases: [ {{ duration: 1s, arrival_rate: 20 }} ]
+session:
+  - name: login
+    http: {{ path: /login }}
+    extract: {{ nope: {{ json: /missing }} }}
+  - name: other
+    http: {{ path: /x }}
+    check: {{ body_contains: never }}
+"#,
+        server.url
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let (dir, text) = (dir.path().to_path_buf(), text.clone());
+        move || run_cli(&dir, "checks", &text, "1")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let r: stampede_core::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("checks.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r.totals.errors.get("extract.nope"),
+        Some(&20),
+        "{:?}",
+        r.totals.errors
+    );
+    let text = text.replace("json: /missing", "json: /token");
+    let (_, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "checks2", &text, "1")
+    })
+    .await
+    .unwrap();
+    let r: stampede_core::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("checks2.json")).unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        r.totals.errors.get("check.body_contains"),
+        Some(&20),
+        "{:?}",
+        r.totals.errors
+    );
+}

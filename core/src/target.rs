@@ -1,0 +1,246 @@
+//! The target URL, parsed once into its parts: the transport, the host and port (default
+//! filled in), the HTTP path prefix, or a unix socket path. Validation, the port budget, the
+//! controller's address policy and the agent's resolution all read this one value, so they
+//! cannot disagree about what the URL means.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::Transport;
+
+/// A parsed target URL; it serializes back to the text it was parsed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Target {
+    text: String,
+    transport: Transport,
+    /// Host as written in the URL, brackets of an IPv6 address included.
+    host: String,
+    port: u16,
+    /// Whether the URL gave the port (the HTTP `Host` header repeats the URL's form).
+    explicit_port: bool,
+    /// `http(s)://host/api/v1` → `/api/v1` (no trailing slash); empty for none.
+    prefix: String,
+    /// `unix:///path` → `/path`.
+    unix_path: String,
+}
+
+impl Target {
+    /// Parses a target URL; the error says what is wrong.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://)")
+        })?;
+        let transport = match scheme {
+            "http" => Transport::Http,
+            "https" => Transport::Https,
+            "tcp" => Transport::Tcp,
+            "udp" => Transport::Udp,
+            "unix" => Transport::Unix,
+            other => {
+                return Err(format!(
+                    "`{other}://` is not a supported scheme (http, https, tcp, udp, unix)"
+                ))
+            }
+        };
+        let mut t = Self {
+            text: url.to_string(),
+            transport,
+            host: String::new(),
+            port: 0,
+            explicit_port: false,
+            prefix: String::new(),
+            unix_path: String::new(),
+        };
+        if transport == Transport::Unix {
+            if !rest.starts_with('/') || rest.len() < 2 {
+                return Err(format!("`{url}` is not unix:///absolute/path"));
+            }
+            t.unix_path = rest.to_string();
+            return Ok(t);
+        }
+        let (authority, path) = match rest.find(['/', '?', '#']) {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(format!("`{url}` has no host"));
+        }
+        let (host, port) = match authority.rfind(']') {
+            Some(close) if authority.starts_with('[') => {
+                let port = authority[close + 1..].strip_prefix(':');
+                (&authority[..=close], port)
+            }
+            _ => match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            },
+        };
+        if host.is_empty() || host == "[]" || host.contains(['@', ' ']) {
+            return Err(format!("`{url}` has no valid host"));
+        }
+        t.host = host.to_string();
+        match port {
+            Some(p) => {
+                t.port = p
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("`{url}`: `{p}` is not a port"))?;
+                t.explicit_port = true;
+            }
+            None => {
+                t.port = match transport {
+                    Transport::Http => 80,
+                    Transport::Https => 443,
+                    _ => return Err(format!("`{url}` needs host:port")),
+                }
+            }
+        }
+        match transport {
+            Transport::Http | Transport::Https => {
+                if path.contains(['?', '#']) || path.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "`{url}`: a target may have a path prefix, not a query or fragment"
+                    ));
+                }
+                t.prefix = path.trim_end_matches('/').to_string();
+            }
+            _ => {
+                if !path.is_empty() && path != "/" {
+                    return Err(format!("`{url}` needs host:port"));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// `host:port` to connect to (default port filled in, IPv6 in brackets); `None` for unix.
+    pub fn socket_authority(&self) -> Option<String> {
+        (self.transport != Transport::Unix).then(|| format!("{}:{}", self.host, self.port))
+    }
+
+    /// The authority as the URL wrote it: the HTTP `Host` header and `:authority`.
+    pub fn authority(&self) -> String {
+        if self.explicit_port {
+            format!("{}:{}", self.host, self.port)
+        } else {
+            self.host.clone()
+        }
+    }
+
+    /// The host without an IPv6 address's brackets: the TLS server name.
+    pub fn host(&self) -> &str {
+        self.host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(&self.host)
+    }
+
+    /// The HTTP path prefix every request path is appended to (`""` for none).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The socket path of a `unix://` target.
+    pub fn unix_path(&self) -> Option<&str> {
+        (self.transport == Transport::Unix).then_some(self.unix_path.as_str())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl TryFrom<String> for Target {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Target> for String {
+    fn from(t: Target) -> String {
+        t.text
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
+impl JsonSchema for Target {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Target".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps)."
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_part() {
+        let t = Target::parse("http://127.0.0.1:8080/api/v1/").unwrap();
+        assert_eq!(t.transport(), Transport::Http);
+        assert_eq!(t.socket_authority().unwrap(), "127.0.0.1:8080");
+        assert_eq!(t.authority(), "127.0.0.1:8080");
+        assert_eq!(t.prefix(), "/api/v1");
+        let s = Target::parse("https://[::1]/x").unwrap();
+        assert_eq!(s.socket_authority().unwrap(), "[::1]:443");
+        assert_eq!((s.authority().as_str(), s.host()), ("[::1]", "::1"));
+        let h = Target::parse("https://example.test").unwrap();
+        assert_eq!((h.authority().as_str(), h.prefix()), ("example.test", ""));
+        assert_eq!(
+            Target::parse("tcp://h:7000")
+                .unwrap()
+                .socket_authority()
+                .unwrap(),
+            "h:7000"
+        );
+        let u = Target::parse("unix:///tmp/s.sock").unwrap();
+        assert_eq!(
+            (u.unix_path(), u.socket_authority()),
+            (Some("/tmp/s.sock"), None)
+        );
+        assert_eq!(u.to_string(), "unix:///tmp/s.sock");
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_a_target() {
+        for bad in [
+            "127.0.0.1:80",
+            "gopher://h:1",
+            "http://",
+            "http:///x",
+            "http://h:0",
+            "http://h:99999",
+            "http://h/x?q=1",
+            "tcp://h",
+            "tcp://h:1/x",
+            "udp://:53",
+            "unix://rel",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

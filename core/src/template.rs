@@ -1,0 +1,557 @@
+//! Templates: `${...}` references in request fields (HTTP path, header values, body).
+//!
+//! A template is parsed once, when the scenario is read, into literal segments and typed
+//! references, so a typo fails validation with the field named instead of being sent
+//! literally, and the agent never scans strings for `${` on the hot path. A field with no
+//! reference is [`Template::as_static`], and the agent keeps today's pre-rendered request.
+//!
+//! Syntax (documented in the README):
+//! - `${name}`: a value extracted by an earlier step of the session;
+//! - `${source.column}`: a column of the row a `data` source bound to this session;
+//! - `${env:NAME}`: an environment variable of the CLI, resolved at submit time;
+//! - built-ins `${session.index}` (the global arrival index), `${session.agent}` (the agent's
+//!   shard index), `${run.id}`;
+//! - generators `${uuid()}`, `${int(MIN,MAX)}`, `${seq(START,STEP)}` drawn from the run
+//!   seed and the arrival index, so a rerun sends the same values whatever the agent count;
+//! - a filter after `|`: `url` (percent-encoding), `json` (a JSON string's escapes), `hex`;
+//! - `$${` is a literal `${`.
+
+use std::fmt::Write as _;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Longest template accepted (the largest body a request step may carry).
+pub const MAX_TEMPLATE: usize = 1 << 20;
+
+/// A parsed template; it serializes back to its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Template {
+    segments: Vec<Segment>,
+}
+
+/// A piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Text sent as is.
+    Literal(String),
+    /// A value looked up (and filtered) for each request.
+    Ref(Ref),
+}
+
+/// A reference and its optional filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ref {
+    pub var: Var,
+    pub filter: Option<Filter>,
+}
+
+/// What a reference reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Var {
+    /// `${env:NAME}`: resolved by the CLI before submission, so agents never read their own
+    /// environment and a value never reaches the controller's reports.
+    Env(String),
+    /// `${source.column}`.
+    Data {
+        source: String,
+        column: String,
+    },
+    /// `${name}`: extracted by an earlier step.
+    Extracted(String),
+    Builtin(Builtin),
+    Gen(Generator),
+}
+
+/// Values every session has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    /// `${session.index}`: the global index of the arrival (or slot) in the whole-test schedule.
+    SessionIndex,
+    /// `${session.agent}`: the shard index of the agent running the session.
+    Agent,
+    /// `${run.id}`.
+    RunId,
+}
+
+/// Values drawn per use from the session's seeded generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generator {
+    /// `${uuid()}`: a random (version 4) UUID.
+    Uuid,
+    /// `${int(MIN,MAX)}`: a uniform integer in `[MIN, MAX]`.
+    Int { min: i64, max: i64 },
+    /// `${seq(START,STEP)}`: `START + STEP × session.index` (a unique number per session).
+    Seq { start: i64, step: i64 },
+}
+
+/// How a value is escaped before it is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// Percent-encoding of everything but RFC 3986 unreserved characters.
+    Url,
+    /// The escapes of a JSON string's contents (no quotes added).
+    Json,
+    /// Lowercase hexadecimal of the bytes.
+    Hex,
+}
+
+impl Template {
+    /// Parses a template; the error says what is wrong and where.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.len() > MAX_TEMPLATE {
+            return Err(format!("{} bytes; at most {MAX_TEMPLATE}", text.len()));
+        }
+        let mut segments = Vec::new();
+        let mut lit = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("${") {
+            if rest[..at].ends_with('$') {
+                // `$${` is a literal `${`.
+                lit.push_str(&rest[..at - 1]);
+                lit.push_str("${");
+                rest = &rest[at + 2..];
+                continue;
+            }
+            lit.push_str(&rest[..at]);
+            let body_start = at + 2;
+            let end = rest[body_start..]
+                .find('}')
+                .ok_or_else(|| format!("`{}` is not closed by }}", clip(&rest[at..])))?;
+            let inner = &rest[body_start..body_start + end];
+            let r = parse_ref(inner).map_err(|why| format!("${{{inner}}}: {why}"))?;
+            if !lit.is_empty() {
+                segments.push(Segment::Literal(std::mem::take(&mut lit)));
+            }
+            segments.push(Segment::Ref(r));
+            rest = &rest[body_start + end + 1..];
+        }
+        lit.push_str(rest);
+        if !lit.is_empty() || segments.is_empty() {
+            segments.push(Segment::Literal(lit));
+        }
+        Ok(Self { segments })
+    }
+
+    /// A template of literal text only.
+    pub fn literal(text: impl Into<String>) -> Self {
+        Self {
+            segments: vec![Segment::Literal(text.into())],
+        }
+    }
+
+    /// The text when there is no reference: such a field costs nothing per request.
+    pub fn as_static(&self) -> Option<&str> {
+        match self.segments.as_slice() {
+            [Segment::Literal(s)] => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The references, in order.
+    pub fn refs(&self) -> impl Iterator<Item = &Ref> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Ref(r) => Some(r),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    /// Replaces every `${env:NAME}` with `lookup(NAME)`; the error names the variable that is
+    /// not set. Returns whether anything changed.
+    pub fn resolve_env(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<bool, String> {
+        if !self.refs().any(|r| matches!(r.var, Var::Env(_))) {
+            return Ok(false);
+        }
+        let mut out: Vec<Segment> = Vec::with_capacity(self.segments.len());
+        for s in &self.segments {
+            let s = match s {
+                Segment::Ref(Ref {
+                    var: Var::Env(name),
+                    filter,
+                }) => {
+                    let filter = *filter;
+                    let v = lookup(name)
+                        .ok_or_else(|| format!("${{env:{name}}} is not set in the environment"))?;
+                    let mut buf = Vec::new();
+                    apply_filter(filter, v.as_bytes(), &mut buf);
+                    Segment::Literal(String::from_utf8_lossy(&buf).into_owned())
+                }
+                other => other.clone(),
+            };
+            match (out.last_mut(), s) {
+                (Some(Segment::Literal(a)), Segment::Literal(b)) => a.push_str(&b),
+                (_, s) => out.push(s),
+            }
+        }
+        self.segments = out;
+        Ok(true)
+    }
+
+    /// Puts `prefix` (literal text) in front of the template.
+    pub fn prepend(&mut self, prefix: &str) {
+        if prefix.is_empty() {
+            return;
+        }
+        match self.segments.first_mut() {
+            Some(Segment::Literal(s)) => s.insert_str(0, prefix),
+            _ => self
+                .segments
+                .insert(0, Segment::Literal(prefix.to_string())),
+        }
+    }
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(24) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// A variable or source name: a letter or `_`, then letters, digits, `_` or `-`.
+pub fn is_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+fn parse_ref(inner: &str) -> Result<Ref, String> {
+    let (name, filter) = match inner.split_once('|') {
+        Some((n, f)) => (n.trim(), Some(f.trim())),
+        None => (inner.trim(), None),
+    };
+    let filter = match filter {
+        None => None,
+        Some("url") => Some(Filter::Url),
+        Some("json") => Some(Filter::Json),
+        Some("hex") => Some(Filter::Hex),
+        Some(other) => return Err(format!("`{other}` is not a filter (url, json, hex)")),
+    };
+    let var = if let Some(env) = name.strip_prefix("env:") {
+        if env.is_empty() || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("`{env}` is not an environment variable name"));
+        }
+        Var::Env(env.to_string())
+    } else if let Some((gen, args)) = name.strip_suffix(')').and_then(|n| n.split_once('(')) {
+        Var::Gen(parse_generator(gen.trim(), args)?)
+    } else {
+        match name {
+            "session.index" => Var::Builtin(Builtin::SessionIndex),
+            "session.agent" => Var::Builtin(Builtin::Agent),
+            "run.id" => Var::Builtin(Builtin::RunId),
+            _ => match name.split_once('.') {
+                Some((source, column)) if is_name(source) && !column.is_empty() => {
+                    if matches!(source, "session" | "run") {
+                        return Err(format!(
+                            "`{name}` is not a built-in (session.index, session.agent, run.id)"
+                        ));
+                    }
+                    Var::Data {
+                        source: source.to_string(),
+                        column: column.to_string(),
+                    }
+                }
+                None if is_name(name) => Var::Extracted(name.to_string()),
+                _ => return Err(format!("`{name}` is not a variable name")),
+            },
+        }
+    };
+    Ok(Ref { var, filter })
+}
+
+fn parse_generator(name: &str, args: &str) -> Result<Generator, String> {
+    let nums = || -> Result<Vec<i64>, String> {
+        if args.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        args.split(',')
+            .map(|a| {
+                a.trim()
+                    .parse::<i64>()
+                    .map_err(|_| format!("`{}` is not an integer", a.trim()))
+            })
+            .collect()
+    };
+    match (name, nums()?.as_slice()) {
+        ("uuid", []) => Ok(Generator::Uuid),
+        ("int", [min, max]) if min <= max => Ok(Generator::Int {
+            min: *min,
+            max: *max,
+        }),
+        ("int", [_, _]) => Err("int(MIN,MAX) needs MIN <= MAX".into()),
+        ("seq", []) => Ok(Generator::Seq { start: 0, step: 1 }),
+        ("seq", [start]) => Ok(Generator::Seq {
+            start: *start,
+            step: 1,
+        }),
+        ("seq", [start, step]) => Ok(Generator::Seq {
+            start: *start,
+            step: *step,
+        }),
+        _ => Err(format!(
+            "`{name}({args})` is not a generator (uuid(), int(MIN,MAX), seq(START,STEP))"
+        )),
+    }
+}
+
+/// Writes `value` through `filter` to `out`.
+pub fn apply_filter(filter: Option<Filter>, value: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match filter {
+        None => out.extend_from_slice(value),
+        Some(Filter::Hex) => {
+            for &b in value {
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 15)]);
+            }
+        }
+        Some(Filter::Url) => {
+            for &b in value {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                    out.push(b);
+                } else {
+                    out.extend_from_slice(&[
+                        b'%',
+                        HEX[usize::from(b >> 4)].to_ascii_uppercase(),
+                        HEX[usize::from(b & 15)].to_ascii_uppercase(),
+                    ]);
+                }
+            }
+        }
+        Some(Filter::Json) => {
+            for &b in value {
+                match b {
+                    b'"' => out.extend_from_slice(b"\\\""),
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    0..0x20 => out.extend_from_slice(&[
+                        b'\\',
+                        b'u',
+                        b'0',
+                        b'0',
+                        HEX[usize::from(b >> 4)],
+                        HEX[usize::from(b & 15)],
+                    ]),
+                    _ => out.push(b),
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Ref {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("${")?;
+        match &self.var {
+            Var::Env(n) => write!(f, "env:{n}")?,
+            Var::Data { source, column } => write!(f, "{source}.{column}")?,
+            Var::Extracted(n) => f.write_str(n)?,
+            Var::Builtin(Builtin::SessionIndex) => f.write_str("session.index")?,
+            Var::Builtin(Builtin::Agent) => f.write_str("session.agent")?,
+            Var::Builtin(Builtin::RunId) => f.write_str("run.id")?,
+            Var::Gen(Generator::Uuid) => f.write_str("uuid()")?,
+            Var::Gen(Generator::Int { min, max }) => write!(f, "int({min},{max})")?,
+            Var::Gen(Generator::Seq { start, step }) => write!(f, "seq({start},{step})")?,
+        }
+        match self.filter {
+            None => {}
+            Some(Filter::Url) => f.write_str("|url")?,
+            Some(Filter::Json) => f.write_str("|json")?,
+            Some(Filter::Hex) => f.write_str("|hex")?,
+        }
+        f.write_char('}')
+    }
+}
+
+impl std::fmt::Display for Template {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.segments {
+            match s {
+                Segment::Literal(text) => f.write_str(&text.replace("${", "$${"))?,
+                Segment::Ref(r) => write!(f, "{r}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TryFrom<String> for Template {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Template> for String {
+    fn from(t: Template) -> String {
+        t.to_string()
+    }
+}
+
+impl Default for Template {
+    fn default() -> Self {
+        Self::literal("")
+    }
+}
+
+impl JsonSchema for Template {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Template".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "Text with optional ${...} references: ${name} (extracted earlier), ${source.column} (data), ${env:NAME}, ${session.index}, ${session.agent}, ${run.id}, ${uuid()}, ${int(MIN,MAX)}, ${seq(START,STEP)}; filters |url |json |hex; $${ is a literal ${."
+        })
+    }
+}
+
+/// The per-session generator: seeded from the run seed and the arrival index only, so the
+/// same arrival draws the same values whatever the number of agents.
+pub fn session_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
+    use rand::SeedableRng;
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&index.to_le_bytes());
+    key[16..24].copy_from_slice(b"sessions");
+    rand_chacha::ChaCha8Rng::from_seed(key)
+}
+
+/// Writes a generated value for session `index` to `out` (unfiltered).
+pub fn generate(g: Generator, index: u64, rng: &mut impl rand::Rng, out: &mut Vec<u8>) {
+    match g {
+        Generator::Uuid => {
+            let bytes: [u8; 16] = rng.random();
+            let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+            let mut buf = uuid::Uuid::encode_buffer();
+            out.extend_from_slice(id.hyphenated().encode_lower(&mut buf).as_bytes());
+        }
+        Generator::Int { min, max } => {
+            let v = rng.random_range(min..=max);
+            out.extend_from_slice(v.to_string().as_bytes());
+        }
+        Generator::Seq { start, step } => {
+            let v = i128::from(start) + i128::from(step) * i128::from(index);
+            out.extend_from_slice(v.to_string().as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_literals_refs_and_filters() {
+        let t = Template::parse("/u/${users.name|url}?t=${token}&i=${session.index}").unwrap();
+        assert_eq!(t.as_static(), None);
+        let refs: Vec<_> = t.refs().map(|r| r.var.clone()).collect();
+        assert_eq!(
+            refs,
+            [
+                Var::Data {
+                    source: "users".into(),
+                    column: "name".into()
+                },
+                Var::Extracted("token".into()),
+                Var::Builtin(Builtin::SessionIndex),
+            ]
+        );
+        assert_eq!(t.refs().next().unwrap().filter, Some(Filter::Url));
+        assert_eq!(
+            t.to_string(),
+            "/u/${users.name|url}?t=${token}&i=${session.index}"
+        );
+        let s = Template::parse("/plain?a=$1&b=$${x}").unwrap();
+        assert_eq!(s.as_static(), Some("/plain?a=$1&b=${x}"));
+        assert_eq!(Template::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(Template::parse("").unwrap().as_static(), Some(""));
+        let g = Template::parse("${uuid()}${int(1, 5)}${seq(10,2)}${env:HOME|json}").unwrap();
+        let vars: Vec<_> = g.refs().map(|r| r.var.clone()).collect();
+        assert_eq!(
+            vars,
+            [
+                Var::Gen(Generator::Uuid),
+                Var::Gen(Generator::Int { min: 1, max: 5 }),
+                Var::Gen(Generator::Seq { start: 10, step: 2 }),
+                Var::Env("HOME".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        for (text, want) in [
+            ("/a/${token", "is not closed"),
+            ("${a|base64}", "is not a filter"),
+            ("${1abc}", "is not a variable name"),
+            ("${session.user}", "is not a built-in"),
+            ("${int(5,1)}", "MIN <= MAX"),
+            ("${int(a,1)}", "is not an integer"),
+            ("${rand()}", "is not a generator"),
+            ("${env:}", "environment variable"),
+        ] {
+            let e = Template::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn env_is_resolved_and_merged_into_literals() {
+        let mut t = Template::parse("Bearer ${env:KEY}!").unwrap();
+        let lookup = |n: &str| (n == "KEY").then(|| "a b".to_string());
+        assert!(t.resolve_env(&lookup).unwrap());
+        assert_eq!(t.as_static(), Some("Bearer a b!"));
+        let mut u = Template::parse("${env:KEY|url}").unwrap();
+        u.resolve_env(&lookup).unwrap();
+        assert_eq!(u.as_static(), Some("a%20b"));
+        let mut missing = Template::parse("${env:NOPE}").unwrap();
+        assert!(missing.resolve_env(&lookup).unwrap_err().contains("NOPE"));
+    }
+
+    #[test]
+    fn filters_escape() {
+        let mut out = Vec::new();
+        apply_filter(Some(Filter::Url), "a b/ü".as_bytes(), &mut out);
+        assert_eq!(out, b"a%20b%2F%C3%BC");
+        out.clear();
+        apply_filter(Some(Filter::Json), b"q\"\\\n\x01", &mut out);
+        assert_eq!(out, b"q\\\"\\\\\\n\\u0001");
+        out.clear();
+        apply_filter(Some(Filter::Hex), b"\x01\xab", &mut out);
+        assert_eq!(out, b"01ab");
+    }
+
+    #[test]
+    fn generators_depend_on_seed_and_index_only() {
+        let draw = |seed, index| {
+            let mut rng = session_rng(seed, index);
+            let mut out = Vec::new();
+            generate(Generator::Uuid, index, &mut rng, &mut out);
+            generate(Generator::Int { min: 1, max: 6 }, index, &mut rng, &mut out);
+            generate(
+                Generator::Seq {
+                    start: 100,
+                    step: 3,
+                },
+                index,
+                &mut rng,
+                &mut out,
+            );
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(draw(7, 42), draw(7, 42));
+        assert_ne!(draw(7, 42), draw(7, 43));
+        assert_ne!(draw(7, 42), draw(8, 42));
+        let v = draw(7, 42);
+        assert_eq!(&v[14..15], "4", "a version 4 UUID: {v}");
+        assert!(v.ends_with("226"), "{v}");
+    }
+}

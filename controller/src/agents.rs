@@ -18,6 +18,8 @@ use crate::{lock, unix_ms, unix_ns, Inner};
 
 /// Longest agent id accepted.
 const MAX_ID_LEN: usize = 128;
+/// Clock pings after the first ten (see [`session`]).
+const CLOCK_PING_EVERY: Duration = Duration::from_secs(30);
 
 /// Best clock sample so far: the one with the smallest round trip.
 #[derive(Debug, Clone, Copy, Default)]
@@ -191,8 +193,10 @@ async fn session(
     kick: CancellationToken,
 ) {
     let mut seq = 0u64;
-    // Ten clock pings 100 ms apart once the stream has settled, then one every five seconds.
-    // The estimate keeps the sample with the smallest round trip.
+    // Ten clock pings 100 ms apart once the stream has settled, then one every 30 s. The
+    // estimate keeps the sample with the smallest round trip, so later pings only matter when
+    // one beats the first ten; every 5 s they were a tenth of a 1,000-agent controller's
+    // messages (a ping and its pong per agent) for no better estimate.
     let mut ping = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_millis(100),
         Duration::from_millis(100),
@@ -215,7 +219,7 @@ async fn session(
             _ = ping.tick() => {
                 seq += 1;
                 if seq == 10 {
-                    ping = tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(5), Duration::from_secs(5));
+                    ping = tokio::time::interval_at(tokio::time::Instant::now() + CLOCK_PING_EVERY, CLOCK_PING_EVERY);
                 }
                 let p = v1::ClockPing { seq, t1_unix_ns: unix_ns() };
                 if tx.send(out(Out::ClockPing(p))).await.is_err() {

@@ -42,7 +42,7 @@ pub struct ControllerConfig {
     pub agent_token: Option<String>,
     /// Serve gRPC over TLS.
     pub tls: Option<ServerTls>,
-    /// Lease granted to agents; renewed every quarter of it.
+    /// Lease granted to agents; renewed every third of it (`renew::RENEWALS_PER_LEASE`).
     pub lease: Duration,
     /// How long a submitted run waits for enough agents before failing.
     pub agent_wait: Duration,
@@ -85,7 +85,7 @@ pub struct ServerTls {
     pub client_ca_pem: Option<Vec<u8>>,
 }
 
-/// Shortest lease the controller grants: renewals go out every quarter of it, and a lease
+/// Shortest lease the controller grants: renewals go out every third of it, and a lease
 /// shorter than a few scheduling hiccups would stop healthy agents.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// Longest lease: "load stops within the lease" must stay a promise about seconds.

@@ -16,6 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 type AgentTx = mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>;
 
+/// Renewals per lease. The agent's deadline is "lease after the last renewal it read", so a
+/// renewal may arrive up to two periods (2/3 of the lease) late, or one may be lost outright,
+/// before a live controller's agent stops. Three rather than four: with a thousand agents
+/// every renewal is a frame and a write on its own connection, and a quarter fewer of them
+/// was the largest single saving in the controller's CPU (bench/controller-scale.sh), while
+/// the largest gap measured there stays under half the lease.
+pub(crate) const RENEWALS_PER_LEASE: u32 = 3;
+
 /// The driver's handle on the renewal task of one run. Dropping it stops the renewals.
 pub(crate) struct Renewals {
     live: Arc<[AtomicBool]>,
@@ -25,14 +33,15 @@ pub(crate) struct Renewals {
 }
 
 impl Renewals {
-    /// Starts renewing `lease` every `lease / 4` for every agent in `txs` (in member order).
+    /// Starts renewing `lease` every `lease / RENEWALS_PER_LEASE` for every agent in `txs`
+    /// (in member order).
     pub(crate) fn start(txs: Vec<AgentTx>, lease: Duration) -> Self {
         let live: Arc<[AtomicBool]> = txs.iter().map(|_| AtomicBool::new(true)).collect();
         let acked: Arc<[AtomicU64]> = txs.iter().map(|_| AtomicU64::new(0)).collect();
         let stop = CancellationToken::new();
         let (task_live, task_acked, task_stop) = (live.clone(), acked.clone(), stop.clone());
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(lease / 4);
+            let mut tick = tokio::time::interval(lease / RENEWALS_PER_LEASE);
             let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
             loop {
                 tokio::select! {
@@ -97,7 +106,7 @@ mod tests {
         n
     }
 
-    /// Renewals keep their lease/4 cadence while the run driver is stuck in a slow merge
+    /// Renewals keep their lease/3 cadence while the run driver is stuck in a slow merge
     /// and its inbox is full, and stop for a retired member and on `stop`.
     #[tokio::test(start_paused = true)]
     async fn renewals_keep_their_cadence_while_the_driver_is_busy() {
@@ -109,8 +118,8 @@ mod tests {
             rxs.push(rx);
         }
         let renewals = Renewals::start(txs, lease);
-        // A driver with a full inbox whose every merge takes 900 ms (longer than lease/4):
-        // it holds the renewal handle the whole time, as the real driver does.
+        // A driver with a full inbox whose every merge takes 900 ms (longer than a renewal
+        // period): it holds the renewal handle the whole time, as the real driver does.
         let (inbox, mut driver_rx) = mpsc::channel::<u32>(16);
         for i in 0..16 {
             inbox.try_send(i).unwrap();
@@ -129,9 +138,10 @@ mod tests {
         });
         let start = Instant::now();
         let mut seen = Vec::new();
-        // Sample just after each lease/4 tick for 3 s.
+        let period = lease / RENEWALS_PER_LEASE;
+        // Sample just after each renewal tick for 3 s.
         tokio::time::sleep(Duration::from_millis(1)).await;
-        for k in 0..12 {
+        for k in 0..9 {
             assert_eq!(
                 rxs.iter_mut().map(lease_at).collect::<Vec<_>>(),
                 vec![1, 1, 1],
@@ -139,14 +149,14 @@ mod tests {
                 start.elapsed()
             );
             seen.push(start.elapsed());
-            tokio::time::sleep(lease / 4).await;
+            tokio::time::sleep(period).await;
         }
         let renewals = driver.await.unwrap();
         for rx in &mut rxs {
             lease_at(rx);
         }
         renewals.retire(1);
-        tokio::time::sleep(lease / 4).await;
+        tokio::time::sleep(period).await;
         assert_eq!(
             rxs.iter_mut().map(lease_at).collect::<Vec<_>>(),
             vec![1, 0, 1]

@@ -1,9 +1,13 @@
 //! The one histogram spec (design.md §3.2), its wire codec and merge.
 //!
 //! Values are microseconds from 1 µs to 1 h with 3 significant digits. The codec is
-//! HdrHistogram's V2 format, deflate-compressed (the same bytes `.hlog` files carry). The
-//! decoder trusts nothing: it checks the size, the cookies, both length fields and the spec
-//! in the header before it lets the library read the counts.
+//! HdrHistogram's V2 format, deflate-compressed (the same bytes `.hlog` files carry). On the
+//! agent → controller wire ([`encode_wire`]) a small histogram goes uncompressed instead: V2's
+//! own cookie says which form it is, and inflating a few hundred bytes cost the controller
+//! more than everything else it does with them (a fresh inflate state per histogram, 13,000
+//! a second with a thousand agents). The decoders accept both forms and trust nothing: they
+//! check the size, the cookies, both length fields and the spec in the header before they
+//! read the counts.
 //!
 //! A dense `hdrhistogram::Histogram` of this spec is 184 KiB whatever it holds. Everything the
 //! controller stores or merges is a [`SparseHist`] instead (only non-empty buckets), decoded
@@ -13,7 +17,7 @@
 use std::cell::RefCell;
 use std::io::Read;
 
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer, V2Serializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -135,14 +139,46 @@ fn be_u64(b: &[u8], at: usize) -> Result<u64, HistError> {
         .ok_or(HistError::Truncated)
 }
 
-/// Decodes compressed V2 bytes, refusing anything that is not exactly [`SPEC`].
+/// Largest uncompressed V2 encoding [`encode_wire`] sends as is. A histogram of a few dozen
+/// distinct values is a few hundred bytes; past this, deflate pays for itself on the wire.
+pub const WIRE_RAW_MAX: usize = 1024;
+
+/// Encodes for the agent → controller wire: uncompressed V2 when that is at most
+/// [`WIRE_RAW_MAX`] bytes (nothing to inflate on the controller), else compressed V2 as
+/// [`encode`]. Both decoders accept either; the cookie tells them apart.
+pub fn encode_wire(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
+    let mut out = Vec::with_capacity(256);
+    V2Serializer::new()
+        .serialize(h, &mut out)
+        .map_err(|e| HistError::Encode(format!("{e:?}")))?;
+    if out.len() <= WIRE_RAW_MAX {
+        return Ok(out);
+    }
+    encode(h)
+}
+
+/// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`].
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
-    let mut inner = Vec::new();
-    inflate_into(compressed_body(bytes)?, &mut inner)?;
-    check_v2_header(&inner)?;
+    let mut inflated = Vec::new();
+    let inner = v2_payload(bytes, &mut inflated)?;
+    check_v2_header(inner)?;
     Deserializer::new()
-        .deserialize(&mut inner.as_slice())
+        .deserialize(&mut &inner[..])
         .map_err(|e| HistError::Decode(format!("{e:?}")))
+}
+
+/// The uncompressed V2 bytes of `bytes`: `bytes` itself when it is uncompressed V2, else its
+/// zlib body inflated into `scratch`. Sizes, cookie and the outer length are checked; the
+/// caller checks the V2 header ([`check_v2_header`]).
+fn v2_payload<'a>(bytes: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], HistError> {
+    if bytes.len() > MAX_ENCODED_BYTES {
+        return Err(HistError::TooLarge(bytes.len()));
+    }
+    if be_u32(bytes, 0)? == V2_COOKIE {
+        return Ok(bytes);
+    }
+    inflate_into(compressed_body(bytes)?, scratch)?;
+    Ok(scratch)
 }
 
 /// Adds `src` into `dst`. Merge is addition, so order does not matter.
@@ -466,57 +502,54 @@ impl SparseHist {
     }
 }
 
-/// Adds the sorted list `o` into the sorted list `l`.
+/// Adds the sorted list `o` into the sorted list `l`, in place: one forward pass adds the
+/// buckets both hold and counts the new ones, then, only if there are new ones, one backward
+/// pass from the end merges them in (no second list). A linear walk rather than a binary
+/// search per bucket: the controller adds each agent's few dozen buckets into lists of up to
+/// [`LIST_MAX`] thousands of times a second, and the searches' unpredictable branches were
+/// most of its merge time.
 fn list_add(l: &mut Vec<(u16, u64)>, o: &[(u16, u64)]) {
+    let Some(first) = o.first() else { return };
     if l.is_empty() {
         l.extend_from_slice(o);
         return;
     }
-    // Add in place what is already there; merge the two sorted lists once if anything is new.
+    let mut i = l.partition_point(|b| b.0 < first.0);
     let mut missing = 0usize;
-    let mut from = 0usize;
-    for &(i, n) in o {
-        match l[from..].binary_search_by_key(&i, |b| b.0) {
-            Ok(at) => {
-                let b = &mut l[from + at];
+    for &(j, n) in o {
+        while i < l.len() && l[i].0 < j {
+            i += 1;
+        }
+        match l.get_mut(i) {
+            Some(b) if b.0 == j => {
                 b.1 = b.1.saturating_add(n);
-                from += at + 1;
+                i += 1;
             }
-            Err(at) => {
-                missing += 1;
-                from += at;
-            }
+            _ => missing += 1,
         }
     }
     if missing == 0 {
         return;
     }
-    let mut merged = Vec::with_capacity(l.len() + missing);
-    let (mut a, mut b) = (l.iter().peekable(), o.iter().peekable());
-    loop {
-        match (a.peek(), b.peek()) {
-            (Some(&&x), Some(&&y)) if x.0 < y.0 => {
-                merged.push(x);
-                a.next();
+    // Backward merge: `a` and `b` count what is left of `l` and `o`, `w` is where the next
+    // bucket (from the top) goes. The buckets of `o` already in `l` were added above.
+    let (mut a, mut b) = (l.len(), o.len());
+    l.resize(a + missing, (0, 0));
+    let mut w = l.len();
+    while b > 0 {
+        let y = o[b - 1];
+        w -= 1;
+        if a > 0 && l[a - 1].0 >= y.0 {
+            if l[a - 1].0 == y.0 {
+                b -= 1;
             }
-            (Some(&&x), Some(&&y)) if x.0 == y.0 => {
-                // Already added above.
-                merged.push(x);
-                a.next();
-                b.next();
-            }
-            (_, Some(&&y)) => {
-                merged.push(y);
-                b.next();
-            }
-            (Some(&&x), None) => {
-                merged.push(x);
-                a.next();
-            }
-            (None, None) => break,
+            l[w] = l[a - 1];
+            a -= 1;
+        } else {
+            l[w] = y;
+            b -= 1;
         }
     }
-    *l = merged;
 }
 
 #[inline]
@@ -594,9 +627,13 @@ fn varint(b: &[u8], at: &mut usize) -> Result<u64, HistError> {
     Ok(value)
 }
 
-/// Decodes compressed V2 bytes straight into a [`SparseHist`], with the checks of [`decode`]
-/// and without ever building the 184 KiB dense form. Counts whose sum overflows are refused.
+/// Decodes V2 bytes, compressed or not, straight into a [`SparseHist`], with the checks of
+/// [`decode`] and without ever building the 184 KiB dense form. Counts whose sum overflows
+/// are refused. Uncompressed bytes are read in place (no copy, no inflate).
 pub fn decode_sparse(bytes: &[u8]) -> Result<SparseHist, HistError> {
+    if bytes.len() <= MAX_ENCODED_BYTES && be_u32(bytes, 0)? == V2_COOKIE {
+        return sparse_from_v2(bytes);
+    }
     let body = compressed_body(bytes)?;
     INFLATED.with(|cell| {
         let mut inner = cell.borrow_mut();
@@ -737,6 +774,93 @@ mod tests {
         let mut small = new_histogram();
         small.record(42).unwrap();
         assert_eq!(decode_sparse(&encode(&small).unwrap()).unwrap().len(), 1);
+    }
+
+    /// Small histograms cross the wire uncompressed, wide ones compressed; both decoders read
+    /// either form to the same counts, and the uncompressed form is checked as strictly.
+    #[test]
+    fn wire_form_is_raw_when_small_and_decodes_like_compressed() {
+        let mut small = new_histogram();
+        for v in [3, 700, 2_500, 2_501, 90_000, 1_000_000] {
+            small.record_n(v, v % 7 + 1).unwrap();
+        }
+        let raw = encode_wire(&small).unwrap();
+        assert_eq!(be_u32(&raw, 0).unwrap(), V2_COOKIE, "small: uncompressed");
+        assert!(raw.len() <= WIRE_RAW_MAX);
+        assert_eq!(decode(&raw).unwrap(), small);
+        let sparse = decode_sparse(&raw).unwrap();
+        assert_eq!(sparse, decode_sparse(&encode(&small).unwrap()).unwrap());
+        assert_eq!(encode_sparse(&sparse).unwrap(), encode(&small).unwrap());
+        // The empty histogram too.
+        let empty = encode_wire(&new_histogram()).unwrap();
+        assert!(decode_sparse(&empty).unwrap().is_empty());
+
+        let mut wide = new_histogram();
+        for v in (1..3_000_000u64).step_by(37) {
+            wide.record(v).unwrap();
+        }
+        let bytes = encode_wire(&wide).unwrap();
+        assert_eq!(
+            be_u32(&bytes, 0).unwrap(),
+            V2_COMPRESSED_COOKIE,
+            "wide: deflated"
+        );
+        assert_eq!(bytes, encode(&wide).unwrap());
+
+        // Hostile uncompressed bytes: every length is checked, as for the compressed form.
+        for d in [
+            decode_sparse as fn(&[u8]) -> Result<SparseHist, HistError>,
+            |b: &[u8]| decode(b).map(|h| SparseHist::from(&h)),
+        ] {
+            assert!(matches!(
+                d(&raw[..raw.len() - 1]),
+                Err(HistError::LengthMismatch { .. })
+            ));
+            assert!(d(&raw[..7]).is_err());
+            let mut lying = raw.clone();
+            lying[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+            assert!(matches!(d(&lying), Err(HistError::LengthMismatch { .. })));
+            let mut other = raw.clone();
+            other[24..32].copy_from_slice(&1_000u64.to_be_bytes());
+            assert!(matches!(d(&other), Err(HistError::SpecMismatch { .. })));
+            let mut big = raw.clone();
+            big.resize(MAX_ENCODED_BYTES + 1, 0);
+            assert!(matches!(d(&big), Err(HistError::TooLarge(_))));
+        }
+        // A count past the spec's last bucket is refused, not stored.
+        let mut far = raw[..V2_HEADER_SIZE].to_vec();
+        far.extend_from_slice(&[0xff, 0xff, 0x03, 0x02]); // skip 32,768 buckets, then count 1
+        let len = (far.len() - V2_HEADER_SIZE) as u32;
+        far[4..8].copy_from_slice(&len.to_be_bytes());
+        assert!(matches!(
+            decode_sparse(&far),
+            Err(HistError::IndexOutOfRange(_))
+        ));
+    }
+
+    /// The in-place list merge against a plain map, on overlapping, disjoint, interleaved and
+    /// edge lists.
+    #[test]
+    fn list_add_merges_like_a_map() {
+        let cases: [(&[u16], &[u16]); 7] = [
+            (&[1, 5, 9], &[0, 5, 10]),
+            (&[1, 2, 3], &[4, 5]),
+            (&[4, 5], &[1, 2, 3]),
+            (&[2, 4, 6, 8], &[1, 3, 5, 7, 9]),
+            (&[7], &[7]),
+            (&[], &[3, 1000]),
+            (&[0, 1023], &[]),
+        ];
+        for (x, y) in cases {
+            let mut l: Vec<(u16, u64)> = x.iter().map(|&j| (j, u64::from(j) + 1)).collect();
+            let o: Vec<(u16, u64)> = y.iter().map(|&j| (j, 10 * u64::from(j) + 3)).collect();
+            let mut want = std::collections::BTreeMap::new();
+            for &(j, n) in l.iter().chain(&o) {
+                *want.entry(j).or_insert(0u64) += n;
+            }
+            list_add(&mut l, &o);
+            assert_eq!(l, want.into_iter().collect::<Vec<_>>(), "{x:?} + {y:?}");
+        }
     }
 
     #[test]

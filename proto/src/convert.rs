@@ -162,8 +162,9 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
     })
 }
 
+/// Wire form: small histograms uncompressed ([`hist::encode_wire`]).
 fn enc(field: &str, h: &hdrhistogram::Histogram<u64>) -> Result<Vec<u8>, ConvertError> {
-    hist::encode(h).map_err(|source| ConvertError::Hist {
+    hist::encode_wire(h).map_err(|source| ConvertError::Hist {
         field: field.to_string(),
         source,
     })

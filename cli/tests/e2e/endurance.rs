@@ -1,9 +1,11 @@
 //! Endurance: what long runs produce (reports past tonic's default message size) reaches the
-//! CLI.
+//! CLI, and wide latency spreads arrive whole.
 
+use base64::Engine as _;
 use stampede_cli::client;
 use stampede_cli::local::LocalCluster;
-use stampede_core::report::{Report, RunOutcome, TimelineRow};
+use stampede_core::hist;
+use stampede_core::report::{Percentiles, Report, RunOutcome, TimelineRow};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_over_4_mib_reaches_the_cli() {
@@ -91,5 +93,155 @@ async fn sigterm_flushes_what_the_agent_collected() {
         r.totals.started
     );
     assert!(r.totals.completed >= 100 && r.totals.completed < 3000);
+    cluster.stop().await;
+}
+
+/// Decodes and adds up the timeline's per-interval histograms (base64 V2) of field `$f` with
+/// the dense library, independently of the controller's sparse merge. (A macro: the test crate
+/// does not name the histogram library's type.)
+macro_rules! timeline_sum {
+    ($rows:expr, $f:ident) => {{
+        let mut sum = hist::new_histogram();
+        for row in $rows.iter().filter(|row| !row.$f.is_empty()) {
+            let h = hist::decode(&b64(&row.$f))
+                .unwrap_or_else(|e| panic!("interval {}: {e}", row.interval));
+            hist::merge(&mut sum, &h).unwrap();
+        }
+        sum
+    }};
+}
+
+/// Every count and percentile equal; the mean and deviation (floating-point sums over the
+/// buckets) to within rounding.
+fn same_percentiles(mut dense: Percentiles, report: &Percentiles) {
+    for (a, b) in [
+        (dense.mean_us, report.mean_us),
+        (dense.stdev_us, report.stdev_us),
+    ] {
+        assert!((a - b).abs() <= 1e-9 * a.abs().max(1.0), "{a} vs {b}");
+    }
+    (dense.mean_us, dense.stdev_us) = (report.mean_us, report.stdev_us);
+    assert_eq!(&dense, report);
+}
+
+fn b64(text: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+/// Latencies from microseconds to a quarter of a second in one run (the 10,000-connection run
+/// that lost its first intervals to the decoder had that spread): one agent, so each timeline
+/// row is exactly what its recorder sent for that interval, two phases, every step a different
+/// delay at the real HTTP target. The quiet phase's intervals travel uncompressed, the busy
+/// phase's are too wide for that and travel deflated: both wire forms are exercised. Nothing may be lost or refused on the
+/// way: started = completed, every interval of every phase is in the timeline, and the run's
+/// percentiles equal, to the bit, those of the per-interval histograms added up by the dense
+/// library — so every interval's histogram arrived and merged exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wide_latency_spreads_arrive_whole_and_exact() {
+    let _quiet = crate::QUIET.read().await;
+    let target = crate::Target::start(0).await;
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    let delays_ms = [0u64, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 250];
+    let steps: String = delays_ms
+        .iter()
+        .map(|d| {
+            format!("  - {{ name: d{d}, http: {{ method: GET, path: \"/delay?ms={d}\" }} }}\n")
+        })
+        .collect();
+    let text = format!(
+        "name: wide\ntarget: {}\nphases:\n  - {{ name: low, duration: 2s, arrival_rate: 40 }}\n  - {{ name: high, duration: 2s, arrival_rate: 250 }}\nsession:\n{steps}",
+        target.url
+    );
+    let r = crate::run(&cluster.url(), &cluster.token, &text, 1).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    let n_steps = delays_ms.len() as u64;
+    let t = &r.totals;
+    assert_eq!(t.planned, (80 + 500) * n_steps);
+    assert_eq!(
+        (t.started, t.completed, t.failed),
+        (t.planned, t.planned, 0),
+        "{:?}",
+        t.errors
+    );
+    assert_eq!(target.requests(), t.completed);
+    for p in &r.phases {
+        assert_eq!(
+            (p.started, p.completed),
+            (p.planned, p.planned),
+            "phase {}",
+            p.name
+        );
+    }
+
+    // Every interval, in order, none twice, and load in every interval of every phase.
+    let rows = &r.timeline;
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(
+            row.interval, i as u64,
+            "the timeline skips or repeats an interval"
+        );
+    }
+    for p in &r.phases {
+        let (from, to) = (
+            p.start_s.floor() as u64,
+            (p.start_s + p.duration_s).ceil() as u64,
+        );
+        for k in from..to {
+            let row = rows
+                .get(k as usize)
+                .unwrap_or_else(|| panic!("phase {}: no interval {k}", p.name));
+            assert!(row.completed > 0, "phase {}: interval {k} is empty", p.name);
+        }
+    }
+    let completed: u64 = rows.iter().map(|row| row.completed).sum();
+    assert_eq!(completed, t.completed);
+
+    // Exact: the sum of the interval histograms is the run's histogram, bucket for bucket.
+    let response = timeline_sum!(rows, response_hist);
+    let service = timeline_sum!(rows, service_hist);
+    assert_eq!(response.len(), t.completed);
+    same_percentiles(Percentiles::of(&response), &r.latency.response_time);
+    same_percentiles(Percentiles::of(&service), &r.latency.service_time);
+    // It is wide: from under a millisecond to the slowest step's delay, over many buckets, and
+    // some intervals were too wide to travel uncompressed while others were not.
+    let buckets = response.iter_recorded().count();
+    assert!(buckets > 400, "only {buckets} distinct buckets");
+    assert!(
+        response.min() < 1_000 && response.max() >= 250_000,
+        "{:?}",
+        r.latency.response_time
+    );
+    // Which form each interval took on the wire: V2's cookie ends in 3 uncompressed, in 4
+    // deflated.
+    let deflated: Vec<bool> = rows
+        .iter()
+        .filter(|row| !row.response_hist.is_empty())
+        .map(|row| {
+            let h = hist::decode(&b64(&row.response_hist)).unwrap();
+            hist::encode_wire(&h).unwrap()[3] & 0x0f == 4
+        })
+        .collect();
+    eprintln!("{buckets} distinct buckets; intervals deflated on the wire: {deflated:?}");
+    assert!(
+        deflated.contains(&true) && deflated.contains(&false),
+        "both wire forms should occur: {deflated:?}"
+    );
+    // Each step's latencies sit at or above its delay, and the steps add up to the run.
+    let mut step_count = 0;
+    for (s, d) in r.steps.iter().zip(delays_ms) {
+        let l = &s.latency.response_time;
+        assert_eq!(
+            (s.completed, l.count),
+            (t.completed / n_steps, t.completed / n_steps),
+            "{}",
+            s.name
+        );
+        // At or above the delay, within the histogram's 3 significant digits.
+        assert!(l.min_us >= d * 999, "{}: min {} µs", s.name, l.min_us);
+        step_count += l.count;
+    }
+    assert_eq!(step_count, t.completed);
     cluster.stop().await;
 }

@@ -108,11 +108,16 @@ async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
-    // A 6 MiB body: the Assign that carries it is over tonic's default 4 MiB.
-    let body = "x".repeat(6 << 20);
+    // Five steps with 1 MiB bodies (the most one body may have): the Assign that carries
+    // them is over tonic's default 4 MiB.
+    let step = format!(
+        "  - http: {{ method: POST, path: /echo, body: '{}' }}\n",
+        "x".repeat(1 << 20)
+    );
     let text = format!(
-        "name: big\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 2 }}\nsession:\n  - http: {{ method: POST, path: /echo, body: '{body}' }}\n",
-        target.url
+        "name: big\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 2 }}\nsession:\n{}",
+        target.url,
+        step.repeat(5)
     );
     let d = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || crate::cli_run_local(&d, "big", &text))
@@ -125,8 +130,8 @@ async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_
         run.stderr,
         run.report.message
     );
-    assert_eq!(run.report.totals.completed, 2);
-    assert!(run.report.totals.bytes_sent > 12 << 20);
+    assert_eq!(run.report.totals.completed, 10);
+    assert!(run.report.totals.bytes_sent > 10 << 20);
     // Past the bound: refused by the CLI, naming it, before any load.
     let huge = format!(
         "name: huge\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 2 }}\nsession:\n  - http: {{ method: POST, path: /echo, body: '{}' }}\n",
@@ -142,5 +147,5 @@ async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most 32 MiB"));
-    assert_eq!(target.requests(), 2);
+    assert_eq!(target.requests(), 10);
 }

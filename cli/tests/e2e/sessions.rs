@@ -246,7 +246,8 @@ session:
     })
     .await
     .unwrap();
-    assert_eq!(code, Some(0), "{out}");
+    // No request succeeded (every login failed its extraction): a failed run, exit 2.
+    assert_eq!(code, Some(2), "{out}");
     let r: stampede_core::report::Report =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("checks.json")).unwrap())
             .unwrap();

@@ -150,6 +150,15 @@ pub enum RunEnd {
 /// One phase's interval stats, allocated when the phase first records something.
 type Slot = Option<Box<Stats>>;
 
+/// One session's place in [`Recorder::in_flight`], given back on drop.
+struct InFlight<'a>(&'a Recorder);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The interval recorder: a [`Stats`] per phase, double-buffered so the ticker encodes
 /// outside the lock.
 ///
@@ -328,10 +337,12 @@ pub async fn execute(
                     rec.in_flight.fetch_add(1, Ordering::Relaxed);
                     let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                     handle.spawn(tracker.track_future(async move {
+                        // Released however the session ends, a panic included: a lost
+                        // slot would shrink the capacity for the rest of the run.
+                        let _slot = InFlight(&rec);
                         let mut conn = None;
                         session(&spec, &rec, intended, a.phase, a.index, &stop, &mut conn).await;
                         drop(conn);
-                        rec.in_flight.fetch_sub(1, Ordering::Relaxed);
                     }));
                 })
             }))
@@ -807,8 +818,23 @@ async fn timed<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{empty_buffers, final_interval, progress, Recorder};
+    use super::{empty_buffers, final_interval, progress, InFlight, Recorder};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_panicking_session_gives_its_in_flight_slot_back() {
+        let rec = Arc::new(Recorder::new(1, 1));
+        rec.in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = rec.clone();
+        let task = tokio::spawn(async move {
+            let _slot = InFlight(&r);
+            panic!("a session bug");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert_eq!(rec.in_flight.load(Ordering::Relaxed), 0);
+    }
 
     fn vm_hwm_kib() -> u64 {
         std::fs::read_to_string("/proc/self/status")

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use stampede_core::data::Binding;
 use stampede_core::extract::{Check, Extract, JsonCache, Response as Seen, MAX_CAPTURED_BODY};
-use stampede_core::scenario::{status_expected, HttpRequest, Scenario};
+use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
 use stampede_core::template::{self, Builtin, Filter, Generator, Segment, Template, Var};
 
@@ -379,10 +379,10 @@ impl DynamicHttp {
                 });
             }
         }
-        if !status_expected(self.expect.as_deref(), status)
-            && self.check.as_ref().is_none_or(|c| c.status.is_none())
-        {
-            return Some(error_kind::status(status));
+        if self.check.as_ref().is_none_or(|c| c.status.is_none()) {
+            if let Some(kind) = status_error(self.expect.as_deref(), status) {
+                return Some(kind);
+            }
         }
         for (slot, e, kind) in &self.extract {
             match e.apply(&seen, &mut json) {
@@ -391,6 +391,16 @@ impl DynamicHttp {
             }
         }
         None
+    }
+
+    /// The response's error kind, if any: checks and extraction on a capturing step, the
+    /// expected statuses otherwise. The same for HTTP/1.1 and h2.
+    fn verdict<'s>(&'s self, status: u16, vars: &mut SessionVars) -> Option<&'s str> {
+        if self.wants_capture() {
+            self.judge(status, vars)
+        } else {
+            status_error(self.expect.as_deref(), status)
+        }
     }
 
     fn wants_capture(&self) -> bool {
@@ -417,12 +427,7 @@ impl DynamicHttp {
         } else {
             conn.exchange(&vars.out, self.head, &mut Discard).await?
         };
-        let error = if self.wants_capture() {
-            self.judge(resp.status, vars)
-        } else {
-            (!status_expected(self.expect.as_deref(), resp.status))
-                .then(|| error_kind::status(resp.status))
-        };
+        let error = self.verdict(resp.status, vars);
         Ok(Outcome {
             sent: vars.out.len() as u64,
             received: resp.bytes_received,
@@ -502,12 +507,7 @@ impl DynamicHttp {
         } else {
             conn.send(req, Bytes::from(body), &mut Discard).await?
         };
-        let error = if self.wants_capture() {
-            self.judge(resp.status, vars)
-        } else {
-            (!status_expected(self.expect.as_deref(), resp.status))
-                .then(|| error_kind::status(resp.status))
-        };
+        let error = self.verdict(resp.status, vars);
         Ok(Outcome {
             sent,
             received: resp.bytes_received,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_core::scenario::{status_expected, Scenario, ThinkTime};
+use stampede_core::scenario::{status_error, Scenario, ThinkTime};
 use stampede_core::schedule::Schedule;
 use stampede_core::shard::ShardFilter;
 use stampede_core::stats::{error_kind, Stats};
@@ -721,8 +721,7 @@ async fn exchange<'a, 's>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                error: (!status_expected(expect.as_deref(), resp.status))
-                    .then(|| error_kind::status(resp.status)),
+                error: status_error(expect.as_deref(), resp.status),
                 status: resp.status,
                 keep_alive: resp.keep_alive,
             }),
@@ -741,8 +740,7 @@ async fn exchange<'a, 's>(
             .map(|resp| Answer {
                 sent: request.len() as u64,
                 received: resp.bytes_received,
-                error: (!status_expected(expect.as_deref(), resp.status))
-                    .then(|| error_kind::status(resp.status)),
+                error: status_error(expect.as_deref(), resp.status),
                 status: resp.status,
                 keep_alive: true,
             }),

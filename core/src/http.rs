@@ -158,3 +158,9 @@ pub fn status_expected(expect: Option<&[u16]>, status: u16) -> bool {
         None => (200..400).contains(&status),
     }
 }
+
+/// The error kind of a response whose status `expect` does not allow (`status_404`), or
+/// `None` when it is expected: the one place every driver turns a status into a verdict.
+pub fn status_error(expect: Option<&[u16]>, status: u16) -> Option<&'static str> {
+    (!status_expected(expect, status)).then(|| crate::stats::error_kind::status(status))
+}

@@ -41,6 +41,15 @@ impl ClockEstimate {
     }
 }
 
+impl AgentEntry {
+    /// Frees the agent for the next run.
+    pub fn free(&mut self) {
+        self.run = None;
+        self.info.state = "idle".into();
+        self.info.run_id.clear();
+    }
+}
+
 /// A connected agent.
 pub struct AgentEntry {
     pub conn_id: u64,
@@ -313,9 +322,7 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
                     .get_mut(&conn_id)
                     .filter(|a| a.run.as_deref() == Some(run_id.as_str()))
                 {
-                    a.run = None;
-                    a.info.state = "idle".into();
-                    a.info.run_id.clear();
+                    a.free();
                 }
                 inner.agents_changed.notify_waiters();
             }

@@ -236,38 +236,41 @@ fn spawn_supervised(
     });
 }
 
-/// Ends a run whose driver is gone: stops and frees its agents, stores a failed report.
-fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
+/// Frees the agents held by `run_id` for other runs, first telling them to stop it when
+/// `abort` gives a reason.
+fn release_agents(inner: &Inner, run_id: &str, abort: Option<&str>) {
     {
         let mut agents = lock(&inner.agents);
         for a in agents
             .values_mut()
-            .filter(|a| a.run.as_deref() == Some(h.run_id.as_str()))
+            .filter(|a| a.run.as_deref() == Some(run_id))
         {
-            let _ = a.tx.try_send(Ok(v1::ControllerMessage {
-                msg: Some(Out::Abort(v1::Abort {
-                    run_id: h.run_id.clone(),
-                    reason: why.to_string(),
-                })),
-            }));
-            a.run = None;
-            a.info.state = "idle".into();
-            a.info.run_id.clear();
+            if let Some(reason) = abort {
+                let _ = a.tx.try_send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Abort(v1::Abort {
+                        run_id: run_id.to_string(),
+                        reason: reason.to_string(),
+                    })),
+                }));
+            }
+            a.free();
         }
     }
     inner.agents_changed.notify_waiters();
+}
+
+/// Ends a run whose driver is gone: stops and frees its agents, stores a failed report.
+fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
+    release_agents(inner, &h.run_id, Some(why));
     if is_terminal(&h.state().0) {
         return;
     }
-    let report = stampede_core::report::Report {
-        run_id: h.run_id.clone(),
-        scenario: h.scenario_name.clone(),
-        outcome: RunOutcome::Failed,
-        message: Some(why.to_string()),
-        started_at_unix_ms: h.submitted_at_unix_ms,
-        hist_spec: stampede_core::hist::SPEC,
-        ..Default::default()
-    };
+    let report = stampede_core::report::Report::lost(
+        &h.run_id,
+        &h.scenario_name,
+        h.submitted_at_unix_ms,
+        why,
+    );
     let json = match inner.store.save(&report) {
         Ok(json) => {
             h.persisted
@@ -960,17 +963,7 @@ impl Driver {
 
     /// Frees the agents for other runs.
     fn release(&self) {
-        let mut agents = lock(&self.inner.agents);
-        for a in agents
-            .values_mut()
-            .filter(|a| a.run.as_deref() == Some(self.h.run_id.as_str()))
-        {
-            a.run = None;
-            a.info.state = "idle".into();
-            a.info.run_id.clear();
-        }
-        drop(agents);
-        self.inner.agents_changed.notify_waiters();
+        release_agents(&self.inner, &self.h.run_id, None);
     }
 }
 

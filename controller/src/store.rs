@@ -124,19 +124,13 @@ impl ReportStore {
                 .and_then(|b| serde_json::from_slice(&b).ok());
             if let Some(m) = marker.filter(|m| valid_id(&m.run_id)) {
                 if matches!(self.load(&m.run_id), Ok(None)) {
-                    let report = Report {
-                        run_id: m.run_id.clone(),
-                        scenario: m.scenario,
-                        outcome: stampede_core::report::RunOutcome::Failed,
-                        message: Some(
-                            "the controller restarted while this run was in flight; the data it had \
-                             merged was lost (agents stopped their load when their lease lapsed)"
-                                .into(),
-                        ),
-                        started_at_unix_ms: m.submitted_at_unix_ms,
-                        hist_spec: stampede_core::hist::SPEC,
-                        ..Report::default()
-                    };
+                    let report = Report::lost(
+                        &m.run_id,
+                        &m.scenario,
+                        m.submitted_at_unix_ms,
+                        "the controller restarted while this run was in flight; the data it had \
+                         merged was lost (agents stopped their load when their lease lapsed)",
+                    );
                     if self.save(&report).is_err() {
                         continue; // keep the marker: the next start tries again
                     }

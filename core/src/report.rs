@@ -327,6 +327,20 @@ pub struct ThresholdAbort {
 }
 
 impl Report {
+    /// The report of a run whose data was lost before it could be merged (its driver died,
+    /// or the controller restarted): `failed`, with why, and nothing measured.
+    pub fn lost(run_id: &str, scenario: &str, started_at_unix_ms: u64, why: &str) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            scenario: scenario.to_string(),
+            outcome: RunOutcome::Failed,
+            message: Some(why.to_string()),
+            started_at_unix_ms,
+            hist_spec: hist::SPEC,
+            ..Self::default()
+        }
+    }
+
     /// A run that sent nothing, or in which no request succeeded, is not a success whatever
     /// its thresholds say: its numbers describe a target that never answered (or a
     /// generator that never ran), and a CI gate must not pass it.

@@ -364,16 +364,8 @@ pub fn settings_table() -> String {
         }
     };
     rows(&root, "(all)");
-    for sub in root.get_subcommands() {
-        if sub.get_name() == "target" {
-            continue;
-        }
-        let own = Cli::command();
-        let sub = own.find_subcommand(sub.get_name()).cloned();
-        if let Some(sub) = sub {
-            let name = sub.get_name().to_string();
-            rows(&sub, &name);
-        }
+    for sub in root.get_subcommands().filter(|s| s.get_name() != "target") {
+        rows(sub, sub.get_name());
     }
     out
 }

@@ -4,6 +4,39 @@ use std::fmt::Write as _;
 
 use stampede_core::report::Report;
 
+/// A file a report can be written as: `run --report/--hdr-log/--csv/--html` and `report
+/// FILE --html/--csv/--hdr-log` render through this one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Artifact {
+    Json,
+    HdrLog,
+    Csv,
+    Html,
+}
+
+impl Artifact {
+    /// The file's content.
+    pub fn render(self, r: &Report) -> anyhow::Result<String> {
+        Ok(match self {
+            Self::Json => serde_json::to_string_pretty(r)? + "\n",
+            Self::HdrLog => hdr_log(r),
+            Self::Csv => csv(r),
+            Self::Html => crate::html::html(r)
+                .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}"))?,
+        })
+    }
+
+    /// The flag that asks for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Json => "--report",
+            Self::HdrLog => "--hdr-log",
+            Self::Csv => "--csv",
+            Self::Html => "--html",
+        }
+    }
+}
+
 /// The standard HdrHistogram interval log (format 1.3): one line per interval and tag
 /// (`response_time`, `service_time`), each with the interval's compressed V2 histogram in
 /// base64. Values are microseconds; `Interval_Max` is in seconds, as the log tools expect.

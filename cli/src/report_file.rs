@@ -23,23 +23,20 @@ pub struct Outputs {
 impl Outputs {
     /// Writes every file asked for; the first failure names its path.
     pub fn write(&self, r: &Report) -> Result<()> {
-        if let Some(path) = &self.html {
-            let page = crate::html::html(r)
-                .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}"))?;
-            write(path, &page)?;
-        }
-        if let Some(path) = &self.csv {
-            write(path, &crate::export::csv(r))?;
-        }
-        if let Some(path) = &self.hdr_log {
-            write(path, &crate::export::hdr_log(r))?;
+        use crate::export::Artifact;
+        for (kind, path) in [
+            (Artifact::Html, &self.html),
+            (Artifact::Csv, &self.csv),
+            (Artifact::HdrLog, &self.hdr_log),
+        ] {
+            if let Some(path) = path {
+                let text = kind.render(r)?;
+                std::fs::write(path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
         }
         Ok(())
     }
-}
-
-fn write(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Whether `stampede report ARG` means a local file rather than a run id: an existing file,

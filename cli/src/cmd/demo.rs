@@ -67,7 +67,11 @@ pub async fn demo(a: DemoArgs) -> Result<i32> {
     let _ = target.await;
     let report = report?;
     let html = a.report.with_extension("html");
-    let written = Outputs::new(vec![("--report", &a.report), ("--html", &html)]).write(&report);
+    let written = Outputs::new(vec![
+        (crate::export::Artifact::Json, &a.report),
+        (crate::export::Artifact::Html, &html),
+    ])
+    .write(&report);
     print_report(&report, a.output)?;
     eprintln!(
         "target saw {} requests; report written to {} and {}",

@@ -13,6 +13,7 @@ use stampede_proto::v1;
 
 use crate::client::{self, Live};
 use crate::config::{Output, RunArgs};
+use crate::export::Artifact;
 use crate::local::LocalCluster;
 use crate::{exit, render};
 
@@ -37,32 +38,31 @@ pub fn load_scenario(args: &RunArgs) -> Result<(String, Scenario)> {
 
 /// The files a run writes, checked before any load so a typo in a path never costs the run.
 pub struct Outputs<'a> {
-    files: Vec<(&'static str, &'a Path)>,
+    files: Vec<(Artifact, &'a Path)>,
 }
 
 impl<'a> Outputs<'a> {
-    /// Outputs by flag name (`--report`, `--hdr-log`, `--csv`, `--html`) and path.
-    pub fn new(files: Vec<(&'static str, &'a Path)>) -> Self {
+    pub fn new(files: Vec<(Artifact, &'a Path)>) -> Self {
         Self { files }
     }
 
     pub fn of(a: &'a RunArgs) -> Self {
         let files = [
-            ("--report", &a.report),
-            ("--hdr-log", &a.hdr_log),
-            ("--csv", &a.csv),
-            ("--html", &a.html),
+            (Artifact::Json, &a.report),
+            (Artifact::HdrLog, &a.hdr_log),
+            (Artifact::Csv, &a.csv),
+            (Artifact::Html, &a.html),
         ]
         .into_iter()
-        .filter_map(|(flag, p)| p.as_deref().map(|p| (flag, p)))
+        .filter_map(|(kind, p)| p.as_deref().map(|p| (kind, p)))
         .collect();
         Self { files }
     }
 
     /// Each path's directory exists and is writable, and the path is not a directory.
     pub fn check(&self) -> Result<()> {
-        for (flag, path) in &self.files {
-            check_writable(path).with_context(|| format!("{flag} {}", path.display()))?;
+        for (kind, path) in &self.files {
+            check_writable(path).with_context(|| format!("{} {}", kind.flag(), path.display()))?;
         }
         Ok(())
     }
@@ -71,21 +71,12 @@ impl<'a> Outputs<'a> {
     /// Returns whether all were written.
     pub fn write(&self, r: &Report) -> bool {
         let mut ok = true;
-        for (flag, path) in &self.files {
-            let body = match *flag {
-                "--report" => serde_json::to_string_pretty(r)
-                    .map(|j| j + "\n")
-                    .map_err(anyhow::Error::from),
-                "--hdr-log" => Ok(crate::export::hdr_log(r)),
-                "--csv" => Ok(crate::export::csv(r)),
-                _ => crate::html::html(r)
-                    .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}")),
-            };
-            let written = body.and_then(|b| {
+        for (kind, path) in &self.files {
+            let written = kind.render(r).and_then(|b| {
                 std::fs::write(path, b).with_context(|| format!("writing {}", path.display()))
             });
             if let Err(e) = written {
-                eprintln!("error: {flag}: {e:#}");
+                eprintln!("error: {}: {e:#}", kind.flag());
                 ok = false;
             }
         }

@@ -1,0 +1,209 @@
+//! Before the start: wait for idle agents, check the port budget, assign shards, collect Ready.
+
+use super::*;
+
+/// The source address an agent connects from, for the port budget: agents with the same one
+/// share one ephemeral port range. An agent with several `--source-ips` brings its own
+/// addresses and is counted on its own; otherwise its pod IP, or the address the controller
+/// sees it connect from.
+fn source_host(info: &v1::AgentInfo) -> String {
+    if info.source_addresses > 1 {
+        return String::new();
+    }
+    if !info.pod_ip.is_empty() {
+        return info.pod_ip.clone();
+    }
+    info.peer
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default()
+}
+
+impl Driver {
+    /// Waits for agents, assigns shards and collects Ready.
+    pub(super) async fn prepare(&mut self) -> Result<(Vec<Member>, Plan), Failure> {
+        let n = self.n as usize;
+        let deadline = Instant::now() + self.agent_wait;
+        let picked: Vec<(u64, String)> = loop {
+            let notified = self.inner.agents_changed.notified();
+            {
+                let mut agents = lock(&self.inner.agents);
+                let mut idle: Vec<(String, u64)> = agents
+                    .values()
+                    .filter(|a| a.run.is_none())
+                    .map(|a| (a.info.agent_id.clone(), a.conn_id))
+                    .collect();
+                if idle.len() >= n {
+                    idle.sort();
+                    idle.truncate(n);
+                    for (_, conn) in &idle {
+                        if let Some(a) = agents.get_mut(conn) {
+                            a.run = Some(self.h.run_id.clone());
+                            a.info.state = "busy".into();
+                            a.info.run_id = self.h.run_id.clone();
+                        }
+                    }
+                    break idle.into_iter().map(|(id, c)| (c, id)).collect();
+                }
+                let connected = agents.len();
+                drop(agents);
+                self.h.set_state(
+                    "pending",
+                    format!("waiting for {n} idle agents ({connected} connected)"),
+                );
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    let connected = lock(&self.inner.agents).values().filter(|a| a.run.is_none()).count();
+                    return Err(Failure::Failed(format!(
+                        "the run needs {n} agents but only {connected} idle agents were connected after {:.0} s",
+                        self.agent_wait.as_secs_f64()
+                    )));
+                }
+                _ = self.h.abort.cancelled() => return Err(Failure::Aborted(self.abort_reason())),
+                _ = self.inner.shutdown.cancelled() => return Err(Failure::Aborted("controller shut down".into())),
+            }
+        };
+        self.h
+            .set_state("assigning", format!("assigning {n} shards"));
+        let seed = self.scenario.seed.unwrap_or_else(rand::random);
+        let plan = Plan::new(&self.scenario, self.n, &[], seed)
+            .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
+        self.check_ports(&picked, seed)?;
+        let scenario_text = serde_json::to_string(&self.scenario)
+            .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;
+        // The form agents receive can be longer than the text submitted (JSON escapes).
+        if scenario_text.len() > stampede_core::scenario::MAX_SCENARIO_BYTES {
+            return Err(Failure::Failed(format!(
+                "the scenario is {} bytes as sent to agents; at most {} MiB",
+                scenario_text.len(),
+                stampede_core::scenario::MAX_SCENARIO_BYTES >> 20
+            )));
+        }
+        let mut members = Vec::with_capacity(n);
+        {
+            let agents = lock(&self.inner.agents);
+            for (conn_id, agent_id) in &picked {
+                let Some(a) = agents.get(conn_id) else {
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} disconnected during assignment"
+                    )));
+                };
+                members.push(Member {
+                    agent_id: agent_id.clone(),
+                    conn_id: *conn_id,
+                    tx: a.tx.clone(),
+                    offset_ns: a.clock.offset_ns,
+                    rtt_ns: a.clock.rtt_ns.unwrap_or(0),
+                    ready: false,
+                    done: false,
+                    lost: false,
+                    lost_why: String::new(),
+                    received: Received::default(),
+                });
+            }
+        }
+        for (i, m) in members.iter().enumerate() {
+            let assign = v1::Assign {
+                run_id: self.h.run_id.clone(),
+                scenario: scenario_text.clone(),
+                shard_index: i as u32,
+                shard_count: self.n,
+                weights: Vec::new(),
+                seed,
+                interval_ms: self.inner.cfg.interval.as_millis() as u64,
+                planned_sessions: plan.agent_sessions(i),
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Assign(assign)),
+                }))
+                .await;
+        }
+        let deadline = Instant::now() + self.inner.cfg.ready_timeout;
+        while members.iter().any(|m| !m.ready) {
+            let input = tokio::select! {
+                i = self.rx.recv() => i,
+                _ = tokio::time::sleep_until(deadline) => {
+                    let slow: Vec<&str> = members.iter().filter(|m| !m.ready).map(|m| m.agent_id.as_str()).collect();
+                    return Err(Failure::Failed(format!("agents did not acknowledge their shard in time: {}", slow.join(", "))));
+                }
+                _ = self.h.abort.cancelled() => return Err(Failure::Aborted(self.abort_reason())),
+                _ = self.inner.shutdown.cancelled() => return Err(Failure::Aborted("controller shut down".into())),
+            };
+            match input {
+                Some(RunInput::Ready { agent_id, .. }) => {
+                    if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
+                        m.ready = true;
+                    }
+                }
+                Some(RunInput::Failed { agent_id, reason }) => {
+                    self.abort_members(&members, "another agent failed").await;
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} refused its shard: {reason}"
+                    )));
+                }
+                Some(RunInput::Disconnected { agent_id }) => {
+                    self.abort_members(&members, "another agent was lost").await;
+                    return Err(Failure::Failed(format!(
+                        "agent {agent_id} was lost before the start"
+                    )));
+                }
+                Some(_) | None => {}
+            }
+        }
+        self.h.set_state(
+            "ready",
+            format!("{} agents acknowledged their shards", members.len()),
+        );
+        // Refresh clock estimates (pings went on while we waited).
+        {
+            let agents = lock(&self.inner.agents);
+            for m in &mut members {
+                if let Some(a) = agents.get(&m.conn_id) {
+                    m.offset_ns = a.clock.offset_ns;
+                    m.rtt_ns = a.clock.rtt_ns.unwrap_or(0);
+                }
+            }
+        }
+        Ok((members, plan))
+    }
+
+    /// The port budget (design.md §3.7): refuses, before anything is assigned, a run whose
+    /// peak connections per agent do not fit the agents' ephemeral ports × source addresses.
+    fn check_ports(&self, picked: &[(u64, String)], seed: u64) -> Result<(), Failure> {
+        use stampede_core::ports::{self, AgentPorts};
+        let (budgets, capacities): (Vec<AgentPorts>, Vec<u32>) = {
+            let agents = lock(&self.inner.agents);
+            picked
+                .iter()
+                .map(|(conn, id)| {
+                    let info = agents.get(conn).map(|a| &a.info);
+                    let range = info.and_then(|i| i.ephemeral_ports);
+                    let ports = range
+                        .filter(|r| r.high >= r.low && r.low > 0)
+                        .map_or(0, |r| r.high - r.low + 1);
+                    (
+                        AgentPorts {
+                            id: id.clone(),
+                            ephemeral_ports: ports,
+                            source_addresses: info.map_or(1, |i| i.source_addresses.max(1)),
+                            host: info.map_or_else(String::new, source_host),
+                        },
+                        info.map_or(u32::MAX, |i| {
+                            if i.capacity == 0 {
+                                u32::MAX
+                            } else {
+                                i.capacity
+                            }
+                        }),
+                    )
+                })
+                .unzip()
+        };
+        let demands = ports::demand(&self.scenario, self.n, seed, &capacities)
+            .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
+        ports::check(&demands, &budgets).map_err(|e| Failure::Failed(e.to_string()))
+    }
+}

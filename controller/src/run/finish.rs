@@ -1,0 +1,76 @@
+//! The end of a run: build the report, persist it, then publish it.
+
+use super::*;
+
+impl Driver {
+    /// Builds the report, persists it, and only then declares the run finished.
+    pub(super) fn finish(
+        &self,
+        acc: RunAccumulator,
+        outcome: RunOutcome,
+        message: Option<String>,
+        started_at_unix_ms: u64,
+        duration_s: f64,
+    ) {
+        let meta = ReportMeta {
+            run_id: self.h.run_id.clone(),
+            outcome,
+            message: message.clone(),
+            started_at_unix_ms,
+            duration_s,
+        };
+        let report = match acc.finish(&self.scenario, meta) {
+            Ok(mut r) => {
+                r.threshold_abort = self.threshold_abort.clone();
+                r
+            }
+            Err(e) => {
+                self.h
+                    .set_state("failed", format!("building the report failed: {e}"));
+                return;
+            }
+        };
+        // The report's verdict, not the driver's: a run that delivered nothing is failed.
+        let state = match report.outcome {
+            RunOutcome::Succeeded => "done",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Aborted => "aborted",
+            RunOutcome::Incomplete => "incomplete",
+        };
+        let message = report.message.clone().or(message);
+        let (json, state, message) = match self.inner.store.save(&report) {
+            Ok(json) => {
+                self.h
+                    .persisted
+                    .store(true, std::sync::atomic::Ordering::Release);
+                let cfg = &self.inner.cfg;
+                let removed = self
+                    .inner
+                    .store
+                    .prune(cfg.reports_keep, cfg.reports_max_age);
+                if removed > 0 {
+                    tracing::info!(removed, "old reports removed (retention)");
+                }
+                (json, state, message.unwrap_or_default())
+            }
+            Err(e) => {
+                // Still hand the report to watchers; say loudly that it is not stored.
+                let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+                (
+                    json,
+                    "failed",
+                    format!("the report could not be persisted: {e}"),
+                )
+            }
+        };
+        if self.h.persisted.load(std::sync::atomic::Ordering::Acquire) {
+            self.inner.store.clear_in_flight(&self.h.run_id);
+        }
+        let _ = self.h.report_json.set(json.clone());
+        self.h.set_state(state, message);
+        let _ = self.h.events.send(v1::RunEvent {
+            event: Some(v1::run_event::Event::ReportJson(json)),
+        });
+        evict_finished(&self.inner);
+    }
+}

@@ -1,0 +1,411 @@
+//! One run's life: wait for agents, assign shards, wait for ready, synchronized start, merge
+//! progress live, apply the agent-loss policy, then build, persist and publish the report.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use stampede_core::plan::Plan;
+use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
+use stampede_core::scenario::{AgentLossPolicy, Scenario};
+use stampede_proto::convert::progress_from_wire;
+use stampede_proto::v1::{self, controller_message::Msg as Out};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::renew::Renewals;
+
+mod assign;
+mod finish;
+mod member;
+mod running;
+
+use crate::{lock, unix_ms, unix_ns, Inner};
+use member::{Member, Received};
+
+/// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(10 * 366 * 86_400);
+
+/// Drops finished runs whose report is stored from memory, beyond the newest
+/// `finished_in_memory` (watch and report requests then read the store). Holders of a handle
+/// (a watching CLI, a LoadTest follower) keep theirs.
+fn evict_finished(inner: &Inner) {
+    let mut runs = lock(&inner.runs);
+    let mut finished: Vec<(u64, String)> = runs
+        .values()
+        .filter(|h| {
+            is_terminal(&h.state().0) && h.persisted.load(std::sync::atomic::Ordering::Acquire)
+        })
+        .map(|h| (h.submitted_at_unix_ms, h.run_id.clone()))
+        .collect();
+    let keep = inner.cfg.finished_in_memory;
+    if finished.len() <= keep {
+        return;
+    }
+    finished.sort();
+    for (_, id) in &finished[..finished.len() - keep] {
+        runs.remove(id);
+    }
+}
+
+/// The states a run ends in: its report, if any, is then available.
+pub const TERMINAL_STATES: &[&str] = &["done", "failed", "aborted", "incomplete"];
+
+/// Whether a run in `state` has ended.
+pub fn is_terminal(state: &str) -> bool {
+    TERMINAL_STATES.contains(&state)
+}
+
+/// Messages from agent sessions to a run driver.
+#[derive(Debug)]
+pub enum RunInput {
+    Ready {
+        agent_id: String,
+        planned: u64,
+    },
+    Progress {
+        agent_id: String,
+        progress: v1::Progress,
+    },
+    Done {
+        agent_id: String,
+        done: v1::Done,
+    },
+    Failed {
+        agent_id: String,
+        reason: String,
+    },
+    Disconnected {
+        agent_id: String,
+    },
+}
+
+/// A run as the services see it.
+pub struct RunHandle {
+    pub run_id: String,
+    pub scenario_name: String,
+    pub agents_wanted: u32,
+    pub submitted_at_unix_ms: u64,
+    state: Mutex<(String, String)>,
+    pub events: broadcast::Sender<v1::RunEvent>,
+    report_json: OnceLock<String>,
+    /// The report is in the store: the handle may then be evicted from memory.
+    persisted: std::sync::atomic::AtomicBool,
+    pub abort: CancellationToken,
+    abort_reason: Mutex<Option<String>>,
+    inbox: mpsc::UnboundedSender<RunInput>,
+}
+
+impl RunHandle {
+    pub fn send(&self, input: RunInput) {
+        let _ = self.inbox.send(input);
+    }
+
+    pub fn state(&self) -> (String, String) {
+        lock(&self.state).clone()
+    }
+
+    pub fn report_json(&self) -> Option<&String> {
+        self.report_json.get()
+    }
+
+    /// Waits until the run is done, failed or aborted (its report, if any, is then available).
+    pub async fn finished(&self) {
+        let mut rx = self.events.subscribe();
+        loop {
+            if is_terminal(&self.state().0) {
+                return;
+            }
+            if let Err(broadcast::error::RecvError::Closed) = rx.recv().await {
+                return;
+            }
+        }
+    }
+
+    pub fn request_abort(&self, reason: String) {
+        lock(&self.abort_reason).get_or_insert(reason);
+        self.abort.cancel();
+    }
+
+    fn set_state(&self, state: &str, message: impl Into<String>) {
+        let message = message.into();
+        *lock(&self.state) = (state.to_string(), message.clone());
+        tracing::info!(run = %self.run_id, state, message = %message, "run state");
+        let _ = self.events.send(v1::RunEvent {
+            event: Some(v1::run_event::Event::State(v1::RunState {
+                run_id: self.run_id.clone(),
+                state: state.to_string(),
+                message,
+            })),
+        });
+    }
+
+    pub fn summary(&self) -> v1::RunSummary {
+        let (state, message) = self.state();
+        v1::RunSummary {
+            run_id: self.run_id.clone(),
+            scenario: self.scenario_name.clone(),
+            state,
+            submitted_at_unix_ms: self.submitted_at_unix_ms,
+            message,
+            agents: self.agents_wanted,
+        }
+    }
+}
+
+/// Creates the run and starts its driver.
+pub(crate) fn start(
+    inner: Arc<Inner>,
+    scenario: Scenario,
+    agents: u32,
+    agent_wait: Duration,
+) -> Arc<RunHandle> {
+    let run_id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let (inbox, rx) = mpsc::unbounded_channel();
+    let (events, _) = broadcast::channel(1024);
+    let handle = Arc::new(RunHandle {
+        run_id: run_id.clone(),
+        scenario_name: scenario.name.clone(),
+        agents_wanted: agents,
+        submitted_at_unix_ms: unix_ms(),
+        state: Mutex::new(("pending".into(), String::new())),
+        events,
+        report_json: OnceLock::new(),
+        persisted: std::sync::atomic::AtomicBool::new(false),
+        abort: CancellationToken::new(),
+        abort_reason: Mutex::new(None),
+        inbox,
+    });
+    if let Err(e) = inner
+        .store
+        .mark_in_flight(&run_id, &scenario.name, handle.submitted_at_unix_ms)
+    {
+        tracing::warn!(run = %run_id, error = %e, "cannot mark the run in flight: a controller restart would forget it");
+    }
+    lock(&inner.runs).insert(run_id, handle.clone());
+    let driver = Driver {
+        inner,
+        h: handle.clone(),
+        scenario,
+        n: agents,
+        rx,
+        agent_wait,
+        threshold_abort: None,
+    };
+    spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
+    handle
+}
+
+/// Runs a run's driver, and if it panics (a bug: valid input must never do it) ends the run
+/// as `failed` instead of leaving it `running` forever: its agents are told to stop and freed
+/// for the next run, a failed report is stored and sent to watchers, so `stampede run` ends.
+fn spawn_supervised(
+    inner: Arc<Inner>,
+    h: Arc<RunHandle>,
+    driver: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let task = tokio::spawn(driver);
+    tokio::spawn(async move {
+        let Err(e) = task.await else { return };
+        let why = if e.is_panic() {
+            let p = e.into_panic();
+            let text = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            format!(
+                "internal error: the run's driver panicked ({text}); the data of this run is lost"
+            )
+        } else {
+            "internal error: the run's driver was cancelled".to_string()
+        };
+        tracing::error!(run = %h.run_id, "{why}");
+        end_orphaned_run(&inner, &h, &why);
+    });
+}
+
+/// Frees the agents held by `run_id` for other runs, first telling them to stop it when
+/// `abort` gives a reason.
+fn release_agents(inner: &Inner, run_id: &str, abort: Option<&str>) {
+    {
+        let mut agents = lock(&inner.agents);
+        for a in agents
+            .values_mut()
+            .filter(|a| a.run.as_deref() == Some(run_id))
+        {
+            if let Some(reason) = abort {
+                let _ = a.tx.try_send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Abort(v1::Abort {
+                        run_id: run_id.to_string(),
+                        reason: reason.to_string(),
+                    })),
+                }));
+            }
+            a.free();
+        }
+    }
+    inner.agents_changed.notify_waiters();
+}
+
+/// Ends a run whose driver is gone: stops and frees its agents, stores a failed report.
+fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
+    release_agents(inner, &h.run_id, Some(why));
+    if is_terminal(&h.state().0) {
+        return;
+    }
+    let report = stampede_core::report::Report::lost(
+        &h.run_id,
+        &h.scenario_name,
+        h.submitted_at_unix_ms,
+        why,
+    );
+    let json = match inner.store.save(&report) {
+        Ok(json) => {
+            h.persisted
+                .store(true, std::sync::atomic::Ordering::Release);
+            json
+        }
+        Err(_) => serde_json::to_string_pretty(&report).unwrap_or_default(),
+    };
+    inner.store.clear_in_flight(&h.run_id);
+    let _ = h.report_json.set(json.clone());
+    h.set_state("failed", why);
+    let _ = h.events.send(v1::RunEvent {
+        event: Some(v1::run_event::Event::ReportJson(json)),
+    });
+}
+
+struct Driver {
+    inner: Arc<Inner>,
+    h: Arc<RunHandle>,
+    scenario: Scenario,
+    n: u32,
+    rx: mpsc::UnboundedReceiver<RunInput>,
+    agent_wait: Duration,
+    /// The live threshold breach that stopped the run (`abort_on_fail`).
+    threshold_abort: Option<ThresholdAbort>,
+}
+
+enum Failure {
+    Failed(String),
+    Aborted(String),
+}
+
+impl Driver {
+    async fn drive(mut self) {
+        let members = match self.prepare().await {
+            Ok(m) => m,
+            Err(f) => {
+                let (outcome, message) = match f {
+                    Failure::Failed(m) => (RunOutcome::Failed, m),
+                    Failure::Aborted(m) => (RunOutcome::Aborted, m),
+                };
+                self.release();
+                // Nothing ran: persist a report with the outcome so it can be fetched later.
+                match Plan::new(
+                    &self.scenario,
+                    self.n.max(1),
+                    &[],
+                    self.scenario.seed.unwrap_or(0),
+                ) {
+                    Ok(plan) => {
+                        let acc = RunAccumulator::new(
+                            &self.scenario,
+                            plan,
+                            Vec::new(),
+                            self.inner.cfg.interval.as_secs_f64(),
+                        );
+                        self.finish(acc, outcome, Some(message), unix_ms(), 0.0);
+                    }
+                    Err(e) => self.h.set_state("failed", format!("{message}; plan: {e}")),
+                }
+                return;
+            }
+        };
+        self.run(members).await;
+    }
+
+    fn abort_reason(&self) -> String {
+        lock(&self.h.abort_reason)
+            .clone()
+            .unwrap_or_else(|| "aborted".into())
+    }
+
+    /// Frees the agents for other runs.
+    fn release(&self) {
+        release_agents(&self.inner, &self.h.run_id, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_driver_fails_the_run_and_frees_its_agents() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = crate::Controller::new(crate::ControllerConfig::new(dir.path())).unwrap();
+        let inner = c.inner.clone();
+        let scenario = Scenario::from_yaml(
+            "name: p\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 1s, arrival_rate: 1 }\nsession:\n  - http: { path: / }\n",
+        )
+        .unwrap();
+        // A real run handle, whose driver is replaced by one that panics once it holds an agent.
+        let h = start(inner.clone(), scenario, 1, Duration::from_millis(1));
+        h.finished().await; // the real driver fails at once: no agents
+        let h2 = Arc::new(RunHandle {
+            run_id: "run-panics".into(),
+            scenario_name: "p".into(),
+            agents_wanted: 1,
+            submitted_at_unix_ms: unix_ms(),
+            state: Mutex::new(("running".into(), String::new())),
+            events: broadcast::channel(16).0,
+            report_json: OnceLock::new(),
+            persisted: std::sync::atomic::AtomicBool::new(false),
+            abort: CancellationToken::new(),
+            abort_reason: Mutex::new(None),
+            inbox: mpsc::unbounded_channel().0,
+        });
+        lock(&inner.runs).insert(h2.run_id.clone(), h2.clone());
+        let (tx, mut agent_rx) = mpsc::channel(4);
+        lock(&inner.agents).insert(
+            7,
+            crate::agents::AgentEntry {
+                conn_id: 7,
+                info: v1::AgentInfo {
+                    agent_id: "a".into(),
+                    state: "busy".into(),
+                    run_id: "run-panics".into(),
+                    ..Default::default()
+                },
+                tx,
+                clock: Default::default(),
+                run: Some("run-panics".into()),
+                kick: CancellationToken::new(),
+            },
+        );
+        let mut events = h2.events.subscribe();
+        spawn_supervised(inner.clone(), h2.clone(), async { panic!("boom") });
+        tokio::time::timeout(Duration::from_secs(5), h2.finished())
+            .await
+            .unwrap();
+        let (state, message) = h2.state();
+        assert_eq!(state, "failed");
+        assert!(message.contains("panicked (boom)"), "{message}");
+        // The agent is told to stop and is free for the next run.
+        let msg = agent_rx.recv().await.unwrap().unwrap();
+        assert!(matches!(msg.msg, Some(Out::Abort(_))));
+        let a = &lock(&inner.agents)[&7];
+        assert!(a.run.is_none());
+        assert_eq!(a.info.state, "idle");
+        // Watchers get a report, and it is stored.
+        let mut got_report = false;
+        while let Ok(ev) = events.try_recv() {
+            got_report |= matches!(ev.event, Some(v1::run_event::Event::ReportJson(_)));
+        }
+        assert!(got_report);
+        assert!(inner.store.load("run-panics").unwrap().is_some());
+    }
+}

@@ -1,0 +1,321 @@
+//! From the synchronized start to the last Done: merge progress live, renew leases, apply the
+//! agent-loss policy and live thresholds.
+
+use super::*;
+
+impl Driver {
+    pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
+        for m in members.iter().filter(|m| !m.lost && !m.done) {
+            let abort = v1::Abort {
+                run_id: self.h.run_id.clone(),
+                reason: reason.to_string(),
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Abort(abort)),
+                }))
+                .await;
+        }
+    }
+
+    /// Upper bound of one session's length: every request timing out, every think at max.
+    fn session_bound(&self) -> Duration {
+        stampede_core::ports::worst_case_session(&self.scenario)
+    }
+
+    pub(super) async fn run(mut self, (mut members, plan): (Vec<Member>, Plan)) {
+        let ids = members.iter().map(|m| m.agent_id.clone()).collect();
+        let mut acc = RunAccumulator::new(
+            &self.scenario,
+            plan,
+            ids,
+            self.inner.cfg.interval.as_secs_f64(),
+        );
+        let max_rtt = members.iter().map(|m| m.rtt_ns).max().unwrap_or(0);
+        let delay = self
+            .inner
+            .cfg
+            .start_delay
+            .max(Duration::from_nanos((max_rtt.max(0) as u64) * 4));
+        let t0_unix_ns = unix_ns() + delay.as_nanos() as i64;
+        let t0 = Instant::now() + delay;
+        let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
+        for (i, m) in members.iter().enumerate() {
+            acc.set_clock_offset(i, m.offset_ns / 1000);
+            let start = v1::Start {
+                run_id: self.h.run_id.clone(),
+                t0_unix_ns,
+                clock_offset_ns: m.offset_ns,
+            };
+            let _ =
+                m.tx.send(Ok(v1::ControllerMessage {
+                    msg: Some(Out::Start(start)),
+                }))
+                .await;
+        }
+        let skew_us = members
+            .iter()
+            .map(|m| m.offset_ns.abs() / 1000)
+            .max()
+            .unwrap_or(0);
+        self.h.set_state(
+            "running",
+            format!(
+                "{} agents, T0 in {} ms, max clock offset {skew_us} µs",
+                members.len(),
+                delay.as_millis()
+            ),
+        );
+
+        // Renewals go out from their own task: a slow merge here cannot delay them.
+        let renewals = Renewals::start(
+            members.iter().map(|m| m.tx.clone()).collect(),
+            self.inner.cfg.lease,
+        );
+        let index: HashMap<String, usize> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.agent_id.clone(), i))
+            .collect();
+        let n_phases = acc.phase_count();
+        let max_interval = acc.max_interval();
+        let mut snap =
+            tokio::time::interval_at(t0 + self.inner.cfg.interval, self.inner.cfg.interval);
+        let planned = self.scenario.duration();
+        // Saturating: a valid scenario's worst-case session can exceed what `Instant` holds.
+        let deadline = planned
+            .saturating_add(self.session_bound())
+            .saturating_add(Duration::from_secs(15))
+            .min(FAR_FUTURE);
+        let mut deadline = t0 + deadline;
+        let mut failure: Option<Failure> = None;
+        let n_steps = self.scenario.step_names().len();
+        let policy = self.scenario.on_agent_loss;
+        let live_thresholds = if self.scenario.abort_on_fail {
+            self.scenario.parsed_thresholds().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+
+        while members.iter().any(|m| !m.done && !m.lost) {
+            if failure.is_some() {
+                renewals.stop();
+            }
+            tokio::select! {
+                _ = snap.tick() => {
+                    let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
+                    if let Ok(s) = acc.snapshot(elapsed) {
+                        let mut w = v1::LiveSnapshot::from(&s);
+                        w.planned_duration_s = planned.as_secs_f64();
+                        let _ = self.h.events.send(v1::RunEvent { event: Some(v1::run_event::Event::Snapshot(w)) });
+                    }
+                    if failure.is_none() && !live_thresholds.is_empty() {
+                        if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
+                            self.abort_members(&members, &msg).await;
+                            failure = Some(Failure::Aborted(msg));
+                            deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                        }
+                    }
+                }
+                input = self.rx.recv() => {
+                    let Some(input) = input else { break };
+                    match input {
+                        RunInput::Progress { agent_id, progress } => {
+                            let Some(&i) = index.get(&agent_id) else { continue };
+                            if members[i].received.insert(progress.interval) {
+                                self.merge(&mut acc, i, &agent_id, &progress, n_steps, n_phases, max_interval);
+                            }
+                            renewals.ack(i, members[i].received.next);
+                        }
+                        RunInput::Done { agent_id, done } => {
+                            if done.stopped_early && failure.is_none() {
+                                // Its data is complete, but it did not deliver its share: the
+                                // loss policy decides, and the run cannot be `succeeded`.
+                                let why: String = if done.reason.is_empty() { "stopped early".into() } else { done.reason.chars().take(200).collect() };
+                                self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
+                            }
+                            if let Some(&i) = index.get(&agent_id) {
+                                let m = &mut members[i];
+                                m.done = true;
+                                renewals.retire(i);
+                                tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
+                            }
+                            if members.iter().all(|m| m.done || m.lost) {
+                                break;
+                            }
+                            if failure.is_none() && members.iter().filter(|m| m.done).count() == 1 {
+                                self.h.set_state("finishing", "waiting for the remaining agents");
+                            }
+                        }
+                        RunInput::Failed { agent_id, reason } => {
+                            if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
+                            self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {reason}"), policy, &mut failure, &mut deadline).await;
+                        }
+                        RunInput::Disconnected { agent_id } => {
+                            if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
+                            self.agent_lost(&mut members, &mut acc, &agent_id, "connection closed", policy, &mut failure, &mut deadline).await;
+                        }
+                        RunInput::Ready { .. } => {}
+                    }
+                }
+                _ = self.h.abort.cancelled(), if failure.is_none() => {
+                    let reason = self.abort_reason();
+                    self.abort_members(&members, &reason).await;
+                    failure = Some(Failure::Aborted(reason));
+                    deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                }
+                _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
+                    failure = Some(Failure::Aborted("controller shut down".into()));
+                    break;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    renewals.stop();
+                    for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| !m.done && !m.lost) {
+                        tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
+                        m.lost = true;
+                        m.lost_why = "did not finish in time".into();
+                        acc.mark_lost(i);
+                    }
+                    if failure.is_none() && matches!(policy, AgentLossPolicy::Fail) {
+                        failure = Some(Failure::Failed("agents did not finish in time".into()));
+                    }
+                    break;
+                }
+            }
+        }
+        drop(renewals);
+        let duration_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
+        // Without a failure, lost agents (tolerated) or agents that stopped early still mean
+        // the run delivered less than planned.
+        let short: Vec<String> = members
+            .iter()
+            .filter(|m| m.lost)
+            .map(|m| format!("agent {} was lost ({})", m.agent_id, m.lost_why))
+            .collect();
+        let (outcome, message) = match failure {
+            None if !short.is_empty() => (RunOutcome::Incomplete, Some(short.join("; "))),
+            None => (RunOutcome::Succeeded, None),
+            Some(Failure::Failed(m)) => (RunOutcome::Failed, Some(m)),
+            Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
+        };
+        self.release();
+        self.finish(acc, outcome, message, started_at, duration_s);
+    }
+
+    /// Validates, decodes (once) and merges one agent's Progress. A Progress that does not
+    /// fit the run is refused whole and logged; nothing of it is counted.
+    #[allow(clippy::too_many_arguments)]
+    fn merge(
+        &self,
+        acc: &mut RunAccumulator,
+        i: usize,
+        agent_id: &str,
+        progress: &v1::Progress,
+        n_steps: usize,
+        n_phases: usize,
+        max_interval: u64,
+    ) {
+        let checked = progress_from_wire(progress, n_phases, n_steps, max_interval)
+            .map_err(|e| e.to_string())
+            .and_then(|samples| {
+                samples
+                    .iter()
+                    .try_for_each(|(phase, s)| acc.check(i, progress.interval, *phase, s))
+                    .map_err(|e| e.to_string())
+                    .map(|()| samples)
+            });
+        let samples = match checked {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress");
+                return;
+            }
+        };
+        self.inner.metrics.progress(
+            &self.h.run_id,
+            agent_id,
+            progress.interval,
+            progress.open_connections,
+            &samples,
+        );
+        for (phase, s) in &samples {
+            if let Err(e) = acc.add(i, progress.interval, *phase, s) {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
+            }
+        }
+        let _ = acc.reported_through(i, progress.interval);
+    }
+
+    /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,
+    /// records it and returns the abort message.
+    fn check_live(
+        &mut self,
+        acc: &RunAccumulator,
+        thresholds: &[stampede_core::threshold::Threshold],
+        elapsed_s: f64,
+    ) -> Option<String> {
+        let live = acc
+            .live_report(&self.scenario, elapsed_s)
+            .map_err(|e| tracing::error!(error = %e, "live report failed"))
+            .ok()?;
+        let breach = stampede_core::threshold::live_breach(thresholds, &live, elapsed_s)?;
+        let msg = format!(
+            "threshold `{}` breached at {elapsed_s:.1}s (measured {}); aborted by abort_on_fail",
+            breach.expr, breach.measured_text
+        );
+        tracing::warn!(run = %self.h.run_id, %msg, "live threshold breach");
+        self.h.set_state("finishing", msg.clone());
+        self.threshold_abort = Some(ThresholdAbort {
+            expr: breach.expr,
+            at_s: elapsed_s,
+            measured: breach.measured,
+            measured_text: breach.measured_text,
+        });
+        Some(msg)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn agent_lost(
+        &self,
+        members: &mut [Member],
+        acc: &mut RunAccumulator,
+        agent_id: &str,
+        why: &str,
+        policy: AgentLossPolicy,
+        failure: &mut Option<Failure>,
+        deadline: &mut Instant,
+    ) {
+        let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
+            return;
+        };
+        if members[i].done || members[i].lost {
+            return;
+        }
+        members[i].lost = true;
+        members[i].lost_why = why.to_string();
+        acc.mark_lost(i);
+        let share = acc.lost_share() * 100.0;
+        tracing::warn!(run = %self.h.run_id, agent = %agent_id, why, share, "agent lost");
+        if failure.is_some() {
+            return;
+        }
+        match policy {
+            AgentLossPolicy::Fail => {
+                let msg =
+                    format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
+                self.abort_members(members, &msg).await;
+                *failure = Some(Failure::Failed(msg));
+                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+            }
+            AgentLossPolicy::Tolerate(pct) if share > pct => {
+                let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
+                self.abort_members(members, &msg).await;
+                *failure = Some(Failure::Failed(msg));
+                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+            }
+            AgentLossPolicy::Tolerate(pct) => {
+                self.h.set_state("running", format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
+            }
+        }
+    }
+}

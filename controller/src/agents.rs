@@ -170,6 +170,18 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                 lease_ms: inner.cfg.lease.as_millis() as u64,
             })))
             .await;
+        // Back within its run (a reconnect after a cut link): the run resumes it on this
+        // stream; the agent replays what the controller has not acknowledged.
+        if let (None, false) = (&orphan, register.active_run.is_empty()) {
+            if let Some(h) = lock(&inner.runs).get(&register.active_run) {
+                tracing::info!(agent = %register.agent_id, run = %register.active_run, "agent reconnected mid-run");
+                h.send(RunInput::Reconnected {
+                    agent_id: register.agent_id.clone(),
+                    conn_id,
+                    tx: tx.clone(),
+                });
+            }
+        }
         if let Some(run_id) = orphan {
             tracing::warn!(agent = %register.agent_id, run = %run_id, "agent is running a run this controller does not know: stopping it");
             let _ = tx
@@ -248,6 +260,7 @@ async fn session(
         if let Some(h) = lock(&inner.runs).get(&run_id) {
             h.send(RunInput::Disconnected {
                 agent_id: agent_id.clone(),
+                conn_id,
             });
         }
     }

@@ -7,7 +7,7 @@
 //! `try_send`, so one stuck agent stream cannot hold up the others either.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stampede_proto::v1::{self, controller_message::Msg as Out};
@@ -26,57 +26,89 @@ pub(crate) const RENEWALS_PER_LEASE: u32 = 3;
 
 /// The driver's handle on the renewal task of one run. Dropping it stops the renewals.
 pub(crate) struct Renewals {
-    live: Arc<[AtomicBool]>,
-    /// Per member: every interval below this has been received (sent along as the ack).
-    acked: Arc<[AtomicU64]>,
+    shared: Arc<Shared>,
     stop: CancellationToken,
+}
+
+/// What the driver and the renewal task both see, per member in member order.
+struct Shared {
+    /// The stream renewals go to, replaced when the agent reconnects.
+    txs: Box<[Mutex<AgentTx>]>,
+    /// Whether the member still gets renewals.
+    live: Box<[AtomicBool]>,
+    /// Every interval below this has been received (sent along as the ack).
+    acked: Box<[AtomicU64]>,
+    lease_ms: u64,
+}
+
+impl Shared {
+    /// Sends member `i` one renewal now, if it still gets them. `try_send`: a stream that is
+    /// full (its agent stalled, or the link is cut) is skipped, never waited for.
+    fn renew(&self, i: usize) {
+        if !self.live[i].load(Ordering::Relaxed) {
+            return;
+        }
+        let msg = v1::ControllerMessage {
+            msg: Some(Out::Lease(v1::LeaseRenewal {
+                lease_ms: self.lease_ms,
+                acked_below: self.acked[i].load(Ordering::Relaxed),
+            })),
+        };
+        let _ = crate::lock(&self.txs[i]).try_send(Ok(msg));
+    }
 }
 
 impl Renewals {
     /// Starts renewing `lease` every `lease / RENEWALS_PER_LEASE` for every agent in `txs`
     /// (in member order).
     pub(crate) fn start(txs: Vec<AgentTx>, lease: Duration) -> Self {
-        let live: Arc<[AtomicBool]> = txs.iter().map(|_| AtomicBool::new(true)).collect();
-        let acked: Arc<[AtomicU64]> = txs.iter().map(|_| AtomicU64::new(0)).collect();
+        let shared = Arc::new(Shared {
+            live: txs.iter().map(|_| AtomicBool::new(true)).collect(),
+            acked: txs.iter().map(|_| AtomicU64::new(0)).collect(),
+            txs: txs.into_iter().map(Mutex::new).collect(),
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+        });
         let stop = CancellationToken::new();
-        let (task_live, task_acked, task_stop) = (live.clone(), acked.clone(), stop.clone());
+        let (task, task_stop) = (shared.clone(), stop.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(lease / RENEWALS_PER_LEASE);
-            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = task_stop.cancelled() => break,
                 }
-                for ((tx, live), acked) in txs.iter().zip(task_live.iter()).zip(task_acked.iter()) {
-                    if live.load(Ordering::Relaxed) {
-                        let acked_below = acked.load(Ordering::Relaxed);
-                        let msg = v1::ControllerMessage {
-                            msg: Some(Out::Lease(v1::LeaseRenewal {
-                                lease_ms,
-                                acked_below,
-                            })),
-                        };
-                        let _ = tx.try_send(Ok(msg));
-                    }
+                for i in 0..task.txs.len() {
+                    task.renew(i);
                 }
             }
         });
-        Self { live, acked, stop }
+        Self { shared, stop }
     }
 
     /// Member `i` has delivered every interval below `below`.
     pub(crate) fn ack(&self, i: usize, below: u64) {
-        if let Some(a) = self.acked.get(i) {
+        if let Some(a) = self.shared.acked.get(i) {
             a.fetch_max(below, Ordering::Relaxed);
         }
     }
 
-    /// No more renewals for member `i` (it is done or lost).
+    /// No more renewals for member `i`: it is done or lost, or its stream closed (then
+    /// [`Renewals::reattach`] resumes them).
     pub(crate) fn retire(&self, i: usize) {
-        if let Some(l) = self.live.get(i) {
+        if let Some(l) = self.shared.live.get(i) {
             l.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Member `i` came back on a new stream `tx` (a reconnect within the lease): renewals
+    /// resume there, the first one at once, since its lease has been running down meanwhile.
+    pub(crate) fn reattach(&self, i: usize, tx: AgentTx) {
+        if i >= self.shared.txs.len() || self.stop.is_cancelled() {
+            return;
+        }
+        *crate::lock(&self.shared.txs[i]) = tx;
+        self.shared.live[i].store(true, Ordering::Relaxed);
+        self.shared.renew(i);
     }
 
     /// No more renewals for anyone (the run failed or is being aborted: let leases lapse).
@@ -168,5 +200,31 @@ mod tests {
             vec![0, 0, 0]
         );
         drop(inbox);
+    }
+
+    /// A member whose stream closed gets no renewals; re-attached on a new stream, it gets
+    /// one at once (its lease ran down meanwhile) and then the usual cadence there.
+    #[tokio::test(start_paused = true)]
+    async fn a_reattached_member_gets_a_renewal_at_once_on_its_new_stream() {
+        let lease = Duration::from_secs(3);
+        let (old_tx, mut old_rx) = mpsc::channel(16);
+        let renewals = Renewals::start(vec![old_tx], lease);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(lease_at(&mut old_rx), 1);
+        renewals.retire(0);
+        tokio::time::sleep(lease).await;
+        assert_eq!(lease_at(&mut old_rx), 0, "no renewals while away");
+        let (new_tx, mut new_rx) = mpsc::channel(16);
+        renewals.ack(0, 7);
+        renewals.reattach(0, new_tx);
+        match new_rx.try_recv() {
+            Ok(Ok(v1::ControllerMessage {
+                msg: Some(Out::Lease(l)),
+            })) => assert_eq!((l.lease_ms, l.acked_below), (3000, 7)),
+            other => panic!("expected a renewal at once, got {other:?}"),
+        }
+        tokio::time::sleep(lease).await;
+        assert_eq!(lease_at(&mut new_rx), RENEWALS_PER_LEASE as usize);
+        assert_eq!(lease_at(&mut old_rx), 0);
     }
 }

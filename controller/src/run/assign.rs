@@ -101,6 +101,7 @@ impl Driver {
                     lost: false,
                     lost_why: String::new(),
                     received: Received::default(),
+                    away_until: None,
                 });
             }
         }
@@ -144,7 +145,7 @@ impl Driver {
                         "agent {agent_id} refused its shard: {reason}"
                     )));
                 }
-                Some(RunInput::Disconnected { agent_id }) => {
+                Some(RunInput::Disconnected { agent_id, .. }) => {
                     self.abort_members(&members, "another agent was lost").await;
                     return Err(Failure::Failed(format!(
                         "agent {agent_id} was lost before the start"

@@ -18,6 +18,16 @@ pub(super) struct Member {
     /// Why it was lost (for the report's message).
     pub(super) lost_why: String,
     pub(super) received: Received,
+    /// Its stream closed mid-run: until this instant it may reconnect and resume (its load
+    /// goes on meanwhile, up to its lease); after it, it is lost.
+    pub(super) away_until: Option<tokio::time::Instant>,
+}
+
+impl Member {
+    /// Whether the run still waits for this agent (neither done nor lost).
+    pub(super) fn pending(&self) -> bool {
+        !self.done && !self.lost
+    }
 }
 
 /// The intervals received from one agent, for de-duplicating replays. Intervals arrive in

@@ -76,8 +76,16 @@ pub enum RunInput {
         agent_id: String,
         reason: String,
     },
+    /// The agent's stream `conn_id` ended. Mid-run this starts its grace, not its loss.
     Disconnected {
         agent_id: String,
+        conn_id: u64,
+    },
+    /// The agent registered again, on stream `conn_id`, still running this run: it resumes.
+    Reconnected {
+        agent_id: String,
+        conn_id: u64,
+        tx: mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>,
     },
 }
 

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Beyond the lease, how long an agent whose stream closed has to reconnect before it counts
+/// as lost: its backoff's first retries and a registration.
+const REJOIN_MARGIN: Duration = Duration::from_secs(2);
+
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
         for m in members.iter().filter(|m| !m.lost && !m.done) {
@@ -10,11 +14,16 @@ impl Driver {
                 run_id: self.h.run_id.clone(),
                 reason: reason.to_string(),
             };
-            let _ =
-                m.tx.send(Ok(v1::ControllerMessage {
+            // Never waited for: a stream that is full (its link cut but not yet closed) must
+            // not hold up the run; that agent stops when its lease lapses instead.
+            if m.tx
+                .try_send(Ok(v1::ControllerMessage {
                     msg: Some(Out::Abort(abort)),
                 }))
-                .await;
+                .is_err()
+            {
+                tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, "could not send the abort; the agent stops when its lease lapses");
+            }
         }
     }
 
@@ -97,11 +106,31 @@ impl Driver {
             Vec::new()
         };
 
-        while members.iter().any(|m| !m.done && !m.lost) {
+        // How long an agent whose stream closed may take to come back: its lease (its load
+        // goes on until then) plus time for its reconnect backoff and registration.
+        let grace = self.inner.cfg.lease + REJOIN_MARGIN;
+        while members.iter().any(Member::pending) {
             if failure.is_some() {
                 renewals.stop();
             }
+            let away = members
+                .iter()
+                .filter(|m| m.pending())
+                .filter_map(|m| m.away_until)
+                .min();
             tokio::select! {
+                _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
+                    let now = Instant::now();
+                    let gone: Vec<String> = members
+                        .iter()
+                        .filter(|m| m.pending() && m.away_until.is_some_and(|t| t <= now))
+                        .map(|m| m.agent_id.clone())
+                        .collect();
+                    for agent_id in gone {
+                        let why = format!("connection lost and not back within {:.1} s", grace.as_secs_f64());
+                        self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
+                    }
+                }
                 _ = snap.tick() => {
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
@@ -151,9 +180,31 @@ impl Driver {
                             if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
                             self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {reason}"), policy, &mut failure, &mut deadline).await;
                         }
-                        RunInput::Disconnected { agent_id } => {
-                            if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
-                            self.agent_lost(&mut members, &mut acc, &agent_id, "connection closed", policy, &mut failure, &mut deadline).await;
+                        RunInput::Disconnected { agent_id, conn_id } => {
+                            // A stream it already replaced closing late changes nothing.
+                            let Some(&i) = index.get(&agent_id) else { continue };
+                            let m = &mut members[i];
+                            if m.conn_id != conn_id || !m.pending() {
+                                continue;
+                            }
+                            renewals.retire(i);
+                            m.away_until = Some(Instant::now() + grace);
+                            tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
+                        }
+                        RunInput::Reconnected { agent_id, conn_id, tx } => {
+                            let Some(&i) = index.get(&agent_id) else { continue };
+                            let m = &mut members[i];
+                            m.conn_id = conn_id;
+                            m.tx = tx.clone();
+                            m.away_until = None;
+                            if m.pending() && failure.is_none() {
+                                renewals.reattach(i, tx);
+                                tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
+                            } else if !m.done {
+                                // Counted lost, or the run is ending: it must not go on loading.
+                                let why = failure.as_ref().map_or("the run counted this agent lost", |f| match f { Failure::Failed(m) | Failure::Aborted(m) => m.as_str() }).to_string();
+                                let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Abort(v1::Abort { run_id: self.h.run_id.clone(), reason: why })) }));
+                            }
                         }
                         RunInput::Ready { .. } => {}
                     }

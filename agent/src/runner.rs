@@ -368,7 +368,7 @@ pub async fn execute(
             None
         }
         Mode::Constant { connections } => {
-            let (tx, rx) = mpsc::unbounded_channel::<(Instant, u32, u64)>();
+            let (tx, rx) = mpsc::channel::<RateSlot>(MAX_QUEUED_SLOTS);
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
             for _ in 0..connections {
                 let (rec, spec, stop, rx) = (rec.clone(), spec.clone(), stop.clone(), rx.clone());
@@ -377,8 +377,9 @@ pub async fn execute(
             queue = Some(rx);
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
             Some(tokio::task::spawn_blocking(move || {
+                let mut warned = false;
                 arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
-                    if tx.send((intended, a.phase, a.index)).is_err() {
+                    if !enqueue(&tx, (intended, a.phase, a.index), &mut warned) {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                     }
                 });
@@ -513,12 +514,41 @@ async fn closed_connection(
     drop(conn);
 }
 
+/// A constant-rate slot waiting for a free connection: intended time, phase, arrival index.
+type RateSlot = (Instant, u32, u64);
+
+/// Most constant-rate slots waiting for a free connection. Slots queue while every connection
+/// is busy; against a target that stalls, they would pile up at the scheduled rate (1e6/s for
+/// a minute is 2 GB). Past this bound (about 32 MiB of slots, seconds of backlog at any rate a
+/// pool keeps up with) a slot is dropped and counted, and the report shows the generator fell
+/// behind.
+const MAX_QUEUED_SLOTS: usize = 1 << 20;
+
+/// Queues `slot` for the pool; false when it was dropped (queue full, or the pool is gone).
+/// Warns once per run when the queue first overflows.
+fn enqueue(tx: &mpsc::Sender<RateSlot>, slot: RateSlot, warned: &mut bool) -> bool {
+    match tx.try_send(slot) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            if !*warned {
+                *warned = true;
+                tracing::warn!(
+                    queued = tx.max_capacity(),
+                    "every connection is busy and the slot queue is full: dropping slots (counted as dropped arrivals)"
+                );
+            }
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}
+
 /// One connection of a constant-rate pool: takes the next due slot from the shared queue and
 /// runs the session for it, from the slot's intended time.
 async fn pooled_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
-    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, u32, u64)>>>,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<RateSlot>>>,
     stop: CancellationToken,
 ) {
     let mut conn = None;
@@ -816,7 +846,7 @@ async fn timed<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{empty_buffers, final_interval, progress, InFlight, Recorder};
+    use super::{empty_buffers, enqueue, final_interval, progress, InFlight, RateSlot, Recorder};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
@@ -891,6 +921,20 @@ mod tests {
         let hwm_mib = vm_hwm_kib() / 1024;
         eprintln!("recorder 100 phases x 20 steps: VmHWM {hwm_mib} MiB (+{peak_mib} MiB)");
         assert!(hwm_mib < 200, "VmHWM {hwm_mib} MiB");
+    }
+
+    /// The constant-rate slot queue holds at most its bound: past it slots are refused (the
+    /// caller counts them dropped) and the warning fires once; a closed pool refuses too.
+    #[test]
+    fn the_slot_queue_is_bounded() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<RateSlot>(4);
+        let mut warned = false;
+        let slot = (tokio::time::Instant::now(), 0, 0);
+        let taken = (0..10).filter(|_| enqueue(&tx, slot, &mut warned)).count();
+        assert_eq!(taken, 4);
+        assert!(warned);
+        drop(rx);
+        assert!(!enqueue(&tx, slot, &mut warned));
     }
 
     #[test]

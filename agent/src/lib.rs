@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub ca_pem: Option<Vec<u8>>,
     /// Client certificate and key (PEM), for a controller that requires mutual TLS.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the controller's certificate must carry, when not the URL's host.
+    pub server_name: Option<String>,
     /// Which addresses this agent may load (checked after name resolution, before any load).
     /// The controller's own address is added when the agent starts.
     pub target_policy: stampede_core::target_policy::TargetPolicy,
@@ -90,6 +92,7 @@ impl AgentConfig {
             token: None,
             ca_pem: None,
             identity: None,
+            server_name: None,
             target_policy: stampede_core::target_policy::TargetPolicy::default(),
             capacity: 10_000,
             pod_name: String::new(),
@@ -334,6 +337,9 @@ async fn connection(
         }
         if let Some((cert, key)) = &cfg.identity {
             tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &cfg.server_name {
+            tls = tls.domain_name(name.clone());
         }
         endpoint = endpoint.tls_config(tls)?;
     }

@@ -36,13 +36,34 @@ pub const MAX_REPORT_BYTES: usize = 1 << 30;
 pub struct TlsMaterial {
     pub ca_pem: Option<Vec<u8>>,
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the controller's certificate must carry, when not the URL's host.
+    pub server_name: Option<String>,
+    /// The CA of a controller found in the kube context (its chart's TLS Secret).
+    pub cluster_ca_pem: Option<Vec<u8>>,
 }
 
-static TLS: std::sync::OnceLock<TlsMaterial> = std::sync::OnceLock::new();
+static TLS: std::sync::Mutex<TlsMaterial> = std::sync::Mutex::new(TlsMaterial {
+    ca_pem: None,
+    identity: None,
+    server_name: None,
+    cluster_ca_pem: None,
+});
 
-/// Sets the TLS material every later [`connect`] uses (once per process, from the flags).
+fn tls() -> std::sync::MutexGuard<'static, TlsMaterial> {
+    TLS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sets the TLS material every later [`connect`] uses (from the flags).
 pub fn set_tls(material: TlsMaterial) {
-    let _ = TLS.set(material);
+    *tls() = material;
+}
+
+/// Trusts the CA of a controller reached through a kube port-forward, checking its
+/// certificate against `server_name` (the Service name) unless the user named one.
+pub fn trust_cluster_controller(ca_pem: Vec<u8>, server_name: String) {
+    let mut m = tls();
+    m.cluster_ca_pem = Some(ca_pem);
+    m.server_name.get_or_insert(server_name);
 }
 
 /// Connects to a controller at `url` (e.g. `http://127.0.0.1:7070`, or `https://…` over TLS
@@ -51,16 +72,18 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
     let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
         .with_context(|| format!("invalid controller URL `{url}`"))?;
     if url.starts_with("https://") {
-        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
-        if let Some(m) = TLS.get() {
-            if let Some(ca) = &m.ca_pem {
-                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-            }
-            if let Some((cert, key)) = &m.identity {
-                tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
-            }
+        let m = tls().clone();
+        let mut config = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        for ca in [&m.ca_pem, &m.cluster_ca_pem].into_iter().flatten() {
+            config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
         }
-        endpoint = endpoint.tls_config(tls).context("TLS settings")?;
+        if let Some((cert, key)) = &m.identity {
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &m.server_name {
+            config = config.domain_name(name.clone());
+        }
+        endpoint = endpoint.tls_config(config).context("TLS settings")?;
     }
     let endpoint = endpoint
         .connect_timeout(Duration::from_secs(5))

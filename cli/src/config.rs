@@ -242,6 +242,10 @@ pub struct ControllerArgs {
     /// Also serve Prometheus `GET /metrics` on this address (e.g. 0.0.0.0:9090).
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Also serve the gRPC health service alone, in plaintext, on this address (e.g.
+    /// 0.0.0.0:7071): kubelet's gRPC probes cannot speak TLS.
+    #[arg(long)]
+    pub health_listen: Option<SocketAddr>,
     /// Kubernetes integration (agent pods, scaling, LoadTest resources): `auto` turns it on when
     /// running in a pod (KUBERNETES_SERVICE_HOST is set).
     #[arg(long, env = "STAMPEDE_KUBE", value_enum, default_value_t = KubeMode::Auto)]

@@ -104,18 +104,57 @@ pub async fn forward(
         Some(t) => Some(t),
         None => secret_token(&client, &ns, container).await?,
     };
+    let scheme = match controller_tls(&client, &ns, &pod).await? {
+        Some((ca, server_name)) => {
+            crate::client::trust_cluster_controller(ca, server_name);
+            "https"
+        }
+        None => "http",
+    };
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding a local port")?;
     let local = listener.local_addr()?;
     let task = tokio::spawn(bridge(listener, pods, name.clone(), port));
     Ok(Forward {
-        url: format!("http://{local}"),
+        url: format!("{scheme}://{local}"),
         token,
         pod: name,
         namespace: ns,
         task,
     })
+}
+
+/// Pod annotations the chart sets when the controller serves TLS: the Secret holding its CA
+/// (`ca.crt`), and the name its certificate carries.
+const TLS_SECRET_ANNOTATION: &str = "stampede.dev/tls-secret";
+const TLS_SERVER_NAME_ANNOTATION: &str = "stampede.dev/tls-server-name";
+
+/// The CA and server name of a controller pod that serves TLS (per its annotations), read from
+/// its Secret; `None` for a plaintext controller.
+async fn controller_tls(client: &Client, ns: &str, pod: &Pod) -> Result<Option<(Vec<u8>, String)>> {
+    let annotations = pod.annotations();
+    let Some(secret) = annotations.get(TLS_SECRET_ANNOTATION) else {
+        return Ok(None);
+    };
+    let server_name = annotations
+        .get(TLS_SERVER_NAME_ANNOTATION)
+        .cloned()
+        .ok_or_else(|| {
+            anyhow!(
+                "controller pod has {TLS_SECRET_ANNOTATION} but no {TLS_SERVER_NAME_ANNOTATION}"
+            )
+        })?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let s = secrets.get(secret).await.with_context(|| {
+        format!("reading the controller's CA from Secret {ns}/{secret} (or pass --controller and --ca-cert)")
+    })?;
+    let ca = s
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .ok_or_else(|| anyhow!("Secret {ns}/{secret} has no ca.crt"))?;
+    Ok(Some((ca.0.clone(), server_name)))
 }
 
 /// The token the controller container reads from a Secret (`STAMPEDE_TOKEN` via `secretKeyRef`).

@@ -115,6 +115,10 @@ pub struct ClientTls {
         requires = "client_cert"
     )]
     pub client_key: Option<PathBuf>,
+    /// Check the controller's certificate against this name instead of the URL's host (when
+    /// the URL is an address, e.g. a Service's ClusterIP, and the certificate names the Service).
+    #[arg(long, global = true, env = "STAMPEDE_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 impl ClientTls {
@@ -126,6 +130,8 @@ impl ClientTls {
                 (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
                 _ => None,
             },
+            server_name: self.tls_server_name.clone(),
+            cluster_ca_pem: None,
         })
     }
 }

@@ -176,6 +176,8 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Controller {
     inner: Arc<Inner>,
+    /// Serving status, shared by the gRPC listener and the plaintext health listener.
+    health: tonic_health::server::HealthReporter,
 }
 
 impl Controller {
@@ -196,6 +198,7 @@ impl Controller {
                 metrics: metrics::Metrics::default(),
                 kube: OnceLock::new(),
             }),
+            health: tonic_health::server::HealthReporter::new(),
         })
     }
 
@@ -230,6 +233,30 @@ impl Controller {
         metrics::render(&self.inner)
     }
 
+    fn health_service(
+        &self,
+    ) -> tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> {
+        tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(self.health.clone()),
+        )
+    }
+
+    /// Serves only the gRPC health service, in plaintext, on `listener` until `shutdown`
+    /// resolves (`stampede controller --health-listen`). Kubelet's gRPC probes cannot speak
+    /// TLS: with TLS on the main port, the probes come here. It tells whether the controller
+    /// serves, nothing else, and needs no credential.
+    pub async fn serve_health(
+        &self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ControllerError> {
+        tonic::transport::Server::builder()
+            .add_service(self.health_service())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .await?;
+        Ok(())
+    }
+
     /// Serves gRPC on `listener` until `shutdown` resolves. On shutdown every agent stream is
     /// closed (so agents' leases lapse and load stops) and running runs end as aborted with
     /// the data collected so far persisted.
@@ -238,11 +265,11 @@ impl Controller {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ControllerError> {
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
+        let health = self.health_service();
+        self.health
             .set_serving::<v1::agent_service_server::AgentServiceServer<agents::AgentSvc>>()
             .await;
-        health_reporter
+        self.health
             .set_serving::<v1::control_service_server::ControlServiceServer<control::ControlSvc>>()
             .await;
         let reflection = tonic_reflection::server::Builder::configure()

@@ -44,6 +44,26 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
         }
         None => None,
     };
+    let health_task = match a.health_listen {
+        Some(h) => {
+            let l = tokio::net::TcpListener::bind(h)
+                .await
+                .with_context(|| format!("binding {h}"))?;
+            let haddr = l.local_addr()?;
+            tracing::info!(addr = %haddr, "health listening (plaintext gRPC health only)");
+            println!("stampede controller health on {haddr}");
+            let (c, stop) = (controller.clone(), metrics_stop.clone());
+            Some(tokio::spawn(async move {
+                if let Err(e) = c
+                    .serve_health(l, async move { stop.cancelled().await })
+                    .await
+                {
+                    tracing::error!(error = %e, "health listener");
+                }
+            }))
+        }
+        None => None,
+    };
     let kube_on = match a.kube {
         KubeMode::On => true,
         KubeMode::Off => false,
@@ -82,7 +102,7 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     if let Some(t) = kube_task {
         let _ = t.await;
     }
-    if let Some(t) = metrics_task {
+    for t in [metrics_task, health_task].into_iter().flatten() {
         let _ = t.await;
     }
     served?;
@@ -107,6 +127,7 @@ pub async fn agent(a: AgentArgs, cli_tls: ClientTls) -> Result<i32> {
     let material = cli_tls.load()?;
     cfg.ca_pem = material.ca_pem;
     cfg.identity = material.identity;
+    cfg.server_name = material.server_name;
     cfg.capacity = a.capacity;
     cfg.source_ips = a.source_ips;
     cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();

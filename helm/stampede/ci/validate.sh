@@ -77,7 +77,8 @@ for vs in "${value_sets[@]}"; do
     die "kubernetes-validate $KUBE_VERSION ($name)"
   }
   # The only kind without a schema may be the ServiceMonitor (a prometheus-operator CRD); anything else is an error.
-  if grep -v "Couldn't find schema for kind ServiceMonitor with api version monitoring.coreos.com/v1" "$work/kv" | grep -q .; then
+  if grep -v -e "Couldn't find schema for kind ServiceMonitor with api version monitoring.coreos.com/v1" \
+    -e "Couldn't find schema for kind Certificate with api version cert-manager.io/v1" "$work/kv" | grep -q .; then
     cat "$work/kv" >&2
     die "kubernetes-validate printed warnings ($name)"
   fi
@@ -137,8 +138,15 @@ for d in docs:
             for p in ("readinessProbe", "livenessProbe"):
                 if "httpGet" not in c.get(p, {}): problems.append(f"{cw}: no {p} httpGet")
         if args[:1] == ["controller"]:
+            grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+            tls = "STAMPEDE_TLS_CERT" in env
             for p in ("readinessProbe", "livenessProbe"):
                 if "grpc" not in c.get(p, {}): problems.append(f"{cw}: no gRPC {p}")
+                # The kubelet's gRPC probes speak no TLS: with TLS they must use the plaintext health port.
+                elif tls and c[p]["grpc"]["port"] == grpc_port: problems.append(f"{cw}: {p} on the TLS port")
+            if tls and "--health-listen" not in args: problems.append(f"{cw}: TLS without --health-listen")
+        if args[:1] == ["agent"] and env.get("STAMPEDE_CONTROLLER", {}).get("value", "").startswith("https://"):
+            if "STAMPEDE_CA_CERT" not in env: problems.append(f"{cw}: https controller but no STAMPEDE_CA_CERT")
 import ipaddress
 policies = 0
 for d in docs:
@@ -247,6 +255,8 @@ render claim --set controller.reports.persistence.enabled=true --set controller.
 render max --set agents.maxReplicas=7 --set agents.replicas=7 --set controller.reports.retention.keep=9 \
   --set controller.reports.retention.maxAge=48h
 render targets --set targets.http.enabled=true --set targets.echoUdp.enabled=true
+render tls-existing --set tls.existingSecret=mine
+render tls-off --set tls.enabled=false
 "$PY" - "$work" <<'EOF' || die "single-value cases"
 import sys, yaml
 
@@ -283,22 +293,58 @@ check(tgt_values == ["target-http", "target-echo-udp"], f"targets policy selects
 check({(p["protocol"], p["port"]) for p in tgt_np["spec"]["ingress"][0]["ports"]} == {("TCP", 8080), ("UDP", 7002)},
       "targets policy: agents not admitted to exactly the traffic ports")
 
-check(not kinds("existing", "Secret"), "auth.existingSecret=x still renders a Secret")
+check(not [s for s in kinds("existing", "Secret") if s["metadata"]["name"].endswith("-token")],
+      "auth.existingSecret=x still renders a token Secret")
 for comp in ("controller", "agent"):
     ref = env("existing", comp)["STAMPEDE_TOKEN"]["valueFrom"]["secretKeyRef"]
     check(ref == {"name": "x", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref}, not x/token")
     ref = env("default", comp)["STAMPEDE_TOKEN"]["valueFrom"]["secretKeyRef"]
     check(ref == {"name": "st-stampede-token", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref} by default")
 
-secret = one("default", "Secret")
+secret = one("default", "Secret", "-token")
 check(secret["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",
       "the generated Secret is not helm.sh/resource-policy: keep")
-check("annotations" not in one("not-retained", "Secret")["metadata"], "auth.retainSecret=false still keeps the Secret")
+check("annotations" not in one("not-retained", "Secret", "-token")["metadata"],
+      "auth.retainSecret=false still keeps the Secret")
 # Without a cluster there is nothing to look up: each render generates a token. Only an explicit token (or an
 # existing Secret) is stable across renders, which is why GitOps setups must use one.
-check(secret["data"] != one("default-again", "Secret")["data"],
+check(secret["data"] != one("default-again", "Secret", "-token")["data"],
       "two default renders produced the same token: generated tokens must be random, not derived")
-check(one("token", "Secret") == one("token-again", "Secret"), "auth.token renders differ")
+check(one("token", "Secret", "-token") == one("token-again", "Secret", "-token"), "auth.token renders differ")
+
+# TLS on by default: a generated CA and a certificate naming the controller Service, mounted by the controller
+# (certificate and key) and the agents (the CA only), probes on the plaintext health port.
+import base64, subprocess
+tls = one("default", "Secret", "-tls")
+check(set(tls["data"]) == {"tls.crt", "tls.key", "ca.crt"}, f"TLS Secret keys {sorted(tls['data'])}")
+san = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"], capture_output=True, text=True,
+                     input=base64.b64decode(tls["data"]["tls.crt"]).decode()).stdout
+for n in ("st-stampede-controller", "st-stampede-controller.stampede.svc",
+          "st-stampede-controller.stampede.svc.cluster.local"):
+    check(f"DNS:{n}," in san.strip() + ",", f"the certificate does not name {n}: {san.strip()}")
+for part in ("ca.crt", "tls.crt"):
+    open(f"{work}/{part}", "wb").write(base64.b64decode(tls["data"][part]))
+verify = subprocess.run(["openssl", "verify", "-CAfile", f"{work}/ca.crt", f"{work}/tls.crt"], capture_output=True,
+                        text=True)
+check(verify.returncode == 0, f"the certificate is not signed by the Secret's CA: {verify.stdout}{verify.stderr}")
+ctl = one("default", "Deployment", "-controller")["spec"]["template"]
+check(ctl["metadata"]["annotations"].get("stampede.dev/tls-secret") == "st-stampede-tls", "no tls-secret annotation")
+check(ctl["metadata"]["annotations"].get("stampede.dev/tls-server-name") == "st-stampede-controller.stampede.svc",
+      "no tls-server-name annotation")
+check(env("default", "agent")["STAMPEDE_CONTROLLER"]["value"] == "https://st-stampede-controller.stampede.svc:7070",
+      "agents do not dial https")
+check("STAMPEDE_CA_CERT" in env("default", "agent"), "agents do not trust the CA")
+agent_vols = one("default", "Deployment", "-agent")["spec"]["template"]["spec"]["volumes"]
+check([v["secret"] for v in agent_vols if "secret" in v] ==
+      [{"secretName": "st-stampede-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}],
+      f"agents mount more than the CA: {agent_vols}")
+check(not [s for s in kinds("tls-existing", "Secret") if s["metadata"]["name"].endswith("-tls")],
+      "tls.existingSecret still renders a TLS Secret")
+vols = one("tls-existing", "Deployment", "-controller")["spec"]["template"]["spec"]["volumes"]
+check([v["secret"]["secretName"] for v in vols if "secret" in v] == ["mine"], "tls.existingSecret is not mounted")
+check(not [s for s in kinds("tls-off", "Secret") if s["metadata"]["name"].endswith("-tls")], "tls off renders a Secret")
+check(env("tls-off", "agent")["STAMPEDE_CONTROLLER"]["value"].startswith("http://"), "tls off: agents dial https")
+check("STAMPEDE_TLS_CERT" not in env("tls-off", "controller"), "tls off: the controller serves TLS")
 
 check(not kinds("default", "PersistentVolumeClaim"), "default renders a PVC")
 pvc = one("pvc", "PersistentVolumeClaim")

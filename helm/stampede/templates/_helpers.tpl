@@ -76,9 +76,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* In-cluster URL of the controller, for agents. */}}
+{{/* In-cluster URL of the controller, for agents: https when TLS is on (the default). */}}
 {{- define "stampede.controller.url" -}}
-{{- printf "http://%s.%s.svc:%d" (include "stampede.controller.fullname" .) .Release.Namespace (int .Values.controller.service.port) -}}
+{{- printf "%s://%s:%d" (ternary "https" "http" .Values.tls.enabled) (include "stampede.controller.host" .) (int .Values.controller.service.port) -}}
+{{- end -}}
+
+{{/* The controller Service's in-cluster name: what agents dial, and the name its certificate is checked against. */}}
+{{- define "stampede.controller.host" -}}
+{{- printf "%s.%s.svc" (include "stampede.controller.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The Secret holding the controller's certificate (tls.crt, tls.key) and its CA (ca.crt). */}}
+{{- define "stampede.tlsSecretName" -}}
+{{- if .Values.tls.existingSecret -}}
+{{- .Values.tls.existingSecret -}}
+{{- else -}}
+{{- printf "%s-tls" (include "stampede.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the TLS Secret is mounted in the controller and the agents. */}}
+{{- define "stampede.tlsDir" -}}
+/var/run/stampede/tls
 {{- end -}}
 
 {{/* Env shared by every Stampede container: log format. */}}

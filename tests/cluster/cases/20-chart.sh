@@ -5,13 +5,15 @@
 #     by the pod sysctl) and the http and login targets; every Deployment rolls out. The controller's RBAC allows
 #     what it needs and nothing more (`kubectl auth can-i --as` its ServiceAccount); the repository's example
 #     scenarios are valid LoadTest specs (server-side dry run against the installed CRD).
-#  2. The host reaches the controller at its ClusterIP (kube-proxy), with the token read from the chart's Secret;
+#  2. The host reaches the controller at its ClusterIP (kube-proxy) over TLS (on by default: the chart generates a CA
+#     and a certificate for the controller Service; the host trusts the Secret's ca.crt and checks the Service name),
+#     with the token read from the chart's Secret; plaintext is refused;
 #     `stampede agents --output json` lists 3 agents whose ids are the agent pod names and whose IPs are 3 distinct
 #     pod IPs in the pod network.
 #  3. `stampede run` of an arrival-phase scenario whose target is the http target's Service DNS name (the agents
 #     resolve it in the cluster): the merged totals.completed equals the sum of agents[].completed, and every agent
 #     did work. The http target's `stampede_target_http_distinct_source_ips` gauge grew by at least 3.
-#  4. `helm upgrade` keeps the generated token (lookup of the live Secret).
+#  4. `helm upgrade` keeps the generated token and the generated CA and certificate (lookup of the live Secrets).
 #  5. `helm uninstall` leaves no object of the release in the namespace; the LoadTest CRD stays, as documented.
 # env: STAMPEDE_BIN  the stampede binary to run on the host (default: the one images.sh packed, from target/)
 # shellcheck source-path=SCRIPTDIR
@@ -103,7 +105,7 @@ if [ "${STAMPEDE_E2E_LOCAL:-0}" = 1 ]; then
   for pid in $(ps -eo pid=,args= | awk '$2 ~ /\/stampede$/ && $3 == "agent" {print $1}'); do
     penv=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
     grep -q "^POD_NAME=$FULL-agent-" <<<"$penv" || continue
-    grep -q "^STAMPEDE_CONTROLLER=http://$FULL-controller.$NS.svc:" <<<"$penv" || continue
+    grep -q "^STAMPEDE_CONTROLLER=https://$FULL-controller.$NS.svc:" <<<"$penv" || continue
     range=$(nsenter -t "$pid" -n cat /proc/sys/net/ipv4/ip_local_port_range | tr -s ' \t' ' ')
     [ "$range" = "$PORT_RANGE" ] || fail "agent pid $pid has ip_local_port_range '$range', not '$PORT_RANGE'"
     checked=$((checked + 1))
@@ -115,6 +117,12 @@ fi
 TOKEN=$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)
 [ "${#TOKEN}" -ge 32 ] || fail "the chart's token is ${#TOKEN} characters long"
 export STAMPEDE_TOKEN=$TOKEN
+# TLS by default: trust the chart's CA, and check the certificate against the Service name (the host dials addresses).
+kn get secret "$FULL-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d >"$tmp/ca.crt"
+grep -q 'BEGIN CERTIFICATE' "$tmp/ca.crt" || fail "no ca.crt in Secret $FULL-tls"
+CA_SUM=$(sha256sum <"$tmp/ca.crt")
+CRT_SUM=$(kn get secret "$FULL-tls" -o jsonpath='{.data.tls\.crt}' | sha256sum)
+export STAMPEDE_CA_CERT=$tmp/ca.crt STAMPEDE_TLS_SERVER_NAME=$FULL-controller.$NS.svc
 
 # How the host reaches the controller: its ClusterIP through kube-proxy (the local cluster), else its pod IP, else a
 # kubectl port-forward (a cluster whose service network the host cannot route to).
@@ -122,7 +130,7 @@ cip=$(kn get service "$FULL-controller" -o jsonpath='{.spec.clusterIP}')
 ctl_pod_ip=$(kn get pod -l app.kubernetes.io/instance=$REL,app.kubernetes.io/component=controller -o jsonpath='{.items[0].status.podIP}')
 agents_json() { timeout 20 "$STAMPEDE_BIN" agents --controller "$1" --output json 2>"$tmp/agents.err"; }
 CONTROLLER=""
-for url in "http://$cip:7070" "http://$ctl_pod_ip:7070"; do
+for url in "https://$cip:7070" "https://$ctl_pod_ip:7070"; do
   if agents_json "$url" >/dev/null; then
     CONTROLLER=$url
     break
@@ -133,9 +141,12 @@ if [ -z "$CONTROLLER" ]; then
   timeout 300 "$KUBECTL" -n "$NS" port-forward "service/$FULL-controller" 17070:7070 >"$tmp/pf.log" 2>&1 &
   pf_pid=$!
   for _ in $(seq 30); do grep -q Forwarding "$tmp/pf.log" && break; sleep 1; done
-  CONTROLLER=http://127.0.0.1:17070
+  CONTROLLER=https://127.0.0.1:17070
 fi
-say "controller: $CONTROLLER (Service ClusterIP $cip)"
+say "controller: $CONTROLLER (Service ClusterIP $cip), TLS checked against $STAMPEDE_TLS_SERVER_NAME"
+plain=${CONTROLLER/https:/http:}
+agents_json "$plain" >/dev/null && fail "the controller answered plaintext gRPC at $plain"
+say "plaintext refused at $plain: $(tail -1 "$tmp/agents.err" | cut -c1-160)"
 
 # The agents attach on their own (they dial the controller's Service).
 for ((i = 0; i < 60; i++)); do
@@ -216,6 +227,9 @@ say "helm upgrade keeps the generated token"
 timeout 200 "$HELM" upgrade "$REL" "$CHART" -n "$NS" --reuse-values --wait --timeout 150s >/dev/null ||
   fail "helm upgrade"
 [ "$(kn get secret "$FULL-token" -o jsonpath='{.data.token}' | base64 -d)" = "$TOKEN" ] || fail "helm upgrade changed the token"
+[ "$(kn get secret "$FULL-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d | sha256sum)" = "$CA_SUM" ] || fail "helm upgrade changed the CA"
+[ "$(kn get secret "$FULL-tls" -o jsonpath='{.data.tls\.crt}' | sha256sum)" = "$CRT_SUM" ] || fail "helm upgrade changed the certificate"
+say "helm upgrade kept the token, the CA and the certificate"
 
 say "helm uninstall"
 helm_uninstall_clean "$REL" "$CRD" "$FULL-token"

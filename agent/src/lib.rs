@@ -331,16 +331,14 @@ async fn connection(
     let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
         .map_err(|e| AgentError::Url(e.to_string()))?;
     if cfg.controller.starts_with("https://") {
-        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
-        if let Some(ca) = &cfg.ca_pem {
-            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-        }
-        if let Some((cert, key)) = &cfg.identity {
-            tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
-        }
-        if let Some(name) = &cfg.server_name {
-            tls = tls.domain_name(name.clone());
-        }
+        let cas: Vec<&[u8]> = cfg.ca_pem.iter().map(Vec::as_slice).collect();
+        let tls = stampede_proto::tls::client_tls(
+            &cas,
+            cfg.identity
+                .as_ref()
+                .map(|(c, k)| (c.as_slice(), k.as_slice())),
+            cfg.server_name.as_deref(),
+        );
         endpoint = endpoint.tls_config(tls)?;
     }
     let endpoint = endpoint

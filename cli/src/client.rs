@@ -73,16 +73,18 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
         .with_context(|| format!("invalid controller URL `{url}`"))?;
     if url.starts_with("https://") {
         let m = tls().clone();
-        let mut config = tonic::transport::ClientTlsConfig::new().with_native_roots();
-        for ca in [&m.ca_pem, &m.cluster_ca_pem].into_iter().flatten() {
-            config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-        }
-        if let Some((cert, key)) = &m.identity {
-            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
-        }
-        if let Some(name) = &m.server_name {
-            config = config.domain_name(name.clone());
-        }
+        let cas: Vec<&[u8]> = [&m.ca_pem, &m.cluster_ca_pem]
+            .into_iter()
+            .flatten()
+            .map(Vec::as_slice)
+            .collect();
+        let config = stampede_proto::tls::client_tls(
+            &cas,
+            m.identity
+                .as_ref()
+                .map(|(c, k)| (c.as_slice(), k.as_slice())),
+            m.server_name.as_deref(),
+        );
         endpoint = endpoint.tls_config(config).context("TLS settings")?;
     }
     let endpoint = endpoint

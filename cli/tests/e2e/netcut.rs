@@ -220,3 +220,53 @@ async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
     assert!(r.duration_s < 15.0, "the run did not wait out its 30 s");
     cut.await.unwrap();
 }
+
+/// A cut longer than the lease under `tolerate`, with a second agent keeping the run going:
+/// the cut agent stops within its lease and is counted lost, then comes back and replays what
+/// it had not delivered; the replay is merged exactly once, so the report counts what the
+/// target served, and the run ends `incomplete`, naming the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_cut_under_tolerate_merges_the_replay_once() {
+    let _q = QUIET.read().await;
+    let target = Target::start(0).await;
+    let data = tempfile::tempdir().unwrap();
+    let token = "cut-token";
+    let (_controller, url) = controller_with_lease(token, data.path(), "1s");
+    let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
+    let _cut = spawn_agent(&proxy.url, token, "cut-away");
+    let _steady = spawn_agent(&url, token, "cut-steady");
+    let text = crate::scenario(
+        &target.url,
+        "  - { duration: 12s, arrival_rate: 100 }\n",
+        "on_agent_loss: { tolerate: 60 }\n",
+    );
+    let (u, t) = (url.clone(), token.to_string());
+    let run = tokio::spawn(async move { crate::run(&u, &t, &text, 2).await });
+
+    until_served(&target, 200).await;
+    let before = proxy.links.load(Ordering::SeqCst);
+    proxy.cut_for(Duration::from_secs(5)).await;
+    let r = run.await.unwrap();
+    assert!(
+        proxy.links.load(Ordering::SeqCst) > before,
+        "the cut agent came back"
+    );
+    assert_eq!(r.outcome, RunOutcome::Incomplete, "{:?}", r.message);
+    let message = r.message.clone().unwrap_or_default();
+    assert!(message.contains("cut-away"), "{message}");
+    // Nothing twice, nothing lost: every request the target answered is in the report, once,
+    // besides the few in flight when the lease lapsed (started, abandoned by the stop).
+    let served = target.requests();
+    let finished = r.totals.completed + r.totals.failed;
+    assert!(
+        finished <= served && served <= r.totals.started && r.totals.started - finished <= 5,
+        "served {served}, report: started {} finished {finished}",
+        r.totals.started
+    );
+    let away = r.agents.iter().find(|a| a.id == "cut-away").unwrap();
+    assert!(
+        away.completed > 0 && away.completed < 600,
+        "the cut agent delivered what it sent before its lease lapsed: {}",
+        away.completed
+    );
+}

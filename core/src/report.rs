@@ -593,6 +593,50 @@ impl RunAccumulator {
         Ok(())
     }
 
+    /// Everything [`RunAccumulator::add_progress`] refuses: what [`RunAccumulator::check`]
+    /// refuses of any sample, and counters that fit one sample at a time but not all of them
+    /// together.
+    pub fn check_progress(
+        &self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        let mut sum = SparseStats::default();
+        for (phase, s) in samples {
+            self.check(agent, interval, *phase, s)?;
+            if !sum.counters.fits(&s.counters) {
+                return Err(MergeError::CounterOverflow);
+            }
+            sum.counters.add(&s.counters);
+        }
+        match samples.first() {
+            Some((phase, _)) => self.check(agent, interval, *phase, &sum),
+            None => Ok(()),
+        }
+    }
+
+    /// Merges one agent's Progress for `interval` (its samples, one per phase), whole or not
+    /// at all, then notes that the agent has reported through `interval`. A Progress
+    /// [`RunAccumulator::check_progress`] refuses changes nothing.
+    pub fn add_progress(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        self.check_progress(agent, interval, samples)?;
+        for (phase, s) in samples {
+            self.add(agent, interval, *phase, s)?;
+        }
+        self.reported_through(agent, interval)
+    }
+
+    /// Number of request steps (a sample carries at most this many).
+    pub fn step_count(&self) -> usize {
+        self.n_steps
+    }
+
     /// Notes that `agent` has sent everything up to and including `interval`, and closes
     /// the intervals every live agent has reported.
     pub fn reported_through(&mut self, agent: usize, interval: u64) -> Result<(), MergeError> {
@@ -1188,6 +1232,34 @@ mod tests {
             s.counters.errors.insert("connect_refused".into(), failed);
         }
         s
+    }
+
+    #[test]
+    fn a_progress_whose_samples_overflow_only_together_is_refused_whole() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 1, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+        let half = counted(u64::MAX / 2 + 1, 0);
+        assert!(acc.check(0, 0, 0, &half).is_ok());
+        let samples = [(0, half.clone()), (0, half)];
+        assert!(matches!(
+            acc.add_progress(0, 0, &samples),
+            Err(MergeError::CounterOverflow)
+        ));
+        assert_eq!(acc.totals().unwrap().counters, Counters::default());
+        acc.add_progress(0, 0, &samples[..1]).unwrap();
+        let t = acc.totals().unwrap().counters;
+        assert_eq!(t.requests_completed, u64::MAX / 2 + 1);
+        // The rest of what `check` refuses is refused whole too.
+        assert!(matches!(
+            acc.add_progress(1, 0, &samples[..1]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.add_progress(0, 0, &[(0, counted(1, 0)), (7, counted(1, 0))]),
+            Err(MergeError::UnknownPhase(7))
+        ));
+        assert_eq!(acc.totals().unwrap().counters, t);
     }
 
     #[test]

@@ -49,6 +49,8 @@ const MAX_DECODED_BYTES: u64 = 1 << 21;
 const V2_COOKIE: u32 = 0x1c84_9303 | 0x10;
 const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9304 | 0x10;
 const V2_HEADER_SIZE: usize = 40;
+/// Largest count one V2 bucket carries (a zigzag-encoded `i64`).
+const MAX_V2_COUNT: u64 = i64::MAX as u64;
 
 /// A histogram that cannot be decoded or merged.
 #[derive(Debug, thiserror::Error)]
@@ -335,12 +337,14 @@ impl SparseHist {
     }
 
     /// A dense copy, for the codec (encoding it gives the same bytes as encoding the
-    /// histogram the counts came from).
+    /// histogram the counts came from). V2 carries a count as a signed varint: a bucket that
+    /// merging made larger than `i64::MAX` (only hostile agents' counts get there) is
+    /// clamped to it, so the copy always encodes.
     pub fn to_dense(&self) -> Histogram<u64> {
         let mut h = new_histogram();
         for (i, n) in self.iter() {
             // In range by construction; saturates like every count here.
-            let _ = h.record_n(value_for(i), n);
+            let _ = h.record_n(value_for(i), n.min(MAX_V2_COUNT));
         }
         h
     }
@@ -774,6 +778,29 @@ mod tests {
         let mut small = new_histogram();
         small.record(42).unwrap();
         assert_eq!(decode_sparse(&encode(&small).unwrap()).unwrap().len(), 1);
+    }
+
+    /// V2 carries a count as a signed varint, so a bucket holds at most `i64::MAX`; merging
+    /// two such buckets (two agents sending the largest counts the decoder accepts) must not
+    /// make the merged histogram impossible to encode, or the run's report cannot be built.
+    #[test]
+    fn merged_counts_beyond_what_v2_carries_still_encode() {
+        let mut h = new_histogram();
+        h.record_n(1_000, i64::MAX as u64).unwrap();
+        h.record_n(5, 3).unwrap();
+        let one = decode_sparse(&encode_wire(&h).unwrap()).unwrap();
+        let mut merged = one.clone();
+        merged.add(&one);
+        assert_eq!(merged.len(), u64::MAX, "the total saturates");
+        let back = decode_sparse(&encode_sparse(&merged).unwrap()).unwrap();
+        let mut clamped = new_histogram();
+        clamped.record_n(1_000, i64::MAX as u64).unwrap();
+        clamped.record_n(5, 6).unwrap();
+        assert_eq!(
+            back,
+            SparseHist::from_dense(&clamped),
+            "clamped to what V2 carries"
+        );
     }
 
     /// Small histograms cross the wire uncompressed, wide ones compressed; both decoders read

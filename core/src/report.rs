@@ -1262,6 +1262,28 @@ mod tests {
         assert_eq!(acc.totals().unwrap().counters, t);
     }
 
+    /// Two agents each sending the largest bucket count the decoder accepts, for the same
+    /// interval: the merged row and the report still encode (they failed, and the run ended
+    /// `failed` without a report).
+    #[test]
+    fn the_largest_counts_agents_can_send_still_make_a_report() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 2, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+        let mut h = hist::new_histogram();
+        h.record_n(1_000, i64::MAX as u64).unwrap();
+        let huge = crate::stats::SparseStats {
+            response: hist::decode_sparse(&hist::encode_wire(&h).unwrap()).unwrap(),
+            ..counted(1, 0)
+        };
+        for agent in 0..2 {
+            acc.add_progress(agent, 0, &[(0, huge.clone())]).unwrap();
+        }
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(r.timeline.len(), 1);
+        assert_eq!(r.totals.completed, 2);
+    }
+
     #[test]
     fn a_run_that_delivered_nothing_is_failed_and_errors_breach_the_default_verdict() {
         let s = closed(2);

@@ -602,18 +602,28 @@ impl RunAccumulator {
         interval: u64,
         samples: &[(u32, SparseStats)],
     ) -> Result<(), MergeError> {
-        let mut sum = SparseStats::default();
+        // A Progress without samples still names its agent and interval.
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        let mut sum = Counters::default();
         for (phase, s) in samples {
             self.check(agent, interval, *phase, s)?;
-            if !sum.counters.fits(&s.counters) {
+            if !sum.fits(&s.counters) {
                 return Err(MergeError::CounterOverflow);
             }
-            sum.counters.add(&s.counters);
+            sum.add(&s.counters);
         }
-        match samples.first() {
-            Some((phase, _)) => self.check(agent, interval, *phase, &sum),
-            None => Ok(()),
+        if !self.total_counters.fits(&sum) {
+            return Err(MergeError::CounterOverflow);
         }
+        Ok(())
     }
 
     /// Merges one agent's Progress for `interval` (its samples, one per phase), whole or not
@@ -1259,6 +1269,16 @@ mod tests {
             acc.add_progress(0, 0, &[(0, counted(1, 0)), (7, counted(1, 0))]),
             Err(MergeError::UnknownPhase(7))
         ));
+        // Without samples, the agent and the interval are still checked.
+        assert!(matches!(
+            acc.check_progress(1, 0, &[]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.check_progress(0, u64::MAX, &[]),
+            Err(MergeError::IntervalOutOfRange { .. })
+        ));
+        acc.add_progress(0, 1, &[]).unwrap();
         assert_eq!(acc.totals().unwrap().counters, t);
     }
 

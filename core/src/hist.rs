@@ -17,7 +17,7 @@
 use std::cell::RefCell;
 use std::io::Read;
 
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer, V2Serializer};
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer, V2Serializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -159,28 +159,12 @@ pub fn encode_wire(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
     encode(h)
 }
 
-/// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`].
+/// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`]. The
+/// counts are read by [`decode_sparse`], with its checks, then copied into a dense histogram:
+/// hdrhistogram's own deserializer negates a run of zeros unchecked, and a run of `i64::MIN`
+/// overflowed it.
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
-    let mut inflated = Vec::new();
-    let inner = v2_payload(bytes, &mut inflated)?;
-    check_v2_header(inner)?;
-    Deserializer::new()
-        .deserialize(&mut &inner[..])
-        .map_err(|e| HistError::Decode(format!("{e:?}")))
-}
-
-/// The uncompressed V2 bytes of `bytes`: `bytes` itself when it is uncompressed V2, else its
-/// zlib body inflated into `scratch`. Sizes, cookie and the outer length are checked; the
-/// caller checks the V2 header ([`check_v2_header`]).
-fn v2_payload<'a>(bytes: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], HistError> {
-    if bytes.len() > MAX_ENCODED_BYTES {
-        return Err(HistError::TooLarge(bytes.len()));
-    }
-    if be_u32(bytes, 0)? == V2_COOKIE {
-        return Ok(bytes);
-    }
-    inflate_into(compressed_body(bytes)?, scratch)?;
-    Ok(scratch)
+    decode_sparse(bytes).map(|s| s.to_dense())
 }
 
 /// Adds `src` into `dst`. Merge is addition, so order does not matter.
@@ -747,6 +731,25 @@ mod tests {
         assert!(matches!(
             decode(&vec![0u8; MAX_ENCODED_BYTES + 1]),
             Err(HistError::TooLarge(_))
+        ));
+    }
+
+    /// A run of `i64::MIN` zeros (nine 0xff bytes, zigzag-decoded) in an otherwise valid
+    /// uncompressed histogram: found by the `hist_decode` fuzz target, it overflowed a
+    /// negation in hdrhistogram's deserializer (a panic wherever overflow checks are on).
+    #[test]
+    fn a_zero_run_of_i64_min_is_an_error() {
+        let mut bytes = encode_wire(&new_histogram()).unwrap();
+        let counts = [
+            0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+        ];
+        bytes.truncate(V2_HEADER_SIZE);
+        bytes[4..8].copy_from_slice(&(counts.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&counts);
+        assert!(matches!(decode(&bytes), Err(HistError::IndexOutOfRange(_))));
+        assert!(matches!(
+            decode_sparse(&bytes),
+            Err(HistError::IndexOutOfRange(_))
         ));
     }
 

@@ -17,7 +17,7 @@ use stampede_core::template::Template;
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
 use crate::tls::{Io, TlsClient};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
@@ -141,21 +141,29 @@ pub struct Response {
     pub bytes_received: u64,
 }
 
-/// One client connection with its reusable read buffer.
+/// One client connection with its reusable read buffer. The agent's connections are TCP or
+/// TLS sockets ([`Io`]); any other byte stream works the same way (the fuzz target and the
+/// property tests drive the parser from memory through [`Conn::over`]).
 #[derive(Debug)]
-pub struct Conn {
-    stream: Io,
+pub struct Conn<T = Io> {
+    stream: T,
     buf: BytesMut,
 }
 
 impl Conn {
     /// Connects to `addr`, over TLS when `tls` is given (the handshake is part of connecting).
     pub async fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<Self, Failure> {
-        let stream = net::connect_http(addr, tls).await?;
-        Ok(Self {
+        Ok(Self::over(net::connect_http(addr, tls).await?))
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
+    /// A connection over an already open byte stream.
+    pub fn over(stream: T) -> Self {
+        Self {
             stream,
             buf: BytesMut::with_capacity(INITIAL_BUF),
-        })
+        }
     }
 
     /// Sends one request and reads the whole response.

@@ -17,7 +17,7 @@
 use std::cell::RefCell;
 use std::io::Read;
 
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer, V2Serializer};
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer, V2Serializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,8 @@ const MAX_DECODED_BYTES: u64 = 1 << 21;
 const V2_COOKIE: u32 = 0x1c84_9303 | 0x10;
 const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9304 | 0x10;
 const V2_HEADER_SIZE: usize = 40;
+/// Largest count one V2 bucket carries (a zigzag-encoded `i64`).
+const MAX_V2_COUNT: u64 = i64::MAX as u64;
 
 /// A histogram that cannot be decoded or merged.
 #[derive(Debug, thiserror::Error)]
@@ -157,28 +159,12 @@ pub fn encode_wire(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
     encode(h)
 }
 
-/// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`].
+/// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`]. The
+/// counts are read by [`decode_sparse`], with its checks, then copied into a dense histogram:
+/// hdrhistogram's own deserializer negates a run of zeros unchecked, and a run of `i64::MIN`
+/// overflowed it.
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
-    let mut inflated = Vec::new();
-    let inner = v2_payload(bytes, &mut inflated)?;
-    check_v2_header(inner)?;
-    Deserializer::new()
-        .deserialize(&mut &inner[..])
-        .map_err(|e| HistError::Decode(format!("{e:?}")))
-}
-
-/// The uncompressed V2 bytes of `bytes`: `bytes` itself when it is uncompressed V2, else its
-/// zlib body inflated into `scratch`. Sizes, cookie and the outer length are checked; the
-/// caller checks the V2 header ([`check_v2_header`]).
-fn v2_payload<'a>(bytes: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], HistError> {
-    if bytes.len() > MAX_ENCODED_BYTES {
-        return Err(HistError::TooLarge(bytes.len()));
-    }
-    if be_u32(bytes, 0)? == V2_COOKIE {
-        return Ok(bytes);
-    }
-    inflate_into(compressed_body(bytes)?, scratch)?;
-    Ok(scratch)
+    decode_sparse(bytes).map(|s| s.to_dense())
 }
 
 /// Adds `src` into `dst`. Merge is addition, so order does not matter.
@@ -335,12 +321,14 @@ impl SparseHist {
     }
 
     /// A dense copy, for the codec (encoding it gives the same bytes as encoding the
-    /// histogram the counts came from).
+    /// histogram the counts came from). V2 carries a count as a signed varint: a bucket that
+    /// merging made larger than `i64::MAX` (only hostile agents' counts get there) is
+    /// clamped to it, so the copy always encodes.
     pub fn to_dense(&self) -> Histogram<u64> {
         let mut h = new_histogram();
         for (i, n) in self.iter() {
             // In range by construction; saturates like every count here.
-            let _ = h.record_n(value_for(i), n);
+            let _ = h.record_n(value_for(i), n.min(MAX_V2_COUNT));
         }
         h
     }
@@ -693,7 +681,8 @@ fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
             total = total.checked_add(n).ok_or(HistError::CountOverflow)?;
             h.add_at(index as u32, n);
         }
-        index += 1;
+        // Saturating: runs of zeros may have taken the index to usize::MAX.
+        index = index.saturating_add(1);
     }
     Ok(h)
 }
@@ -746,6 +735,34 @@ mod tests {
         ));
     }
 
+    /// A run of `i64::MIN` zeros (nine 0xff bytes, zigzag-decoded) in an otherwise valid
+    /// uncompressed histogram: found by the `hist_decode` fuzz target, it overflowed a
+    /// negation in hdrhistogram's deserializer (a panic wherever overflow checks are on).
+    #[test]
+    fn zero_runs_of_i64_min_are_errors_or_nothing() {
+        let mut bytes = encode_wire(&new_histogram()).unwrap();
+        let counts = [
+            0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+        ];
+        bytes.truncate(V2_HEADER_SIZE);
+        bytes[4..8].copy_from_slice(&(counts.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&counts);
+        assert!(matches!(decode(&bytes), Err(HistError::IndexOutOfRange(_))));
+        assert!(matches!(
+            decode_sparse(&bytes),
+            Err(HistError::IndexOutOfRange(_))
+        ));
+        // Two such runs (the index saturates), then a zero count: nothing is counted (the
+        // index past the runs overflowed in `decode_sparse`; found by the fuzz target too).
+        let mut counts = vec![0xff; 18];
+        counts.push(0);
+        bytes.truncate(V2_HEADER_SIZE);
+        bytes[4..8].copy_from_slice(&(counts.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&counts);
+        assert!(decode_sparse(&bytes).unwrap().is_empty());
+        assert!(decode(&bytes).unwrap().is_empty());
+    }
+
     #[test]
     fn other_specs_are_refused() {
         let other = Histogram::<u64>::new_with_bounds(1, 1_000, 2).unwrap();
@@ -774,6 +791,29 @@ mod tests {
         let mut small = new_histogram();
         small.record(42).unwrap();
         assert_eq!(decode_sparse(&encode(&small).unwrap()).unwrap().len(), 1);
+    }
+
+    /// V2 carries a count as a signed varint, so a bucket holds at most `i64::MAX`; merging
+    /// two such buckets (two agents sending the largest counts the decoder accepts) must not
+    /// make the merged histogram impossible to encode, or the run's report cannot be built.
+    #[test]
+    fn merged_counts_beyond_what_v2_carries_still_encode() {
+        let mut h = new_histogram();
+        h.record_n(1_000, i64::MAX as u64).unwrap();
+        h.record_n(5, 3).unwrap();
+        let one = decode_sparse(&encode_wire(&h).unwrap()).unwrap();
+        let mut merged = one.clone();
+        merged.add(&one);
+        assert_eq!(merged.len(), u64::MAX, "the total saturates");
+        let back = decode_sparse(&encode_sparse(&merged).unwrap()).unwrap();
+        let mut clamped = new_histogram();
+        clamped.record_n(1_000, i64::MAX as u64).unwrap();
+        clamped.record_n(5, 6).unwrap();
+        assert_eq!(
+            back,
+            SparseHist::from_dense(&clamped),
+            "clamped to what V2 carries"
+        );
     }
 
     /// Small histograms cross the wire uncompressed, wide ones compressed; both decoders read

@@ -593,6 +593,60 @@ impl RunAccumulator {
         Ok(())
     }
 
+    /// Everything [`RunAccumulator::add_progress`] refuses: what [`RunAccumulator::check`]
+    /// refuses of any sample, and counters that fit one sample at a time but not all of them
+    /// together.
+    pub fn check_progress(
+        &self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        // A Progress without samples still names its agent and interval.
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        let mut sum = Counters::default();
+        for (phase, s) in samples {
+            self.check(agent, interval, *phase, s)?;
+            if !sum.fits(&s.counters) {
+                return Err(MergeError::CounterOverflow);
+            }
+            sum.add(&s.counters);
+        }
+        if !self.total_counters.fits(&sum) {
+            return Err(MergeError::CounterOverflow);
+        }
+        Ok(())
+    }
+
+    /// Merges one agent's Progress for `interval` (its samples, one per phase), whole or not
+    /// at all, then notes that the agent has reported through `interval`. A Progress
+    /// [`RunAccumulator::check_progress`] refuses changes nothing.
+    pub fn add_progress(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        self.check_progress(agent, interval, samples)?;
+        for (phase, s) in samples {
+            self.add(agent, interval, *phase, s)?;
+        }
+        self.reported_through(agent, interval)
+    }
+
+    /// Number of request steps (a sample carries at most this many).
+    pub fn step_count(&self) -> usize {
+        self.n_steps
+    }
+
     /// Notes that `agent` has sent everything up to and including `interval`, and closes
     /// the intervals every live agent has reported.
     pub fn reported_through(&mut self, agent: usize, interval: u64) -> Result<(), MergeError> {
@@ -1188,6 +1242,66 @@ mod tests {
             s.counters.errors.insert("connect_refused".into(), failed);
         }
         s
+    }
+
+    #[test]
+    fn a_progress_whose_samples_overflow_only_together_is_refused_whole() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 1, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+        let half = counted(u64::MAX / 2 + 1, 0);
+        assert!(acc.check(0, 0, 0, &half).is_ok());
+        let samples = [(0, half.clone()), (0, half)];
+        assert!(matches!(
+            acc.add_progress(0, 0, &samples),
+            Err(MergeError::CounterOverflow)
+        ));
+        assert_eq!(acc.totals().unwrap().counters, Counters::default());
+        acc.add_progress(0, 0, &samples[..1]).unwrap();
+        let t = acc.totals().unwrap().counters;
+        assert_eq!(t.requests_completed, u64::MAX / 2 + 1);
+        // The rest of what `check` refuses is refused whole too.
+        assert!(matches!(
+            acc.add_progress(1, 0, &samples[..1]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.add_progress(0, 0, &[(0, counted(1, 0)), (7, counted(1, 0))]),
+            Err(MergeError::UnknownPhase(7))
+        ));
+        // Without samples, the agent and the interval are still checked.
+        assert!(matches!(
+            acc.check_progress(1, 0, &[]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.check_progress(0, u64::MAX, &[]),
+            Err(MergeError::IntervalOutOfRange { .. })
+        ));
+        acc.add_progress(0, 1, &[]).unwrap();
+        assert_eq!(acc.totals().unwrap().counters, t);
+    }
+
+    /// Two agents each sending the largest bucket count the decoder accepts, for the same
+    /// interval: the merged row and the report still encode (they failed, and the run ended
+    /// `failed` without a report).
+    #[test]
+    fn the_largest_counts_agents_can_send_still_make_a_report() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 2, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+        let mut h = hist::new_histogram();
+        h.record_n(1_000, i64::MAX as u64).unwrap();
+        let huge = crate::stats::SparseStats {
+            response: hist::decode_sparse(&hist::encode_wire(&h).unwrap()).unwrap(),
+            ..counted(1, 0)
+        };
+        for agent in 0..2 {
+            acc.add_progress(agent, 0, &[(0, huge.clone())]).unwrap();
+        }
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(r.timeline.len(), 1);
+        assert_eq!(r.totals.completed, 2);
     }
 
     #[test]

@@ -304,7 +304,7 @@ impl Threshold {
             }
         };
         let rate = |completed: u64, failed: u64| {
-            let n = completed + failed;
+            let n = completed.saturating_add(failed);
             if n == 0 {
                 0.0
             } else {
@@ -400,17 +400,18 @@ impl Threshold {
     /// Finished requests in this threshold's scope; `None` when the scope does not exist.
     pub fn scope_samples(&self, r: &Report) -> Option<u64> {
         match &self.scope {
-            Scope::Run => Some(r.totals.completed + r.totals.failed),
+            // Saturating: the counts come from agents (as the report's own totals).
+            Scope::Run => Some(r.totals.completed.saturating_add(r.totals.failed)),
             Scope::Phase(name) => r
                 .phases
                 .iter()
                 .find(|p| &p.name == name)
-                .map(|p| p.completed + p.failed),
+                .map(|p| p.completed.saturating_add(p.failed)),
             Scope::Step(name) => r
                 .steps
                 .iter()
                 .find(|s| &s.name == name)
-                .map(|s| s.completed + s.failed),
+                .map(|s| s.completed.saturating_add(s.failed)),
         }
     }
 }
@@ -585,6 +586,30 @@ mod tests {
                 serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
             assert!(back.measured.is_nan());
         }
+    }
+
+    /// Counts come from agents: finished requests past `u64::MAX` saturate instead of
+    /// overflowing (it panicked in debug builds and wrapped to "no finished requests").
+    #[test]
+    fn counts_that_add_up_past_u64_max_saturate() {
+        let mut r = report();
+        r.totals.completed = u64::MAX;
+        r.totals.failed = 1;
+        r.phases[0].completed = u64::MAX;
+        r.phases[0].failed = 10;
+        for e in [
+            "error_rate < 1%",
+            "phase(ramp).error_rate < 1%",
+            "p99 < 50ms",
+        ] {
+            let t = Threshold::parse(e).unwrap();
+            assert_eq!(t.scope_samples(&r), Some(u64::MAX), "{e}");
+            assert!(t.evaluate(&r).passed, "{e}");
+        }
+        assert!(Threshold::parse("step(login).p99 < 1s")
+            .unwrap()
+            .scope_samples(&r)
+            .is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use stampede_core::hist::SparseHist;
 use stampede_core::hist::{self, HistError, HistSpec};
-use stampede_core::report::LiveSnapshot;
+use stampede_core::report::{LiveSnapshot, MergeError, RunAccumulator};
 use stampede_core::stats::{Counters, SparseStats, SparseStepStats, Stats};
 
 use crate::v1;
@@ -30,6 +30,9 @@ pub enum ConvertError {
     },
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
+    /// Well formed, but it does not fit the run it was sent for.
+    #[error("progress: {0}")]
+    Refused(#[from] MergeError),
 }
 
 impl ConvertError {
@@ -306,6 +309,20 @@ pub fn progress_from_wire(
         .collect()
 }
 
+/// One agent's Progress, checked against the run it was sent for and decoded once: what
+/// [`progress_from_wire`] refuses, then what [`RunAccumulator::check_progress`] refuses (data
+/// the accumulator would not add whole). The controller's run driver merges the result with
+/// [`RunAccumulator::add_progress`]; a refused Progress counts for nothing.
+pub fn check_progress(
+    acc: &RunAccumulator,
+    agent: usize,
+    p: &v1::Progress,
+) -> Result<Vec<(u32, SparseStats)>, ConvertError> {
+    let samples = progress_from_wire(p, acc.phase_count(), acc.step_count(), acc.max_interval())?;
+    acc.check_progress(agent, p.interval, &samples)?;
+    Ok(samples)
+}
+
 impl From<&LiveSnapshot> for v1::LiveSnapshot {
     fn from(s: &LiveSnapshot) -> Self {
         Self {
@@ -406,6 +423,34 @@ mod tests {
         p.samples = vec![sample.clone()];
         p.samples[0].phase = 5;
         assert!(progress_from_wire(&p, 2, 1, 10).is_err());
+    }
+
+    #[test]
+    fn progress_is_checked_against_its_run() {
+        let scenario = stampede_core::Scenario::from_yaml(
+            "name: p\ntarget: http://h:1\nphases: [{ duration: 2s, arrival_rate: 1 }]\nsession: [{ http: { path: / } }]\n",
+        )
+        .unwrap();
+        let plan = stampede_core::plan::Plan::new(&scenario, 1, &[], 0).unwrap();
+        let acc = RunAccumulator::new(&scenario, plan, vec!["a".into()], 1.0);
+        let mut s = Stats::with_steps(1);
+        s.record_success(0, 5_000, 4_000);
+        let p = v1::Progress {
+            run_id: "r".into(),
+            interval: 1,
+            samples: vec![sample_to_wire(0, &s).unwrap()],
+            open_connections: 0,
+        };
+        assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
+        let e = check_progress(&acc, 1, &p).unwrap_err();
+        assert!(
+            matches!(e, ConvertError::Refused(MergeError::UnknownAgent(1))),
+            "{e}"
+        );
+        let mut two_steps = p.clone();
+        two_steps.samples = vec![sample_to_wire(0, &Stats::with_steps(2)).unwrap()];
+        let e = check_progress(&acc, 0, &two_steps).unwrap_err().to_string();
+        assert!(e.starts_with("progress.samples[0].steps: "), "{e}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use stampede_core::plan::Plan;
 use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
 use stampede_core::scenario::{AgentLossPolicy, Scenario};
-use stampede_proto::convert::progress_from_wire;
+use stampede_proto::convert::check_progress;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;

@@ -86,8 +86,6 @@ impl Driver {
             .enumerate()
             .map(|(i, m)| (m.agent_id.clone(), i))
             .collect();
-        let n_phases = acc.phase_count();
-        let max_interval = acc.max_interval();
         let mut snap =
             tokio::time::interval_at(t0 + self.inner.cfg.interval, self.inner.cfg.interval);
         let planned = self.scenario.duration();
@@ -98,7 +96,6 @@ impl Driver {
             .min(FAR_FUTURE);
         let mut deadline = t0 + deadline;
         let mut failure: Option<Failure> = None;
-        let n_steps = self.scenario.step_names().len();
         let policy = self.scenario.on_agent_loss;
         let live_thresholds = if self.scenario.abort_on_fail {
             self.scenario.parsed_thresholds().unwrap_or_default()
@@ -152,7 +149,7 @@ impl Driver {
                         RunInput::Progress { agent_id, progress } => {
                             let Some(&i) = index.get(&agent_id) else { continue };
                             if members[i].received.insert(progress.interval) {
-                                self.merge(&mut acc, i, &agent_id, &progress, n_steps, n_phases, max_interval);
+                                self.merge(&mut acc, i, &agent_id, &progress);
                             }
                             renewals.ack(i, members[i].received.next);
                         }
@@ -255,27 +252,8 @@ impl Driver {
 
     /// Validates, decodes (once) and merges one agent's Progress. A Progress that does not
     /// fit the run is refused whole and logged; nothing of it is counted.
-    #[allow(clippy::too_many_arguments)]
-    fn merge(
-        &self,
-        acc: &mut RunAccumulator,
-        i: usize,
-        agent_id: &str,
-        progress: &v1::Progress,
-        n_steps: usize,
-        n_phases: usize,
-        max_interval: u64,
-    ) {
-        let checked = progress_from_wire(progress, n_phases, n_steps, max_interval)
-            .map_err(|e| e.to_string())
-            .and_then(|samples| {
-                samples
-                    .iter()
-                    .try_for_each(|(phase, s)| acc.check(i, progress.interval, *phase, s))
-                    .map_err(|e| e.to_string())
-                    .map(|()| samples)
-            });
-        let samples = match checked {
+    fn merge(&self, acc: &mut RunAccumulator, i: usize, agent_id: &str, progress: &v1::Progress) {
+        let samples = match check_progress(acc, i, progress) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress");
@@ -289,12 +267,9 @@ impl Driver {
             progress.open_connections,
             &samples,
         );
-        for (phase, s) in &samples {
-            if let Err(e) = acc.add(i, progress.interval, *phase, s) {
-                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
-            }
+        if let Err(e) = acc.add_progress(i, progress.interval, &samples) {
+            tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
         }
-        let _ = acc.reported_through(i, progress.interval);
     }
 
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,

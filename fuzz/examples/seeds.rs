@@ -1,6 +1,8 @@
 //! Writes the seed corpora under `fuzz/seeds/<target>/` (committed): the repository's example
 //! scenarios and a few handcrafted ones, histograms in both wire forms, HTTP/1 responses, and
 //! Progress messages as an agent encodes them. Run from `fuzz/`: `cargo run --example seeds`.
+//! The `crash-*` files next to them are inputs that crashed a target once (each has a unit test
+//! where it was fixed); they are kept, not written here.
 
 use std::path::Path;
 

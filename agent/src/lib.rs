@@ -193,6 +193,8 @@ struct AgentState {
     run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
     run_rx: mpsc::UnboundedReceiver<v1::AgentMessage>,
     lease: Duration,
+    /// This agent's data rows for the run about to be assigned (sent before its Assign).
+    data: stampede_proto::data::Received,
 }
 
 /// Runs the agent until `shutdown` resolves, reconnecting with backoff. The load runs on the
@@ -269,6 +271,7 @@ async fn control(
         run_tx,
         run_rx,
         lease: Duration::from_secs(1),
+        data: Default::default(),
     };
     let drained = async {
         quit.cancelled().await;
@@ -457,15 +460,17 @@ async fn handle(
                 tracing::error!(error = %e, "controller uses another histogram spec");
             }
         }
+        In::DataRows(d) => state.data.add(d),
         In::Assign(a) => {
             let run_id = a.run_id.clone();
+            let data = std::mem::take(&mut state.data);
             let reply = if state.active.is_some() {
                 Out::Failed(v1::AgentFailed {
                     run_id,
                     reason: "agent is busy with another run".into(),
                 })
             } else {
-                match prepare(cfg, &a).await {
+                match prepare(cfg, &a, data).await {
                     Ok(spec) => {
                         let planned: u64 = spec.planned.iter().sum();
                         if planned != a.planned_sessions {
@@ -620,8 +625,15 @@ async fn watchdog(
 }
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
-async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
+async fn prepare(
+    cfg: &AgentConfig,
+    a: &v1::Assign,
+    mut data: stampede_proto::data::Received,
+) -> Result<RunSpec, String> {
     let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
+    let shares = data
+        .take(&a.run_id, &scenario, &a.data)
+        .map_err(|e| e.to_string())?;
     let shard = Shard {
         index: a.shard_index,
         count: a.shard_count,
@@ -684,7 +696,8 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
             Endpoint::Http(addr, tls)
         };
     }
-    let (context, slots) = dynamic::Context::new(&scenario, a.seed, a.shard_index, &a.run_id);
+    let (context, slots) =
+        dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
     let mut any_dynamic = false;
     let prefix = target.prefix();
     let mut ordinal = 0;
@@ -779,7 +792,7 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                     first,
                     total: u64::from(load.connections),
                 },
-                LoadModel::Constant => runner::Mode::Constant { connections },
+                LoadModel::Constant => runner::Mode::Constant { connections, first },
             }
         }
     };
@@ -799,6 +812,7 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         steps,
         capacity: cfg.capacity.max(1) as usize,
         dynamic,
+        seed: a.seed,
     })
 }
 

@@ -244,6 +244,15 @@ pub fn read_scenario_with(
         Ok(false) => Ok((text, scenario)),
         Ok(true) => {
             let json = serde_json::to_string(&scenario).context("serialising the scenario")?;
+            let max = stampede_core::scenario::MAX_SCENARIO_BYTES;
+            if json.len() > max {
+                bail!(
+                    "{}: the scenario with its files is {:.1} MiB; at most {} MiB (data files, bodies and payloads included)",
+                    path.display(),
+                    json.len() as f64 / f64::from(1u32 << 20),
+                    max >> 20
+                );
+            }
             Ok((json, scenario))
         }
         Err(e) => bail!("{}: {e}", path.display()),

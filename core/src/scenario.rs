@@ -387,6 +387,14 @@ impl Step {
             .clone()
             .unwrap_or_else(|| format!("step-{}", index + 1))
     }
+
+    /// Every template of the step's request, with its field relative to the step
+    /// (`http.path`, `http.headers.NAME`, `http.body`).
+    pub fn templates(&self) -> impl Iterator<Item = (String, &crate::template::Template)> {
+        self.http
+            .iter()
+            .flat_map(|h| h.templates().map(|(f, t)| (format!("http.{f}"), t)))
+    }
 }
 
 /// `think_time: 500ms` or `{ min: 1s, max: 3s }`, by hand rather than `untagged` so that a
@@ -888,26 +896,56 @@ impl Scenario {
             }
             d.check()
                 .map_err(|why| ScenarioError::invalid(format!("data.{name}"), why))?;
-            if self.is_closed() && d.on_exhausted == crate::data::OnExhausted::Fail {
+            if self.is_closed()
+                && d.on_exhausted == crate::data::OnExhausted::Fail
+                && d.per != crate::data::DataScope::Connection
+            {
                 return Err(ScenarioError::invalid(
                     format!("data.{name}.on_exhausted"),
-                    "a closed load plans no arrivals, so the supply cannot be checked: use wrap or stop",
+                    "a closed load's sessions are not counted in advance, so the supply cannot be checked: use wrap or stop (or per: connection)",
                 ));
             }
         }
         Ok(())
     }
 
-    /// With `on_exhausted: fail`, refuses a run whose schedule (seeded with `seed`) plans more
-    /// arrivals than a data source has rows. The count is arithmetic, never a walk.
+    /// With `on_exhausted: fail`, refuses a run whose schedule (seeded with `seed`) uses more
+    /// keys (sessions, requests, connections) than a data source has rows, saying when they
+    /// would run out. The counts are arithmetic, never a walk.
     pub fn check_data_supply(&self, seed: u64) -> Result<(), ScenarioError> {
-        if self.data.is_empty() || self.is_closed() {
+        if self.data.is_empty() {
             return Ok(());
         }
-        let total = crate::schedule::Schedule::new(&self.effective_phases(), self.arrival, seed)
-            .total_arrivals();
-        crate::data::check_supply(&self.data, total)
+        crate::data::share::check_supply(self, seed)
             .map_err(|(path, why)| ScenarioError::invalid(path, why))
+    }
+
+    /// Requests per session that read data source `name` (each reading step times its
+    /// repeat): the keys a session uses with `per: request`.
+    pub fn requests_reading(&self, name: &str) -> u64 {
+        self.session
+            .iter()
+            .filter(|s| {
+                s.templates().any(|(_, t)| {
+                    t.refs()
+                        .any(|r| matches!(&r.var, Var::Data { source, .. } if source == name))
+                })
+            })
+            .map(Step::requests)
+            .sum()
+    }
+
+    /// The form agents receive: the data sources' rows left out (`rows_in_all` says how many
+    /// there are; each agent is sent its share apart, [`crate::data::share`]).
+    pub fn agent_form(&self) -> Self {
+        let mut s = self.clone();
+        for d in s.data.values_mut() {
+            if d.rows_in_all.is_none() {
+                d.rows_in_all = Some(u32::try_from(d.rows.len()).unwrap_or(u32::MAX));
+                d.rows = Vec::new();
+            }
+        }
+        s
     }
 
     /// Resolves every `${env:NAME}` through `lookup` (the CLI's environment, at submit
@@ -1617,7 +1655,7 @@ session:
             (
                 "on_exhausted: wrap",
                 "on_exhausted: fail",
-                "data.users: 2 rows, 5 planned arrivals: the rows are exhausted before the run ends; add rows, or use on_exhausted: wrap or stop",
+                "data.users: 2 rows, 5 arrivals: rows run out at t=0.5 s in phase phase-1; add rows, or use on_exhausted: wrap or stop",
             ),
         ];
         for (from, to, want) in cases {

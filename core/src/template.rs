@@ -416,11 +416,21 @@ impl JsonSchema for Template {
 /// The per-session generator: seeded from the run seed and the arrival index only, so the
 /// same arrival draws the same values whatever the number of agents.
 pub fn session_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
+    keyed_rng(seed, index, b"sessions")
+}
+
+/// The generator of a session's think times: like [`session_rng`], but a stream of its own,
+/// so adding a think time does not change the values the session generates.
+pub fn think_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
+    keyed_rng(seed, index, b"thinking")
+}
+
+fn keyed_rng(seed: u64, index: u64, domain: &[u8; 8]) -> rand_chacha::ChaCha8Rng {
     use rand::SeedableRng;
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&index.to_le_bytes());
-    key[16..24].copy_from_slice(b"sessions");
+    key[16..24].copy_from_slice(domain);
     rand_chacha::ChaCha8Rng::from_seed(key)
 }
 

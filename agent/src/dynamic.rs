@@ -596,6 +596,67 @@ impl DynamicHttp {
     }
 }
 
+/// A tcp or udp step whose `send` payload is a template: rendered and framed per request.
+/// Its framing, timeout and reply check stay in the step's `FramedRequest` or
+/// `DatagramRequest`.
+#[derive(Debug)]
+pub struct DynamicSend {
+    send: Compiled,
+    per_request: Vec<usize>,
+}
+
+impl DynamicSend {
+    /// Compiles `send` (a `tcp.send` or `udp.send` template).
+    pub fn new(
+        send: &Template,
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            send: compile(send, scenario, slots).map_err(|e| format!("send: {e}"))?,
+            per_request: request_sources(scenario, std::iter::once(send)),
+        })
+    }
+
+    /// Renders the payload into `vars.body` (binding the next rows of `per: request`
+    /// sources).
+    fn render(&self, ctx: &Context, vars: &mut SessionVars) {
+        ctx.bind_request(&self.per_request, vars);
+        let mut body = std::mem::take(&mut vars.body);
+        body.clear();
+        self.send.render(ctx, vars, &mut body);
+        vars.body = body;
+    }
+
+    /// One framed request over a tcp or unix stream: (bytes sent, bytes received).
+    pub async fn tcp(
+        &self,
+        conn: &mut crate::stream::StreamConn,
+        req: &crate::stream::FramedRequest,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<(u64, u64), Failure> {
+        self.render(ctx, vars);
+        req.frame(&vars.body, &mut vars.out)?;
+        let received = conn.exchange(&vars.out, req).await?;
+        Ok((vars.out.len() as u64, received))
+    }
+
+    /// One datagram: (bytes sent, bytes received).
+    pub async fn udp(
+        &self,
+        conn: &mut crate::udp::UdpConn,
+        req: &crate::udp::DatagramRequest,
+        deadline: tokio::time::Instant,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<(u64, u64), Failure> {
+        self.render(ctx, vars);
+        let received = conn.exchange(&vars.body, req, deadline).await?;
+        Ok((vars.body.len() as u64, received))
+    }
+}
+
 impl Default for Compiled {
     fn default() -> Self {
         Self::literal("")

@@ -743,16 +743,22 @@ async fn prepare(
                 new_connection,
             }
         } else if let Some(t) = &s.tcp {
+            let send = dynamic_send(&t.send, &scenario, &slots, &mut any_dynamic)
+                .map_err(|e| format!("session[{i}].tcp.{e}"))?;
             StepPlan::Tcp {
                 ordinal,
                 request: FramedRequest::new(t).map_err(|e| format!("session[{i}].tcp.{e}"))?,
+                send,
                 repeat,
                 new_connection,
             }
         } else if let Some(u) = &s.udp {
+            let send = dynamic_send(&u.send, &scenario, &slots, &mut any_dynamic)
+                .map_err(|e| format!("session[{i}].udp.{e}"))?;
             StepPlan::Udp {
                 ordinal,
                 request: DatagramRequest::new(u).map_err(|e| format!("session[{i}].udp.{e}"))?,
+                send,
                 repeat,
                 new_connection,
             }
@@ -814,6 +820,22 @@ async fn prepare(
         dynamic,
         seed: a.seed,
     })
+}
+
+/// A tcp or udp payload rendered per session, when `send` is a template.
+fn dynamic_send(
+    send: &stampede_core::protocol::Payload,
+    scenario: &Scenario,
+    slots: &std::collections::BTreeMap<String, usize>,
+    any_dynamic: &mut bool,
+) -> Result<Option<Arc<dynamic::DynamicSend>>, String> {
+    let Some(t) = send.template() else {
+        return Ok(None);
+    };
+    *any_dynamic = true;
+    Ok(Some(Arc::new(dynamic::DynamicSend::new(
+        t, scenario, slots,
+    )?)))
 }
 
 /// Data sources bind rows (and `stop` skips sessions) even when no step reads them.

@@ -47,6 +47,8 @@ pub enum StepPlan {
     Tcp {
         ordinal: usize,
         request: FramedRequest,
+        /// The payload, when it is a template rendered per session.
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
     },
@@ -54,6 +56,8 @@ pub enum StepPlan {
     Udp {
         ordinal: usize,
         request: DatagramRequest,
+        /// The payload, when it is a template rendered per session.
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
     },
@@ -808,26 +812,52 @@ async fn exchange<'a, 's>(
                 _ => Err(Failure(error_kind::PROTOCOL)),
             }
         }
-        (Link::Stream(c), StepPlan::Tcp { request, .. }) => {
-            timed(deadline, Box::pin(c.request(request)))
-                .await
-                .map(|received| Answer {
-                    sent: request.len() as u64,
-                    received,
-                    error: None,
-                    status: 0,
-                    keep_alive: true,
-                })
-        }
-        (Link::Udp(c), StepPlan::Udp { request, .. }) => Box::pin(c.request(request, deadline))
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: None,
+                ..
+            },
+        ) => timed(deadline, Box::pin(c.request(request)))
             .await
-            .map(|received| Answer {
-                sent: request.len() as u64,
-                received,
-                error: None,
-                status: 0,
-                keep_alive: true,
-            }),
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: None,
+                ..
+            },
+        ) => Box::pin(c.request(request, deadline))
+            .await
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => timed(deadline, Box::pin(send.tcp(c, request, ctx, v)))
+                .await
+                .map(|(sent, received)| Answer::raw(sent, received)),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
+                .await
+                .map(|(sent, received)| Answer::raw(sent, received)),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
         // Validation ties the step kind to the target's scheme; this cannot happen.
         _ => Err(Failure(error_kind::PROTOCOL)),
     };
@@ -835,6 +865,19 @@ async fn exchange<'a, 's>(
         *conn = None;
     }
     result
+}
+
+impl Answer<'_> {
+    /// A tcp or udp exchange: no status, the connection kept.
+    fn raw(sent: u64, received: u64) -> Self {
+        Self {
+            sent,
+            received,
+            error: None,
+            status: 0,
+            keep_alive: true,
+        }
+    }
 }
 
 impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
@@ -895,7 +938,10 @@ mod tests {
         assert_ne!(pauses[0].0, pauses[0].1);
         for (a, b) in pauses {
             for d in [a, b] {
-                assert!(d >= Duration::from_secs(1) && d <= Duration::from_secs(3), "{d:?}");
+                assert!(
+                    d >= Duration::from_secs(1) && d <= Duration::from_secs(3),
+                    "{d:?}"
+                );
             }
         }
     }

@@ -389,11 +389,39 @@ impl Step {
     }
 
     /// Every template of the step's request, with its field relative to the step
-    /// (`http.path`, `http.headers.NAME`, `http.body`).
+    /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`).
     pub fn templates(&self) -> impl Iterator<Item = (String, &crate::template::Template)> {
+        let sends = [
+            ("tcp", self.tcp.as_ref().map(|t| &t.send)),
+            ("udp", self.udp.as_ref().map(|u| &u.send)),
+        ]
+        .into_iter()
+        .filter_map(|(kind, p)| match p {
+            Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
+            _ => None,
+        });
         self.http
             .iter()
             .flat_map(|h| h.templates().map(|(f, t)| (format!("http.{f}"), t)))
+            .chain(sends)
+    }
+
+    /// Mutable access to every template (the CLI's `${env:...}` resolution).
+    pub fn templates_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (String, &mut crate::template::Template)> {
+        let tcp = self.tcp.as_mut().map(|t| &mut t.send);
+        let udp = self.udp.as_mut().map(|u| &mut u.send);
+        let sends = [("tcp", tcp), ("udp", udp)]
+            .into_iter()
+            .filter_map(|(kind, p)| match p {
+                Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
+                _ => None,
+            });
+        self.http
+            .iter_mut()
+            .flat_map(|h| h.templates_mut().map(|(f, t)| (format!("http.{f}"), t)))
+            .chain(sends)
     }
 }
 
@@ -810,11 +838,10 @@ impl Scenario {
                 http.check().map_err(|(field, why)| {
                     ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
                 })?;
-                for (field, t) in http.templates() {
-                    self.check_refs(t, &defined).map_err(|why| {
-                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
-                    })?;
-                }
+            }
+            for (field, t) in step.templates() {
+                self.check_refs(t, &defined)
+                    .map_err(|why| ScenarioError::invalid(format!("session[{i}].{field}"), why))?;
             }
             if (!step.extract.is_empty() || step.check.is_some()) && step.http.is_none() {
                 return Err(ScenarioError::invalid(
@@ -957,12 +984,10 @@ impl Scenario {
     ) -> Result<bool, ScenarioError> {
         let mut changed = false;
         for (i, step) in self.session.iter_mut().enumerate() {
-            if let Some(h) = &mut step.http {
-                for (field, t) in h.templates_mut() {
-                    changed |= t.resolve_env(lookup).map_err(|why| {
-                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
-                    })?;
-                }
+            for (field, t) in step.templates_mut() {
+                changed |= t
+                    .resolve_env(lookup)
+                    .map_err(|why| ScenarioError::invalid(format!("session[{i}].{field}"), why))?;
             }
         }
         if changed {
@@ -974,13 +999,10 @@ impl Scenario {
     /// True when a template still reads the environment (the CLI resolves them; a scenario
     /// submitted otherwise cannot run).
     pub fn has_env_refs(&self) -> bool {
-        self.session
-            .iter()
-            .filter_map(|s| s.http.as_ref())
-            .any(|h| {
-                h.templates()
-                    .any(|(_, t)| t.refs().any(|r| matches!(r.var, Var::Env(_))))
-            })
+        self.session.iter().any(|s| {
+            s.templates()
+                .any(|(_, t)| t.refs().any(|r| matches!(r.var, Var::Env(_))))
+        })
     }
 
     /// A step of `kind` needs a target whose scheme runs that kind.
@@ -1663,6 +1685,61 @@ session:
         }
         let e = err(&SESSIONS.replace("method: post", "method: 'g t'"));
         assert_eq!(e.path(), "session[0].http.method");
+    }
+
+    #[test]
+    fn tcp_and_udp_sends_are_templates_checked_like_http() {
+        use crate::protocol::Payload;
+        let tcp = r#"
+name: t
+target: tcp://127.0.0.1:7000
+data:
+  users: { per: request, columns: [name], rows: [["a"], ["b"], ["c"], ["d"]] }
+phases: [ { duration: 1s, arrival_rate: 2 } ]
+session:
+  - tcp: { send: { text: 'login ${users.name|json} ${env:PW}' }, expect: { prefix: { text: ok } } }
+    repeat: 2
+"#;
+        let mut s = Scenario::from_yaml(tcp).unwrap();
+        let t = s.session[0].tcp.as_ref().unwrap();
+        assert!(t.send.template().is_some());
+        assert_eq!(s.requests_reading("users"), 2);
+        assert!(s.has_env_refs());
+        s.resolve_env(&|_| Some("p\"w".into())).unwrap();
+        assert_eq!(
+            s.session[0].tcp.as_ref().unwrap().send,
+            Payload::Text(
+                crate::template::Template::parse("login ${users.name|json} p\"w").unwrap()
+            )
+        );
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        for (from, to, want) in [
+            (
+                "${users.name|json}",
+                "${token}",
+                "session[0].tcp.send: ${token} is not defined before this step",
+            ),
+            (
+                "prefix: { text: ok }",
+                "prefix: { text: 'ok ${users.name}' }",
+                "session[0].tcp.expect: `ok ${users.name}` has ${...} references: only a send payload is a template",
+            ),
+            (
+                "rows: [[\"a\"], [\"b\"], [\"c\"], [\"d\"]]",
+                "rows: [[\"a\"]]",
+                "data.users: 1 rows, 4 requests read it (2 per session): rows run out at t=0.2 s in phase phase-1; add rows, or use on_exhausted: wrap or stop",
+            ),
+        ] {
+            assert_eq!(err(&tcp.replace(from, to)).to_string(), want, "{to}");
+        }
+        let udp = tcp
+            .replace("tcp://", "udp://")
+            .replace("- tcp: { send: { text: 'login ${users.name|json} ${env:PW}' }, expect: { prefix: { text: ok } } }", "- udp: { send: { text: '${users.name}' } }");
+        let s = Scenario::from_yaml(&udp).unwrap();
+        assert!(s.session[0].udp.as_ref().unwrap().send.template().is_some());
+        let e = err(&udp.replace("${users.name}", "${users.nope}"));
+        assert_eq!(e.path(), "session[0].udp.send");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Templates: `${...}` references in request fields (HTTP path, header values, body).
+//! Templates: `${...}` references in request fields (HTTP path, header values, body; the text
+//! of a tcp or udp `send` payload).
 //!
 //! A template is parsed once, when the scenario is read, into literal segments and typed
 //! references, so a typo fails validation with the field named instead of being sent

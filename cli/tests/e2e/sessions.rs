@@ -357,7 +357,10 @@ session:
     assert!(by_conn.values().all(|u| u.len() == 1), "{by_conn:?}");
     let users: BTreeSet<_> = by_conn.values().flatten().cloned().collect();
     assert_eq!(users.len(), 4, "each connection its own row: {by_conn:?}");
-    assert!(seen.len() - before > 8, "sessions reuse their connection's row");
+    assert!(
+        seen.len() - before > 8,
+        "sessions reuse their connection's row"
+    );
 
     std::fs::write(dir.path().join("accounts.csv"), "u\na0\na1\na2\n").unwrap();
     let before = server.seen().len();

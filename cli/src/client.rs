@@ -211,10 +211,32 @@ pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::S
     read_scenario_with(path, stampede_core::Scenario::from_yaml)
 }
 
+/// [`read_scenario`] for a dry run (`validate`, `plan`): the files are read, but
+/// `${env:NAME}` references are left as they are, so the variables a run needs need not be
+/// set (see [`stampede_core::Scenario::env_names`]).
+pub fn read_scenario_dry(path: &std::path::Path) -> Result<stampede_core::Scenario> {
+    read(path, stampede_core::Scenario::from_yaml, Env::Leave).map(|(_, s)| s)
+}
+
 /// [`read_scenario`] with another parser (capacity's, which needs no load).
 pub fn read_scenario_with(
     path: &std::path::Path,
     parse: fn(&str) -> Result<stampede_core::Scenario, stampede_core::scenario::ScenarioError>,
+) -> Result<(String, stampede_core::Scenario)> {
+    read(path, parse, Env::Resolve)
+}
+
+/// Whether `${env:NAME}` references are resolved from the CLI's environment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Env {
+    Resolve,
+    Leave,
+}
+
+fn read(
+    path: &std::path::Path,
+    parse: fn(&str) -> Result<stampede_core::Scenario, stampede_core::scenario::ScenarioError>,
+    env: Env,
 ) -> Result<(String, stampede_core::Scenario)> {
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the scenario from stdin")?
@@ -239,7 +261,12 @@ pub fn read_scenario_with(
     // values are never written to a report or a log.
     let changed = scenario
         .inline_files(base, &mut |p| std::fs::read(p))
-        .and_then(|files| Ok(scenario.resolve_env(&|n| std::env::var(n).ok())? | files));
+        .and_then(|files| {
+            Ok(match env {
+                Env::Resolve => scenario.resolve_env(&|n| std::env::var(n).ok())? | files,
+                Env::Leave => files,
+            })
+        });
     match changed {
         Ok(false) => Ok((text, scenario)),
         Ok(true) => {

@@ -996,6 +996,20 @@ impl Scenario {
         Ok(changed)
     }
 
+    /// The environment variables the templates read (`${env:NAME}`), by name: what a run
+    /// needs set in the CLI's environment.
+    pub fn env_names(&self) -> std::collections::BTreeSet<&str> {
+        self.session
+            .iter()
+            .flat_map(|s| s.templates().map(|(_, t)| t))
+            .flat_map(|t| t.refs())
+            .filter_map(|r| match &r.var {
+                Var::Env(n) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// True when a template still reads the environment (the CLI resolves them; a scenario
     /// submitted otherwise cannot run).
     pub fn has_env_refs(&self) -> bool {
@@ -1705,7 +1719,9 @@ session:
         assert!(t.send.template().is_some());
         assert_eq!(s.requests_reading("users"), 2);
         assert!(s.has_env_refs());
+        assert_eq!(s.env_names().into_iter().collect::<Vec<_>>(), ["PW"]);
         s.resolve_env(&|_| Some("p\"w".into())).unwrap();
+        assert!(s.env_names().is_empty());
         assert_eq!(
             s.session[0].tcp.as_ref().unwrap().send,
             Payload::Text(

@@ -290,6 +290,14 @@ impl Compiled {
                         Builtin::SessionIndex => vars.index.to_string(),
                         Builtin::Agent => ctx.agent.clone(),
                         Builtin::RunId => ctx.run_id.clone(),
+                        Builtin::Now(format) => {
+                            let ms = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                            let mut v = Vec::with_capacity(24);
+                            template::write_time(ms, *format, &mut v);
+                            String::from_utf8(v).unwrap_or_default()
+                        }
                     };
                     template::apply_filter(*filter, v.as_bytes(), out);
                 }
@@ -691,6 +699,26 @@ session:
                 (name.clone(), share)
             })
             .collect()
+    }
+
+    #[test]
+    fn now_is_the_time_of_the_request() {
+        let s = Scenario::from_yaml(SCENARIO).unwrap();
+        let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
+        let t = Template::parse("${now.s} ${now.iso}").unwrap();
+        let c = compile(&t, &s, &slots).unwrap();
+        let mut vars = ctx.session(0, 0).unwrap();
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut out = Vec::new();
+        c.render(&ctx, &mut vars, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let (secs, iso) = text.split_once(' ').unwrap();
+        let secs: u64 = secs.parse().unwrap();
+        assert!(secs >= before && secs <= before + 2, "{text}");
+        assert!(iso.ends_with('Z') && iso.len() == 24, "{text}");
     }
 
     #[test]

@@ -915,7 +915,8 @@ impl Scenario {
 
     fn validate_data(&self) -> Result<(), ScenarioError> {
         for (name, d) in &self.data {
-            if !crate::template::is_name(name) || matches!(name.as_str(), "session" | "run") {
+            if !crate::template::is_name(name) || crate::template::RESERVED.contains(&name.as_str())
+            {
                 return Err(ScenarioError::invalid(
                     "data",
                     format!("`{name}` cannot name a data source"),

@@ -24,6 +24,8 @@ use crate::net::Failure;
 #[derive(Debug)]
 pub struct Context {
     sources: Vec<Source>,
+    /// The values the setup steps extracted (`${setup.NAME}`), by [`setup_slots`].
+    setup: Vec<String>,
     slots: usize,
     seed: u64,
     agent: String,
@@ -50,6 +52,7 @@ enum Part {
         filter: Option<Filter>,
     },
     Slot(usize, Option<Filter>),
+    Setup(usize, Option<Filter>),
     Builtin(Builtin, Option<Filter>),
     Gen(Generator, Option<Filter>),
 }
@@ -141,6 +144,7 @@ impl Context {
         }
         let ctx = Self {
             sources,
+            setup: vec![String::new(); setup_slots(scenario).len()],
             slots: slots.len(),
             seed,
             agent: agent.to_string(),
@@ -182,6 +186,30 @@ impl Context {
         })
     }
 
+    /// The variables the setup steps run with: no data row, a slot per setup value.
+    pub fn setup_vars(&self) -> SessionVars {
+        SessionVars {
+            index: u64::MAX,
+            rows: vec![None; self.sources.len()],
+            reads: vec![0; self.sources.len()],
+            values: vec![None; self.setup.len()],
+            rng: None,
+            cookies: Vec::new(),
+            out: Vec::new(),
+            body: Vec::new(),
+            capture: Capture::default(),
+        }
+    }
+
+    /// Keeps the values a setup step extracted into `vars`: every session reads them.
+    pub fn keep_setup(&mut self, vars: &SessionVars) {
+        for (kept, v) in self.setup.iter_mut().zip(&vars.values) {
+            if let Some(v) = v {
+                kept.clone_from(v);
+            }
+        }
+    }
+
     /// Binds the next row of each `per: request` source in `sources` (those a request reads).
     fn bind_request(&self, sources: &[usize], vars: &mut SessionVars) {
         for &i in sources {
@@ -191,6 +219,18 @@ impl Context {
             vars.rows[i] = s.share.row(key);
         }
     }
+}
+
+/// The slot of every value the setup steps extract, by name, in the order they appear.
+pub fn setup_slots(scenario: &Scenario) -> BTreeMap<String, usize> {
+    let mut slots = BTreeMap::new();
+    for s in &scenario.setup {
+        for name in s.extract.keys() {
+            let n = slots.len();
+            slots.entry(name.clone()).or_insert(n);
+        }
+    }
+    slots
 }
 
 /// The `per: request` sources (by index) that one of `templates` reads.
@@ -253,6 +293,12 @@ pub fn compile(
                         .ok_or_else(|| format!("{r} is not extracted by any step"))?,
                     r.filter,
                 ),
+                Var::Setup(n) => Part::Setup(
+                    *setup_slots(scenario)
+                        .get(n)
+                        .ok_or_else(|| format!("{r} is not extracted by any setup step"))?,
+                    r.filter,
+                ),
                 Var::Builtin(b) => Part::Builtin(*b, r.filter),
                 Var::Gen(g) => Part::Gen(*g, r.filter),
             },
@@ -280,6 +326,10 @@ impl Compiled {
                         let v = ctx.sources[*source].share.cell(row, *column);
                         template::apply_filter(*filter, v.as_bytes(), out);
                     }
+                }
+                Part::Setup(slot, filter) => {
+                    let v = ctx.setup.get(*slot).map_or("", String::as_str);
+                    template::apply_filter(*filter, v.as_bytes(), out);
                 }
                 Part::Slot(slot, filter) => {
                     let v = vars.values[*slot].as_deref().unwrap_or_default();

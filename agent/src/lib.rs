@@ -16,6 +16,7 @@ pub mod h2;
 pub mod http1;
 pub mod net;
 pub mod runner;
+pub mod setup;
 pub mod stream;
 pub mod tls;
 pub mod udp;
@@ -696,8 +697,22 @@ async fn prepare(
             Endpoint::Http(addr, tls)
         };
     }
-    let (context, slots) =
+    let (mut context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
+    // Setup steps run here, before Ready: outside any measurement.
+    let setup_target = setup::Target {
+        endpoint: &endpoint,
+        authority: &host_header,
+        prefix: target.prefix(),
+        https,
+    };
+    setup::run(
+        &scenario,
+        &mut context,
+        &setup_target,
+        scenario.request_timeout.0,
+    )
+    .await?;
     let mut any_dynamic = false;
     let prefix = target.prefix();
     let mut ordinal = 0;

@@ -89,7 +89,7 @@ pub enum Link {
 }
 
 impl Link {
-    async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
+    pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
         Ok(match endpoint {
             Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
             Endpoint::H2(a, tls) => Link::H2(crate::h2::H2Conn::connect(*a, tls.as_deref()).await?),

@@ -8,6 +8,8 @@
 //!
 //! Syntax (documented in the README):
 //! - `${name}`: a value extracted by an earlier step of the session;
+//! - `${setup.name}`: a value extracted by a setup step (run once on each agent before the
+//!   load);
 //! - `${source.column}`: a column of the row a `data` source bound to this session;
 //! - `${env:NAME}`: an environment variable of the CLI, resolved at submit time;
 //! - built-ins `${session.index}` (the global arrival index), `${session.agent}` (the agent's
@@ -62,6 +64,8 @@ pub enum Var {
     },
     /// `${name}`: extracted by an earlier step.
     Extracted(String),
+    /// `${setup.name}`: extracted by a setup step (run once per agent before the load).
+    Setup(String),
     Builtin(Builtin),
     Gen(Generator),
 }
@@ -229,7 +233,7 @@ fn clip(s: &str) -> &str {
 }
 
 /// Names of the built-ins' namespaces: no data source may take them.
-pub const RESERVED: [&str; 3] = ["session", "run", "now"];
+pub const RESERVED: [&str; 4] = ["session", "run", "now", "setup"];
 
 /// A variable or source name: a letter or `_`, then letters, digits, `_` or `-`.
 pub fn is_name(s: &str) -> bool {
@@ -266,6 +270,7 @@ fn parse_ref(inner: &str) -> Result<Ref, String> {
             "now.s" => Var::Builtin(Builtin::Now(TimeFormat::Seconds)),
             "now.iso" => Var::Builtin(Builtin::Now(TimeFormat::Iso)),
             _ => match name.split_once('.') {
+                Some(("setup", name)) if is_name(name) => Var::Setup(name.to_string()),
                 Some((source, column)) if is_name(source) && !column.is_empty() => {
                     if RESERVED.contains(&source) {
                         return Err(format!(
@@ -374,6 +379,7 @@ impl std::fmt::Display for Ref {
             Var::Env(n) => write!(f, "env:{n}")?,
             Var::Data { source, column } => write!(f, "{source}.{column}")?,
             Var::Extracted(n) => f.write_str(n)?,
+            Var::Setup(n) => write!(f, "setup.{n}")?,
             Var::Builtin(Builtin::SessionIndex) => f.write_str("session.index")?,
             Var::Builtin(Builtin::Agent) => f.write_str("session.agent")?,
             Var::Builtin(Builtin::RunId) => f.write_str("run.id")?,
@@ -432,7 +438,7 @@ impl JsonSchema for Template {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "Text with optional ${...} references: ${name} (extracted earlier), ${source.column} (data), ${env:NAME}, ${session.index}, ${session.agent}, ${run.id}, ${now} (Unix ms), ${now.s}, ${now.iso}, ${uuid()}, ${int(MIN,MAX)}, ${seq(START,STEP)}; filters |url |json |hex; $${ is a literal ${."
+            "description": "Text with optional ${...} references: ${name} (extracted earlier), ${setup.name} (extracted by a setup step), ${source.column} (data), ${env:NAME}, ${session.index}, ${session.agent}, ${run.id}, ${now} (Unix ms), ${now.s}, ${now.iso}, ${uuid()}, ${int(MIN,MAX)}, ${seq(START,STEP)}; filters |url |json |hex; $${ is a literal ${."
         })
     }
 }
@@ -598,6 +604,9 @@ mod tests {
             ]
         );
         assert_eq!(Template::parse(&t.to_string()).unwrap(), t);
+        let setup = Template::parse("Bearer ${setup.token}").unwrap();
+        assert_eq!(setup.refs().next().unwrap().var, Var::Setup("token".into()));
+        assert_eq!(setup.to_string(), "Bearer ${setup.token}");
         assert!(Template::parse("${now.x}")
             .unwrap_err()
             .contains("is not a built-in"));

@@ -377,3 +377,77 @@ session:
     );
     assert_eq!(server.seen().len(), before, "no load was sent");
 }
+
+/// Setup steps run once on each agent before the load, outside the report: two agents log in
+/// twice in all, and every session sends the token of its agent's login; a setup that fails
+/// its check refuses the run before any session starts, naming the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_runs_once_per_agent_and_its_values_reach_every_session() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"name: setup
+target: {}
+phases: [ {{ duration: 1s, arrival_rate: 20 }} ]
+setup:
+  - name: login
+    http: {{ method: post, path: /login, body: 'key=${{env:E2E_SESSION_KEY}}' }}
+    extract: {{ token: {{ json: /token }} }}
+    check: {{ json: {{ /status: ok }} }}
+session:
+  - name: me
+    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}' }} }}
+    check: {{ status: [200] }}
+"#,
+        server.url
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let (dir, text) = (dir.path().to_path_buf(), text.clone());
+        move || run_cli(&dir, "setup", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let seen = server.seen();
+    let logins: Vec<_> = seen.iter().filter(|s| s.path == "/api/login").collect();
+    assert_eq!(logins.len(), 2, "one login per agent");
+    assert!(logins.iter().all(|s| s.body == "key=k-e2e"));
+    let tokens: BTreeSet<_> = seen
+        .iter()
+        .filter(|s| s.path == "/api/me")
+        .map(|s| s.headers["authorization"].clone())
+        .collect();
+    assert_eq!(
+        tokens,
+        BTreeSet::from(["Bearer t-1".to_string(), "Bearer t-2".to_string()])
+    );
+    let r: stampede_core::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("setup.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r.totals.completed, 20,
+        "setup requests are not in the report"
+    );
+    assert_eq!(r.steps.len(), 1);
+
+    let before = server.seen().len();
+    let text = text.replace("/status: ok", "/status: denied");
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "setup-fails", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("setup[0] (login): check.json (status 200)"),
+        "{out}"
+    );
+    assert!(
+        server.seen()[before..]
+            .iter()
+            .all(|s| s.path == "/api/login"),
+        "no session started"
+    );
+}

@@ -21,7 +21,7 @@ trap 'stop_target; rm -rf "$work"' EXIT
 # The target each example is written against (see the comment at the top of each file).
 target_for() {
     case $1 in
-        tcp-login) echo "login --listen 127.0.0.1:7000" ;;
+        tcp-login | tcp-login-users) echo "login --listen 127.0.0.1:7000" ;;
         echo-tcp) echo "echo-tcp --listen 127.0.0.1:7001 --framing length" ;;
         echo-udp) echo "echo-udp --listen 127.0.0.1:7002" ;;
         echo-unix) echo "echo-unix --listen /tmp/stampede-echo.sock --framing length" ;;

@@ -304,8 +304,9 @@ async fn agent(
             In::Registered(_) => {
                 totals.registered.fetch_add(1, Ordering::Relaxed);
             }
-            // The fleet keeps no replay buffer: acknowledgements need no answer.
-            In::Ack(_) => {}
+            // The fleet keeps no replay buffer: acknowledgements need no answer; its
+            // scenarios read no data.
+            In::Ack(_) | In::DataRows(_) => {}
             In::ClockPing(p) => {
                 let now = unix_ns();
                 let _ = tx

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use stampede_core::data::Binding;
+use stampede_core::data::share::Share;
+use stampede_core::data::DataScope;
 use stampede_core::extract::{Check, Extract, JsonCache, Response as Seen, MAX_CAPTURED_BODY};
 use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
@@ -18,14 +19,27 @@ use stampede_core::template::{self, Builtin, Filter, Generator, Segment, Templat
 use crate::http1::{Capture, Conn, Discard};
 use crate::net::Failure;
 
-/// What every session of a run reads: the data rows and how they bind, the seed, who we are.
+/// What every session of a run reads: this agent's share of each data source, the seed,
+/// who we are.
 #[derive(Debug)]
 pub struct Context {
-    sources: Vec<(Vec<Vec<String>>, Binding)>,
+    sources: Vec<Source>,
+    /// The values the setup steps extracted (`${setup.NAME}`), by [`setup_slots`].
+    setup: Vec<String>,
     slots: usize,
     seed: u64,
     agent: String,
     run_id: String,
+}
+
+/// One data source as the agent holds it.
+#[derive(Debug)]
+struct Source {
+    /// This agent's rows: those of the keys it runs.
+    share: Share,
+    per: DataScope,
+    /// Keys per session (`per: request`: the requests of a session that read the source).
+    per_session: u64,
 }
 
 /// One piece of a compiled template.
@@ -38,6 +52,7 @@ enum Part {
         filter: Option<Filter>,
     },
     Slot(usize, Option<Filter>),
+    Setup(usize, Option<Filter>),
     Builtin(Builtin, Option<Filter>),
     Gen(Generator, Option<Filter>),
 }
@@ -66,13 +81,19 @@ pub struct DynamicHttp {
     check: Option<Check>,
     capture_body: bool,
     cookies: bool,
+    /// The `per: request` sources the request reads: each binds its next row per request.
+    per_request: Vec<usize>,
 }
 
 /// A session's variables and reusable buffers; exists only when the run has dynamic steps.
 #[derive(Debug)]
 pub struct SessionVars {
     index: u64,
-    rows: Vec<usize>,
+    /// Per source, the row (of the agent's share) bound now; a `per: request` source binds
+    /// one before each request that reads it.
+    rows: Vec<Option<u32>>,
+    /// Per source, the requests of this session that read it so far (`per: request`).
+    reads: Vec<u64>,
     values: Vec<Option<String>>,
     rng: Option<rand_chacha::ChaCha8Rng>,
     cookies: Vec<(String, String)>,
@@ -93,9 +114,11 @@ pub struct Outcome<'a> {
 }
 
 impl Context {
-    /// The run's context, and the slot of every extracted variable by name.
+    /// The run's context, from this agent's `shares` of the data sources (by name), and
+    /// the slot of every extracted variable by name.
     pub fn new(
         scenario: &Scenario,
+        mut shares: BTreeMap<String, Share>,
         seed: u64,
         agent: u32,
         run_id: &str,
@@ -103,7 +126,14 @@ impl Context {
         let sources = scenario
             .data
             .iter()
-            .map(|(name, d)| (d.rows.clone(), Binding::new(name, d, seed)))
+            .map(|(name, d)| Source {
+                share: shares.remove(name).unwrap_or_else(|| Share::new(d)),
+                per: d.per,
+                per_session: match d.per {
+                    DataScope::Request => scenario.requests_reading(name),
+                    _ => 1,
+                },
+            })
             .collect();
         let mut slots = BTreeMap::new();
         for s in &scenario.session {
@@ -114,6 +144,7 @@ impl Context {
         }
         let ctx = Self {
             sources,
+            setup: vec![String::new(); setup_slots(scenario).len()],
             slots: slots.len(),
             seed,
             agent: agent.to_string(),
@@ -122,15 +153,29 @@ impl Context {
         (ctx, slots)
     }
 
-    /// A session's variables, or `None` when a data source has no row for it (`stop`).
-    pub fn session(&self, index: u64) -> Option<SessionVars> {
+    /// The variables of session `index` (its global arrival index) running on connection
+    /// `connection` (the connection's global index; with arrival phases, `index`), or `None`
+    /// when a data source has no row for it (`stop`): for `per: request`, no row for its
+    /// last request.
+    pub fn session(&self, index: u64, connection: u64) -> Option<SessionVars> {
         let rows = self
             .sources
             .iter()
-            .map(|(_, b)| b.row(index))
+            .map(|s| match s.per {
+                DataScope::Session => s.share.row(index).map(Some),
+                DataScope::Connection => s.share.row(connection).map(Some),
+                DataScope::Request if s.per_session == 0 => Some(None),
+                DataScope::Request => {
+                    let last = index
+                        .checked_mul(s.per_session)?
+                        .checked_add(s.per_session - 1)?;
+                    s.share.row(last).map(|_| None)
+                }
+            })
             .collect::<Option<Vec<_>>>()?;
         Some(SessionVars {
             index,
+            reads: vec![0; rows.len()],
             rows,
             values: vec![None; self.slots],
             rng: None,
@@ -140,6 +185,74 @@ impl Context {
             capture: Capture::default(),
         })
     }
+
+    /// The variables the setup steps run with: no data row, a slot per setup value.
+    pub fn setup_vars(&self) -> SessionVars {
+        SessionVars {
+            index: u64::MAX,
+            rows: vec![None; self.sources.len()],
+            reads: vec![0; self.sources.len()],
+            values: vec![None; self.setup.len()],
+            rng: None,
+            cookies: Vec::new(),
+            out: Vec::new(),
+            body: Vec::new(),
+            capture: Capture::default(),
+        }
+    }
+
+    /// Keeps the values a setup step extracted into `vars`: every session reads them.
+    pub fn keep_setup(&mut self, vars: &SessionVars) {
+        for (kept, v) in self.setup.iter_mut().zip(&vars.values) {
+            if let Some(v) = v {
+                kept.clone_from(v);
+            }
+        }
+    }
+
+    /// Binds the next row of each `per: request` source in `sources` (those a request reads).
+    fn bind_request(&self, sources: &[usize], vars: &mut SessionVars) {
+        for &i in sources {
+            let s = &self.sources[i];
+            let key = vars.index.wrapping_mul(s.per_session) + vars.reads[i];
+            vars.reads[i] += 1;
+            vars.rows[i] = s.share.row(key);
+        }
+    }
+}
+
+/// The slot of every value the setup steps extract, by name, in the order they appear.
+pub fn setup_slots(scenario: &Scenario) -> BTreeMap<String, usize> {
+    let mut slots = BTreeMap::new();
+    for s in &scenario.setup {
+        for name in s.extract.keys() {
+            let n = slots.len();
+            slots.entry(name.clone()).or_insert(n);
+        }
+    }
+    slots
+}
+
+/// The `per: request` sources (by index) that one of `templates` reads.
+fn request_sources<'t>(
+    scenario: &Scenario,
+    templates: impl Iterator<Item = &'t Template>,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    for t in templates {
+        for r in t.refs() {
+            if let Var::Data { source, .. } = &r.var {
+                let found = scenario
+                    .data
+                    .iter()
+                    .position(|(n, d)| n == source && d.per == DataScope::Request);
+                if let Some(i) = found.filter(|i| !out.contains(i)) {
+                    out.push(i);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Resolves the names of `t` against the scenario's data sources and the variable slots.
@@ -180,6 +293,12 @@ pub fn compile(
                         .ok_or_else(|| format!("{r} is not extracted by any step"))?,
                     r.filter,
                 ),
+                Var::Setup(n) => Part::Setup(
+                    *setup_slots(scenario)
+                        .get(n)
+                        .ok_or_else(|| format!("{r} is not extracted by any setup step"))?,
+                    r.filter,
+                ),
                 Var::Builtin(b) => Part::Builtin(*b, r.filter),
                 Var::Gen(g) => Part::Gen(*g, r.filter),
             },
@@ -203,9 +322,14 @@ impl Compiled {
                     column,
                     filter,
                 } => {
-                    let (rows, _) = &ctx.sources[*source];
-                    let v = rows[vars.rows[*source]][*column].as_bytes();
-                    template::apply_filter(*filter, v, out);
+                    if let Some(row) = vars.rows[*source] {
+                        let v = ctx.sources[*source].share.cell(row, *column);
+                        template::apply_filter(*filter, v.as_bytes(), out);
+                    }
+                }
+                Part::Setup(slot, filter) => {
+                    let v = ctx.setup.get(*slot).map_or("", String::as_str);
+                    template::apply_filter(*filter, v.as_bytes(), out);
                 }
                 Part::Slot(slot, filter) => {
                     let v = vars.values[*slot].as_deref().unwrap_or_default();
@@ -216,6 +340,14 @@ impl Compiled {
                         Builtin::SessionIndex => vars.index.to_string(),
                         Builtin::Agent => ctx.agent.clone(),
                         Builtin::RunId => ctx.run_id.clone(),
+                        Builtin::Now(format) => {
+                            let ms = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                            let mut v = Vec::with_capacity(24);
+                            template::write_time(ms, *format, &mut v);
+                            String::from_utf8(v).unwrap_or_default()
+                        }
                     };
                     template::apply_filter(*filter, v.as_bytes(), out);
                 }
@@ -274,6 +406,7 @@ impl DynamicHttp {
             .map(|(name, e)| (slots[name], e.clone(), format!("extract.{name}")))
             .collect();
         let check = check.cloned();
+        let per_request = request_sources(scenario, req.templates().map(|(_, t)| t));
         let capture_body = extract.iter().any(|(_, e, _)| e.needs_body())
             || check.as_ref().is_some_and(Check::needs_body);
         Ok(Self {
@@ -291,6 +424,7 @@ impl DynamicHttp {
             check,
             capture_body,
             cookies: scenario.cookies,
+            per_request,
         })
     }
 
@@ -414,6 +548,7 @@ impl DynamicHttp {
         ctx: &Context,
         vars: &mut SessionVars,
     ) -> Result<Outcome<'s>, Failure> {
+        ctx.bind_request(&self.per_request, vars);
         self.render_http1(ctx, vars)?;
         let resp = if self.wants_capture() {
             let limit = if self.capture_body {
@@ -444,6 +579,7 @@ impl DynamicHttp {
         ctx: &Context,
         vars: &mut SessionVars,
     ) -> Result<Outcome<'s>, Failure> {
+        ctx.bind_request(&self.per_request, vars);
         let bad = || Failure(error_kind::TEMPLATE);
         let mut path = std::mem::take(&mut vars.out);
         path.clear();
@@ -518,6 +654,67 @@ impl DynamicHttp {
     }
 }
 
+/// A tcp or udp step whose `send` payload is a template: rendered and framed per request.
+/// Its framing, timeout and reply check stay in the step's `FramedRequest` or
+/// `DatagramRequest`.
+#[derive(Debug)]
+pub struct DynamicSend {
+    send: Compiled,
+    per_request: Vec<usize>,
+}
+
+impl DynamicSend {
+    /// Compiles `send` (a `tcp.send` or `udp.send` template).
+    pub fn new(
+        send: &Template,
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            send: compile(send, scenario, slots).map_err(|e| format!("send: {e}"))?,
+            per_request: request_sources(scenario, std::iter::once(send)),
+        })
+    }
+
+    /// Renders the payload into `vars.body` (binding the next rows of `per: request`
+    /// sources).
+    fn render(&self, ctx: &Context, vars: &mut SessionVars) {
+        ctx.bind_request(&self.per_request, vars);
+        let mut body = std::mem::take(&mut vars.body);
+        body.clear();
+        self.send.render(ctx, vars, &mut body);
+        vars.body = body;
+    }
+
+    /// One framed request over a tcp or unix stream: (bytes sent, bytes received).
+    pub async fn tcp(
+        &self,
+        conn: &mut crate::stream::StreamConn,
+        req: &crate::stream::FramedRequest,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<(u64, u64), Failure> {
+        self.render(ctx, vars);
+        req.frame(&vars.body, &mut vars.out)?;
+        let received = conn.exchange(&vars.out, req).await?;
+        Ok((vars.out.len() as u64, received))
+    }
+
+    /// One datagram: (bytes sent, bytes received).
+    pub async fn udp(
+        &self,
+        conn: &mut crate::udp::UdpConn,
+        req: &crate::udp::DatagramRequest,
+        deadline: tokio::time::Instant,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<(u64, u64), Failure> {
+        self.render(ctx, vars);
+        let received = conn.exchange(&vars.body, req, deadline).await?;
+        Ok((vars.body.len() as u64, received))
+    }
+}
+
 impl Default for Compiled {
     fn default() -> Self {
         Self::literal("")
@@ -541,10 +738,80 @@ session:
   - http: { path: /me, headers: { authorization: 'Bearer ${token}' } }
 "#;
 
+    /// Every row of every source: the share of the one agent of a run.
+    fn whole(s: &Scenario, seed: u64) -> BTreeMap<String, Share> {
+        let map = stampede_core::shard::ShardMap::new(1, &[]).unwrap();
+        s.data
+            .iter()
+            .map(|(name, d)| {
+                let keys = stampede_core::data::Keys::new(s, name, d, seed, &map);
+                let share = Share::of(d, &d.pass(name, seed), &keys.positions(d, 0)).unwrap();
+                (name.clone(), share)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn now_is_the_time_of_the_request() {
+        let s = Scenario::from_yaml(SCENARIO).unwrap();
+        let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
+        let t = Template::parse("${now.s} ${now.iso}").unwrap();
+        let c = compile(&t, &s, &slots).unwrap();
+        let mut vars = ctx.session(0, 0).unwrap();
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut out = Vec::new();
+        c.render(&ctx, &mut vars, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let (secs, iso) = text.split_once(' ').unwrap();
+        let secs: u64 = secs.parse().unwrap();
+        assert!(secs >= before && secs <= before + 2, "{text}");
+        assert!(iso.ends_with('Z') && iso.len() == 24, "{text}");
+    }
+
+    #[test]
+    fn rows_bind_per_session_request_and_connection() {
+        let text = SCENARIO.replace(
+            "users: { order: sequence, on_exhausted: wrap, columns: [id, name], rows: [[\"1\", \"a b\"], [\"2\", \"c\"]] }",
+            "users: { per: request, on_exhausted: wrap, columns: [id, name], rows: [[\"1\", \"a\"], [\"2\", \"b\"], [\"3\", \"c\"]] }\n  conn: { per: connection, on_exhausted: stop, columns: [u], rows: [[\"x\"], [\"y\"]] }",
+        );
+        let text = text.replace(
+            "'/login?u=${users.name|url}'",
+            "'/login?u=${users.name}&c=${conn.u}'",
+        );
+        let s = Scenario::from_yaml(&text).unwrap();
+        assert_eq!(s.requests_reading("users"), 1);
+        let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
+        let h = s.session[0].http.as_ref().unwrap();
+        let login =
+            DynamicHttp::new(h, &s.session[0].extract, None, &s, &slots, "h", "", false).unwrap();
+        let mut seen = Vec::new();
+        for (index, connection) in [(0, 0), (1, 1), (2, 1), (4, 0)] {
+            let mut vars = ctx.session(index, connection).unwrap();
+            ctx.bind_request(&login.per_request, &mut vars);
+            login.render_http1(&ctx, &mut vars).unwrap();
+            let text = String::from_utf8(vars.out.clone()).unwrap();
+            seen.push(text.lines().next().unwrap().to_string());
+        }
+        assert_eq!(
+            seen,
+            [
+                "POST /login?u=a&c=x HTTP/1.1",
+                "POST /login?u=b&c=y HTTP/1.1",
+                "POST /login?u=c&c=y HTTP/1.1",
+                "POST /login?u=b&c=x HTTP/1.1",
+            ]
+        );
+        // The connection source stops: a third connection has no row.
+        assert!(ctx.session(0, 2).is_none());
+    }
+
     #[test]
     fn requests_render_from_rows_and_extracted_values() {
         let s = Scenario::from_yaml(SCENARIO).unwrap();
-        let (ctx, slots) = Context::new(&s, 3, 0, "r1");
+        let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
         let h = s.session[0].http.as_ref().unwrap();
         let login = DynamicHttp::new(
             h,
@@ -557,7 +824,7 @@ session:
             false,
         )
         .unwrap();
-        let mut vars = ctx.session(2).unwrap();
+        let mut vars = ctx.session(2, 2).unwrap();
         login.render_http1(&ctx, &mut vars).unwrap();
         let text = String::from_utf8(vars.out.clone()).unwrap();
         assert!(

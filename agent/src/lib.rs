@@ -16,6 +16,7 @@ pub mod h2;
 pub mod http1;
 pub mod net;
 pub mod runner;
+pub mod setup;
 pub mod stream;
 pub mod tls;
 pub mod udp;
@@ -196,6 +197,8 @@ struct AgentState {
     run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
     run_rx: mpsc::UnboundedReceiver<v1::AgentMessage>,
     lease: Duration,
+    /// This agent's data rows for the run about to be assigned (sent before its Assign).
+    data: stampede_proto::data::Received,
 }
 
 /// Runs the agent until `shutdown` resolves, reconnecting with backoff. The load runs on the
@@ -272,6 +275,7 @@ async fn control(
         run_tx,
         run_rx,
         lease: Duration::from_secs(1),
+        data: Default::default(),
     };
     let drained = async {
         quit.cancelled().await;
@@ -461,15 +465,17 @@ async fn handle(
                 tracing::error!(error = %e, "controller uses another histogram spec");
             }
         }
+        In::DataRows(d) => state.data.add(d),
         In::Assign(a) => {
             let run_id = a.run_id.clone();
+            let data = std::mem::take(&mut state.data);
             let reply = if state.active.is_some() {
                 Out::Failed(v1::AgentFailed {
                     run_id,
                     reason: "agent is busy with another run".into(),
                 })
             } else {
-                match prepare(cfg, &a).await {
+                match prepare(cfg, &a, data).await {
                     Ok(spec) => {
                         let planned: u64 = spec.planned.iter().sum();
                         if planned != a.planned_sessions {
@@ -624,8 +630,15 @@ async fn watchdog(
 }
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
-async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
+async fn prepare(
+    cfg: &AgentConfig,
+    a: &v1::Assign,
+    mut data: stampede_proto::data::Received,
+) -> Result<RunSpec, String> {
     let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
+    let shares = data
+        .take(&a.run_id, &scenario, &a.data)
+        .map_err(|e| e.to_string())?;
     let shard = Shard {
         index: a.shard_index,
         count: a.shard_count,
@@ -688,7 +701,22 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
             Endpoint::Http(addr, tls)
         };
     }
-    let (context, slots) = dynamic::Context::new(&scenario, a.seed, a.shard_index, &a.run_id);
+    let (mut context, slots) =
+        dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
+    // Setup steps run here, before Ready: outside any measurement.
+    let setup_target = setup::Target {
+        endpoint: &endpoint,
+        authority: &host_header,
+        prefix: target.prefix(),
+        https,
+    };
+    setup::run(
+        &scenario,
+        &mut context,
+        &setup_target,
+        scenario.request_timeout.0,
+    )
+    .await?;
     let mut any_dynamic = false;
     let prefix = target.prefix();
     let mut ordinal = 0;
@@ -734,16 +762,22 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                 new_connection,
             }
         } else if let Some(t) = &s.tcp {
+            let send = dynamic_send(&t.send, &scenario, &slots, &mut any_dynamic)
+                .map_err(|e| format!("session[{i}].tcp.{e}"))?;
             StepPlan::Tcp {
                 ordinal,
                 request: FramedRequest::new(t).map_err(|e| format!("session[{i}].tcp.{e}"))?,
+                send,
                 repeat,
                 new_connection,
             }
         } else if let Some(u) = &s.udp {
+            let send = dynamic_send(&u.send, &scenario, &slots, &mut any_dynamic)
+                .map_err(|e| format!("session[{i}].udp.{e}"))?;
             StepPlan::Udp {
                 ordinal,
                 request: DatagramRequest::new(u).map_err(|e| format!("session[{i}].udp.{e}"))?,
+                send,
                 repeat,
                 new_connection,
             }
@@ -783,7 +817,7 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
                     first,
                     total: u64::from(load.connections),
                 },
-                LoadModel::Constant => runner::Mode::Constant { connections },
+                LoadModel::Constant => runner::Mode::Constant { connections, first },
             }
         }
     };
@@ -803,7 +837,24 @@ async fn prepare(cfg: &AgentConfig, a: &v1::Assign) -> Result<RunSpec, String> {
         steps,
         capacity: cfg.capacity.max(1) as usize,
         dynamic,
+        seed: a.seed,
     })
+}
+
+/// A tcp or udp payload rendered per session, when `send` is a template.
+fn dynamic_send(
+    send: &stampede_core::protocol::Payload,
+    scenario: &Scenario,
+    slots: &std::collections::BTreeMap<String, usize>,
+    any_dynamic: &mut bool,
+) -> Result<Option<Arc<dynamic::DynamicSend>>, String> {
+    let Some(t) = send.template() else {
+        return Ok(None);
+    };
+    *any_dynamic = true;
+    Ok(Some(Arc::new(dynamic::DynamicSend::new(
+        t, scenario, slots,
+    )?)))
 }
 
 /// Data sources bind rows (and `stop` skips sessions) even when no step reads them.

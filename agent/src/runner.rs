@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rand::Rng;
+use rand::Rng as _;
 use stampede_core::scenario::{status_error, Scenario, ThinkTime};
 use stampede_core::schedule::Schedule;
 use stampede_core::shard::ShardFilter;
@@ -47,6 +47,8 @@ pub enum StepPlan {
     Tcp {
         ordinal: usize,
         request: FramedRequest,
+        /// The payload, when it is a template rendered per session.
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
     },
@@ -54,6 +56,8 @@ pub enum StepPlan {
     Udp {
         ordinal: usize,
         request: DatagramRequest,
+        /// The payload, when it is a template rendered per session.
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
     },
@@ -85,7 +89,7 @@ pub enum Link {
 }
 
 impl Link {
-    async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
+    pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
         Ok(match endpoint {
             Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
             Endpoint::H2(a, tls) => Link::H2(crate::h2::H2Conn::connect(*a, tls.as_deref()).await?),
@@ -112,8 +116,9 @@ pub enum Mode {
     },
     /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
     /// on the first free connection of a pool of this many. A slot that finds every
-    /// connection busy waits in a queue; its response time still counts from its slot.
-    Constant { connections: usize },
+    /// connection busy waits in a queue; its response time still counts from its slot. The
+    /// pool's connections are `first..first + connections` of the run's (their data rows).
+    Constant { connections: usize, first: u64 },
 }
 
 /// Everything needed to run a shard.
@@ -138,6 +143,8 @@ pub struct RunSpec {
     /// Data rows and variables of dynamic steps; `None` when every step is static, and then
     /// sessions carry no variables at all.
     pub dynamic: Option<Arc<crate::dynamic::Context>>,
+    /// The run's seed: with the arrival index, it seeds a session's think times.
+    pub seed: u64,
 }
 
 /// Why a run ended.
@@ -341,7 +348,13 @@ pub async fn execute(
                         // slot would shrink the capacity for the rest of the run.
                         let _slot = InFlight(&rec);
                         let mut conn = None;
-                        session(&spec, &rec, intended, a.phase, a.index, &stop, &mut conn).await;
+                        let at = At {
+                            intended,
+                            phase: a.phase,
+                            index: a.index,
+                            connection: a.index,
+                        };
+                        session(&spec, &rec, at, &stop, &mut conn).await;
                         drop(conn);
                     }));
                 })
@@ -367,12 +380,12 @@ pub async fn execute(
             }
             None
         }
-        Mode::Constant { connections } => {
+        Mode::Constant { connections, first } => {
             let (tx, rx) = mpsc::channel::<RateSlot>(MAX_QUEUED_SLOTS);
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
-            for _ in 0..connections {
+            for c in 0..connections as u64 {
                 let (rec, spec, stop, rx) = (rec.clone(), spec.clone(), stop.clone(), rx.clone());
-                tracker.spawn(pooled_connection(spec, rec, rx, stop));
+                tracker.spawn(pooled_connection(spec, rec, rx, first + c, stop));
             }
             queue = Some(rx);
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
@@ -500,13 +513,20 @@ async fn closed_connection(
         _ = stop.cancelled() => return,
     }
     let mut conn = None;
+    let connection = index;
     loop {
         let now = Instant::now();
         if now >= end || stop.is_cancelled() {
             break;
         }
         rec.with(0, |s| s.counters.sessions_planned += 1);
-        if !session(&spec, &rec, now, 0, index, &stop, &mut conn).await {
+        let at = At {
+            intended: now,
+            phase: 0,
+            index,
+            connection,
+        };
+        if !session(&spec, &rec, at, &stop, &mut conn).await {
             break;
         }
         index += stride;
@@ -543,12 +563,13 @@ fn enqueue(tx: &mpsc::Sender<RateSlot>, slot: RateSlot, warned: &mut bool) -> bo
     }
 }
 
-/// One connection of a constant-rate pool: takes the next due slot from the shared queue and
-/// runs the session for it, from the slot's intended time.
+/// One connection of a constant-rate pool (the run's connection `connection`): takes the next
+/// due slot from the shared queue and runs the session for it, from the slot's intended time.
 async fn pooled_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<RateSlot>>>,
+    connection: u64,
     stop: CancellationToken,
 ) {
     let mut conn = None;
@@ -563,7 +584,13 @@ async fn pooled_connection(
         let Some((intended, phase, index)) = next else {
             break;
         };
-        session(&spec, &rec, intended, phase, index, &stop, &mut conn).await;
+        let at = At {
+            intended,
+            phase,
+            index,
+            connection,
+        };
+        session(&spec, &rec, at, &stop, &mut conn).await;
     }
     drop(conn);
 }
@@ -575,12 +602,20 @@ fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
+/// Pauses for a think time; a range draws from the session's own generator (seeded from the
+/// run seed and the arrival index, so a rerun pauses the same). False when stopped.
+async fn think(
+    t: &ThinkTime,
+    rng: &mut Option<rand_chacha::ChaCha8Rng>,
+    (seed, index): (u64, u64),
+    stop: &CancellationToken,
+) -> bool {
     let d = match *t {
         ThinkTime::Fixed(d) => d.0,
         ThinkTime::Range { min, max } => {
             let span = max.0.saturating_sub(min.0);
-            min.0 + span.mul_f64(rand::rng().random::<f64>())
+            let rng = rng.get_or_insert_with(|| stampede_core::template::think_rng(seed, index));
+            min.0 + span.mul_f64(rng.random::<f64>())
         }
     };
     tokio::select! {
@@ -589,23 +624,38 @@ async fn think(t: &ThinkTime, stop: &CancellationToken) -> bool {
     }
 }
 
+/// Where and when a session runs.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    /// When it should have started.
+    intended: Instant,
+    phase: u32,
+    /// Its global arrival index (its data rows and generated values).
+    index: u64,
+    /// The global index of the connection it runs on (`per: connection` rows): with arrival
+    /// phases its own, `index`.
+    connection: u64,
+}
+
 /// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
-/// it, so a closed or pooled connection survives from one session to the next). `index` is
-/// the session's global arrival index (its data rows and generated values). Returns false
+/// it, so a closed or pooled connection survives from one session to the next). Returns false
 /// when the session was not started because its data rows ran out (`on_exhausted: stop`).
-#[allow(clippy::too_many_arguments)]
 async fn session<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
-    intended: Instant,
-    phase: u32,
-    index: u64,
+    at: At,
     stop: &CancellationToken,
     conn: &mut Option<Tracked<'a>>,
 ) -> bool {
+    let At {
+        intended,
+        phase,
+        index,
+        connection,
+    } = at;
     let mut vars = match &spec.dynamic {
         None => None,
-        Some(ctx) => match ctx.session(index) {
+        Some(ctx) => match ctx.session(index, connection) {
             Some(v) => Some(Box::new(v)),
             None => {
                 rec.with(phase, |s| s.counters.dropped_arrivals += 1);
@@ -613,6 +663,7 @@ async fn session<'a>(
             }
         },
     };
+    let mut rng = None;
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
     // The time the next request should have been sent: the arrival for the first request,
@@ -622,7 +673,7 @@ async fn session<'a>(
     'steps: for step in &spec.steps {
         match step {
             StepPlan::Think(t) => {
-                if !think(t, stop).await {
+                if !think(t, &mut rng, (spec.seed, index), stop).await {
                     return true;
                 }
                 due = Instant::now();
@@ -791,26 +842,52 @@ async fn exchange<'a, 's>(
                 _ => Err(Failure(error_kind::PROTOCOL)),
             }
         }
-        (Link::Stream(c), StepPlan::Tcp { request, .. }) => {
-            timed(deadline, Box::pin(c.request(request)))
-                .await
-                .map(|received| Answer {
-                    sent: request.len() as u64,
-                    received,
-                    error: None,
-                    status: 0,
-                    keep_alive: true,
-                })
-        }
-        (Link::Udp(c), StepPlan::Udp { request, .. }) => Box::pin(c.request(request, deadline))
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: None,
+                ..
+            },
+        ) => timed(deadline, Box::pin(c.request(request)))
             .await
-            .map(|received| Answer {
-                sent: request.len() as u64,
-                received,
-                error: None,
-                status: 0,
-                keep_alive: true,
-            }),
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: None,
+                ..
+            },
+        ) => Box::pin(c.request(request, deadline))
+            .await
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => timed(deadline, Box::pin(send.tcp(c, request, ctx, v)))
+                .await
+                .map(|(sent, received)| Answer::raw(sent, received)),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
+                .await
+                .map(|(sent, received)| Answer::raw(sent, received)),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
         // Validation ties the step kind to the target's scheme; this cannot happen.
         _ => Err(Failure(error_kind::PROTOCOL)),
     };
@@ -818,6 +895,19 @@ async fn exchange<'a, 's>(
         *conn = None;
     }
     result
+}
+
+impl Answer<'_> {
+    /// A tcp or udp exchange: no status, the connection kept.
+    fn raw(sent: u64, received: u64) -> Self {
+        Self {
+            sent,
+            received,
+            error: None,
+            status: 0,
+            keep_alive: true,
+        }
+    }
 }
 
 impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
@@ -850,6 +940,41 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// A think time drawn from a range depends on the run seed and the arrival index only:
+    /// a rerun pauses the same, whatever ran before.
+    #[tokio::test(start_paused = true)]
+    async fn think_times_are_drawn_from_the_seed_and_the_arrival() {
+        use stampede_core::scenario::ThinkTime;
+        use stampede_core::HumanDuration;
+        let t = ThinkTime::Range {
+            min: HumanDuration(Duration::from_secs(1)),
+            max: HumanDuration(Duration::from_secs(3)),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut pauses = Vec::new();
+        for (seed, index) in [(7, 3), (7, 3), (7, 4), (8, 3)] {
+            let start = tokio::time::Instant::now();
+            let mut rng = None;
+            assert!(super::think(&t, &mut rng, (seed, index), &stop).await);
+            let first = start.elapsed();
+            // The session's second think time continues its stream.
+            assert!(super::think(&t, &mut rng, (seed, index), &stop).await);
+            pauses.push((first, start.elapsed() - first));
+        }
+        assert_eq!(pauses[0], pauses[1]);
+        assert_ne!(pauses[0], pauses[2]);
+        assert_ne!(pauses[0], pauses[3]);
+        assert_ne!(pauses[0].0, pauses[0].1);
+        for (a, b) in pauses {
+            for d in [a, b] {
+                assert!(
+                    d >= Duration::from_secs(1) && d <= Duration::from_secs(3),
+                    "{d:?}"
+                );
+            }
+        }
+    }
 
     #[tokio::test]
     async fn a_panicking_session_gives_its_in_flight_slot_back() {

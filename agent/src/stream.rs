@@ -63,9 +63,13 @@ pub struct FramedRequest {
 
 impl FramedRequest {
     /// Frames the request; fails on a payload that does not decode (`file:` not inlined) or
-    /// does not fit the framing.
+    /// does not fit the framing. A templated payload is framed per request ([`Self::frame`]):
+    /// this keeps its framing and check.
     pub fn new(t: &TcpRequest) -> Result<Self, String> {
-        let payload = t.send.bytes().map_err(|e| format!("send: {e}"))?;
+        let payload = match t.send.template() {
+            Some(_) => Vec::new(),
+            None => t.send.bytes().map_err(|e| format!("send: {e}"))?,
+        };
         if payload.len() > MAX_FRAME {
             return Err(format!("send: longer than {MAX_FRAME} bytes"));
         }
@@ -113,6 +117,23 @@ impl FramedRequest {
 
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+
+    /// Frames `payload` (a payload rendered for one request) as this step frames its
+    /// requests, into `out`; a payload longer than [`MAX_FRAME`] is a `template` error.
+    pub fn frame(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+        if payload.len() > MAX_FRAME {
+            return Err(Failure(error_kind::TEMPLATE));
+        }
+        out.clear();
+        if self.framing == ReplyFraming::Length {
+            out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        }
+        out.extend_from_slice(payload);
+        if let ReplyFraming::Delimiter(d) = &self.framing {
+            out.extend_from_slice(d);
+        }
+        Ok(())
     }
 }
 
@@ -195,9 +216,14 @@ impl StreamConn {
     /// that fails the check, or bytes beyond the reply (an answer nobody asked for), are
     /// `protocol` errors; the caller then drops the connection.
     pub async fn request(&mut self, req: &FramedRequest) -> Result<u64, Failure> {
+        self.exchange(&req.bytes, req).await
+    }
+
+    /// [`Self::request`] with the request's bytes framed elsewhere ([`FramedRequest::frame`]).
+    pub async fn exchange(&mut self, bytes: &[u8], req: &FramedRequest) -> Result<u64, Failure> {
         let written = match &mut self.socket {
-            Socket::Tcp(s) => s.write_all(&req.bytes).await,
-            Socket::Unix(s) => s.write_all(&req.bytes).await,
+            Socket::Tcp(s) => s.write_all(bytes).await,
+            Socket::Unix(s) => s.write_all(bytes).await,
         };
         written.map_err(|e| io_failure(&e, true))?;
         let mut scanned = 0;
@@ -299,7 +325,7 @@ mod tests {
     #[test]
     fn requests_are_framed_once() {
         let t = |framing| TcpRequest {
-            send: Payload::Text("hi".into()),
+            send: Payload::text("hi"),
             framing,
             expect: None,
         };
@@ -307,6 +333,12 @@ mod tests {
         assert_eq!(&r.bytes[..], b"\0\0\0\x02hi");
         let r = FramedRequest::new(&t(Framing::Delimiter(Payload::Hex("0a".into())))).unwrap();
         assert_eq!(&r.bytes[..], b"hi\n");
+        let mut out = Vec::new();
+        r.frame(b"abc", &mut out).unwrap();
+        assert_eq!(out, b"abc\n");
+        let r = FramedRequest::new(&t(Framing::LengthPrefixed)).unwrap();
+        r.frame(b"abc", &mut out).unwrap();
+        assert_eq!(out, b"\0\0\0\x03abc");
         let r = FramedRequest::new(&t(Framing::Fixed(2))).unwrap();
         assert_eq!(
             (&r.bytes[..], &r.framing),

@@ -30,8 +30,13 @@ pub struct DatagramRequest {
 }
 
 impl DatagramRequest {
+    /// A templated payload is rendered per request ([`UdpConn::exchange`]): this keeps the
+    /// step's timeout and check.
     pub fn new(u: &UdpRequest) -> Result<Self, String> {
-        let bytes = u.send.bytes().map_err(|e| format!("send: {e}"))?;
+        let bytes = match u.send.template() {
+            Some(_) => Vec::new(),
+            None => u.send.bytes().map_err(|e| format!("send: {e}"))?,
+        };
         if bytes.len() > MAX_DATAGRAM {
             return Err(format!("send: longer than {MAX_DATAGRAM} bytes"));
         }
@@ -80,13 +85,27 @@ impl UdpConn {
         req: &DatagramRequest,
         deadline: Instant,
     ) -> Result<u64, Failure> {
+        self.exchange(&req.bytes, req, deadline).await
+    }
+
+    /// [`Self::request`] with the datagram rendered elsewhere; one longer than
+    /// [`MAX_DATAGRAM`] is a `template` error.
+    pub async fn exchange(
+        &mut self,
+        bytes: &[u8],
+        req: &DatagramRequest,
+        deadline: Instant,
+    ) -> Result<u64, Failure> {
+        if bytes.len() > MAX_DATAGRAM {
+            return Err(Failure(error_kind::TEMPLATE));
+        }
         let until = match req.timeout {
             Some(t) => deadline.min(Instant::now() + t),
             None => deadline,
         };
         self.drain_stale();
         self.socket
-            .send(&req.bytes)
+            .send(bytes)
             .await
             .map_err(|e| udp_failure(&e, true))?;
         let n = tokio::time::timeout_at(until, self.socket.recv(&mut self.buf))

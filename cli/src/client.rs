@@ -236,10 +236,32 @@ pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::S
     read_scenario_with(path, stampede_core::Scenario::from_yaml)
 }
 
+/// [`read_scenario`] for a dry run (`validate`, `plan`): the files are read, but
+/// `${env:NAME}` references are left as they are, so the variables a run needs need not be
+/// set (see [`stampede_core::Scenario::env_names`]).
+pub fn read_scenario_dry(path: &std::path::Path) -> Result<stampede_core::Scenario> {
+    read(path, stampede_core::Scenario::from_yaml, Env::Leave).map(|(_, s)| s)
+}
+
 /// [`read_scenario`] with another parser (capacity's, which needs no load).
 pub fn read_scenario_with(
     path: &std::path::Path,
     parse: fn(&str) -> Result<stampede_core::Scenario, stampede_core::scenario::ScenarioError>,
+) -> Result<(String, stampede_core::Scenario)> {
+    read(path, parse, Env::Resolve)
+}
+
+/// Whether `${env:NAME}` references are resolved from the CLI's environment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Env {
+    Resolve,
+    Leave,
+}
+
+fn read(
+    path: &std::path::Path,
+    parse: fn(&str) -> Result<stampede_core::Scenario, stampede_core::scenario::ScenarioError>,
+    env: Env,
 ) -> Result<(String, stampede_core::Scenario)> {
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the scenario from stdin")?
@@ -264,11 +286,25 @@ pub fn read_scenario_with(
     // values are never written to a report or a log.
     let changed = scenario
         .inline_files(base, &mut |p| std::fs::read(p))
-        .and_then(|files| Ok(scenario.resolve_env(&|n| std::env::var(n).ok())? | files));
+        .and_then(|files| {
+            Ok(match env {
+                Env::Resolve => scenario.resolve_env(&|n| std::env::var(n).ok())? | files,
+                Env::Leave => files,
+            })
+        });
     match changed {
         Ok(false) => Ok((text, scenario)),
         Ok(true) => {
             let json = serde_json::to_string(&scenario).context("serialising the scenario")?;
+            let max = stampede_core::scenario::MAX_SCENARIO_BYTES;
+            if json.len() > max {
+                bail!(
+                    "{}: the scenario with its files is {:.1} MiB; at most {} MiB (data files, bodies and payloads included)",
+                    path.display(),
+                    json.len() as f64 / f64::from(1u32 << 20),
+                    max >> 20
+                );
+            }
             Ok((json, scenario))
         }
         Err(e) => bail!("{}: {e}", path.display()),

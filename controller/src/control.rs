@@ -194,6 +194,16 @@ pub(crate) fn submit(
     } else {
         scenario.agents.unwrap_or(1)
     };
+    // The agents' form (rows left out) is what the controller sends, never what it takes.
+    if let Some(name) = scenario
+        .data
+        .iter()
+        .find_map(|(n, d)| d.rows_in_all.is_some().then_some(n))
+    {
+        return Err(ControllerError::Invalid(format!(
+            "data.{name}.rows_in_all: a submitted scenario carries its rows"
+        )));
+    }
     let max = inner
         .cfg
         .max_agents

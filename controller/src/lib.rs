@@ -8,6 +8,7 @@
 mod agents;
 pub mod auth;
 mod control;
+mod data;
 pub mod k8s;
 mod metrics;
 mod renew;

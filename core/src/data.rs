@@ -1,21 +1,32 @@
-//! Data sources: rows of a CSV (with a header) or JSON-lines file, bound to sessions by the
-//! GLOBAL arrival index of the whole-test schedule.
+//! Data sources: rows of a CSV (with a header) or JSON-lines file, bound to sessions,
+//! requests or connections by a global *key* that does not depend on the number of agents.
 //!
-//! Because every arrival index is owned by exactly one agent (`shard`), binding rows by that
-//! index splits a file exactly across agents with no coordination: each row is used once per
-//! pass, none is skipped, and arrival `i` gets the same row whatever the number of agents.
-//! `shuffle` is a permutation seeded from the run seed, so it too is independent of the agent
-//! count. The CLI reads the file and inlines its rows into the submitted scenario.
+//! A source's key is the session's global arrival index (`per: session`), the `r`-th of the
+//! `R` requests of session `i` that read the source, `i × R + r` (`per: request`), or the
+//! connection's global index (`per: connection`). Key `k` takes the row at position `k` of the
+//! *pass* (`k mod N` with `wrap`): the file in `sequence` order, or a permutation of it seeded
+//! from the run seed (`shuffle`). Every key is run by exactly one agent (`shard`), so binding
+//! rows by key splits a file exactly across agents with no coordination: each row is used at
+//! most once per pass, and key `k` gets the same row whatever the number of agents.
+//!
+//! The CLI reads the file and inlines its rows into the submitted scenario; the controller
+//! sends each agent only the rows of the keys it runs ([`share`]), and the agent looks a key's
+//! row up in its [`Share`].
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Largest data file accepted: the rows travel inside the submitted scenario, and a gRPC
-/// message is at most 4 MiB.
-pub const MAX_DATA_BYTES: usize = 3 << 20;
-/// Most rows one source may hold (row indexes are `u32`).
+pub mod share;
+
+pub use share::{positions, KeyOwners, Keys, Supply};
+
+/// Largest data file accepted: the file travels whole once, from the CLI to the controller
+/// (inside the scenario, at most [`crate::scenario::MAX_SCENARIO_BYTES`]); agents receive only
+/// their share, in chunks.
+pub const MAX_DATA_BYTES: usize = 16 << 20;
+/// Most rows one source may hold (positions are `u32`).
 pub const MAX_ROWS: usize = 10_000_000;
 
 /// A data source: `{ file, order, per, on_exhausted }`.
@@ -26,15 +37,17 @@ pub struct DataSource {
     /// `.ndjson`), relative to the scenario file. The CLI reads it into `columns` and `rows`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
-    /// Which row arrival `i` gets: `sequence` (row `i`) or `shuffle` (a permutation seeded
-    /// from the run seed).
+    /// Which row key `k` gets: `sequence` (row `k`) or `shuffle` (a permutation seeded from
+    /// the run seed).
     #[serde(default)]
     pub order: DataOrder,
-    /// What a row is bound to: `session` (one row per arrival).
+    /// What a row is bound to: `session` (one row per arrival), `request` (one row per
+    /// request that reads the source) or `connection` (one row per connection, kept by the
+    /// sessions that reuse it).
     #[serde(default)]
     pub per: DataScope,
-    /// When arrivals outnumber rows: `fail` (refuse the run before any load), `wrap` (start
-    /// over), or `stop` (arrivals past the last row are not started; they count as dropped).
+    /// When keys outnumber rows: `fail` (refuse the run before any load), `wrap` (start
+    /// over), or `stop` (sessions past the last row are not started; they count as dropped).
     #[serde(default)]
     pub on_exhausted: OnExhausted,
     /// The column names (what `file` becomes once read).
@@ -43,16 +56,21 @@ pub struct DataSource {
     /// The rows, one value per column (what `file` becomes once read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rows: Vec<Vec<String>>,
+    /// Only in the form an agent receives ([`crate::scenario::Scenario::agent_form`]): the
+    /// source's row count, its `rows` left out. The agent's share of them arrives apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub rows_in_all: Option<u32>,
 }
 
-/// Which row an arrival gets.
+/// Which row a key gets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DataOrder {
-    /// Arrival `i` gets row `i`.
+    /// Key `k` gets row `k`.
     #[default]
     Sequence,
-    /// Arrival `i` gets row `π(i)`, `π` a permutation seeded from the run seed.
+    /// Key `k` gets row `π(k)`, `π` a permutation seeded from the run seed.
     Shuffle,
 }
 
@@ -60,12 +78,29 @@ pub enum DataOrder {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DataScope {
-    /// One row per session (arrival or constant-rate slot).
+    /// One row per session (arrival, constant-rate slot, or closed-model iteration).
     #[default]
     Session,
+    /// One row per request that reads the source: the `r`-th such request of session `i`
+    /// has key `i × R + r`, `R` the requests per session that read it (counting repeats).
+    Request,
+    /// One row per connection: the global index of a closed or constant-rate load's
+    /// connection, kept by every session that runs on it; with arrival phases each session
+    /// has its own connection, so the session's index.
+    Connection,
 }
 
-/// What happens when the arrivals outnumber the rows.
+impl DataScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Session => "session",
+            Self::Request => "request",
+            Self::Connection => "connection",
+        }
+    }
+}
+
+/// What happens when the keys outnumber the rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExhausted {
@@ -74,7 +109,7 @@ pub enum OnExhausted {
     Fail,
     /// Start over from the first row (of the same order).
     Wrap,
-    /// Do not start arrivals past the last row.
+    /// Do not start sessions past the last row.
     Stop,
 }
 
@@ -88,14 +123,23 @@ pub enum DataError {
 impl DataSource {
     /// Checks the inlined rows; `Err(reason)`.
     pub fn check(&self) -> Result<(), String> {
-        if self.file.is_some() && !self.rows.is_empty() {
-            return Err("give either file or rows, not both".into());
+        if self.rows_in_all.is_some() {
+            if self.file.is_some() || !self.rows.is_empty() {
+                return Err("rows_in_all is only for the form agents receive, without rows".into());
+            }
+            if self.columns.is_empty() {
+                return Err("has no column".into());
+            }
+        } else {
+            if self.file.is_some() && !self.rows.is_empty() {
+                return Err("give either file or rows, not both".into());
+            }
+            if self.file.is_none() && self.rows.is_empty() {
+                return Err("needs a file (or inlined rows)".into());
+            }
         }
-        if self.file.is_none() && self.rows.is_empty() {
-            return Err("needs a file (or inlined rows)".into());
-        }
-        if self.rows.len() > MAX_ROWS {
-            return Err(format!("{} rows; at most {MAX_ROWS}", self.rows.len()));
+        if self.len() > MAX_ROWS as u64 {
+            return Err(format!("{} rows; at most {MAX_ROWS}", self.len()));
         }
         if let Some((i, r)) = self
             .rows
@@ -110,6 +154,16 @@ impl DataSource {
             ));
         }
         Ok(())
+    }
+
+    /// The number of rows: those inlined, or `rows_in_all` in an agent's form.
+    pub fn len(&self) -> u64 {
+        self.rows_in_all.map_or(self.rows.len() as u64, u64::from)
+    }
+
+    /// True when the source holds no row (yet: `file` is still to be read).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The index of `column`, if it exists.
@@ -132,6 +186,24 @@ impl DataSource {
         self.rows = rows;
         self.file = None;
         Ok(())
+    }
+
+    /// The pass: `pass[p]` is the row at position `p` (the identity for `sequence`, a
+    /// permutation seeded from `seed` and the source's `name` for `shuffle`, so two sources
+    /// of one run are shuffled differently).
+    pub fn pass(&self, name: &str, seed: u64) -> Vec<u32> {
+        let n = u32::try_from(self.len()).unwrap_or(u32::MAX);
+        let mut order: Vec<u32> = (0..n).collect();
+        if self.order == DataOrder::Shuffle {
+            use rand::seq::SliceRandom;
+            use rand::SeedableRng;
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&seed.to_le_bytes());
+            key[8..16].copy_from_slice(&fnv1a(name.as_bytes()).to_le_bytes());
+            key[16..24].copy_from_slice(b"shuffle!");
+            order.shuffle(&mut rand_chacha::ChaCha8Rng::from_seed(key));
+        }
+        order
     }
 }
 
@@ -195,78 +267,10 @@ fn parse_jsonl(bytes: &[u8]) -> Result<Table, DataError> {
     Ok((columns, rows))
 }
 
-/// A source ready for the hot path: the row of arrival `i` is one lookup.
-#[derive(Debug, Clone)]
-pub struct Binding {
-    /// `order[i]` is the row of arrival `i` (for `i` below the row count).
-    order: Vec<u32>,
-    on_exhausted: OnExhausted,
-}
-
-impl Binding {
-    /// Binds `source` for a run seeded with `seed`; `name` keys the shuffle so two sources of
-    /// one run are shuffled differently.
-    pub fn new(name: &str, source: &DataSource, seed: u64) -> Self {
-        let n = source.rows.len() as u32;
-        let mut order: Vec<u32> = (0..n).collect();
-        if source.order == DataOrder::Shuffle {
-            use rand::seq::SliceRandom;
-            use rand::SeedableRng;
-            let mut key = [0u8; 32];
-            key[..8].copy_from_slice(&seed.to_le_bytes());
-            key[8..16].copy_from_slice(&fnv1a(name.as_bytes()).to_le_bytes());
-            key[16..24].copy_from_slice(b"shuffle!");
-            order.shuffle(&mut rand_chacha::ChaCha8Rng::from_seed(key));
-        }
-        Self {
-            order,
-            on_exhausted: source.on_exhausted,
-        }
-    }
-
-    /// The row of arrival `index`, or `None` when the rows ran out (`fail`, `stop`).
-    #[inline]
-    pub fn row(&self, index: u64) -> Option<usize> {
-        let n = self.order.len() as u64;
-        if n == 0 {
-            return None;
-        }
-        let i = if index < n {
-            index
-        } else if self.on_exhausted == OnExhausted::Wrap {
-            index % n
-        } else {
-            return None;
-        };
-        Some(self.order[i as usize] as usize)
-    }
-}
-
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
-}
-
-/// With `on_exhausted: fail`, refuses a run whose planned arrivals outnumber a source's
-/// rows, naming the counts; `total` is the whole-test arrival count (by arithmetic).
-pub fn check_supply(
-    data: &BTreeMap<String, DataSource>,
-    total: u64,
-) -> Result<(), (String, String)> {
-    for (name, d) in data {
-        if d.on_exhausted == OnExhausted::Fail && d.file.is_none() && (d.rows.len() as u64) < total
-        {
-            return Err((
-                format!("data.{name}"),
-                format!(
-                    "{} rows, {total} planned arrivals: the rows are exhausted before the run ends; add rows, or use on_exhausted: wrap or stop",
-                    d.rows.len()
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -298,43 +302,38 @@ mod tests {
             rows: (0..100).map(|i| vec![i.to_string()]).collect(),
             ..Default::default()
         };
-        let a = Binding::new("u", &d, 1);
-        let mut seen: Vec<usize> = (0..100).map(|i| a.row(i).unwrap()).collect();
-        assert_ne!(seen, (0..100).collect::<Vec<_>>());
-        assert_eq!(
-            seen,
-            (0..100)
-                .map(|i| Binding::new("u", &d, 1).row(i).unwrap())
-                .collect::<Vec<_>>()
-        );
-        seen.sort_unstable();
-        assert_eq!(seen, (0..100).collect::<Vec<_>>());
-        assert_eq!(a.row(100), None);
-        let wrap = Binding::new(
-            "u",
-            &DataSource {
-                on_exhausted: OnExhausted::Wrap,
-                ..d.clone()
-            },
-            1,
-        );
-        assert_eq!(wrap.row(100), wrap.row(0));
+        let mut a = d.pass("u", 1);
+        assert_ne!(a, (0..100).collect::<Vec<_>>());
+        assert_eq!(a, d.pass("u", 1));
+        assert_ne!(a, d.pass("v", 1));
+        assert_ne!(a, d.pass("u", 2));
+        a.sort_unstable();
+        assert_eq!(a, (0..100).collect::<Vec<_>>());
+        let seq = DataSource {
+            order: DataOrder::Sequence,
+            ..d
+        };
+        assert_eq!(seq.pass("u", 1), (0..100).collect::<Vec<_>>());
     }
 
     #[test]
-    fn supply_is_checked_with_the_counts() {
-        let mut m = BTreeMap::new();
-        m.insert(
-            "users".to_string(),
-            DataSource {
-                columns: vec!["x".into()],
-                rows: vec![vec!["1".into()]; 200],
-                ..Default::default()
-            },
-        );
-        check_supply(&m, 200).unwrap();
-        let (path, why) = check_supply(&m, 300).unwrap_err();
-        assert_eq!(path, "data.users");
-        assert!(why.starts_with("200 rows, 300 planned arrivals"), "{why}");
+    fn the_agent_form_has_a_count_and_no_rows() {
+        let d = DataSource {
+            columns: vec!["x".into()],
+            rows_in_all: Some(7),
+            ..Default::default()
+        };
+        d.check().unwrap();
+        assert_eq!(d.len(), 7);
+        let both = DataSource {
+            rows: vec![vec!["1".into()]],
+            ..d.clone()
+        };
+        assert!(both.check().unwrap_err().contains("rows_in_all"));
+        let none = DataSource {
+            columns: vec![],
+            ..d
+        };
+        assert!(none.check().is_err());
     }
 }

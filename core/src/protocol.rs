@@ -12,6 +12,10 @@
 //!
 //! The CLI reads `file:` payloads before it submits the scenario, so agents never need the
 //! file: the submitted scenario carries the bytes (as `base64:`).
+//!
+//! The `text` of a `send` payload is a template (`${users.name}`, `${token}`, ...: see
+//! [`crate::template`]), rendered per request; one with no reference is framed once per run.
+//! Delimiters and expected replies are literal.
 
 use std::path::Path;
 
@@ -20,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
+use crate::template::Template;
 
 /// Largest frame a TCP step may send or accept in reply (and largest `fixed` length).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;
@@ -30,8 +35,8 @@ pub const MAX_DATAGRAM: usize = 65_507;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "PayloadRepr", into = "PayloadRepr")]
 pub enum Payload {
-    /// UTF-8 text.
-    Text(String),
+    /// UTF-8 text; in a `send` payload, a template.
+    Text(Template),
     /// Hex digits (whitespace between them is ignored).
     Hex(String),
     /// Standard base64 (padding optional).
@@ -44,7 +49,8 @@ pub enum Payload {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PayloadRepr {
-    /// UTF-8 text (YAML escapes such as `"\n"` apply).
+    /// UTF-8 text (YAML escapes such as `"\n"` apply). In a `send` payload, a template:
+    /// `${users.name}`, `${token}`, ... rendered per request (`$${` is a literal `${`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     text: Option<String>,
     /// Hex digits; whitespace between them is ignored.
@@ -62,7 +68,9 @@ impl TryFrom<PayloadRepr> for Payload {
     type Error = String;
     fn try_from(r: PayloadRepr) -> Result<Self, String> {
         match (r.text, r.hex, r.base64, r.file) {
-            (Some(t), None, None, None) => Ok(Payload::Text(t)),
+            (Some(t), None, None, None) => Template::parse(&t)
+                .map(Payload::Text)
+                .map_err(|e| format!("text: {e}")),
             (None, Some(h), None, None) => Ok(Payload::Hex(h)),
             (None, None, Some(b), None) => Ok(Payload::Base64(b)),
             (None, None, None, Some(f)) => Ok(Payload::File(f)),
@@ -75,7 +83,7 @@ impl From<Payload> for PayloadRepr {
     fn from(p: Payload) -> Self {
         let mut r = PayloadRepr::default();
         match p {
-            Payload::Text(t) => r.text = Some(t),
+            Payload::Text(t) => r.text = Some(t.to_string()),
             Payload::Hex(h) => r.hex = Some(h),
             Payload::Base64(b) => r.base64 = Some(b),
             Payload::File(f) => r.file = Some(f),
@@ -94,10 +102,25 @@ impl JsonSchema for Payload {
 }
 
 impl Payload {
+    /// Literal UTF-8 text.
+    pub fn text(t: impl Into<String>) -> Self {
+        Payload::Text(Template::literal(t))
+    }
+
+    /// The template of a `text` payload with references (rendered per request), if any.
+    pub fn template(&self) -> Option<&Template> {
+        match self {
+            Payload::Text(t) if t.as_static().is_none() => Some(t),
+            _ => None,
+        }
+    }
+
     /// The bytes. A `file` payload has no bytes until the CLI inlines it.
     pub fn bytes(&self) -> Result<Vec<u8>, String> {
         match self {
-            Payload::Text(t) => Ok(t.as_bytes().to_vec()),
+            Payload::Text(t) => t.as_static().map(|s| s.as_bytes().to_vec()).ok_or_else(|| {
+                format!("`{t}` has ${{...}} references: only a send payload is a template")
+            }),
             Payload::Hex(h) => decode_hex(h),
             Payload::Base64(b) => decode_base64(b),
             Payload::File(p) => Err(format!(
@@ -378,9 +401,19 @@ pub(crate) fn check_payload(p: &Payload, max: usize) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Checks a `send` payload: a template's length is known only once rendered (a rendered
+/// payload over `max` fails its request with a `template` error), its references are checked
+/// with the scenario's.
+fn check_send(p: &Payload, max: usize) -> Result<usize, String> {
+    match p.template() {
+        Some(_) => Ok(0),
+        None => check_payload(p, max),
+    }
+}
+
 /// Validates a TCP step; the error is `(field suffix, reason)`.
 pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
-    check_payload(&t.send, MAX_FRAME).map_err(|e| ("send", e))?;
+    check_send(&t.send, MAX_FRAME).map_err(|e| ("send", e))?;
     match &t.framing {
         Framing::LengthPrefixed => {}
         Framing::Delimiter(d) => {
@@ -417,7 +450,7 @@ pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
 
 /// Validates a UDP step; the error is `(field suffix, reason)`.
 pub(crate) fn check_udp(u: &UdpRequest) -> Result<(), (&'static str, String)> {
-    check_payload(&u.send, MAX_DATAGRAM).map_err(|e| ("send", e))?;
+    check_send(&u.send, MAX_DATAGRAM).map_err(|e| ("send", e))?;
     if u.timeout.is_some_and(|t| t.0.is_zero()) {
         return Err(("timeout", "must be > 0".into()));
     }
@@ -479,7 +512,7 @@ mod tests {
 
     #[test]
     fn payloads_decode() {
-        assert_eq!(Payload::Text("hé".into()).bytes().unwrap(), "hé".as_bytes());
+        assert_eq!(Payload::text("hé").bytes().unwrap(), "hé".as_bytes());
         assert_eq!(
             Payload::Hex("de AD be ef\n00".into()).bytes().unwrap(),
             [0xde, 0xad, 0xbe, 0xef, 0]

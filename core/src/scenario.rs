@@ -81,6 +81,12 @@ pub struct Scenario {
     /// matching; attributes and expiry are ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookies: bool,
+    /// HTTP steps run once on each agent before the load (getting an OAuth token, say),
+    /// outside any measurement: nothing of them is recorded. Every session reads the values
+    /// they extract as `${setup.NAME}`; a setup step that fails refuses the run before any
+    /// load. They may read the environment, built-ins and earlier setup values, not data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<Step>,
     /// The steps each arriving session runs, in order, over one connection.
     pub session: Vec<Step>,
     /// What happens when an agent is lost mid-run.
@@ -387,6 +393,42 @@ impl Step {
             .clone()
             .unwrap_or_else(|| format!("step-{}", index + 1))
     }
+
+    /// Every template of the step's request, with its field relative to the step
+    /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`).
+    pub fn templates(&self) -> impl Iterator<Item = (String, &crate::template::Template)> {
+        let sends = [
+            ("tcp", self.tcp.as_ref().map(|t| &t.send)),
+            ("udp", self.udp.as_ref().map(|u| &u.send)),
+        ]
+        .into_iter()
+        .filter_map(|(kind, p)| match p {
+            Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
+            _ => None,
+        });
+        self.http
+            .iter()
+            .flat_map(|h| h.templates().map(|(f, t)| (format!("http.{f}"), t)))
+            .chain(sends)
+    }
+
+    /// Mutable access to every template (the CLI's `${env:...}` resolution).
+    pub fn templates_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (String, &mut crate::template::Template)> {
+        let tcp = self.tcp.as_mut().map(|t| &mut t.send);
+        let udp = self.udp.as_mut().map(|u| &mut u.send);
+        let sends = [("tcp", tcp), ("udp", udp)]
+            .into_iter()
+            .filter_map(|(kind, p)| match p {
+                Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
+                _ => None,
+            });
+        self.http
+            .iter_mut()
+            .flat_map(|h| h.templates_mut().map(|(f, t)| (format!("http.{f}"), t)))
+            .chain(sends)
+    }
 }
 
 /// `think_time: 500ms` or `{ min: 1s, max: 3s }`, by hand rather than `untagged` so that a
@@ -587,6 +629,7 @@ impl Scenario {
                 "only applies to http:// and https:// targets",
             ));
         }
+        self.validate_setup()?;
         self.validate_session()?;
         if let Some(v) = &self.max_error_rate {
             let v = v.trim();
@@ -802,11 +845,10 @@ impl Scenario {
                 http.check().map_err(|(field, why)| {
                     ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
                 })?;
-                for (field, t) in http.templates() {
-                    self.check_refs(t, &defined).map_err(|why| {
-                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
-                    })?;
-                }
+            }
+            for (field, t) in step.templates() {
+                self.check_refs(t, &defined, false)
+                    .map_err(|why| ScenarioError::invalid(format!("session[{i}].{field}"), why))?;
             }
             if (!step.extract.is_empty() || step.check.is_some()) && step.http.is_none() {
                 return Err(ScenarioError::invalid(
@@ -841,6 +883,69 @@ impl Scenario {
         Ok(())
     }
 
+    /// The setup steps: http steps against an http target, their references, extraction and
+    /// checks.
+    fn validate_setup(&self) -> Result<(), ScenarioError> {
+        if self.setup.is_empty() {
+            return Ok(());
+        }
+        if self.setup.len() > MAX_STEPS {
+            return Err(ScenarioError::invalid(
+                "setup",
+                format!("{} steps; at most {MAX_STEPS}", self.setup.len()),
+            ));
+        }
+        if self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "setup",
+                "setup steps are http steps: they need an http:// or https:// target",
+            ));
+        }
+        let mut defined = std::collections::BTreeSet::new();
+        for (i, step) in self.setup.iter().enumerate() {
+            let field = |f: &str| format!("setup[{i}]{f}");
+            let Some(http) = &step.http else {
+                return Err(ScenarioError::invalid(
+                    field(""),
+                    "a setup step is an http step",
+                ));
+            };
+            if step.tcp.is_some() || step.udp.is_some() || step.think_time.is_some() {
+                return Err(ScenarioError::invalid(
+                    field(""),
+                    "a setup step is an http step, and only that",
+                ));
+            }
+            if step.repeat == Some(0) {
+                return Err(ScenarioError::invalid(field(".repeat"), "must be >= 1"));
+            }
+            http.check()
+                .map_err(|(f, why)| ScenarioError::invalid(field(&format!(".http.{f}")), why))?;
+            for (f, t) in step.templates() {
+                self.check_refs(t, &defined, true)
+                    .map_err(|why| ScenarioError::invalid(field(&format!(".{f}")), why))?;
+            }
+            for (name, e) in &step.extract {
+                if !crate::template::is_name(name) {
+                    return Err(ScenarioError::invalid(
+                        field(".extract"),
+                        format!("`{name}` is not a variable name"),
+                    ));
+                }
+                e.check().map_err(|why| {
+                    ScenarioError::invalid(field(&format!(".extract.{name}")), why)
+                })?;
+            }
+            if let Some(c) = &step.check {
+                c.validate().map_err(|(f, why)| {
+                    ScenarioError::invalid(field(&format!(".check.{f}")), why)
+                })?;
+            }
+            defined.extend(step.extract.keys().map(String::as_str));
+        }
+        Ok(())
+    }
+
     /// The target's transport; the error names `target`.
     pub fn transport(&self) -> Result<Transport, ScenarioError> {
         self.target
@@ -850,16 +955,37 @@ impl Scenario {
     }
 
     /// Every reference of `t` resolves: a data source and column, a value extracted by an
-    /// earlier step (`defined`), a built-in, a generator, or the environment.
+    /// earlier step (`defined`), by a setup step, a built-in, a generator, or the environment.
+    /// In a setup step (`in_setup`), `defined` holds the earlier setup steps' values, read as
+    /// `${setup.NAME}`, and no data is read.
     fn check_refs(
         &self,
         t: &crate::template::Template,
         defined: &std::collections::BTreeSet<&str>,
+        in_setup: bool,
     ) -> Result<(), String> {
         for r in t.refs() {
             match &r.var {
+                Var::Extracted(name) if in_setup => {
+                    return Err(format!(
+                        "{r}: a setup step reads the values of earlier setup steps as ${{setup.{name}}}"
+                    ));
+                }
                 Var::Extracted(name) if !defined.contains(name.as_str()) => {
                     return Err(format!("{r} is not defined before this step"));
+                }
+                Var::Setup(name) if in_setup && !defined.contains(name.as_str()) => {
+                    return Err(format!("{r} is not defined before this step"));
+                }
+                Var::Setup(name)
+                    if !in_setup && !self.setup.iter().any(|s| s.extract.contains_key(name)) =>
+                {
+                    return Err(format!("{r} is not extracted by any setup step"));
+                }
+                Var::Data { .. } if in_setup => {
+                    return Err(format!(
+                        "{r}: setup steps run once per agent, not per session, so they read no data"
+                    ));
                 }
                 Var::Data { source, column } => {
                     let Some(d) = self.data.get(source) else {
@@ -880,7 +1006,8 @@ impl Scenario {
 
     fn validate_data(&self) -> Result<(), ScenarioError> {
         for (name, d) in &self.data {
-            if !crate::template::is_name(name) || matches!(name.as_str(), "session" | "run") {
+            if !crate::template::is_name(name) || crate::template::RESERVED.contains(&name.as_str())
+            {
                 return Err(ScenarioError::invalid(
                     "data",
                     format!("`{name}` cannot name a data source"),
@@ -888,26 +1015,56 @@ impl Scenario {
             }
             d.check()
                 .map_err(|why| ScenarioError::invalid(format!("data.{name}"), why))?;
-            if self.is_closed() && d.on_exhausted == crate::data::OnExhausted::Fail {
+            if self.is_closed()
+                && d.on_exhausted == crate::data::OnExhausted::Fail
+                && d.per != crate::data::DataScope::Connection
+            {
                 return Err(ScenarioError::invalid(
                     format!("data.{name}.on_exhausted"),
-                    "a closed load plans no arrivals, so the supply cannot be checked: use wrap or stop",
+                    "a closed load's sessions are not counted in advance, so the supply cannot be checked: use wrap or stop (or per: connection)",
                 ));
             }
         }
         Ok(())
     }
 
-    /// With `on_exhausted: fail`, refuses a run whose schedule (seeded with `seed`) plans more
-    /// arrivals than a data source has rows. The count is arithmetic, never a walk.
+    /// With `on_exhausted: fail`, refuses a run whose schedule (seeded with `seed`) uses more
+    /// keys (sessions, requests, connections) than a data source has rows, saying when they
+    /// would run out. The counts are arithmetic, never a walk.
     pub fn check_data_supply(&self, seed: u64) -> Result<(), ScenarioError> {
-        if self.data.is_empty() || self.is_closed() {
+        if self.data.is_empty() {
             return Ok(());
         }
-        let total = crate::schedule::Schedule::new(&self.effective_phases(), self.arrival, seed)
-            .total_arrivals();
-        crate::data::check_supply(&self.data, total)
+        crate::data::share::check_supply(self, seed)
             .map_err(|(path, why)| ScenarioError::invalid(path, why))
+    }
+
+    /// Requests per session that read data source `name` (each reading step times its
+    /// repeat): the keys a session uses with `per: request`.
+    pub fn requests_reading(&self, name: &str) -> u64 {
+        self.session
+            .iter()
+            .filter(|s| {
+                s.templates().any(|(_, t)| {
+                    t.refs()
+                        .any(|r| matches!(&r.var, Var::Data { source, .. } if source == name))
+                })
+            })
+            .map(Step::requests)
+            .sum()
+    }
+
+    /// The form agents receive: the data sources' rows left out (`rows_in_all` says how many
+    /// there are; each agent is sent its share apart, [`crate::data::share`]).
+    pub fn agent_form(&self) -> Self {
+        let mut s = self.clone();
+        for d in s.data.values_mut() {
+            if d.rows_in_all.is_none() {
+                d.rows_in_all = Some(u32::try_from(d.rows.len()).unwrap_or(u32::MAX));
+                d.rows = Vec::new();
+            }
+        }
+        s
     }
 
     /// Resolves every `${env:NAME}` through `lookup` (the CLI's environment, at submit
@@ -918,11 +1075,11 @@ impl Scenario {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<bool, ScenarioError> {
         let mut changed = false;
-        for (i, step) in self.session.iter_mut().enumerate() {
-            if let Some(h) = &mut step.http {
-                for (field, t) in h.templates_mut() {
+        for (part, steps) in [("setup", &mut self.setup), ("session", &mut self.session)] {
+            for (i, step) in steps.iter_mut().enumerate() {
+                for (field, t) in step.templates_mut() {
                     changed |= t.resolve_env(lookup).map_err(|why| {
-                        ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
+                        ScenarioError::invalid(format!("{part}[{i}].{field}"), why)
                     })?;
                 }
             }
@@ -933,16 +1090,25 @@ impl Scenario {
         Ok(changed)
     }
 
+    /// The environment variables the templates read (`${env:NAME}`), by name: what a run
+    /// needs set in the CLI's environment.
+    pub fn env_names(&self) -> std::collections::BTreeSet<&str> {
+        self.setup
+            .iter()
+            .chain(&self.session)
+            .flat_map(|s| s.templates().map(|(_, t)| t))
+            .flat_map(|t| t.refs())
+            .filter_map(|r| match &r.var {
+                Var::Env(n) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// True when a template still reads the environment (the CLI resolves them; a scenario
     /// submitted otherwise cannot run).
     pub fn has_env_refs(&self) -> bool {
-        self.session
-            .iter()
-            .filter_map(|s| s.http.as_ref())
-            .any(|h| {
-                h.templates()
-                    .any(|(_, t)| t.refs().any(|r| matches!(r.var, Var::Env(_))))
-            })
+        !self.env_names().is_empty()
     }
 
     /// A step of `kind` needs a target whose scheme runs that kind.
@@ -980,6 +1146,24 @@ impl Scenario {
         read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
     ) -> Result<bool, ScenarioError> {
         let mut changed = false;
+        // A setup step's body_file is read like a session step's.
+        for (i, step) in self.setup.iter_mut().enumerate() {
+            if let Some(h) = &mut step.http {
+                if let Some(f) = h.body_file.take() {
+                    let field = format!("setup[{i}].http.body_file");
+                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
+                        .map_err(|why| ScenarioError::invalid(&field, why))?;
+                    let text = String::from_utf8(bytes).map_err(|_| {
+                        ScenarioError::invalid(&field, format!("`{f}` is not UTF-8 text"))
+                    })?;
+                    h.body = Some(
+                        crate::template::Template::parse(&text)
+                            .map_err(|why| ScenarioError::invalid(&field, why))?,
+                    );
+                    changed = true;
+                }
+            }
+        }
         for (i, step) in self.session.iter_mut().enumerate() {
             if let Some(h) = &mut step.http {
                 if let Some(f) = h.body_file.take() {
@@ -1050,6 +1234,10 @@ impl Scenario {
         use protocol::Payload::File;
         self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
             || self.data.values().any(|d| d.file.is_some())
+            || self
+                .setup
+                .iter()
+                .any(|s| s.http.as_ref().is_some_and(|h| h.body_file.is_some()))
             || self.session.iter().any(|s| {
                 s.http.as_ref().is_some_and(|h| h.body_file.is_some())
                     || s.tcp.as_ref().is_some_and(|t| {
@@ -1617,7 +1805,7 @@ session:
             (
                 "on_exhausted: wrap",
                 "on_exhausted: fail",
-                "data.users: 2 rows, 5 planned arrivals: the rows are exhausted before the run ends; add rows, or use on_exhausted: wrap or stop",
+                "data.users: 2 rows, 5 arrivals: rows run out at t=0.5 s in phase phase-1; add rows, or use on_exhausted: wrap or stop",
             ),
         ];
         for (from, to, want) in cases {
@@ -1625,6 +1813,137 @@ session:
         }
         let e = err(&SESSIONS.replace("method: post", "method: 'g t'"));
         assert_eq!(e.path(), "session[0].http.method");
+    }
+
+    #[test]
+    fn setup_steps_are_checked_and_their_values_read_as_setup() {
+        let text = r#"
+name: t
+target: http://127.0.0.1:1
+data:
+  users: { on_exhausted: wrap, columns: [id], rows: [["1"]] }
+phases: [ { duration: 1s, arrival_rate: 2 } ]
+setup:
+  - name: token
+    http: { method: post, path: /oauth/token, body: 'key=${env:KEY}&t=${now}' }
+    extract: { token: { json: /access_token } }
+    check: { status: [200] }
+  - http: { path: '/who?t=${setup.token|url}' }
+    extract: { who: { header: x-who } }
+session:
+  - http: { path: '/u/${users.id}', headers: { authorization: 'Bearer ${setup.token}', x-who: '${setup.who}' } }
+"#;
+        let s = Scenario::from_yaml(text).unwrap();
+        assert_eq!(s.setup.len(), 2);
+        assert_eq!(
+            s.requests_per_session(),
+            1,
+            "setup steps are not the session's"
+        );
+        assert_eq!(s.env_names().into_iter().collect::<Vec<_>>(), ["KEY"]);
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        for (from, to, want) in [
+            (
+                "x-who: '${setup.who}'",
+                "x-who: '${setup.nope}'",
+                "session[0].http.headers.x-who: ${setup.nope} is not extracted by any setup step",
+            ),
+            (
+                "'/who?t=${setup.token|url}'",
+                "'/who?t=${token}'",
+                "setup[1].http.path: ${token}: a setup step reads the values of earlier setup steps as ${setup.token}",
+            ),
+            (
+                "'/who?t=${setup.token|url}'",
+                "'/who?t=${setup.who}'",
+                "setup[1].http.path: ${setup.who} is not defined before this step",
+            ),
+            (
+                "'/who?t=${setup.token|url}'",
+                "'/who?u=${users.id}'",
+                "setup[1].http.path: ${users.id}: setup steps run once per agent, not per session, so they read no data",
+            ),
+            (
+                "  - http: { path: '/who?t=${setup.token|url}' }\n",
+                "  - think_time: 1s\n",
+                "setup[1]: a setup step is an http step",
+            ),
+            (
+                "json: /access_token",
+                "json: access_token",
+                "setup[0].extract.token: `access_token` is not a JSON Pointer (it starts with /)",
+            ),
+            (
+                "users: { on_exhausted",
+                "setup: { on_exhausted",
+                "data: `setup` cannot name a data source",
+            ),
+        ] {
+            assert_eq!(err(&text.replace(from, to)).to_string(), want, "{to}");
+        }
+        let tcp = "name: t\ntarget: tcp://127.0.0.1:1\nphases: [ { duration: 1s, arrival_rate: 1 } ]\nsetup: [ { http: { path: / } } ]\nsession: [ { tcp: { send: { text: x } } } ]\n";
+        assert_eq!(
+            err(tcp).to_string(),
+            "setup: setup steps are http steps: they need an http:// or https:// target"
+        );
+    }
+
+    #[test]
+    fn tcp_and_udp_sends_are_templates_checked_like_http() {
+        use crate::protocol::Payload;
+        let tcp = r#"
+name: t
+target: tcp://127.0.0.1:7000
+data:
+  users: { per: request, columns: [name], rows: [["a"], ["b"], ["c"], ["d"]] }
+phases: [ { duration: 1s, arrival_rate: 2 } ]
+session:
+  - tcp: { send: { text: 'login ${users.name|json} ${env:PW}' }, expect: { prefix: { text: ok } } }
+    repeat: 2
+"#;
+        let mut s = Scenario::from_yaml(tcp).unwrap();
+        let t = s.session[0].tcp.as_ref().unwrap();
+        assert!(t.send.template().is_some());
+        assert_eq!(s.requests_reading("users"), 2);
+        assert!(s.has_env_refs());
+        assert_eq!(s.env_names().into_iter().collect::<Vec<_>>(), ["PW"]);
+        s.resolve_env(&|_| Some("p\"w".into())).unwrap();
+        assert!(s.env_names().is_empty());
+        assert_eq!(
+            s.session[0].tcp.as_ref().unwrap().send,
+            Payload::Text(
+                crate::template::Template::parse("login ${users.name|json} p\"w").unwrap()
+            )
+        );
+        let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
+        for (from, to, want) in [
+            (
+                "${users.name|json}",
+                "${token}",
+                "session[0].tcp.send: ${token} is not defined before this step",
+            ),
+            (
+                "prefix: { text: ok }",
+                "prefix: { text: 'ok ${users.name}' }",
+                "session[0].tcp.expect: `ok ${users.name}` has ${...} references: only a send payload is a template",
+            ),
+            (
+                "rows: [[\"a\"], [\"b\"], [\"c\"], [\"d\"]]",
+                "rows: [[\"a\"]]",
+                "data.users: 1 rows, 4 requests read it (2 per session): rows run out at t=0.2 s in phase phase-1; add rows, or use on_exhausted: wrap or stop",
+            ),
+        ] {
+            assert_eq!(err(&tcp.replace(from, to)).to_string(), want, "{to}");
+        }
+        let udp = tcp
+            .replace("tcp://", "udp://")
+            .replace("- tcp: { send: { text: 'login ${users.name|json} ${env:PW}' }, expect: { prefix: { text: ok } } }", "- udp: { send: { text: '${users.name}' } }");
+        let s = Scenario::from_yaml(&udp).unwrap();
+        assert!(s.session[0].udp.as_ref().unwrap().send.template().is_some());
+        let e = err(&udp.replace("${users.name}", "${users.nope}"));
+        assert_eq!(e.path(), "session[0].udp.send");
     }
 
     #[test]

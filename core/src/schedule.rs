@@ -190,6 +190,24 @@ impl Schedule {
         }
     }
 
+    /// When arrival `index` is due, in seconds after T0, and its phase; `None` past the last
+    /// arrival. Exact for uniform arrivals (the iterator's level `index + ½`); for Poisson
+    /// arrivals the time at which `index + ½` arrivals are expected (no walk), and the exact
+    /// phase.
+    pub fn time_of(&self, index: u64) -> Option<(f64, usize)> {
+        let phase = self
+            .phase_ranges()
+            .iter()
+            .position(|r| r.contains(&index))?;
+        let level = index as f64 + 0.5;
+        let i = self
+            .segments
+            .partition_point(|s| s.cum0 <= level)
+            .saturating_sub(1);
+        let seg = self.segments.get(i)?;
+        Some((seg.start_s + seg.invert(level - seg.cum0), phase))
+    }
+
     /// Λ(t) for t in seconds after T0.
     pub fn cumulative(&self, t: f64) -> f64 {
         if t <= 0.0 {
@@ -421,6 +439,28 @@ mod tests {
             duration: HumanDuration::from_secs_f64(secs),
             arrival_rate: rate,
             ramp_to,
+        }
+    }
+
+    #[test]
+    fn time_of_is_the_walk_for_uniform_arrivals() {
+        let phases = [
+            phase(2.0, 5.0, Some(20.0)),
+            phase(0.5, 0.0, None),
+            phase(1.0, 8.0, None),
+        ];
+        let s = Schedule::new(&phases, ArrivalProcess::Uniform, 0);
+        for a in s.iter() {
+            let (t, p) = s.time_of(a.index).unwrap();
+            assert_eq!((t * 1e9).round() as u64, a.at_ns, "arrival {}", a.index);
+            assert_eq!(p, a.phase as usize);
+        }
+        assert_eq!(s.time_of(s.total_arrivals()), None);
+        let poisson = Schedule::new(&phases, ArrivalProcess::Poisson, 9);
+        for a in poisson.iter() {
+            let (t, p) = poisson.time_of(a.index).unwrap();
+            assert_eq!(p, a.phase as usize);
+            assert!((0.0..=3.5).contains(&t));
         }
     }
 

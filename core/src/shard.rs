@@ -78,6 +78,15 @@ impl ShardMap {
         self.count
     }
 
+    /// The period of the ownership: arrival `i` has the owner of `i mod period`.
+    pub fn period(&self) -> u64 {
+        if self.table.is_empty() {
+            u64::from(self.count)
+        } else {
+            self.table.len() as u64
+        }
+    }
+
     /// For every shard, how many of the arrival indices `0..x` it owns: arithmetic for equal
     /// shares, whole periods plus one partial scan of the table for weighted ones.
     pub fn owned_below(&self, x: u64) -> Vec<u64> {

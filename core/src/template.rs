@@ -1,4 +1,5 @@
-//! Templates: `${...}` references in request fields (HTTP path, header values, body).
+//! Templates: `${...}` references in request fields (HTTP path, header values, body; the text
+//! of a tcp or udp `send` payload).
 //!
 //! A template is parsed once, when the scenario is read, into literal segments and typed
 //! references, so a typo fails validation with the field named instead of being sent
@@ -7,10 +8,13 @@
 //!
 //! Syntax (documented in the README):
 //! - `${name}`: a value extracted by an earlier step of the session;
+//! - `${setup.name}`: a value extracted by a setup step (run once on each agent before the
+//!   load);
 //! - `${source.column}`: a column of the row a `data` source bound to this session;
 //! - `${env:NAME}`: an environment variable of the CLI, resolved at submit time;
 //! - built-ins `${session.index}` (the global arrival index), `${session.agent}` (the agent's
-//!   shard index), `${run.id}`;
+//!   shard index), `${run.id}`, and the time the request is rendered: `${now}` (Unix
+//!   milliseconds), `${now.s}` (Unix seconds), `${now.iso}` (RFC 3339, UTC, milliseconds);
 //! - generators `${uuid()}`, `${int(MIN,MAX)}`, `${seq(START,STEP)}` drawn from the run
 //!   seed and the arrival index, so a rerun sends the same values whatever the agent count;
 //! - a filter after `|`: `url` (percent-encoding), `json` (a JSON string's escapes), `hex`;
@@ -60,6 +64,8 @@ pub enum Var {
     },
     /// `${name}`: extracted by an earlier step.
     Extracted(String),
+    /// `${setup.name}`: extracted by a setup step (run once per agent before the load).
+    Setup(String),
     Builtin(Builtin),
     Gen(Generator),
 }
@@ -73,6 +79,19 @@ pub enum Builtin {
     Agent,
     /// `${run.id}`.
     RunId,
+    /// `${now}`, `${now.s}`, `${now.iso}`: the time the request is rendered.
+    Now(TimeFormat),
+}
+
+/// How `${now...}` writes the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeFormat {
+    /// `${now}`: Unix milliseconds.
+    Millis,
+    /// `${now.s}`: Unix seconds.
+    Seconds,
+    /// `${now.iso}`: RFC 3339 in UTC with milliseconds, `2025-01-31T12:34:56.789Z`.
+    Iso,
 }
 
 /// Values drawn per use from the session's seeded generator.
@@ -213,6 +232,9 @@ fn clip(s: &str) -> &str {
     }
 }
 
+/// Names of the built-ins' namespaces: no data source may take them.
+pub const RESERVED: [&str; 4] = ["session", "run", "now", "setup"];
+
 /// A variable or source name: a letter or `_`, then letters, digits, `_` or `-`.
 pub fn is_name(s: &str) -> bool {
     let mut b = s.bytes();
@@ -244,11 +266,15 @@ fn parse_ref(inner: &str) -> Result<Ref, String> {
             "session.index" => Var::Builtin(Builtin::SessionIndex),
             "session.agent" => Var::Builtin(Builtin::Agent),
             "run.id" => Var::Builtin(Builtin::RunId),
+            "now" | "now.ms" => Var::Builtin(Builtin::Now(TimeFormat::Millis)),
+            "now.s" => Var::Builtin(Builtin::Now(TimeFormat::Seconds)),
+            "now.iso" => Var::Builtin(Builtin::Now(TimeFormat::Iso)),
             _ => match name.split_once('.') {
+                Some(("setup", name)) if is_name(name) => Var::Setup(name.to_string()),
                 Some((source, column)) if is_name(source) && !column.is_empty() => {
-                    if matches!(source, "session" | "run") {
+                    if RESERVED.contains(&source) {
                         return Err(format!(
-                            "`{name}` is not a built-in (session.index, session.agent, run.id)"
+                            "`{name}` is not a built-in (session.index, session.agent, run.id, now, now.s, now.iso)"
                         ));
                     }
                     Var::Data {
@@ -353,9 +379,13 @@ impl std::fmt::Display for Ref {
             Var::Env(n) => write!(f, "env:{n}")?,
             Var::Data { source, column } => write!(f, "{source}.{column}")?,
             Var::Extracted(n) => f.write_str(n)?,
+            Var::Setup(n) => write!(f, "setup.{n}")?,
             Var::Builtin(Builtin::SessionIndex) => f.write_str("session.index")?,
             Var::Builtin(Builtin::Agent) => f.write_str("session.agent")?,
             Var::Builtin(Builtin::RunId) => f.write_str("run.id")?,
+            Var::Builtin(Builtin::Now(TimeFormat::Millis)) => f.write_str("now")?,
+            Var::Builtin(Builtin::Now(TimeFormat::Seconds)) => f.write_str("now.s")?,
+            Var::Builtin(Builtin::Now(TimeFormat::Iso)) => f.write_str("now.iso")?,
             Var::Gen(Generator::Uuid) => f.write_str("uuid()")?,
             Var::Gen(Generator::Int { min, max }) => write!(f, "int({min},{max})")?,
             Var::Gen(Generator::Seq { start, step }) => write!(f, "seq({start},{step})")?,
@@ -408,19 +438,64 @@ impl JsonSchema for Template {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "Text with optional ${...} references: ${name} (extracted earlier), ${source.column} (data), ${env:NAME}, ${session.index}, ${session.agent}, ${run.id}, ${uuid()}, ${int(MIN,MAX)}, ${seq(START,STEP)}; filters |url |json |hex; $${ is a literal ${."
+            "description": "Text with optional ${...} references: ${name} (extracted earlier), ${setup.name} (extracted by a setup step), ${source.column} (data), ${env:NAME}, ${session.index}, ${session.agent}, ${run.id}, ${now} (Unix ms), ${now.s}, ${now.iso}, ${uuid()}, ${int(MIN,MAX)}, ${seq(START,STEP)}; filters |url |json |hex; $${ is a literal ${."
         })
     }
+}
+
+/// Writes `unix_ms` (milliseconds since the Unix epoch) to `out` in `format`.
+pub fn write_time(unix_ms: u64, format: TimeFormat, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let _ = match format {
+        TimeFormat::Millis => write!(out, "{unix_ms}"),
+        TimeFormat::Seconds => write!(out, "{}", unix_ms / 1000),
+        TimeFormat::Iso => {
+            let (secs, ms) = (unix_ms / 1000, unix_ms % 1000);
+            let (days, rest) = (secs / 86_400, secs % 86_400);
+            let (y, m, d) = civil_from_days(days);
+            write!(
+                out,
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+                rest / 3600,
+                rest % 3600 / 60,
+                rest % 60
+            )
+        }
+    };
+}
+
+/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
 }
 
 /// The per-session generator: seeded from the run seed and the arrival index only, so the
 /// same arrival draws the same values whatever the number of agents.
 pub fn session_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
+    keyed_rng(seed, index, b"sessions")
+}
+
+/// The generator of a session's think times: like [`session_rng`], but a stream of its own,
+/// so adding a think time does not change the values the session generates.
+pub fn think_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
+    keyed_rng(seed, index, b"thinking")
+}
+
+fn keyed_rng(seed: u64, index: u64, domain: &[u8; 8]) -> rand_chacha::ChaCha8Rng {
     use rand::SeedableRng;
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&index.to_le_bytes());
-    key[16..24].copy_from_slice(b"sessions");
+    key[16..24].copy_from_slice(domain);
     rand_chacha::ChaCha8Rng::from_seed(key)
 }
 
@@ -514,6 +589,46 @@ mod tests {
         assert_eq!(u.as_static(), Some("a%20b"));
         let mut missing = Template::parse("${env:NOPE}").unwrap();
         assert!(missing.resolve_env(&lookup).unwrap_err().contains("NOPE"));
+    }
+
+    #[test]
+    fn now_parses_and_writes_the_time() {
+        let t = Template::parse("${now}|${now.s}|${now.iso|url}").unwrap();
+        let vars: Vec<_> = t.refs().map(|r| r.var.clone()).collect();
+        assert_eq!(
+            vars,
+            [
+                Var::Builtin(Builtin::Now(TimeFormat::Millis)),
+                Var::Builtin(Builtin::Now(TimeFormat::Seconds)),
+                Var::Builtin(Builtin::Now(TimeFormat::Iso)),
+            ]
+        );
+        assert_eq!(Template::parse(&t.to_string()).unwrap(), t);
+        let setup = Template::parse("Bearer ${setup.token}").unwrap();
+        assert_eq!(setup.refs().next().unwrap().var, Var::Setup("token".into()));
+        assert_eq!(setup.to_string(), "Bearer ${setup.token}");
+        assert!(Template::parse("${now.x}")
+            .unwrap_err()
+            .contains("is not a built-in"));
+        let write = |ms, f| {
+            let mut out = Vec::new();
+            write_time(ms, f, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            write(1_700_000_000_123, TimeFormat::Millis),
+            "1700000000123"
+        );
+        assert_eq!(write(1_700_000_000_123, TimeFormat::Seconds), "1700000000");
+        assert_eq!(
+            write(1_700_000_000_123, TimeFormat::Iso),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(write(0, TimeFormat::Iso), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            write(951_782_400_000, TimeFormat::Iso),
+            "2000-02-29T00:00:00.000Z"
+        );
     }
 
     #[test]

@@ -429,50 +429,76 @@ fn hostile_sparse_input_is_refused_without_panicking() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Data rows bound by the global arrival index split exactly across agents: whatever the
-    /// agent count, the rows the shards use are pairwise disjoint and their union is each row
-    /// once (while arrivals do not outnumber rows), and each arrival gets the same row.
+    /// Each agent receives only the rows of the keys it runs: without wrapping, the shares
+    /// are pairwise disjoint and their union is exactly the rows the run uses (each once);
+    /// with it, every key still finds its row. Whatever the agent count, every key an agent
+    /// runs finds in its share the row it gets with one agent (`per: session` and
+    /// `per: request`, `sequence` and `shuffle`).
     #[test]
-    fn data_rows_split_exactly_across_agents(
+    fn agents_receive_exactly_their_own_rows(
         rows in 1usize..400,
         phases in proptest::collection::vec(phase_strategy(), 1..3),
         agents in 1u32..=32,
         shuffle in any::<bool>(),
+        per_request in any::<bool>(),
+        repeat in 1u32..4,
+        wrap in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        use stampede_core::data::{Binding, DataOrder, DataSource};
+        use stampede_core::data::share::Share;
+        use stampede_core::data::{DataOrder, DataScope, DataSource, Keys, OnExhausted};
+        use stampede_core::shard::ShardMap;
+        let mut scenario = Scenario::from_yaml(&format!(r#"
+name: t
+target: http://127.0.0.1:1
+phases: [ {{ duration: 1s, arrival_rate: 1 }} ]
+data: {{ users: {{ on_exhausted: wrap, columns: [x], rows: [["0"]] }} }}
+session:
+  - http: {{ path: /static }}
+  - http: {{ path: '/${{users.x}}' }}
+    repeat: {repeat}
+"#)).unwrap();
+        scenario.phases = phases;
         let source = DataSource {
             order: if shuffle { DataOrder::Shuffle } else { DataOrder::Sequence },
+            per: if per_request { DataScope::Request } else { DataScope::Session },
+            on_exhausted: if wrap { OnExhausted::Wrap } else { OnExhausted::Stop },
             columns: vec!["x".into()],
             rows: (0..rows).map(|i| vec![i.to_string()]).collect(),
             ..Default::default()
         };
-        let binding = Binding::new("users", &source, seed);
-        let schedule = Schedule::new(&phases, ArrivalProcess::Uniform, seed);
-        let one_agent: Vec<Option<usize>> = schedule.iter().map(|a| binding.row(a.index)).collect();
-        let mut used = Vec::new();
+        let pass = source.pass("users", seed);
+        let schedule = Schedule::new(&scenario.phases, ArrivalProcess::Uniform, seed);
+        let per_session = if per_request { u64::from(repeat) } else { 1 };
+        let reach = schedule.total_arrivals() * per_session;
+        // The row every key gets with one agent (the reference), by walking the keys.
+        let expected = |key: u64| -> Option<&str> {
+            let n = rows as u64;
+            let p = if key < n { key } else if wrap { key % n } else { return None };
+            Some(source.rows[pass[p as usize] as usize][0].as_str())
+        };
+        let map = ShardMap::new(agents, &[]).unwrap();
+        let keys = Keys::new(&scenario, "users", &source, seed, &map);
+        prop_assert_eq!(keys.reach, Some(reach));
+        prop_assert_eq!(keys.per_session, per_session);
+        let mut all = Vec::new();
         for k in 0..agents {
-            // Each agent binds on its own, from the same seed.
-            let mine = Binding::new("users", &source, seed);
+            let positions = keys.positions(&source, k);
+            let share = Share::of(&source, &pass, &positions).unwrap();
             let f = Shard::new(k, agents).filter().unwrap();
             for a in schedule.iter().filter(|a| f.owns(a.index)) {
-                let row = mine.row(a.index);
-                prop_assert_eq!(row, one_agent[a.index as usize]);
-                used.extend(row);
+                for r in 0..per_session {
+                    let key = a.index * per_session + r;
+                    let got = share.row(key).map(|row| share.cell(row, 0));
+                    prop_assert_eq!(got, expected(key), "agent {} key {}", k, key);
+                }
             }
+            all.extend(positions);
         }
-        used.sort_unstable();
-        let expect: Vec<usize> = if shuffle {
-            let mut v: Vec<usize> = one_agent.iter().flatten().copied().collect();
-            v.sort_unstable();
-            v
-        } else {
-            (0..rows.min(one_agent.len())).collect()
-        };
-        prop_assert_eq!(used.len(), rows.min(one_agent.len()));
-        let mut dedup = used.clone();
-        dedup.dedup();
-        prop_assert_eq!(&dedup, &used, "a row was used twice");
-        prop_assert_eq!(used, expect);
+        all.sort_unstable();
+        let used = reach.min(rows as u64);
+        if !wrap || reach <= rows as u64 {
+            prop_assert_eq!(all, (0..used as u32).collect::<Vec<_>>(), "shares overlap or miss a row");
+        }
     }
 }

@@ -36,7 +36,7 @@ pub enum ConvertError {
 }
 
 impl ConvertError {
-    fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::Invalid {
             field: field.into(),
             reason: reason.into(),

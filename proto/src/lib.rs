@@ -11,6 +11,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/stampede_descriptor.bin"));
 
 pub mod convert;
+pub mod data;
 pub mod tls;
 
 pub use convert::ConvertError;

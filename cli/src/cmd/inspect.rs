@@ -113,7 +113,7 @@ pub async fn abort(run_id: String, conn: Conn) -> Result<i32> {
 
 /// `stampede plan`: the dry run.
 pub fn plan(a: crate::plan::PlanArgs) -> Result<i32> {
-    let (_, s) = client::read_scenario(&a.scenario)?;
+    let s = client::read_scenario_dry(&a.scenario)?;
     let r = crate::plan::plan(&s, &a)?;
     match a.output.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&r)?),
@@ -130,7 +130,7 @@ pub fn plan(a: crate::plan::PlanArgs) -> Result<i32> {
 
 /// `stampede validate FILE` (or `-` for standard input).
 pub fn validate(scenario: std::path::PathBuf) -> Result<i32> {
-    let (_, s) = client::read_scenario(&scenario)?;
+    let s = client::read_scenario_dry(&scenario)?;
     let plan = stampede_core::plan::Plan::new(&s, s.agents.unwrap_or(1), &[], s.seed.unwrap_or(0))?;
     let shape = match &s.load {
         Some(l) => format!("{:?} load, {} connections", l.model, l.connections).to_lowercase(),
@@ -151,5 +151,21 @@ pub fn validate(scenario: std::path::PathBuf) -> Result<i32> {
         s.duration().as_secs_f64(),
         plan.agents
     );
+    // Read by `run` from its environment at submit time; a dry run only names them.
+    let env = s.env_names();
+    if !env.is_empty() {
+        let names: Vec<String> = env
+            .iter()
+            .map(|n| {
+                let set = if std::env::var_os(n).is_some() {
+                    "set"
+                } else {
+                    "not set here"
+                };
+                format!("{n} ({set})")
+            })
+            .collect();
+        println!("  required at run: {}", names.join(", "));
+    }
     Ok(exit::OK)
 }

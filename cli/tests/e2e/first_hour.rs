@@ -126,3 +126,51 @@ fn validate_reads_standard_input() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("18000 sessions"));
 }
+
+/// `validate` needs no `${env:...}` variable set and names them as required at run; `run`
+/// refuses, before any load, a scenario whose variable is missing, naming the field.
+#[test]
+fn validate_names_the_environment_a_run_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("env.yaml");
+    std::fs::write(
+        &path,
+        "name: s\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 1s, arrival_rate: 1 }\nsession:\n  - http: { path: '/?k=${env:STAMPEDE_E2E_UNSET_KEY}', headers: { x-home: '${env:HOME}' } }\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("validate")
+        .arg(&path)
+        .env_remove("STAMPEDE_E2E_UNSET_KEY")
+        .env("HOME", "/nowhere")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("required at run: HOME (set), STAMPEDE_E2E_UNSET_KEY (not set here)"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("/nowhere"),
+        "a value is never printed: {stdout}"
+    );
+    let out = Command::new(BIN)
+        .args(["run", "--local", "--quiet"])
+        .arg(&path)
+        .env_remove("STAMPEDE_E2E_UNSET_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "session[0].http.path: ${env:STAMPEDE_E2E_UNSET_KEY} is not set in the environment"
+        ),
+        "{stderr}"
+    );
+}

@@ -368,3 +368,60 @@ async fn h2c_counts_match_over_one_connection_per_session() {
     let r = run_local(&scenario(&target.url, 10, bad, "http_version: \"2\"\n"), 1).await;
     assert_eq!(errors(&r), [("status_200", 10)]);
 }
+
+/// A `send` payload's text is a template: each session logs in over tcp as its own user of a
+/// data file (split across two agents), then with a wrong password the target denies; a udp
+/// datagram carries its session's row too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_and_udp_payloads_are_templates() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = login_target().await;
+    let rows: Vec<String> = (0..40)
+        .map(|i| format!("[\"user{i}\", \"pass{i}\"]"))
+        .collect();
+    let data = format!(
+        "data:\n  users: {{ order: shuffle, columns: [username, password], rows: [{}] }}\n",
+        rows.join(", ")
+    );
+    let session = r#"  - name: login
+    tcp:
+      send: { text: '{"username":"${users.username|json}","password":"${users.password|json}"}' }
+      expect: { exact: { text: '{"action":"granted","role":"user"}' } }
+  - name: wrong
+    tcp:
+      send: { text: '{"username":"${users.username}","password":"x${session.index}"}' }
+      expect: { exact: { text: '{"action":"denied","reason":"wrong_password"}' } }
+"#;
+    let r = run_local(&scenario(&url, 40, session, &data), 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 80);
+    assert_eq!(server.stats().frames_total, 80);
+
+    // A udp peer that records each datagram and answers `ok`.
+    let socket = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let url = format!("udp://{}", socket.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _stop = serve_until_dropped({
+        let (socket, seen) = (socket.clone(), seen.clone());
+        move |shutdown| async move {
+            let mut buf = [0u8; 2048];
+            tokio::select! {
+                _ = shutdown => {}
+                _ = async {
+                    while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                        seen.lock().unwrap().push(String::from_utf8_lossy(&buf[..n]).to_string());
+                        let _ = socket.send_to(b"ok", from).await;
+                    }
+                } => {}
+            }
+        }
+    });
+    let session = "  - udp: { send: { text: 'hi ${users.username}' }, timeout: 2s, expect: { exact: { text: ok } } }\n";
+    let r = run_local(&scenario(&url, 20, session, &data), 2).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    let mut got = seen.lock().unwrap().clone();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 20, "a row per session: {got:?}");
+    assert!(got.iter().all(|g| g.starts_with("hi user")), "{got:?}");
+}

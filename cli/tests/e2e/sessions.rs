@@ -14,6 +14,8 @@ use crate::{serve_until_dropped, Stop, BIN, QUIET};
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
 struct Seen {
+    /// The client's port: one per connection.
+    peer: u16,
     path: String,
     headers: BTreeMap<String, String>,
     body: String,
@@ -58,6 +60,7 @@ impl LoginServer {
 }
 
 async fn serve(mut s: TcpStream, log: Arc<Mutex<Vec<Seen>>>, issued: Arc<Mutex<BTreeSet<String>>>) {
+    let peer = s.peer_addr().map_or(0, |a| a.port());
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -116,6 +119,7 @@ async fn serve(mut s: TcpStream, log: Arc<Mutex<Vec<Seen>>>, issued: Arc<Mutex<B
             (200, String::new(), "ok".to_string())
         };
         log.lock().unwrap().push(Seen {
+            peer,
             path,
             headers,
             body,
@@ -217,7 +221,10 @@ async fn logins_carry_their_token_and_rows_split_exactly() {
     .await
     .unwrap();
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("119 rows, 120 planned arrivals"), "{out}");
+    assert!(
+        out.contains("119 rows, 120 arrivals: rows run out at t=2.0 s"),
+        "{out}"
+    );
     assert_eq!(server.seen().len(), before, "no load was sent");
 }
 
@@ -272,5 +279,175 @@ session:
         Some(&20),
         "{:?}",
         r.totals.errors
+    );
+}
+
+/// `per: request` gives every request that reads the source a row of its own (three per
+/// session here), each once across two agents; `per: connection` gives each connection of a
+/// closed load one row, kept by every session on it; a share larger than a gRPC message
+/// arrives whole, in chunks; too few rows for the connections is refused before any load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_bind_per_request_and_per_connection() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // 60 rows of 100 KB: 6 MB, more than a 4 MiB message.
+    let pad = "p".repeat(100_000);
+    let rows: String = (0..60).map(|i| format!("{i},{pad}\n")).collect();
+    std::fs::write(dir.path().join("items.csv"), format!("id,pad\n{rows}")).unwrap();
+    let text = format!(
+        r#"name: per-request
+target: {}
+data:
+  items: {{ file: items.csv, per: request, on_exhausted: fail }}
+phases: [ {{ duration: 1s, arrival_rate: 20 }} ]
+session:
+  - http: {{ path: /static }}
+  - http: {{ path: '/item/${{items.id}}' }}
+    repeat: 3
+"#,
+        server.url
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "per-request", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let items: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.path.strip_prefix("/api/item/").map(str::to_string))
+        .collect();
+    let distinct: BTreeSet<u32> = items.iter().map(|i| i.parse().unwrap()).collect();
+    assert_eq!(items.len(), 60, "{items:?}");
+    assert_eq!(distinct, (0..60).collect(), "each row once");
+
+    let accounts = "u\na0\na1\na2\na3\n";
+    std::fs::write(dir.path().join("accounts.csv"), accounts).unwrap();
+    let closed = |url: &str| {
+        format!(
+            r#"name: per-connection
+target: {url}
+data:
+  accounts: {{ file: accounts.csv, order: shuffle, per: connection, on_exhausted: fail }}
+load: {{ model: closed, connections: 4, duration: 1s }}
+session:
+  - http: {{ path: '/who?u=${{accounts.u}}' }}
+"#
+        )
+    };
+    let before = server.seen().len();
+    let (code, out) = tokio::task::spawn_blocking({
+        let (dir, text) = (dir.path().to_path_buf(), closed(&server.url));
+        move || run_cli(&dir, "per-connection", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let seen = server.seen();
+    let mut by_conn: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    for s in &seen[before..] {
+        if let Some(u) = s.path.strip_prefix("/api/who?u=") {
+            by_conn.entry(s.peer).or_default().insert(u.to_string());
+        }
+    }
+    assert_eq!(by_conn.len(), 4, "{by_conn:?}");
+    assert!(by_conn.values().all(|u| u.len() == 1), "{by_conn:?}");
+    let users: BTreeSet<_> = by_conn.values().flatten().cloned().collect();
+    assert_eq!(users.len(), 4, "each connection its own row: {by_conn:?}");
+    assert!(
+        seen.len() - before > 8,
+        "sessions reuse their connection's row"
+    );
+
+    std::fs::write(dir.path().join("accounts.csv"), "u\na0\na1\na2\n").unwrap();
+    let before = server.seen().len();
+    let (code, out) = tokio::task::spawn_blocking({
+        let (dir, text) = (dir.path().to_path_buf(), closed(&server.url));
+        move || run_cli(&dir, "few-accounts", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("data.accounts: 3 rows, 4 connections: rows run out at connection 4 of 4"),
+        "{out}"
+    );
+    assert_eq!(server.seen().len(), before, "no load was sent");
+}
+
+/// Setup steps run once on each agent before the load, outside the report: two agents log in
+/// twice in all, and every session sends the token of its agent's login; a setup that fails
+/// its check refuses the run before any session starts, naming the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_runs_once_per_agent_and_its_values_reach_every_session() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"name: setup
+target: {}
+phases: [ {{ duration: 1s, arrival_rate: 20 }} ]
+setup:
+  - name: login
+    http: {{ method: post, path: /login, body: 'key=${{env:E2E_SESSION_KEY}}' }}
+    extract: {{ token: {{ json: /token }} }}
+    check: {{ json: {{ /status: ok }} }}
+session:
+  - name: me
+    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}' }} }}
+    check: {{ status: [200] }}
+"#,
+        server.url
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let (dir, text) = (dir.path().to_path_buf(), text.clone());
+        move || run_cli(&dir, "setup", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let seen = server.seen();
+    let logins: Vec<_> = seen.iter().filter(|s| s.path == "/api/login").collect();
+    assert_eq!(logins.len(), 2, "one login per agent");
+    assert!(logins.iter().all(|s| s.body == "key=k-e2e"));
+    let tokens: BTreeSet<_> = seen
+        .iter()
+        .filter(|s| s.path == "/api/me")
+        .map(|s| s.headers["authorization"].clone())
+        .collect();
+    assert_eq!(
+        tokens,
+        BTreeSet::from(["Bearer t-1".to_string(), "Bearer t-2".to_string()])
+    );
+    let r: stampede_core::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("setup.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        r.totals.completed, 20,
+        "setup requests are not in the report"
+    );
+    assert_eq!(r.steps.len(), 1);
+
+    let before = server.seen().len();
+    let text = text.replace("/status: ok", "/status: denied");
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "setup-fails", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("setup[0] (login): check.json (status 200)"),
+        "{out}"
+    );
+    assert!(
+        server.seen()[before..]
+            .iter()
+            .all(|s| s.path == "/api/login"),
+        "no session started"
     );
 }

@@ -71,7 +71,14 @@ impl Driver {
         let plan = Plan::new(&self.scenario, self.n, &[], seed)
             .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
         self.check_ports(&picked, seed)?;
-        let scenario_text = serde_json::to_string(&self.scenario)
+        // With the run's seed: the rows must last (on_exhausted: fail) before any load.
+        self.scenario
+            .check_data_supply(seed)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let shares =
+            crate::data::Shares::new(&self.scenario, self.n, seed).map_err(Failure::Failed)?;
+        // Agents get the scenario without the data rows, and their own rows apart.
+        let scenario_text = serde_json::to_string(&self.scenario.agent_form())
             .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;
         // The form agents receive can be longer than the text submitted (JSON escapes).
         if scenario_text.len() > stampede_core::scenario::MAX_SCENARIO_BYTES {
@@ -106,6 +113,7 @@ impl Driver {
             }
         }
         for (i, m) in members.iter().enumerate() {
+            let data = shares.send(&self.h.run_id, i as u32, &m.tx).await;
             let assign = v1::Assign {
                 run_id: self.h.run_id.clone(),
                 scenario: scenario_text.clone(),
@@ -115,6 +123,7 @@ impl Driver {
                 seed,
                 interval_ms: self.inner.cfg.interval.as_millis() as u64,
                 planned_sessions: plan.agent_sessions(i),
+                data,
             };
             let _ =
                 m.tx.send(Ok(v1::ControllerMessage {

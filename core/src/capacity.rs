@@ -370,31 +370,34 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
                     ..StepReport::default()
                 }
             });
-            e.completed += s.completed;
-            e.failed += s.failed;
+            e.completed = e.completed.saturating_add(s.completed);
+            e.failed = e.failed.saturating_add(s.failed);
             add_errors(&mut e.errors, &s.errors);
             e.latency = worst_latency(&e.latency, &s.latency);
         }
         for a in &r.agents {
             match agents.iter_mut().find(|x| x.id == a.id) {
                 Some(x) => {
-                    x.planned += a.planned;
-                    x.started += a.started;
-                    x.completed += a.completed;
-                    x.failed += a.failed;
+                    x.planned = x.planned.saturating_add(a.planned);
+                    x.started = x.started.saturating_add(a.started);
+                    x.completed = x.completed.saturating_add(a.completed);
+                    x.failed = x.failed.saturating_add(a.failed);
                     x.lost |= a.lost;
                     x.clock_offset_us = a.clock_offset_us;
                     x.lag_p99_us = x.lag_p99_us.max(a.lag_p99_us);
                     x.lag_max_us = x.lag_max_us.max(a.lag_max_us);
-                    x.late_arrivals += a.late_arrivals;
+                    x.late_arrivals = x.late_arrivals.saturating_add(a.late_arrivals);
                 }
                 None => agents.push(a.clone()),
             }
         }
         let g = &r.generator;
-        out.generator.late_arrivals += g.late_arrivals;
-        out.generator.dropped_arrivals += g.dropped_arrivals;
-        out.generator.out_of_range += g.out_of_range;
+        out.generator.late_arrivals = out.generator.late_arrivals.saturating_add(g.late_arrivals);
+        out.generator.dropped_arrivals = out
+            .generator
+            .dropped_arrivals
+            .saturating_add(g.dropped_arrivals);
+        out.generator.out_of_range = out.generator.out_of_range.saturating_add(g.out_of_range);
         out.generator.behind_schedule |= g.behind_schedule;
         out.generator
             .warnings
@@ -420,7 +423,7 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
     }
     out.duration_s = offset;
     let t = &mut out.totals;
-    let finished = t.completed + t.failed;
+    let finished = t.completed.saturating_add(t.failed);
     t.error_count = t.errors.values().sum();
     t.error_rate = if finished > 0 {
         t.failed as f64 / finished as f64
@@ -451,25 +454,26 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
 
 fn add_errors(dst: &mut BTreeMap<String, u64>, src: &BTreeMap<String, u64>) {
     for (k, v) in src {
-        *dst.entry(k.clone()).or_default() += v;
+        let e = dst.entry(k.clone()).or_default();
+        *e = e.saturating_add(*v);
     }
 }
 
 fn add_totals(dst: &mut Totals, src: &Totals) {
-    dst.planned += src.planned;
-    dst.started += src.started;
-    dst.completed += src.completed;
-    dst.failed += src.failed;
+    dst.planned = dst.planned.saturating_add(src.planned);
+    dst.started = dst.started.saturating_add(src.started);
+    dst.completed = dst.completed.saturating_add(src.completed);
+    dst.failed = dst.failed.saturating_add(src.failed);
     add_errors(&mut dst.errors, &src.errors);
-    dst.bytes_sent += src.bytes_sent;
-    dst.bytes_received += src.bytes_received;
+    dst.bytes_sent = dst.bytes_sent.saturating_add(src.bytes_sent);
+    dst.bytes_received = dst.bytes_received.saturating_add(src.bytes_received);
     let (d, s) = (&mut dst.sessions, &src.sessions);
     *d = SessionTotals {
-        planned: d.planned + s.planned,
-        started: d.started + s.started,
-        completed: d.completed + s.completed,
-        failed: d.failed + s.failed,
-        dropped: d.dropped + s.dropped,
+        planned: d.planned.saturating_add(s.planned),
+        started: d.started.saturating_add(s.started),
+        completed: d.completed.saturating_add(s.completed),
+        failed: d.failed.saturating_add(s.failed),
+        dropped: d.dropped.saturating_add(s.dropped),
     };
 }
 
@@ -679,5 +683,20 @@ mod tests {
         assert_eq!(m.latency.response_time.count, 4);
         assert_eq!(m.thresholds[1].expr, "s2 100/s: p99 < 50ms");
         assert!(!m.thresholds[1].passed);
+    }
+
+    /// Step reports read from files are not trusted: counts at the top of `u64` add up
+    /// saturating instead of overflowing (a panic in debug builds, a wrap in release).
+    #[test]
+    fn merging_steps_with_huge_counts_saturates() {
+        let mut a = step_report(50.0, &[50], true);
+        a.totals.completed = u64::MAX - 1;
+        a.totals.failed = u64::MAX;
+        a.totals.errors.insert("reset".into(), u64::MAX);
+        let parts = vec![("s1".to_string(), a.clone()), ("s2".to_string(), a)];
+        let m = merge_steps("cap", &parts).unwrap();
+        assert_eq!(m.totals.completed, u64::MAX);
+        assert_eq!(m.totals.failed, u64::MAX);
+        assert_eq!(m.totals.errors["reset"], u64::MAX);
     }
 }

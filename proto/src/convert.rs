@@ -285,6 +285,15 @@ pub fn progress_from_wire(
             ),
         ));
     }
+    // One sample per phase: a second one for the same phase would be merged twice.
+    let mut seen: Vec<u32> = p.samples.iter().map(|w| w.phase).collect();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ConvertError::invalid(
+            "progress.samples",
+            format!("two samples for phase {}", w[0]),
+        ));
+    }
     for (k, w) in p.samples.iter().enumerate() {
         if w.phase as usize >= phases {
             return Err(ConvertError::invalid(
@@ -423,6 +432,10 @@ mod tests {
         p.samples = vec![sample.clone()];
         p.samples[0].phase = 5;
         assert!(progress_from_wire(&p, 2, 1, 10).is_err());
+        // Two samples for one phase would be merged twice.
+        p.samples = vec![sample.clone(), sample.clone()];
+        let twice = progress_from_wire(&p, 2, 1, 10).unwrap_err().to_string();
+        assert_eq!(twice, "progress.samples: two samples for phase 0");
     }
 
     #[test]

@@ -1,0 +1,430 @@
+//! The control loop: one stream to the controller at a time, reconnecting with backoff;
+//! assign, start, lease renewals, aborts and acknowledgements; the replay buffer; the dead-man
+//! watchdog. It runs on its own thread and runtime (see [`crate::run`]).
+
+use super::*;
+use crate::assign::prepare;
+
+/// A run this agent holds: its stop switch and lease.
+struct ActiveRun {
+    run_id: String,
+    stop: CancellationToken,
+    /// Why the run was stopped early (the first reason wins); reported in `Done`.
+    reason: Arc<Mutex<Option<String>>>,
+    lease_deadline: Arc<Mutex<Instant>>,
+    lease: Duration,
+}
+
+/// Stops a run, remembering why (the first reason given wins).
+fn stop_run(stop: &CancellationToken, reason: &Mutex<Option<String>>, why: String) {
+    reason
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert(why);
+    stop.cancel();
+}
+
+/// Most unacknowledged run messages kept for replay; the oldest go first beyond it (a
+/// controller that acknowledges nothing for this long is not coming back for them).
+const MAX_RETAINED: usize = 4096;
+/// Longest the agent waits, after a shutdown signal, to hand its last data to the controller.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A shard prepared on Assign, waiting for Start.
+struct PendingRun {
+    spec: Arc<RunSpec>,
+}
+
+impl Drop for AgentState {
+    /// However the control loop ends, the load it started ends with it.
+    fn drop(&mut self) {
+        if let Some(a) = &self.active {
+            a.stop.cancel();
+        }
+    }
+}
+
+/// State that outlives one connection.
+struct AgentState {
+    pending: Option<PendingRun>,
+    active: Option<ActiveRun>,
+    /// The current run's messages the controller has not acknowledged, for replay after a
+    /// reconnect (at most [`MAX_RETAINED`]).
+    retained: std::collections::VecDeque<v1::AgentMessage>,
+    /// The runtime the load runs on (the control loop has its own).
+    load: tokio::runtime::Handle,
+    run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
+    run_rx: mpsc::UnboundedReceiver<v1::AgentMessage>,
+    lease: Duration,
+    /// This agent's data rows for the run about to be assigned (sent before its Assign).
+    data: stampede_proto::data::Received,
+}
+
+/// The control loop: connects, reconnects with backoff, and drains on `quit`.
+pub(crate) async fn control(
+    cfg: AgentConfig,
+    quit: CancellationToken,
+    load: tokio::runtime::Handle,
+) -> Result<(), AgentError> {
+    let (run_tx, run_rx) = mpsc::unbounded_channel();
+    let mut state = AgentState {
+        pending: None,
+        active: None,
+        retained: std::collections::VecDeque::new(),
+        load,
+        run_tx,
+        run_rx,
+        lease: Duration::from_secs(1),
+        data: Default::default(),
+    };
+    let drained = async {
+        quit.cancelled().await;
+        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    };
+    tokio::pin!(drained);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let started = Instant::now();
+        let result = tokio::select! {
+            r = connection(&cfg, &mut state, &quit) => r,
+            _ = &mut drained => {
+                tracing::warn!("shutting down before the last data reached the controller");
+                return Ok(());
+            }
+        };
+        if quit.is_cancelled() && state.active.is_none() {
+            return Ok(());
+        }
+        match result {
+            Err(AgentError::Status(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                // A wrong credential does not get better by retrying.
+                return Err(AgentError::Status(s));
+            }
+            Ok(()) => tracing::info!("controller closed the stream; reconnecting"),
+            Err(e) => tracing::warn!(error = %e, "controller connection failed; retrying"),
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        let jitter = rand::rng().random_range(0.8..1.2);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+            _ = &mut drained => return Ok(()),
+        }
+        backoff = (backoff * 2).min(cfg.max_backoff);
+    }
+}
+
+fn msg(m: Out) -> v1::AgentMessage {
+    v1::AgentMessage { msg: Some(m) }
+}
+
+async fn connection(
+    cfg: &AgentConfig,
+    state: &mut AgentState,
+    quit: &CancellationToken,
+) -> Result<(), AgentError> {
+    if quit.is_cancelled() && state.active.is_none() {
+        return Ok(());
+    }
+    let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.controller.clone())
+        .map_err(|e| AgentError::Url(e.to_string()))?;
+    if cfg.controller.starts_with("https://") {
+        let cas: Vec<&[u8]> = cfg.ca_pem.iter().map(Vec::as_slice).collect();
+        let tls = stampede_proto::tls::client_tls(
+            &cas,
+            cfg.identity
+                .as_ref()
+                .map(|(c, k)| (c.as_slice(), k.as_slice())),
+            cfg.server_name.as_deref(),
+        );
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let endpoint = endpoint
+        .connect_timeout(Duration::from_secs(3))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5));
+    let channel = endpoint.connect().await?;
+    let (tx, rx) = mpsc::channel::<v1::AgentMessage>(1024);
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(token) = &cfg.token {
+        let value =
+            MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| AgentError::Token)?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let register = v1::Register {
+        agent_id: cfg.id.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        capacity: cfg.capacity,
+        hist_spec: Some(stampede_core::hist::SPEC.into()),
+        pod_name: cfg.pod_name.clone(),
+        node_name: cfg.node_name.clone(),
+        pod_ip: cfg.pod_ip.clone(),
+        ephemeral_ports: Some(ephemeral_ports()),
+        source_addresses: net::source_addresses().len().max(1) as u32,
+        active_run: state
+            .active
+            .as_ref()
+            .map(|a| a.run_id.clone())
+            .unwrap_or_default(),
+    };
+    let _ = tx.send(msg(Out::Register(register))).await;
+    // An Assign carries the whole scenario (files inlined), up to the scenario's bound.
+    let mut inbound = v1::agent_service_client::AgentServiceClient::new(channel)
+        .max_decoding_message_size(
+            stampede_core::scenario::MAX_SCENARIO_BYTES + stampede_core::scenario::MESSAGE_OVERHEAD,
+        )
+        .attach(request)
+        .await?
+        .into_inner();
+    tracing::info!(controller = %cfg.controller, id = %cfg.id, "attached to controller");
+    // Replay what the controller has not acknowledged; it ignores intervals it already has.
+    for m in &state.retained {
+        if tx.send(m.clone()).await.is_err() {
+            return Err(AgentError::Closed);
+        }
+    }
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            m = inbound.next() => {
+                let m = match m {
+                    Some(Ok(m)) => m,
+                    Some(Err(status)) => return Err(status.into()),
+                    None => return Err(AgentError::Closed),
+                };
+                let run_acked = matches!(&m.msg, Some(In::Ack(_)));
+                handle(cfg, state, &tx, m).await;
+                // Drained: the controller has the run's Done (only its ack proves the frames
+                // left this process; returning earlier would drop them with the runtime).
+                if draining && run_acked && state.active.is_none() {
+                    return Ok(());
+                }
+            }
+            Some(mut out) = state.run_rx.recv() => {
+                let done = if let Some(Out::Done(d)) = &mut out.msg {
+                    // The run is over: end its lease watchdog too (it would otherwise report
+                    // a lapsed lease once renewals stop), and say why it stopped early.
+                    if let Some(a) = state.active.take() {
+                        if d.stopped_early && d.reason.is_empty() {
+                            d.reason = a.reason.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
+                        }
+                        a.stop.cancel();
+                    }
+                    true
+                } else {
+                    false
+                };
+                if state.retained.len() >= MAX_RETAINED {
+                    state.retained.pop_front();
+                    tracing::warn!("replay buffer full: the oldest unacknowledged interval was dropped");
+                }
+                state.retained.push_back(out.clone());
+                if tx.send(out).await.is_err() {
+                    return Err(AgentError::Closed);
+                }
+                if done && quit.is_cancelled() {
+                    draining = true; // now wait for the controller's acknowledgement
+                }
+            }
+            _ = quit.cancelled(), if !draining => {
+                draining = true;
+                match &state.active {
+                    Some(a) => {
+                        tracing::info!(run = %a.run_id, "shutting down: stopping the run and sending what it collected");
+                        stop_run(&a.stop, &a.reason, "the agent was shut down (SIGTERM)".into());
+                    }
+                    None => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+async fn handle(
+    cfg: &AgentConfig,
+    state: &mut AgentState,
+    tx: &mpsc::Sender<v1::AgentMessage>,
+    m: v1::ControllerMessage,
+) {
+    let Some(m) = m.msg else { return };
+    match m {
+        In::Registered(r) => {
+            if r.lease_ms > 0 {
+                state.lease = Duration::from_millis(r.lease_ms).min(MAX_LEASE);
+            }
+            if let Err(e) =
+                stampede_proto::convert::check_spec("registered.hist_spec", r.hist_spec.as_ref())
+            {
+                tracing::error!(error = %e, "controller uses another histogram spec");
+            }
+        }
+        In::DataRows(d) => state.data.add(d),
+        In::Assign(a) => {
+            let run_id = a.run_id.clone();
+            let data = std::mem::take(&mut state.data);
+            let reply = if state.active.is_some() {
+                Out::Failed(v1::AgentFailed {
+                    run_id,
+                    reason: "agent is busy with another run".into(),
+                })
+            } else {
+                match prepare(cfg, &a, data).await {
+                    Ok(spec) => {
+                        let planned: u64 = spec.planned.iter().sum();
+                        if planned != a.planned_sessions {
+                            Out::Failed(v1::AgentFailed {
+                                run_id,
+                                reason: format!("plan mismatch: controller planned {} sessions for this shard, agent computed {planned}", a.planned_sessions),
+                            })
+                        } else {
+                            state.pending = Some(PendingRun {
+                                spec: Arc::new(spec),
+                            });
+                            state.retained.clear();
+                            Out::Ready(v1::Ready {
+                                run_id,
+                                planned_sessions: planned,
+                            })
+                        }
+                    }
+                    Err(reason) => Out::Failed(v1::AgentFailed { run_id, reason }),
+                }
+            };
+            let _ = tx.send(msg(reply)).await;
+        }
+        In::Start(s) => {
+            let Some(pending) = state.pending.take().filter(|p| p.spec.run_id == s.run_id) else {
+                let _ = tx
+                    .send(msg(Out::Failed(v1::AgentFailed {
+                        run_id: s.run_id,
+                        reason: "start for a run that was not assigned".into(),
+                    })))
+                    .await;
+                return;
+            };
+            // T0 on our clock = T0 on the controller's + (agent − controller) offset.
+            let t0_local = s.t0_unix_ns.saturating_add(s.clock_offset_ns);
+            let delta = t0_local.saturating_sub(unix_ns());
+            let t0 = if delta >= 0 {
+                Instant::now() + Duration::from_nanos(delta as u64)
+            } else {
+                Instant::now()
+            };
+            let stop = CancellationToken::new();
+            let reason = Arc::new(Mutex::new(None));
+            let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));
+            state.active = Some(ActiveRun {
+                run_id: s.run_id.clone(),
+                stop: stop.clone(),
+                reason: reason.clone(),
+                lease_deadline: lease_deadline.clone(),
+                lease: state.lease,
+            });
+            tokio::spawn(watchdog(
+                lease_deadline,
+                stop.clone(),
+                reason,
+                state.lease,
+                s.run_id.clone(),
+            ));
+            state.load.spawn(runner::execute(
+                pending.spec,
+                t0,
+                state.run_tx.clone(),
+                stop,
+            ));
+        }
+        In::Lease(l) => {
+            if let Some(a) = &state.active {
+                let lease = if l.lease_ms > 0 {
+                    Duration::from_millis(l.lease_ms).min(MAX_LEASE)
+                } else {
+                    a.lease
+                };
+                let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
+                *d = (*d).max(Instant::now() + lease);
+                drop(d);
+                if l.acked_below > 0 {
+                    let run = a.run_id.clone();
+                    state.retained.retain(|m| {
+                        !matches!(&m.msg, Some(Out::Progress(p)) if p.run_id == run && p.interval < l.acked_below)
+                    });
+                }
+            }
+        }
+        In::Abort(a) => {
+            if let Some(active) = state.active.as_ref().filter(|x| x.run_id == a.run_id) {
+                tracing::warn!(run = %a.run_id, reason = %a.reason, "run aborted by the controller");
+                stop_run(
+                    &active.stop,
+                    &active.reason,
+                    format!("aborted by the controller: {}", a.reason),
+                );
+            }
+            if state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.spec.run_id == a.run_id)
+            {
+                state.pending = None;
+            }
+        }
+        In::Ack(ack) => state.retained.retain(|m| !acknowledged(m, &ack)),
+        In::ClockPing(p) => {
+            let t2 = unix_ns();
+            let pong = v1::ClockPong {
+                seq: p.seq,
+                t1_unix_ns: p.t1_unix_ns,
+                t2_unix_ns: t2,
+                t3_unix_ns: unix_ns(),
+            };
+            let _ = tx.send(msg(Out::ClockPong(pong))).await;
+        }
+    }
+}
+
+/// Whether `ack` (a whole run) covers the retained message `m`.
+fn acknowledged(m: &v1::AgentMessage, ack: &v1::Ack) -> bool {
+    match &m.msg {
+        Some(Out::Progress(p)) => p.run_id == ack.run_id,
+        Some(Out::Done(d)) => d.run_id == ack.run_id,
+        _ => false,
+    }
+}
+
+/// The dead-man switch: stops the run when its lease lapses.
+async fn watchdog(
+    deadline: Arc<Mutex<Instant>>,
+    stop: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+    lease: Duration,
+    run_id: String,
+) {
+    loop {
+        let d = *deadline.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::select! {
+            _ = tokio::time::sleep_until(d) => {}
+            _ = stop.cancelled() => return,
+        }
+        let current = *deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if Instant::now() >= current {
+            tracing::warn!(run = %run_id, "lease lapsed: the controller is gone; stopping load");
+            stop_run(
+                &stop,
+                &reason,
+                format!(
+                    "its lease lapsed (no renewal from the controller for {} ms)",
+                    lease.as_millis()
+                ),
+            );
+            return;
+        }
+    }
+}

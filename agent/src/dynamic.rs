@@ -83,6 +83,8 @@ pub struct DynamicHttp {
     cookies: bool,
     /// The `per: request` sources the request reads: each binds its next row per request.
     per_request: Vec<usize>,
+    /// About how long the rendered HTTP/1.1 request is: a session's buffer is sized once.
+    size_hint: usize,
 }
 
 /// A session's variables and reusable buffers; exists only when the run has dynamic steps.
@@ -92,7 +94,8 @@ pub struct SessionVars {
     /// Per source, the row (of the agent's share) bound now; a `per: request` source binds
     /// one before each request that reads it.
     rows: Vec<Option<u32>>,
-    /// Per source, the requests of this session that read it so far (`per: request`).
+    /// Per source, the requests of this session that read it so far (`per: request`; empty
+    /// until the first such request).
     reads: Vec<u64>,
     values: Vec<Option<String>>,
     rng: Option<rand_chacha::ChaCha8Rng>,
@@ -175,7 +178,7 @@ impl Context {
             .collect::<Option<Vec<_>>>()?;
         Some(SessionVars {
             index,
-            reads: vec![0; rows.len()],
+            reads: Vec::new(),
             rows,
             values: vec![None; self.slots],
             rng: None,
@@ -191,7 +194,7 @@ impl Context {
         SessionVars {
             index: u64::MAX,
             rows: vec![None; self.sources.len()],
-            reads: vec![0; self.sources.len()],
+            reads: Vec::new(),
             values: vec![None; self.setup.len()],
             rng: None,
             cookies: Vec::new(),
@@ -212,6 +215,9 @@ impl Context {
 
     /// Binds the next row of each `per: request` source in `sources` (those a request reads).
     fn bind_request(&self, sources: &[usize], vars: &mut SessionVars) {
+        if !sources.is_empty() && vars.reads.is_empty() {
+            vars.reads = vec![0; self.sources.len()];
+        }
         for &i in sources {
             let s = &self.sources[i];
             let key = vars.index.wrapping_mul(s.per_session) + vars.reads[i];
@@ -307,9 +313,33 @@ pub fn compile(
     Ok(Compiled(parts))
 }
 
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 impl Compiled {
     fn literal(text: &str) -> Self {
         Self(vec![Part::Lit(text.as_bytes().into())])
+    }
+
+    /// About how many bytes a rendering takes: the literals, and room for each value.
+    fn size_hint(&self) -> usize {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Part::Lit(b) => b.len(),
+                _ => 32,
+            })
+            .sum()
     }
 
     /// Appends the rendered value to `out`.
@@ -336,20 +366,23 @@ impl Compiled {
                     template::apply_filter(*filter, v.as_bytes(), out);
                 }
                 Part::Builtin(b, filter) => {
-                    let v = match b {
-                        Builtin::SessionIndex => vars.index.to_string(),
-                        Builtin::Agent => ctx.agent.clone(),
-                        Builtin::RunId => ctx.run_id.clone(),
+                    // Written in place: no allocation per request.
+                    let mut digits = [0u8; 20];
+                    let v: &[u8] = match b {
+                        Builtin::SessionIndex => decimal(vars.index, &mut digits),
+                        Builtin::Agent => ctx.agent.as_bytes(),
+                        Builtin::RunId => ctx.run_id.as_bytes(),
                         Builtin::Now(format) => {
                             let ms = std::time::SystemTime::now()
                                 .duration_since(std::time::UNIX_EPOCH)
                                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                             let mut v = Vec::with_capacity(24);
                             template::write_time(ms, *format, &mut v);
-                            String::from_utf8(v).unwrap_or_default()
+                            template::apply_filter(*filter, &v, out);
+                            continue;
                         }
                     };
-                    template::apply_filter(*filter, v.as_bytes(), out);
+                    template::apply_filter(*filter, v, out);
                 }
                 Part::Gen(g, filter) => {
                     let rng = vars
@@ -407,6 +440,15 @@ impl DynamicHttp {
             .collect();
         let check = check.cloned();
         let per_request = request_sources(scenario, req.templates().map(|(_, t)| t));
+        let size_hint = 64
+            + req.method.len()
+            + authority.len()
+            + path.size_hint()
+            + headers
+                .iter()
+                .map(|(k, v): &(String, Compiled)| k.len() + 4 + v.size_hint())
+                .sum::<usize>()
+            + body.as_ref().map_or(0, Compiled::size_hint);
         let capture_body = extract.iter().any(|(_, e, _)| e.needs_body())
             || check.as_ref().is_some_and(Check::needs_body);
         Ok(Self {
@@ -425,6 +467,7 @@ impl DynamicHttp {
             capture_body,
             cookies: scenario.cookies,
             per_request,
+            size_hint,
         })
     }
 
@@ -436,6 +479,8 @@ impl DynamicHttp {
         let mut body = std::mem::take(&mut vars.body);
         out.clear();
         body.clear();
+        // Sized once per session, not grown request by request.
+        out.reserve(self.size_hint);
         let r = (|| {
             if let Some(b) = &self.body {
                 b.render(ctx, vars, &mut body);
@@ -749,6 +794,14 @@ session:
                 (name.clone(), share)
             })
             .collect()
+    }
+
+    #[test]
+    fn decimals() {
+        let mut buf = [0u8; 20];
+        assert_eq!(decimal(0, &mut buf), b"0");
+        assert_eq!(decimal(907, &mut buf), b"907");
+        assert_eq!(decimal(u64::MAX, &mut buf), b"18446744073709551615");
     }
 
     #[test]

@@ -265,6 +265,8 @@ fn reach(scenario: &Scenario, name: &str, source: &DataSource, seed: u64) -> (Op
     let arrivals =
         || Schedule::new(&scenario.effective_phases(), scenario.arrival, seed).total_arrivals();
     let reach = match (source.per, scenario.load.as_ref()) {
+        // Read by no request: no key at all.
+        (DataScope::Request, _) if per_session == 0 => Some(0),
         (DataScope::Connection, Some(l)) => Some(u64::from(l.connections)),
         (_, Some(l)) if l.model == LoadModel::Closed => None,
         (DataScope::Request, _) => Some(arrivals().saturating_mul(per_session)),

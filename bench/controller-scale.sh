@@ -19,15 +19,7 @@ set -euo pipefail
 
 agents=${1:-1000}
 duration=${2:-60}
-root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/common.sh"
 # The whole bench is bounded: the run itself, plus set-up and the report.
 limit=$((duration + 300))
 ( sleep "$limit"; echo "controller-scale: timed out after ${limit}s" >&2; kill -TERM $$ ) &
@@ -43,7 +35,6 @@ STAMPEDE_BIN=${STAMPEDE_BIN:-$target/release/stampede}
 FLEET_BIN=${FLEET_BIN:-$target/release/examples/fleet}
 export STAMPEDE_TOKEN=${STAMPEDE_TOKEN:-bench-$RANDOM$RANDOM}
 export STAMPEDE_KUBE=off
-hz=$(getconf CLK_TCK)
 
 ulimit -n 20000 2>/dev/null || true
 "$STAMPEDE_BIN" controller --listen 127.0.0.1:0 --data-dir "$work/data" --lease "${LEASE:-1s}" \

@@ -29,27 +29,9 @@ CTL_PORT=${CTL_PORT:-17991}
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(closed constant)
 
-root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-hz=$(getconf CLK_TCK)
+source "$(dirname "$0")/common.sh"
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 
-wait_port() {
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "port $1 did not open" >&2
-    return 1
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # The base binary: its sources exported from git into target/bench-base/REV and built there with
 # a target directory of its own (kept for the next run). Not the tree's: cargo tells workspace

@@ -18,15 +18,7 @@ set -euo pipefail
 duration=${1:-2h}
 rate=${2:-2000}
 growth_max=${GROWTH_MAX_MIB:-16}
-root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/common.sh"
 
 secs=$(python3 -c "
 import re,sys
@@ -43,13 +35,6 @@ bin=$STAMPEDE_BIN
 export STAMPEDE_TOKEN=soak-user-$RANDOM$RANDOM STAMPEDE_AGENT_TOKEN=soak-agent-$RANDOM$RANDOM
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 1 100); do
-        python3 -c "import socket;socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "soak: nothing listens on $1" >&2; return 1
-}
 rss_mib() { awk '/^VmRSS/{printf "%.1f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 tport=$(free_port); cport=$(free_port)

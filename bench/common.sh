@@ -1,0 +1,35 @@
+# Shared by every benchmark script (source it): `root` (the repository), `work` (a temporary
+# directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
+# ticks per second) and small readers: wait_port PORT, cpu_ticks PID...
+
+root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+hz=$(getconf CLK_TCK)
+
+# wait_port PORT: until something accepts on 127.0.0.1:PORT (10 s at most).
+wait_port() {
+    for _ in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "port $1 did not open" >&2
+    return 1
+}
+
+# cpu_ticks PID...: the sum of utime+stime (clock ticks) of these processes (all their threads).
+cpu_ticks() {
+    local total=0 p
+    for p in "$@"; do
+        if [ -r "/proc/$p/stat" ]; then
+            total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+        fi
+    done
+    echo "$total"
+}

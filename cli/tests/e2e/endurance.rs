@@ -85,13 +85,7 @@ async fn sigterm_flushes_what_the_agent_collected() {
     );
     // Everything the target served is in the report, once: every answered request, plus at
     // most the few that were in flight at the signal (started, abandoned by the stop).
-    let served = target.requests();
-    let finished = r.totals.completed + r.totals.failed;
-    assert!(
-        finished <= served && served <= r.totals.started && r.totals.started - finished <= 5,
-        "served {served}, report: started {} finished {finished}",
-        r.totals.started
-    );
+    crate::assert_counts_what_was_served(&r, target.requests(), 5);
     assert!(r.totals.completed >= 100 && r.totals.completed < 3000);
     cluster.stop().await;
 }

@@ -124,6 +124,16 @@ pub fn spawn_controller_on(
     token: &str,
     data_dir: &std::path::Path,
 ) -> (Proc, String) {
+    spawn_controller_with(listen, token, data_dir, &[])
+}
+
+/// [`spawn_controller_on`] with more arguments (say `--lease 3s`).
+pub fn spawn_controller_with(
+    listen: &str,
+    token: &str,
+    data_dir: &std::path::Path,
+    extra: &[&str],
+) -> (Proc, String) {
     let mut child = Command::new(BIN)
         .args([
             "controller",
@@ -134,6 +144,7 @@ pub fn spawn_controller_on(
             "--data-dir",
         ])
         .arg(data_dir)
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -207,4 +218,15 @@ pub async fn run(url: &str, token: &str, text: &str, agents: u32) -> Report {
     .await
     .expect("run finished in time")
     .unwrap()
+}
+
+/// Asserts that report `r` counts what the target served (`served`): every answered request
+/// once, besides at most `slack` in flight when the load was stopped (started, then abandoned).
+pub fn assert_counts_what_was_served(r: &Report, served: u64, slack: u64) {
+    let finished = r.totals.completed + r.totals.failed;
+    assert!(
+        finished <= served && served <= r.totals.started && r.totals.started - finished <= slack,
+        "served {served}, report: started {} finished {finished}",
+        r.totals.started
+    );
 }

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stampede_core::report::RunOutcome;
+use stampede_core::report::{Report, RunOutcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::{spawn_agent, Proc, Target, BIN, QUIET};
+use crate::{spawn_agent, spawn_controller_with, Proc, Target, QUIET};
 
 /// A TCP proxy in front of the controller, with a switch for each kind of cut.
 struct CutProxy {
@@ -100,32 +101,40 @@ async fn pump(
     }
 }
 
-/// `stampede controller` on an ephemeral port with a lease of `lease`.
-fn controller_with_lease(token: &str, dir: &std::path::Path, lease: &str) -> (Proc, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(BIN)
-        .args([
-            "controller",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            token,
-            "--lease",
-            lease,
-            "--data-dir",
-        ])
-        .arg(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn controller");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-    (Proc(child), format!("http://{addr}"))
+const TOKEN: &str = "cut-token";
+
+/// What every cut test starts from: a target, a controller process with lease `lease`, and the
+/// proxy in front of it.
+struct Rig {
+    target: Target,
+    url: String,
+    proxy: CutProxy,
+    _controller: Proc,
+    _data: tempfile::TempDir,
+}
+
+impl Rig {
+    async fn start(lease: &str) -> Self {
+        let target = Target::start(0).await;
+        let data = tempfile::tempdir().unwrap();
+        let (controller, url) =
+            spawn_controller_with("127.0.0.1:0", TOKEN, data.path(), &["--lease", lease]);
+        let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
+        Self {
+            target,
+            url,
+            proxy,
+            _controller: controller,
+            _data: data,
+        }
+    }
+
+    /// Runs `phases` (and `extra`) against the target on `agents` agents, in the background.
+    fn run(&self, phases: &str, extra: &str, agents: u32) -> JoinHandle<Report> {
+        let text = crate::scenario(&self.target.url, phases, extra);
+        let url = self.url.clone();
+        tokio::spawn(async move { crate::run(&url, TOKEN, &text, agents).await })
+    }
 }
 
 /// Waits (bounded) until the target has served `n` requests.
@@ -146,25 +155,19 @@ async fn until_served(target: &Target, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cuts_shorter_than_the_lease_resume_and_lose_nothing() {
     let _q = QUIET.read().await;
-    let target = Target::start(0).await;
-    let data = tempfile::tempdir().unwrap();
-    let token = "cut-token";
-    let (_controller, url) = controller_with_lease(token, data.path(), "3s");
-    let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
-    let _agent = spawn_agent(&proxy.url, token, "cut-short");
-    let text = crate::scenario(&target.url, "  - { duration: 8s, arrival_rate: 100 }\n", "");
-    let (u, t) = (url.clone(), token.to_string());
-    let run = tokio::spawn(async move { crate::run(&u, &t, &text, 1).await });
+    let rig = Rig::start("3s").await;
+    let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-short");
+    let run = rig.run("  - { duration: 8s, arrival_rate: 100 }\n", "", 1);
 
-    until_served(&target, 150).await;
-    let before = proxy.links.load(Ordering::SeqCst);
-    proxy.cut_for(Duration::from_secs(1)).await;
-    until_served(&target, 400).await;
+    until_served(&rig.target, 150).await;
+    let before = rig.proxy.links.load(Ordering::SeqCst);
+    rig.proxy.cut_for(Duration::from_secs(1)).await;
+    until_served(&rig.target, 400).await;
     assert!(
-        proxy.links.load(Ordering::SeqCst) > before,
+        rig.proxy.links.load(Ordering::SeqCst) > before,
         "the agent reconnected"
     );
-    proxy.blackhole_for(Duration::from_millis(1500)).await;
+    rig.proxy.blackhole_for(Duration::from_millis(1500)).await;
 
     let r = run.await.unwrap();
     assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
@@ -172,7 +175,7 @@ async fn cuts_shorter_than_the_lease_resume_and_lose_nothing() {
     assert_eq!(r.totals.failed, 0);
     assert_eq!(
         r.totals.completed,
-        target.requests(),
+        rig.target.requests(),
         "the report counts exactly what the target served"
     );
 }
@@ -182,34 +185,23 @@ async fn cuts_shorter_than_the_lease_resume_and_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
     let _q = QUIET.read().await;
-    let target = Target::start(0).await;
-    let data = tempfile::tempdir().unwrap();
-    let token = "cut-token";
-    let (_controller, url) = controller_with_lease(token, data.path(), "1s");
-    let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
-    let _agent = spawn_agent(&proxy.url, token, "cut-long");
-    let text = crate::scenario(
-        &target.url,
-        "  - { duration: 30s, arrival_rate: 100 }\n",
-        "",
-    );
-    let (u, t) = (url.clone(), token.to_string());
-    let run = tokio::spawn(async move { crate::run(&u, &t, &text, 1).await });
+    let rig = Rig::start("1s").await;
+    let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-long");
+    let run = rig.run("  - { duration: 30s, arrival_rate: 100 }\n", "", 1);
 
-    until_served(&target, 150).await;
-    let cut = tokio::spawn(async move {
-        proxy.cut_for(Duration::from_secs(6)).await;
-        proxy
-    });
+    until_served(&rig.target, 150).await;
     // Within the lease (plus the one in flight), the load stops and stays stopped.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let stopped_at = target.requests();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        target.requests(),
-        stopped_at,
-        "the agent went on loading after its lease lapsed"
-    );
+    let stays_stopped = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let stopped_at = rig.target.requests();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            rig.target.requests(),
+            stopped_at,
+            "the agent went on loading after its lease lapsed"
+        );
+    };
+    tokio::join!(rig.proxy.cut_for(Duration::from_secs(6)), stays_stopped);
     let r = run.await.unwrap();
     assert_eq!(r.outcome, RunOutcome::Failed, "{:?}", r.message);
     let message = r.message.unwrap_or_default();
@@ -218,7 +210,6 @@ async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
         "{message}"
     );
     assert!(r.duration_s < 15.0, "the run did not wait out its 30 s");
-    cut.await.unwrap();
 }
 
 /// A cut longer than the lease under `tolerate`, with a second agent keeping the run going:
@@ -228,27 +219,21 @@ async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_cut_under_tolerate_merges_the_replay_once() {
     let _q = QUIET.read().await;
-    let target = Target::start(0).await;
-    let data = tempfile::tempdir().unwrap();
-    let token = "cut-token";
-    let (_controller, url) = controller_with_lease(token, data.path(), "1s");
-    let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
-    let _cut = spawn_agent(&proxy.url, token, "cut-away");
-    let _steady = spawn_agent(&url, token, "cut-steady");
-    let text = crate::scenario(
-        &target.url,
+    let rig = Rig::start("1s").await;
+    let _cut = spawn_agent(&rig.proxy.url, TOKEN, "cut-away");
+    let _steady = spawn_agent(&rig.url, TOKEN, "cut-steady");
+    let run = rig.run(
         "  - { duration: 12s, arrival_rate: 100 }\n",
         "on_agent_loss: { tolerate: 60 }\n",
+        2,
     );
-    let (u, t) = (url.clone(), token.to_string());
-    let run = tokio::spawn(async move { crate::run(&u, &t, &text, 2).await });
 
-    until_served(&target, 200).await;
-    let before = proxy.links.load(Ordering::SeqCst);
-    proxy.cut_for(Duration::from_secs(5)).await;
+    until_served(&rig.target, 200).await;
+    let before = rig.proxy.links.load(Ordering::SeqCst);
+    rig.proxy.cut_for(Duration::from_secs(5)).await;
     let r = run.await.unwrap();
     assert!(
-        proxy.links.load(Ordering::SeqCst) > before,
+        rig.proxy.links.load(Ordering::SeqCst) > before,
         "the cut agent came back"
     );
     assert_eq!(r.outcome, RunOutcome::Incomplete, "{:?}", r.message);
@@ -256,13 +241,7 @@ async fn a_long_cut_under_tolerate_merges_the_replay_once() {
     assert!(message.contains("cut-away"), "{message}");
     // Nothing twice, nothing lost: every request the target answered is in the report, once,
     // besides the few in flight when the lease lapsed (started, abandoned by the stop).
-    let served = target.requests();
-    let finished = r.totals.completed + r.totals.failed;
-    assert!(
-        finished <= served && served <= r.totals.started && r.totals.started - finished <= 5,
-        "served {served}, report: started {} finished {finished}",
-        r.totals.started
-    );
+    crate::assert_counts_what_was_served(&r, rig.target.requests(), 5);
     let away = r.agents.iter().find(|a| a.id == "cut-away").unwrap();
     assert!(
         away.completed > 0 && away.completed < 600,

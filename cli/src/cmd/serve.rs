@@ -30,12 +30,7 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     let metrics_stop = tokio_util::sync::CancellationToken::new();
     let metrics_task = match a.metrics_listen {
         Some(m) => {
-            let l = tokio::net::TcpListener::bind(m)
-                .await
-                .with_context(|| format!("binding {m}"))?;
-            let maddr = l.local_addr()?;
-            tracing::info!(addr = %maddr, "metrics listening");
-            println!("stampede controller metrics on {maddr}");
+            let l = bind_announced(m, "metrics").await?;
             let (c, stop) = (controller.clone(), metrics_stop.clone());
             Some(tokio::spawn(async move {
                 c.serve_metrics(l, async move { stop.cancelled().await })
@@ -46,12 +41,7 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     };
     let health_task = match a.health_listen {
         Some(h) => {
-            let l = tokio::net::TcpListener::bind(h)
-                .await
-                .with_context(|| format!("binding {h}"))?;
-            let haddr = l.local_addr()?;
-            tracing::info!(addr = %haddr, "health listening (plaintext gRPC health only)");
-            println!("stampede controller health on {haddr}");
+            let l = bind_announced(h, "health").await?;
             let (c, stop) = (controller.clone(), metrics_stop.clone());
             Some(tokio::spawn(async move {
                 if let Err(e) = c
@@ -107,6 +97,18 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     }
     served?;
     Ok(exit::OK)
+}
+
+/// Binds one of the controller's extra listeners and prints `stampede controller WHAT on ADDR`
+/// (scripts and tests read the bound address, useful with port 0).
+async fn bind_announced(addr: std::net::SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let bound = l.local_addr()?;
+    tracing::info!(addr = %bound, "{what} listening");
+    println!("stampede controller {what} on {bound}");
+    Ok(l)
 }
 
 /// `stampede agent`: dials the controller and runs what it is assigned until a signal.

@@ -27,12 +27,7 @@ CRD=loadtests.stampede.dev
 tmp=$(mktemp -d)
 pf_pid=""
 
-if [ -z "${STAMPEDE_BIN:-}" ]; then
-  tdir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
-  case $tdir in /*) ;; *) tdir=$REPO_ROOT/$tdir ;; esac
-  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$tdir/debug/stampede; else STAMPEDE_BIN=$tdir/release/stampede; fi
-fi
-[ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN (cargo build --release -p stampede)"
+host_stampede_bin
 
 crd_preexisting=0
 if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi

@@ -25,12 +25,7 @@ FULL=$REL-stampede
 CRD=loadtests.stampede.dev
 tmp=$(mktemp -d)
 
-if [ -z "${STAMPEDE_BIN:-}" ]; then
-  tdir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
-  case $tdir in /*) ;; *) tdir=$REPO_ROOT/$tdir ;; esac
-  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$tdir/debug/stampede; else STAMPEDE_BIN=$tdir/release/stampede; fi
-fi
-[ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN"
+host_stampede_bin
 unset STAMPEDE_CONTROLLER STAMPEDE_TOKEN
 st() { timeout 180 "$STAMPEDE_BIN" "$@" --namespace "$NS"; }
 

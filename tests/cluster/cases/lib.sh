@@ -95,3 +95,14 @@ helm_uninstall_clean() {
   [ -z "$left" ] || fail "left behind after helm uninstall: $(echo "$left" | tr '\n' ' ')"
   k get crd "$crd" >/dev/null || fail "the CRD $crd should be kept by helm uninstall (documented), but is gone"
 }
+
+# host_stampede_bin: sets STAMPEDE_BIN, the stampede binary cases run on the host (default: the one images.sh packed,
+# from the cargo target directory, of profile STAMPEDE_IMAGE_PROFILE), and fails when it is not there.
+host_stampede_bin() {
+  if [ -z "${STAMPEDE_BIN:-}" ]; then
+    local tdir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
+    case $tdir in /*) ;; *) tdir=$REPO_ROOT/$tdir ;; esac
+    if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$tdir/debug/stampede; else STAMPEDE_BIN=$tdir/release/stampede; fi
+  fi
+  [ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN (cargo build --release -p stampede)"
+}

@@ -28,12 +28,7 @@ REL=sc
 FULL=$REL-stampede
 tmp=$(mktemp -d)
 
-if [ -z "${STAMPEDE_BIN:-}" ]; then
-  tdir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
-  case $tdir in /*) ;; *) tdir=$REPO_ROOT/$tdir ;; esac
-  if [ "${STAMPEDE_IMAGE_PROFILE:-release}" = dev ]; then STAMPEDE_BIN=$tdir/debug/stampede; else STAMPEDE_BIN=$tdir/release/stampede; fi
-fi
-[ -x "$STAMPEDE_BIN" ] || fail "no stampede binary at $STAMPEDE_BIN (cargo build --release -p stampede)"
+host_stampede_bin
 st() { timeout 300 "$STAMPEDE_BIN" "$@" --namespace "$NS"; }
 
 scale_exit() {

@@ -1,5 +1,6 @@
-//! Turning an `Assign` into a [`RunSpec`]: the scenario parsed and checked, the agent's data
-//! rows taken, the target resolved and checked against the target policy, the steps compiled.
+//! Turning an `Assign` into a [`ShardRun`]: the scenario parsed and checked, the agent's data
+//! rows taken, the target resolved and checked against the target policy, each workload's
+//! session types compiled into a [`RunSpec`].
 
 use super::*;
 
@@ -8,7 +9,7 @@ pub(crate) async fn prepare(
     cfg: &AgentConfig,
     a: &v1::Assign,
     mut data: stampede_proto::data::Received,
-) -> Result<RunSpec, String> {
+) -> Result<ShardRun, String> {
     let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
     let shares = data
         .take(&a.run_id, &scenario, &a.data)
@@ -92,127 +93,207 @@ pub(crate) async fn prepare(
     )
     .await?;
     let mut any_dynamic = false;
-    let prefix = target.prefix();
-    let mut ordinal = 0;
-    let mut steps = Vec::with_capacity(scenario.session.len());
-    for (i, s) in scenario.session.iter().enumerate() {
-        let (repeat, new_connection) = (s.repeat(), s.new_connection);
-        let plan = if let Some(h) = s.http.as_ref().filter(|h| {
-            !h.is_static() || !s.extract.is_empty() || s.check.is_some() || scenario.cookies
-        }) {
-            any_dynamic = true;
-            StepPlan::HttpDynamic {
-                ordinal,
-                step: Arc::new(
-                    dynamic::DynamicHttp::new(
-                        h,
-                        &s.extract,
-                        s.check.as_ref(),
-                        &scenario,
-                        &slots,
-                        &host_header,
-                        prefix,
-                        https,
-                    )
-                    .map_err(|e| format!("session[{i}].{e}"))?,
-                ),
-                repeat,
-                new_connection,
-            }
-        } else if let Some(h) = &s.http {
-            StepPlan::Http {
-                ordinal,
-                request: PreparedRequest::new(h, &host_header, prefix),
-                h2: if http2 {
-                    Some(
-                        crate::h2::H2Request::new(h, https, &host_header, prefix)
-                            .map_err(|e| format!("session[{i}].http.{e}"))?,
-                    )
-                } else {
-                    None
-                },
-                expect: h.expect_status.clone(),
-                repeat,
-                new_connection,
-            }
-        } else if let Some(t) = &s.tcp {
-            let send = dynamic_send(&t.send, &scenario, &slots, &mut any_dynamic)
-                .map_err(|e| format!("session[{i}].tcp.{e}"))?;
-            StepPlan::Tcp {
-                ordinal,
-                request: FramedRequest::new(t).map_err(|e| format!("session[{i}].tcp.{e}"))?,
-                send,
-                repeat,
-                new_connection,
-            }
-        } else if let Some(u) = &s.udp {
-            let send = dynamic_send(&u.send, &scenario, &slots, &mut any_dynamic)
-                .map_err(|e| format!("session[{i}].udp.{e}"))?;
-            StepPlan::Udp {
-                ordinal,
-                request: DatagramRequest::new(u).map_err(|e| format!("session[{i}].udp.{e}"))?,
-                send,
-                repeat,
-                new_connection,
-            }
-        } else {
-            steps.push(StepPlan::Think(s.think_time.unwrap_or(
-                stampede_core::scenario::ThinkTime::Fixed(Default::default()),
-            )));
-            continue;
-        };
-        ordinal += 1;
-        steps.push(plan);
+    let compiler = Compiler {
+        scenario: &scenario,
+        slots: &slots,
+        host_header: &host_header,
+        prefix: target.prefix(),
+        https,
+        http2,
+    };
+    let views = scenario.workload_views();
+    let mut types = Vec::with_capacity(views.len());
+    for w in &views {
+        let mut compiled = Vec::with_capacity(w.types.len());
+        for t in &w.types {
+            compiled.push(compiler.steps(t, &mut any_dynamic)?);
+        }
+        types.push(compiled);
     }
     let interval = Duration::from_millis(a.interval_ms.clamp(100, 60_000));
-    let mode = match &scenario.load {
-        None => runner::Mode::Arrivals,
-        Some(load) => {
-            // This shard's connections: the same even split the controller reports.
-            let share = split_evenly(u64::from(load.connections), a.shard_count)
-                .get(a.shard_index as usize)
-                .copied()
-                .unwrap_or(0);
-            if share > u64::from(cfg.capacity.max(1)) {
-                return Err(format!(
-                    "load.connections: this agent's share is {share} connections, more than its capacity of {}",
-                    cfg.capacity
-                ));
-            }
-            let connections = share as usize;
-            let first = split_evenly(u64::from(load.connections), a.shard_count)
-                .iter()
-                .take(a.shard_index as usize)
-                .sum();
-            match load.model {
-                LoadModel::Closed => runner::Mode::Closed {
-                    connections,
-                    duration: load.duration.0,
-                    first,
-                    total: u64::from(load.connections),
-                },
-                LoadModel::Constant => runner::Mode::Constant { connections, first },
-            }
-        }
-    };
-    let phases = scenario.effective_phases();
+    let several = scenario.named_workloads();
+    // This shard's connections of each closed or constant load: the same even split the
+    // controller reports, all loads together within the agent's capacity.
+    let pooled: u64 = views
+        .iter()
+        .filter_map(|w| w.load)
+        .map(|l| share_of(l.connections, a).0)
+        .sum();
+    if pooled > u64::from(cfg.capacity.max(1)) {
+        return Err(format!(
+            "load.connections: this agent's share is {pooled} connections, more than its capacity of {}",
+            cfg.capacity
+        ));
+    }
     let dynamic = (any_dynamic || !context_is_empty(&scenario)).then(|| Arc::new(context));
-    Ok(RunSpec {
+    let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
+    let mut workloads = Vec::with_capacity(views.len());
+    for (w, types) in views.iter().zip(types) {
+        let mode = match w.load {
+            None => runner::Mode::Arrivals,
+            Some(load) => {
+                let (share, first) = share_of(load.connections, a);
+                match load.model {
+                    LoadModel::Closed => runner::Mode::Closed {
+                        connections: share as usize,
+                        duration: load.duration.0,
+                        first,
+                        total: u64::from(load.connections),
+                    },
+                    LoadModel::Constant => runner::Mode::Constant {
+                        connections: share as usize,
+                        first,
+                    },
+                }
+            }
+        };
+        let mix = w.mix();
+        let mix_offset = mix.offset(u64::from(a.shard_index), u64::from(a.shard_count));
+        let phase_range = w.phase_base..w.phase_base + w.phase_count();
+        workloads.push(Arc::new(RunSpec {
+            run_id: a.run_id.clone(),
+            schedule: Schedule::new(
+                &w.effective_phases(false),
+                scenario.arrival,
+                w.seed(a.seed, several),
+            ),
+            mode,
+            start: w.start,
+            phases: w.phase_count(),
+            phase_base: w.phase_base as u32,
+            planned: planned.get(phase_range).unwrap_or_default().to_vec(),
+            request_timeout: scenario.request_timeout.0,
+            scenario: scenario.clone(),
+            filter: filter.clone(),
+            interval,
+            target: endpoint.clone(),
+            types,
+            mix,
+            mix_offset,
+            count_types: w.mixed.then_some(w.type_base as u32),
+            capacity: cfg.capacity.max(1) as usize,
+            dynamic: dynamic.clone(),
+            seed: a.seed,
+        }));
+    }
+    Ok(ShardRun {
         run_id: a.run_id.clone(),
-        schedule: Schedule::new(&phases, scenario.arrival, a.seed),
-        mode,
-        phases: phases.len(),
-        planned,
-        request_timeout: scenario.request_timeout.0,
-        scenario,
-        filter,
         interval,
-        target: endpoint,
-        steps,
-        capacity: cfg.capacity.max(1) as usize,
-        dynamic,
-        seed: a.seed,
+        phases: n_phases,
+        steps: scenario.step_names().len(),
+        workloads,
     })
+}
+
+/// This shard's part of `connections` (an even split, sizes differing by at most one) and
+/// the global index of its first connection.
+fn share_of(connections: u32, a: &v1::Assign) -> (u64, u64) {
+    let split = split_evenly(u64::from(connections), a.shard_count);
+    let share = split.get(a.shard_index as usize).copied().unwrap_or(0);
+    let first = split.iter().take(a.shard_index as usize).sum();
+    (share, first)
+}
+
+/// What compiling a session type's steps needs from the run.
+struct Compiler<'a> {
+    scenario: &'a Scenario,
+    slots: &'a std::collections::BTreeMap<String, usize>,
+    host_header: &'a str,
+    prefix: &'a str,
+    https: bool,
+    http2: bool,
+}
+
+impl Compiler<'_> {
+    /// Compiles one session type's steps for the hot path, numbering its request steps from
+    /// its place in the run's global step order. Errors name the step's field.
+    fn steps(
+        &self,
+        t: &stampede_core::workload::TypeView<'_>,
+        any_dynamic: &mut bool,
+    ) -> Result<Vec<StepPlan>, String> {
+        let Self {
+            scenario,
+            slots,
+            host_header,
+            prefix,
+            https,
+            http2,
+        } = *self;
+        let mut ordinal = t.step_base;
+        let mut steps = Vec::with_capacity(t.steps.len());
+        for (i, s) in t.steps.iter().enumerate() {
+            let at = format!("{}[{i}]", t.path);
+            let (repeat, new_connection) = (s.repeat(), s.new_connection);
+            let plan = if let Some(h) = s.http.as_ref().filter(|h| {
+                !h.is_static() || !s.extract.is_empty() || s.check.is_some() || scenario.cookies
+            }) {
+                *any_dynamic = true;
+                StepPlan::HttpDynamic {
+                    ordinal,
+                    step: Arc::new(
+                        dynamic::DynamicHttp::new(
+                            h,
+                            &s.extract,
+                            s.check.as_ref(),
+                            scenario,
+                            slots,
+                            host_header,
+                            prefix,
+                            https,
+                        )
+                        .map_err(|e| format!("{at}.{e}"))?,
+                    ),
+                    repeat,
+                    new_connection,
+                }
+            } else if let Some(h) = &s.http {
+                StepPlan::Http {
+                    ordinal,
+                    request: PreparedRequest::new(h, host_header, prefix),
+                    h2: if http2 {
+                        Some(
+                            crate::h2::H2Request::new(h, https, host_header, prefix)
+                                .map_err(|e| format!("{at}.http.{e}"))?,
+                        )
+                    } else {
+                        None
+                    },
+                    expect: h.expect_status.clone(),
+                    repeat,
+                    new_connection,
+                }
+            } else if let Some(tcp) = &s.tcp {
+                let send = dynamic_send(&tcp.send, scenario, slots, any_dynamic)
+                    .map_err(|e| format!("{at}.tcp.{e}"))?;
+                StepPlan::Tcp {
+                    ordinal,
+                    request: FramedRequest::new(tcp).map_err(|e| format!("{at}.tcp.{e}"))?,
+                    send,
+                    repeat,
+                    new_connection,
+                }
+            } else if let Some(u) = &s.udp {
+                let send = dynamic_send(&u.send, scenario, slots, any_dynamic)
+                    .map_err(|e| format!("{at}.udp.{e}"))?;
+                StepPlan::Udp {
+                    ordinal,
+                    request: DatagramRequest::new(u).map_err(|e| format!("{at}.udp.{e}"))?,
+                    send,
+                    repeat,
+                    new_connection,
+                }
+            } else {
+                steps.push(StepPlan::Think(s.think_time.unwrap_or(
+                    stampede_core::scenario::ThinkTime::Fixed(Default::default()),
+                )));
+                continue;
+            };
+            ordinal += 1;
+            steps.push(plan);
+        }
+        Ok(steps)
+    }
 }
 
 /// A tcp or udp payload rendered per session, when `send` is a template.

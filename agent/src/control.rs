@@ -32,7 +32,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A shard prepared on Assign, waiting for Start.
 struct PendingRun {
-    spec: Arc<RunSpec>,
+    spec: Arc<ShardRun>,
 }
 
 impl Drop for AgentState {
@@ -277,7 +277,7 @@ async fn handle(
             } else {
                 match prepare(cfg, &a, data).await {
                     Ok(spec) => {
-                        let planned: u64 = spec.planned.iter().sum();
+                        let planned = spec.planned();
                         if planned != a.planned_sessions {
                             Out::Failed(v1::AgentFailed {
                                 run_id,

@@ -139,7 +139,11 @@ impl Context {
             })
             .collect();
         let mut slots = BTreeMap::new();
-        for s in &scenario.session {
+        for s in scenario
+            .step_lists()
+            .into_iter()
+            .flat_map(|(_, steps)| steps)
+        {
             for name in s.extract.keys() {
                 let n = slots.len();
                 slots.entry(name.clone()).or_insert(n);

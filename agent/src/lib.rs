@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 
 use crate::http1::PreparedRequest;
-use crate::runner::{Endpoint, RunSpec, StepPlan};
+use crate::runner::{Endpoint, RunSpec, ShardRun, StepPlan};
 use crate::stream::FramedRequest;
 use crate::udp::DatagramRequest;
 use stampede_core::protocol::Transport;

@@ -121,7 +121,30 @@ pub enum Mode {
     Constant { connections: usize, first: u64 },
 }
 
-/// Everything needed to run a shard.
+/// This agent's part of a run: one [`RunSpec`] per workload, started together from one T0,
+/// recording into one recorder (global phase and step indexes).
+#[derive(Debug, Clone)]
+pub struct ShardRun {
+    pub run_id: String,
+    pub interval: Duration,
+    /// Phases of the run, all workloads together.
+    pub phases: usize,
+    /// Request steps of the run, all workloads and session types together.
+    pub steps: usize,
+    pub workloads: Vec<Arc<RunSpec>>,
+}
+
+impl ShardRun {
+    /// Planned sessions of this shard, all workloads together.
+    pub fn planned(&self) -> u64 {
+        self.workloads
+            .iter()
+            .flat_map(|w| &w.planned)
+            .fold(0u64, |a, p| a.saturating_add(*p))
+    }
+}
+
+/// Everything needed to run one workload of a shard.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     pub run_id: String,
@@ -130,13 +153,27 @@ pub struct RunSpec {
     pub filter: ShardFilter,
     pub interval: Duration,
     pub target: Endpoint,
-    pub steps: Vec<StepPlan>,
+    /// The steps of each session type (one for a `session:`), request steps numbered in the
+    /// run's global step order.
+    pub types: Vec<Vec<StepPlan>>,
+    /// Which type each session runs: the mix's table, read at this shard's (or, closed, this
+    /// connection's) offset plus its own session count.
+    pub mix: stampede_core::workload::Mix,
+    /// Where this shard's arrivals start in the mix's table.
+    pub mix_offset: u64,
+    /// Global index of the first session type, when sessions are counted per type (a mix);
+    /// `None` for a single session.
+    pub count_types: Option<u32>,
     pub request_timeout: Duration,
     /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
     pub capacity: usize,
     pub mode: Mode,
-    /// Number of phases (the scenario's, or 1 for a closed/constant load).
+    /// When this workload starts, after T0.
+    pub start: Duration,
+    /// Number of this workload's phases (its own, or 1 for a closed/constant load).
     pub phases: usize,
+    /// Global index of its first phase (what the recorder and the report index by).
+    pub phase_base: u32,
     /// This shard's planned sessions per phase (arithmetic, [`stampede_core::plan::Plan::shard_sessions`]):
     /// what a stop leaves undone is this minus what was handled, never a walk of the rest.
     pub planned: Vec<u64>,
@@ -285,23 +322,22 @@ fn interval_index(t0: Instant, interval: Duration) -> u64 {
     (elapsed.as_nanos() / interval.as_nanos().max(1)) as u64
 }
 
-/// Runs the shard from `t0` until the schedule is done and every session has finished, or
-/// until `stop` fires. Progress and Done go to `out`.
+/// Runs the shard from `t0` until every workload's schedule is done and every session has
+/// finished, or until `stop` fires. Progress and Done go to `out`.
 pub async fn execute(
-    spec: Arc<RunSpec>,
+    run: Arc<ShardRun>,
     t0: Instant,
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let n_steps = spec.scenario.step_names().len();
-    let rec = Arc::new(Recorder::new(spec.phases, n_steps));
+    let rec = Arc::new(Recorder::new(run.phases, run.steps));
     let tracker = TaskTracker::new();
 
     // The interval ticker.
     let ticker_stop = CancellationToken::new();
     let ticker = {
         let (rec, spec, out, ticker_stop) =
-            (rec.clone(), spec.clone(), out.clone(), ticker_stop.clone());
+            (rec.clone(), run.clone(), out.clone(), ticker_stop.clone());
         tokio::spawn(async move {
             let mut spare = empty_buffers(spec.phases);
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
@@ -327,6 +363,73 @@ pub async fn execute(
         })
     };
 
+    let mut queues = Vec::new();
+    let mut loops = Vec::new();
+    for spec in &run.workloads {
+        let (arrivals, queue) = start_workload(spec, &rec, &tracker, t0, &stop);
+        loops.extend(arrivals);
+        queues.extend(queue);
+    }
+    for arrivals in loops {
+        if arrivals.await.is_err() {
+            tracing::error!("an arrival loop panicked; stopping the run");
+            stop.cancel();
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+    for rx in queues {
+        // Stopped early: slots still queued were never started.
+        let mut rx = rx.lock().await;
+        while let Ok((_, phase, _, _)) = rx.try_recv() {
+            rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+        }
+    }
+    ticker_stop.cancel();
+    let (mut spare, next) = match ticker.await {
+        Ok(v) => v,
+        Err(_) => (empty_buffers(run.phases), 0),
+    };
+    // Final flush: whatever was recorded since the last tick, in the interval most of it
+    // belongs to. A run that ends just after a boundary (the tick for the interval that just
+    // ended has not run yet) flushes that interval, not the new one it barely entered.
+    let last = final_interval(
+        Instant::now().saturating_duration_since(t0),
+        run.interval,
+        next,
+    );
+    rec.swap(&mut spare);
+    let _ = out.send(progress(&run.run_id, last, &mut spare, 0));
+    let end = if stop.is_cancelled() {
+        RunEnd::Stopped
+    } else {
+        RunEnd::Completed
+    };
+    let _ = out.send(v1::AgentMessage {
+        msg: Some(v1::agent_message::Msg::Done(v1::Done {
+            run_id: run.run_id.clone(),
+            last_interval: last,
+            stopped_early: end == RunEnd::Stopped,
+            // Filled in by the control loop, which knows why the run was stopped.
+            reason: String::new(),
+        })),
+    });
+    end
+}
+
+/// A constant-rate pool's slot queue, shared by its connections.
+type SlotQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<RateSlot>>>;
+
+/// Starts one workload's load from `t0` plus its start offset: its arrival loop (open and
+/// constant models, on a thread of its own) and its connections (closed and constant).
+fn start_workload(
+    spec: &Arc<RunSpec>,
+    rec: &Arc<Recorder>,
+    tracker: &TaskTracker,
+    t0: Instant,
+    stop: &CancellationToken,
+) -> (Option<tokio::task::JoinHandle<()>>, Option<SlotQueue>) {
+    let t0 = t0 + spec.start;
     // The arrival loop runs on its own thread: tokio's timer has millisecond granularity,
     // a thread sleep lands within tens of microseconds of the intended time.
     let mut queue = None;
@@ -336,7 +439,7 @@ pub async fn execute(
                 (rec.clone(), spec.clone(), stop.clone(), tracker.clone());
             let handle = tokio::runtime::Handle::current();
             Some(tokio::task::spawn_blocking(move || {
-                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
+                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended, kind| {
                     if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                         return;
@@ -353,6 +456,7 @@ pub async fn execute(
                             phase: a.phase,
                             index: a.index,
                             connection: a.index,
+                            kind,
                         };
                         session(&spec, &rec, at, &stop, &mut conn).await;
                         drop(conn);
@@ -391,8 +495,8 @@ pub async fn execute(
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
             Some(tokio::task::spawn_blocking(move || {
                 let mut warned = false;
-                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended| {
-                    if !enqueue(&tx, (intended, a.phase, a.index), &mut warned) {
+                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended, kind| {
+                    if !enqueue(&tx, (intended, a.phase, a.index, kind), &mut warned) {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                     }
                 });
@@ -400,51 +504,7 @@ pub async fn execute(
             }))
         }
     };
-    if let Some(arrivals) = arrivals {
-        if arrivals.await.is_err() {
-            tracing::error!("the arrival loop panicked; stopping the run");
-            stop.cancel();
-        }
-    }
-    tracker.close();
-    tracker.wait().await;
-    if let Some(rx) = queue {
-        // Stopped early: slots still queued were never started.
-        let mut rx = rx.lock().await;
-        while let Ok((_, phase, _)) = rx.try_recv() {
-            rec.with(phase, |s| s.counters.dropped_arrivals += 1);
-        }
-    }
-    ticker_stop.cancel();
-    let (mut spare, next) = match ticker.await {
-        Ok(v) => v,
-        Err(_) => (empty_buffers(spec.phases), 0),
-    };
-    // Final flush: whatever was recorded since the last tick, in the interval most of it
-    // belongs to. A run that ends just after a boundary (the tick for the interval that just
-    // ended has not run yet) flushes that interval, not the new one it barely entered.
-    let last = final_interval(
-        Instant::now().saturating_duration_since(t0),
-        spec.interval,
-        next,
-    );
-    rec.swap(&mut spare);
-    let _ = out.send(progress(&spec.run_id, last, &mut spare, 0));
-    let end = if stop.is_cancelled() {
-        RunEnd::Stopped
-    } else {
-        RunEnd::Completed
-    };
-    let _ = out.send(v1::AgentMessage {
-        msg: Some(v1::agent_message::Msg::Done(v1::Done {
-            run_id: spec.run_id.clone(),
-            last_interval: last,
-            stopped_early: end == RunEnd::Stopped,
-            // Filled in by the control loop, which knows why the run was stopped.
-            reason: String::new(),
-        })),
-    });
-    end
+    (arrivals, queue)
 }
 
 /// Longest single sleep of the arrival thread, so a stop is noticed promptly.
@@ -458,10 +518,12 @@ fn arrival_loop(
     rec: &Arc<Recorder>,
     t0: std::time::Instant,
     stop: &CancellationToken,
-    mut dispatch: impl FnMut(stampede_core::schedule::Arrival, Instant),
+    mut dispatch: impl FnMut(stampede_core::schedule::Arrival, Instant, u32),
 ) {
-    // Own arrivals dispatched so far, per phase.
+    // Own arrivals dispatched so far, per phase of this workload, and in all (the position
+    // in the mix).
     let mut handled = vec![0u64; spec.phases];
+    let mut own = 0u64;
     let mut stopped = false;
     'arrivals: for a in spec.schedule.iter() {
         if !spec.filter.owns(a.index) {
@@ -479,11 +541,18 @@ fn arrival_loop(
             }
             std::thread::sleep((intended - now).min(MAX_SLEEP));
         }
-        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
         if let Some(h) = handled.get_mut(a.phase as usize) {
             *h += 1;
         }
-        dispatch(a, Instant::from_std(intended));
+        // The schedule counts this workload's phases; the recorder, the run's.
+        let a = stampede_core::schedule::Arrival {
+            phase: a.phase + spec.phase_base,
+            ..a
+        };
+        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        let kind = spec.mix.pick(spec.mix_offset.wrapping_add(own));
+        own += 1;
+        dispatch(a, Instant::from_std(intended), kind);
     }
     if stopped {
         // What this shard will now never start: the plan minus what was dispatched, by
@@ -491,7 +560,9 @@ fn arrival_loop(
         for (phase, (planned, done)) in spec.planned.iter().zip(&handled).enumerate() {
             let left = planned.saturating_sub(*done);
             if left > 0 {
-                rec.with(phase as u32, |s| s.counters.dropped_arrivals += left);
+                rec.with(spec.phase_base + phase as u32, |s| {
+                    s.counters.dropped_arrivals += left
+                });
             }
         }
     }
@@ -499,7 +570,9 @@ fn arrival_loop(
 
 /// One connection of a closed load: runs the session back to back, keeping the connection
 /// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
-/// connection's global index and the stride between its sessions' indexes.
+/// connection's global index and the stride between its sessions' indexes (the number of
+/// connections); with a mix, the connection's `k`-th session runs the type at `k` plus the
+/// connection's own offset in the table.
 async fn closed_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
@@ -514,18 +587,23 @@ async fn closed_connection(
     }
     let mut conn = None;
     let connection = index;
+    let phase = spec.phase_base;
+    let offset = spec.mix.offset(connection, stride);
+    let mut own = 0u64;
     loop {
         let now = Instant::now();
         if now >= end || stop.is_cancelled() {
             break;
         }
-        rec.with(0, |s| s.counters.sessions_planned += 1);
+        rec.with(phase, |s| s.counters.sessions_planned += 1);
         let at = At {
             intended: now,
-            phase: 0,
+            phase,
             index,
             connection,
+            kind: spec.mix.pick(offset.wrapping_add(own)),
         };
+        own += 1;
         if !session(&spec, &rec, at, &stop, &mut conn).await {
             break;
         }
@@ -534,8 +612,9 @@ async fn closed_connection(
     drop(conn);
 }
 
-/// A constant-rate slot waiting for a free connection: intended time, phase, arrival index.
-type RateSlot = (Instant, u32, u64);
+/// A constant-rate slot waiting for a free connection: intended time, phase, arrival index,
+/// session type.
+type RateSlot = (Instant, u32, u64, u32);
 
 /// Most constant-rate slots waiting for a free connection. Slots queue while every connection
 /// is busy; against a target that stalls, they would pile up at the scheduled rate (1e6/s for
@@ -581,7 +660,7 @@ async fn pooled_connection(
                 _ = stop.cancelled() => None,
             }
         };
-        let Some((intended, phase, index)) = next else {
+        let Some((intended, phase, index, kind)) = next else {
             break;
         };
         let at = At {
@@ -589,6 +668,7 @@ async fn pooled_connection(
             phase,
             index,
             connection,
+            kind,
         };
         session(&spec, &rec, at, &stop, &mut conn).await;
     }
@@ -635,6 +715,8 @@ struct At {
     /// The global index of the connection it runs on (`per: connection` rows): with arrival
     /// phases its own, `index`.
     connection: u64,
+    /// Its session type (index into [`RunSpec::types`]).
+    kind: u32,
 }
 
 /// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
@@ -652,7 +734,19 @@ async fn session<'a>(
         phase,
         index,
         connection,
+        kind,
     } = at;
+    let Some(steps) = spec.types.get(kind as usize) else {
+        return true;
+    };
+    // A mix counts its sessions per type (the report's planned against achieved).
+    let count_type = |rec: &Recorder, f: fn(&mut stampede_core::stats::TypeCounts)| {
+        if let Some(base) = spec.count_types {
+            rec.with(phase, |s| {
+                f(s.counters.session_types.entry(base + kind).or_default())
+            });
+        }
+    };
     let mut vars = match &spec.dynamic {
         None => None,
         Some(ctx) => match ctx.session(index, connection) {
@@ -666,11 +760,12 @@ async fn session<'a>(
     let mut rng = None;
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
+    count_type(rec, |c| c.started += 1);
     // The time the next request should have been sent: the arrival for the first request,
     // then the end of the previous step.
     let mut due = intended;
     let mut ok = true;
-    'steps: for step in &spec.steps {
+    'steps: for step in steps {
         match step {
             StepPlan::Think(t) => {
                 if !think(t, &mut rng, (spec.seed, index), stop).await {
@@ -754,6 +849,11 @@ async fn session<'a>(
             s.counters.sessions_failed += 1;
         }
     });
+    if ok {
+        count_type(rec, |c| c.completed += 1);
+    } else {
+        count_type(rec, |c| c.failed += 1);
+    }
     true
 }
 
@@ -1054,7 +1154,7 @@ mod tests {
     fn the_slot_queue_is_bounded() {
         let (tx, rx) = tokio::sync::mpsc::channel::<RateSlot>(4);
         let mut warned = false;
-        let slot = (tokio::time::Instant::now(), 0, 0);
+        let slot = (tokio::time::Instant::now(), 0, 0, 0);
         let taken = (0..10).filter(|_| enqueue(&tx, slot, &mut warned)).count();
         assert_eq!(taken, 4);
         assert!(warned);

@@ -90,6 +90,11 @@ pub fn step_scenario(
     duration: Duration,
     slos: &[String],
 ) -> Result<Scenario> {
+    if !base.workloads.is_empty() {
+        anyhow::bail!(
+            "workloads: a capacity search varies one rate; it does not yet vary one workload of several"
+        );
+    }
     let mut s = base.clone();
     s.load = None;
     s.phases = vec![Phase {

@@ -95,22 +95,20 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
     let seed = scenario.seed.unwrap_or(0);
     let p = Plan::new(scenario, agents, &[], seed)?;
     let phase_defs = scenario.effective_phases();
-    let mut start = 0.0;
+    let starts = scenario.phase_starts();
     let phases = phase_defs
         .iter()
         .enumerate()
         .map(|(i, ph)| {
             let col = p.sessions.iter().map(|a| a[i]);
-            let row = PhasePlan {
+            PhasePlan {
                 name: ph.display_name(i),
-                start_s: start,
+                start_s: starts.get(i).copied().unwrap_or(0.0),
                 duration_s: ph.duration.as_secs_f64(),
                 sessions: col.clone().sum(),
                 per_agent_min: col.clone().min().unwrap_or(0),
                 per_agent_max: col.max().unwrap_or(0),
-            };
-            start += ph.duration.as_secs_f64();
-            row
+            }
         })
         .collect();
     let ports_each = args.ephemeral_ports.unwrap_or_else(local_ephemeral_ports);

@@ -103,6 +103,11 @@ impl QuickArgs {
                 bail!("{flag} describes the request of a one-line run (--url without a file); edit the scenario's session instead")
             }
         }
+        if !scenario.workloads.is_empty()
+            && (self.rate.is_some() || self.connections.is_some() || self.duration.is_some())
+        {
+            bail!("--rate, --connections and --duration set the load of a one-load scenario; this one has workloads, each with its own load: edit them in the file")
+        }
         let mut v = serde_json::to_value(scenario).context("reading the scenario")?;
         if let Some(url) = &self.url {
             v["target"] = json!(url);

@@ -45,17 +45,49 @@ pub const LIVE_WIDTH: usize = 79;
 /// The phase running `elapsed_s` after T0 and its planned request rate then (none for a
 /// closed load, which has no schedule).
 fn planned_at(s: &stampede_core::Scenario, elapsed_s: f64) -> (String, Option<f64>) {
-    let rps = s.requests_per_session() as f64;
-    if let Some(l) = &s.load {
+    let views = s.workload_views();
+    if let [w] = views.as_slice() {
+        return workload_at(w, elapsed_s);
+    }
+    // Several workloads: the ones running now, their planned rates added up.
+    let running: Vec<_> = views
+        .iter()
+        .filter(|w| {
+            let t = elapsed_s - w.start.as_secs_f64();
+            t >= 0.0 && t < w.duration().as_secs_f64()
+        })
+        .map(|w| workload_at(w, elapsed_s - w.start.as_secs_f64()))
+        .collect();
+    let name = match running.as_slice() {
+        [(name, _)] => name.clone(),
+        _ => format!("{} workloads", running.len()),
+    };
+    let rate = running
+        .iter()
+        .map(|(_, r)| *r)
+        .try_fold(0.0, |a, r| r.map(|r| a + r));
+    (name, rate)
+}
+
+/// One workload's phase at `elapsed_s` after its start, and its planned request rate then.
+fn workload_at(w: &stampede_core::workload::View<'_>, elapsed_s: f64) -> (String, Option<f64>) {
+    let weight: f64 = w.types.iter().map(|t| f64::from(t.weight)).sum();
+    let rps = w
+        .types
+        .iter()
+        .map(|t| f64::from(t.weight) * t.requests() as f64)
+        .sum::<f64>()
+        / weight.max(1.0);
+    if let Some(l) = w.load {
         return (
             format!("{:?}", l.model).to_lowercase(),
             l.rate.map(|r| r * rps),
         );
     }
     let mut start = 0.0;
-    for (i, p) in s.phases.iter().enumerate() {
+    for (i, p) in w.phases.iter().enumerate() {
         let d = p.duration.as_secs_f64();
-        if elapsed_s < start + d || i + 1 == s.phases.len() {
+        if elapsed_s < start + d || i + 1 == w.phases.len() {
             let f = ((elapsed_s - start) / d.max(1e-9)).clamp(0.0, 1.0);
             let rate = p.arrival_rate + (p.end_rate() - p.arrival_rate) * f;
             let name: String = p.display_name(i).chars().take(12).collect();

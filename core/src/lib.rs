@@ -24,4 +24,5 @@ pub mod target;
 pub mod target_policy;
 pub mod template;
 pub mod threshold;
+pub mod workload;
 pub mod yaml_guard;

@@ -13,18 +13,27 @@ use crate::schedule::Schedule;
 use crate::shard::{Shard, ShardError, ShardMap};
 
 /// Planned sessions per agent and phase.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub agents: u32,
     pub seed: u64,
-    /// `sessions[agent][phase]`: planned sessions.
+    /// `sessions[agent][phase]`: planned sessions (global phase indexes, workload after
+    /// workload).
     pub sessions: Vec<Vec<u64>>,
-    pub requests_per_session: u64,
+    /// `requests[agent][phase]`: the requests those sessions send (each session type's
+    /// count times its requests).
+    pub requests: Vec<Vec<u64>>,
+    /// `types[agent][type]`: planned sessions per session type (global type indexes).
+    pub types: Vec<Vec<u64>>,
+    /// Per phase, the requests of one of its sessions, weighted by the mix: how live views
+    /// turn sessions started so far into requests, and how closed loads plan.
+    pub per_session: Vec<f64>,
 }
 
 impl Plan {
-    /// Cuts each phase's index range into shards by arithmetic: the cost depends on the
-    /// number of phases and agents, never on the number of arrivals.
+    /// Cuts each workload's phase index ranges into shards by arithmetic, and each agent's
+    /// arrivals into session types by its mix: the cost depends on the number of phases,
+    /// types and agents, never on the number of arrivals.
     pub fn new(
         scenario: &Scenario,
         agents: u32,
@@ -32,24 +41,60 @@ impl Plan {
         seed: u64,
     ) -> Result<Self, ShardError> {
         let map = ShardMap::new(agents, weights)?;
-        let phases = scenario.effective_phases();
-        let schedule = Schedule::new(&phases, scenario.arrival, seed);
-        let ranges = schedule.phase_ranges();
-        let mut sessions = vec![vec![0u64; phases.len()]; agents as usize];
-        let mut below = map.owned_below(ranges.first().map_or(0, |r| r.start));
-        for (p, range) in ranges.iter().enumerate() {
-            let upto = map.owned_below(range.end);
-            for (agent, (hi, lo)) in upto.iter().zip(&below).enumerate() {
-                sessions[agent][p] = hi - lo;
-            }
-            below = upto;
-        }
-        Ok(Self {
+        let views = scenario.workload_views();
+        let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
+        let n_types: usize = views.iter().map(|w| w.types.len()).sum();
+        let mut plan = Self {
             agents,
             seed,
-            sessions,
-            requests_per_session: scenario.requests_per_session(),
-        })
+            sessions: vec![vec![0u64; n_phases]; agents as usize],
+            requests: vec![vec![0u64; n_phases]; agents as usize],
+            types: vec![vec![0u64; n_types]; agents as usize],
+            per_session: Vec::with_capacity(n_phases),
+        };
+        let several = scenario.named_workloads();
+        for w in &views {
+            let schedule = Schedule::new(
+                &w.effective_phases(false),
+                scenario.arrival,
+                w.seed(seed, several),
+            );
+            let ranges = schedule.phase_ranges();
+            let mix = w.mix();
+            let requests: Vec<u64> = w.types.iter().map(|t| t.requests()).collect();
+            let weight: u64 = w.types.iter().map(|t| u64::from(t.weight)).sum();
+            let mean = w
+                .types
+                .iter()
+                .zip(&requests)
+                .map(|(t, r)| f64::from(t.weight) * *r as f64)
+                .sum::<f64>()
+                / weight.max(1) as f64;
+            plan.per_session
+                .extend(std::iter::repeat_n(mean, w.phase_count()));
+            let mut below = map.owned_below(ranges.first().map_or(0, |r| r.start));
+            // Each agent's own arrivals so far in this workload: its position in the mix.
+            let mut done = vec![0u64; agents as usize];
+            for (p, range) in ranges.iter().enumerate() {
+                let upto = map.owned_below(range.end);
+                for (agent, (hi, lo)) in upto.iter().zip(&below).enumerate() {
+                    let n = hi - lo;
+                    let counts =
+                        mix.counts(mix.offset(agent as u64, u64::from(agents)) + done[agent], n);
+                    done[agent] += n;
+                    plan.sessions[agent][w.phase_base + p] = n;
+                    plan.requests[agent][w.phase_base + p] = counts
+                        .iter()
+                        .zip(&requests)
+                        .fold(0u64, |a, (c, r)| a.saturating_add(c.saturating_mul(*r)));
+                    for (t, c) in counts.iter().enumerate() {
+                        plan.types[agent][w.type_base + t] += c;
+                    }
+                }
+                below = upto;
+            }
+        }
+        Ok(plan)
     }
 
     /// Planned sessions of one shard, per phase: the same arithmetic as [`Plan::new`] for one
@@ -67,10 +112,18 @@ impl Plan {
                 count: shard.count,
             });
         }
-        let schedule = Schedule::new(&scenario.effective_phases(), scenario.arrival, seed);
-        Ok(schedule
-            .phase_ranges()
+        let several = scenario.named_workloads();
+        Ok(scenario
+            .workload_views()
             .iter()
+            .flat_map(|w| {
+                Schedule::new(
+                    &w.effective_phases(false),
+                    scenario.arrival,
+                    w.seed(seed, several),
+                )
+                .phase_ranges()
+            })
             .map(|r| map.owned_below(r.end)[me] - map.owned_below(r.start)[me])
             .collect())
     }
@@ -78,9 +131,17 @@ impl Plan {
     /// Connections per agent for a closed or constant load (empty for arrival phases):
     /// counts differ by at most one.
     pub fn connections(scenario: &Scenario, agents: u32) -> Vec<u64> {
-        scenario.load.as_ref().map_or_else(Vec::new, |l| {
-            crate::shard::split_evenly(u64::from(l.connections), agents)
-        })
+        let mut out = Vec::new();
+        for w in scenario.workload_views() {
+            if let Some(l) = w.load {
+                let split = crate::shard::split_evenly(u64::from(l.connections), agents);
+                out.resize(split.len(), 0);
+                for (o, c) in out.iter_mut().zip(split) {
+                    *o += c;
+                }
+            }
+        }
+        out
     }
 
     /// Planned sessions per phase, all agents together.
@@ -101,7 +162,42 @@ impl Plan {
     }
 
     pub fn total_requests(&self) -> u64 {
-        self.total_sessions()
-            .saturating_mul(self.requests_per_session)
+        self.requests
+            .iter()
+            .flatten()
+            .fold(0u64, |a, r| a.saturating_add(*r))
+    }
+
+    /// Planned requests of one agent, all phases.
+    pub fn agent_requests(&self, agent: usize) -> u64 {
+        self.requests
+            .get(agent)
+            .map_or(0, |a| a.iter().fold(0u64, |x, r| x.saturating_add(*r)))
+    }
+
+    /// Planned requests per phase, all agents together.
+    pub fn requests_per_phase(&self) -> Vec<u64> {
+        let phases = self.requests.first().map_or(0, Vec::len);
+        (0..phases)
+            .map(|p| {
+                self.requests
+                    .iter()
+                    .fold(0u64, |a, r| a.saturating_add(r[p]))
+            })
+            .collect()
+    }
+
+    /// Planned sessions per session type, all agents together.
+    pub fn sessions_per_type(&self) -> Vec<u64> {
+        let types = self.types.first().map_or(0, Vec::len);
+        (0..types)
+            .map(|t| self.types.iter().map(|a| a[t]).sum())
+            .collect()
+    }
+
+    /// `sessions` started in phase `phase` as requests (live views and closed loads).
+    pub fn requests_of(&self, phase: usize, sessions: u64) -> u64 {
+        let per = self.per_session.get(phase).copied().unwrap_or(0.0);
+        (sessions as f64 * per).round().min(u64::MAX as f64) as u64
     }
 }

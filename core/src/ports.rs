@@ -109,9 +109,18 @@ pub fn endpoint(target: &crate::target::Target) -> Option<String> {
 /// `request_timeout`, every think time at its maximum. Saturates instead of overflowing (a
 /// valid scenario may ask for a year-long timeout times 2³² repeats).
 pub fn worst_case_session(scenario: &Scenario) -> Duration {
-    let timeout = scenario.request_timeout.0;
     scenario
-        .session
+        .step_lists()
+        .iter()
+        .map(|(_, steps)| worst_case_steps(scenario, steps))
+        .max()
+        .unwrap_or_default()
+}
+
+/// The longest one session of these steps can hold its connection.
+fn worst_case_steps(scenario: &Scenario, steps: &[crate::scenario::Step]) -> Duration {
+    let timeout = scenario.request_timeout.0;
+    steps
         .iter()
         .map(|s| match s.think_time {
             Some(ThinkTime::Fixed(d)) => d.0,
@@ -136,23 +145,51 @@ pub fn demand(
     let Some(target) = scenario.target.as_ref().and_then(endpoint) else {
         return Ok(Vec::new());
     };
-    let per_agent = match &scenario.load {
-        Some(load) => split_evenly(u64::from(load.connections), agents),
-        None => {
-            let schedule = Schedule::new(&scenario.effective_phases(), scenario.arrival, seed);
-            let peak = schedule.peak_in_window(worst_case_session(scenario).as_secs_f64());
-            // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals gives
-            // one agent at most ⌈peak / n⌉ of them.
-            let share = peak.div_ceil(u64::from(agents));
-            (0..agents as usize)
-                .map(|i| {
-                    capacities
-                        .get(i)
-                        .map_or(share, |&c| share.min(u64::from(c.max(1))))
-                })
-                .collect()
+    // Workloads add up, as if they all peaked at once (conservative): the arrival-phase
+    // sessions (capped by each agent's capacity, which they share), then the closed and
+    // constant loads' connections.
+    let several = scenario.named_workloads();
+    let mut sessions = 0u64;
+    let mut pooled = vec![0u64; agents as usize];
+    for w in scenario.workload_views() {
+        match w.load {
+            Some(load) => {
+                for (a, c) in pooled
+                    .iter_mut()
+                    .zip(split_evenly(u64::from(load.connections), agents))
+                {
+                    *a = a.saturating_add(c);
+                }
+            }
+            None => {
+                let schedule = Schedule::new(
+                    &w.effective_phases(false),
+                    scenario.arrival,
+                    w.seed(seed, several),
+                );
+                let hold = w
+                    .types
+                    .iter()
+                    .map(|t| worst_case_steps(scenario, t.steps))
+                    .max()
+                    .unwrap_or_default();
+                let peak = schedule.peak_in_window(hold.as_secs_f64());
+                // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals
+                // gives one agent at most ⌈peak / n⌉ of them.
+                sessions = sessions.saturating_add(peak.div_ceil(u64::from(agents)));
+            }
         }
-    };
+    }
+    let per_agent = pooled
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let open = capacities
+                .get(i)
+                .map_or(sessions, |&c| sessions.min(u64::from(c.max(1))));
+            open.saturating_add(*p)
+        })
+        .collect();
     Ok(vec![Demand { target, per_agent }])
 }
 

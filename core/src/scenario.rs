@@ -87,8 +87,19 @@ pub struct Scenario {
     /// load. They may read the environment, built-ins and earlier setup values, not data.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<Step>,
-    /// The steps each arriving session runs, in order, over one connection.
+    /// The steps each arriving session runs, in order, over one connection. Give either
+    /// `session`, `sessions` (a weighted mix) or `workloads`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session: Vec<Step>,
+    /// A weighted mix of sessions instead of one `session`: `[{ name, weight, steps }]`, run
+    /// exactly in proportion to the weights (see `workloads`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<crate::workload::SessionType>,
+    /// Several traffic shapes in one run, instead of the top-level `phases`/`load` and
+    /// `session`/`sessions`: `[{ name, start, phases | load, session | sessions }]`, all from
+    /// one T0, each sharded exactly, reported apart and as a whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<crate::workload::Workload>,
     /// What happens when an agent is lost mid-run.
     #[serde(default)]
     pub on_agent_loss: AgentLossPolicy,
@@ -618,10 +629,7 @@ impl Scenario {
             }
             tls.validate()?;
         }
-        match &self.load {
-            None => self.validate_phases()?,
-            Some(load) => self.validate_load(load)?,
-        }
+        self.validate_workloads()?;
         self.validate_data()?;
         if self.cookies && self.transport()?.step_kind() != "http" {
             return Err(ScenarioError::invalid(
@@ -630,7 +638,11 @@ impl Scenario {
             ));
         }
         self.validate_setup()?;
-        self.validate_session()?;
+        for w in self.workload_views() {
+            for t in &w.types {
+                self.validate_steps(&t.path, t.steps)?;
+            }
+        }
         if let Some(v) = &self.max_error_rate {
             let v = v.trim();
             if v != "none" && v != "off" && crate::threshold::parse_fraction(v).is_none() {
@@ -675,10 +687,17 @@ impl Scenario {
             .collect()
     }
 
-    fn validate_load(&self, load: &Load) -> Result<(), ScenarioError> {
-        if !self.phases.is_empty() {
+    /// A workload's `load` (`path` is its field prefix: empty at the top level).
+    fn validate_load(
+        &self,
+        path: &str,
+        phases: &[Phase],
+        load: &Load,
+    ) -> Result<(), ScenarioError> {
+        let field = |f: &str| format!("{path}{f}");
+        if !phases.is_empty() {
             return Err(ScenarioError::invalid(
-                "load",
+                field("load"),
                 "give either phases or load, not both",
             ));
         }
@@ -689,85 +708,197 @@ impl Scenario {
             ));
         }
         if load.connections == 0 {
-            return Err(ScenarioError::invalid("load.connections", "must be >= 1"));
+            return Err(ScenarioError::invalid(
+                field("load.connections"),
+                "must be >= 1",
+            ));
         }
         if load.connections > MAX_CONNECTIONS {
             return Err(ScenarioError::invalid(
-                "load.connections",
+                field("load.connections"),
                 format!("must be <= {MAX_CONNECTIONS}"),
             ));
         }
         if load.duration.0.is_zero() {
-            return Err(ScenarioError::invalid("load.duration", "must be > 0"));
+            return Err(ScenarioError::invalid(
+                field("load.duration"),
+                "must be > 0",
+            ));
         }
         match (load.model, load.rate) {
             (LoadModel::Closed, Some(_)) => Err(ScenarioError::invalid(
-                "load.rate",
+                field("load.rate"),
                 "only applies to model constant (a closed load has no rate)",
             )),
             (LoadModel::Closed, None) => Ok(()),
             (LoadModel::Constant, None) => Err(ScenarioError::invalid(
-                "load.rate",
+                field("load.rate"),
                 "is required for model constant",
             )),
             (LoadModel::Constant, Some(r)) => {
-                check_rate("load.rate", r)?;
+                check_rate(&field("load.rate"), r)?;
                 if r <= 0.0 {
-                    return Err(ScenarioError::invalid("load.rate", "must be > 0"));
+                    return Err(ScenarioError::invalid(field("load.rate"), "must be > 0"));
                 }
                 Ok(())
             }
         }
     }
 
-    /// The phases the schedule, plan and report use: the arrival phases, or the one
-    /// synthetic phase of a `load`.
+    /// The run's workloads (one for a scenario without `workloads:`), with their places in
+    /// the run's global phase, session type and step indexes.
+    pub fn workload_views(&self) -> Vec<crate::workload::View<'_>> {
+        crate::workload::View::all(self)
+    }
+
+    /// Whether phase and step names carry their workload's name (`workloads:` is given).
+    pub fn named_workloads(&self) -> bool {
+        !self.workloads.is_empty()
+    }
+
+    /// The phases the schedule, plan and report use, every workload's in turn: the arrival
+    /// phases, or the one synthetic phase of a `load`.
     pub fn effective_phases(&self) -> Vec<Phase> {
-        match &self.load {
-            Some(load) => vec![load.as_phase()],
-            None => self.phases.clone(),
-        }
+        let named = self.named_workloads();
+        self.workload_views()
+            .iter()
+            .flat_map(|w| w.effective_phases(named))
+            .collect()
     }
 
-    /// True for the closed model (no schedule: planned is what was started).
+    /// When each global phase starts, in seconds after T0: its workload's start plus the
+    /// phases before it in that workload.
+    pub fn phase_starts(&self) -> Vec<f64> {
+        let mut out = Vec::new();
+        for w in self.workload_views() {
+            let mut t = w.start.as_secs_f64();
+            for p in w.effective_phases(false) {
+                out.push(t);
+                t += p.duration.as_secs_f64();
+            }
+        }
+        out
+    }
+
+    /// Per global phase, whether it belongs to a closed load (no schedule: planned is what
+    /// was started).
+    pub fn closed_phases(&self) -> Vec<bool> {
+        self.workload_views()
+            .iter()
+            .flat_map(|w| std::iter::repeat_n(w.is_closed(), w.phase_count()))
+            .collect()
+    }
+
+    /// True when the whole run is one closed load.
     pub fn is_closed(&self) -> bool {
-        self.load
-            .as_ref()
-            .is_some_and(|l| l.model == LoadModel::Closed)
+        self.closed_phases().iter().all(|c| *c)
     }
 
-    fn validate_phases(&self) -> Result<(), ScenarioError> {
-        if self.phases.is_empty() {
-            return Err(ScenarioError::invalid(
-                "phases",
-                "must contain at least one phase",
-            ));
-        }
-        if self.phases.len() > MAX_PHASES {
-            return Err(ScenarioError::invalid(
-                "phases",
-                format!("{} phases; at most {MAX_PHASES}", self.phases.len()),
-            ));
-        }
-        for (i, p) in self.phases.iter().enumerate() {
-            if p.duration.0.is_zero() {
+    /// The workloads' loads and sessions, their names, the mixes' weights, and the run's
+    /// bounds on phases and arrivals over all workloads together.
+    fn validate_workloads(&self) -> Result<(), ScenarioError> {
+        use crate::workload::{MAX_MIX_PERIOD, MAX_SESSION_TYPES, MAX_WORKLOADS};
+        if !self.workloads.is_empty() {
+            let top = ["phases", "load", "session", "sessions"];
+            let given = [
+                !self.phases.is_empty(),
+                self.load.is_some(),
+                !self.session.is_empty(),
+                !self.sessions.is_empty(),
+            ];
+            if let Some((f, _)) = top.iter().zip(given).find(|(_, g)| *g) {
                 return Err(ScenarioError::invalid(
-                    format!("phases[{i}].duration"),
-                    "must be > 0",
+                    *f,
+                    "with workloads, each workload has its own load and sessions: move it into one",
                 ));
             }
-            check_rate(&format!("phases[{i}].arrival_rate"), p.arrival_rate)?;
-            if let Some(r) = p.ramp_to {
-                check_rate(&format!("phases[{i}].ramp_to"), r)?;
+            if self.workloads.len() > MAX_WORKLOADS {
+                return Err(ScenarioError::invalid(
+                    "workloads",
+                    format!(
+                        "{} workloads; at most {MAX_WORKLOADS}",
+                        self.workloads.len()
+                    ),
+                ));
+            }
+            let mut names = std::collections::BTreeSet::new();
+            for (i, w) in self.workloads.iter().enumerate() {
+                check_name(&format!("workloads[{i}].name"), &w.name)?;
+                if !names.insert(w.name.as_str()) {
+                    return Err(ScenarioError::invalid(
+                        format!("workloads[{i}].name"),
+                        format!("`{}` names two workloads", w.name),
+                    ));
+                }
             }
         }
-        if self.phases.iter().all(|p| p.expected_arrivals() <= 0.0) {
+        let views = self.workload_views();
+        for w in &views {
+            let raw = |f: &str| format!("{}{f}", w.path);
+            match w.load {
+                None => self.validate_phases(&w.path, w.phases)?,
+                Some(load) => self.validate_load(&w.path, w.phases, load)?,
+            }
+            let (session, sessions) = if self.workloads.is_empty() {
+                (!self.session.is_empty(), !self.sessions.is_empty())
+            } else {
+                let x = &self.workloads[w.index];
+                (!x.session.is_empty(), !x.sessions.is_empty())
+            };
+            if session && sessions {
+                return Err(ScenarioError::invalid(
+                    raw("sessions"),
+                    "give either session or sessions (a weighted mix), not both",
+                ));
+            }
+            if w.mixed {
+                if w.types.len() > MAX_SESSION_TYPES {
+                    return Err(ScenarioError::invalid(
+                        raw("sessions"),
+                        format!(
+                            "{} session types; at most {MAX_SESSION_TYPES}",
+                            w.types.len()
+                        ),
+                    ));
+                }
+                let mut names = std::collections::BTreeSet::new();
+                let mut total = 0u64;
+                for (t, ty) in w.types.iter().enumerate() {
+                    check_name(&raw(&format!("sessions[{t}].name")), ty.name)?;
+                    if !names.insert(ty.name) {
+                        return Err(ScenarioError::invalid(
+                            raw(&format!("sessions[{t}].name")),
+                            format!("`{}` names two session types", ty.name),
+                        ));
+                    }
+                    if ty.weight == 0 {
+                        return Err(ScenarioError::invalid(
+                            raw(&format!("sessions[{t}].weight")),
+                            "must be >= 1",
+                        ));
+                    }
+                    total += u64::from(ty.weight);
+                }
+                if total > u64::from(MAX_MIX_PERIOD) {
+                    return Err(ScenarioError::invalid(
+                        raw("sessions"),
+                        format!("the weights sum to {total}; at most {MAX_MIX_PERIOD}"),
+                    ));
+                }
+            }
+        }
+        let phases: usize = views.iter().map(|w| w.phase_count()).sum();
+        if phases > MAX_PHASES {
             return Err(ScenarioError::invalid(
-                "phases",
-                "every phase has a rate of 0: nothing would be sent",
+                "workloads",
+                format!("{phases} phases over all workloads; at most {MAX_PHASES}"),
             ));
         }
-        let total: f64 = self.phases.iter().map(Phase::expected_arrivals).sum();
+        let total: f64 = views
+            .iter()
+            .flat_map(|w| w.phases)
+            .map(Phase::expected_arrivals)
+            .sum();
         if total > MAX_TOTAL_ARRIVALS {
             return Err(ScenarioError::invalid(
                 "phases",
@@ -779,29 +910,75 @@ impl Scenario {
         Ok(())
     }
 
-    fn validate_session(&self) -> Result<(), ScenarioError> {
-        if self.session.is_empty() {
+    /// A workload's arrival phases (`path` is its field prefix: empty at the top level).
+    fn validate_phases(&self, path: &str, phases: &[Phase]) -> Result<(), ScenarioError> {
+        let field = |f: &str| format!("{path}{f}");
+        if phases.is_empty() {
             return Err(ScenarioError::invalid(
-                "session",
+                field("phases"),
+                "must contain at least one phase",
+            ));
+        }
+        if phases.len() > MAX_PHASES {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                format!("{} phases; at most {MAX_PHASES}", phases.len()),
+            ));
+        }
+        for (i, p) in phases.iter().enumerate() {
+            if p.duration.0.is_zero() {
+                return Err(ScenarioError::invalid(
+                    field(&format!("phases[{i}].duration")),
+                    "must be > 0",
+                ));
+            }
+            check_rate(&field(&format!("phases[{i}].arrival_rate")), p.arrival_rate)?;
+            if let Some(r) = p.ramp_to {
+                check_rate(&field(&format!("phases[{i}].ramp_to")), r)?;
+            }
+        }
+        if phases.iter().all(|p| p.expected_arrivals() <= 0.0) {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                "every phase has a rate of 0: nothing would be sent",
+            ));
+        }
+        let total: f64 = phases.iter().map(Phase::expected_arrivals).sum();
+        if total > MAX_TOTAL_ARRIVALS {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                format!(
+                    "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One session type's steps (`path`: `session`, `sessions[1].steps`, ...).
+    fn validate_steps(&self, path: &str, steps: &[Step]) -> Result<(), ScenarioError> {
+        if steps.is_empty() {
+            return Err(ScenarioError::invalid(
+                path,
                 "must contain at least one step",
             ));
         }
-        if self.session.len() > MAX_STEPS {
+        if steps.len() > MAX_STEPS {
             return Err(ScenarioError::invalid(
-                "session",
-                format!("{} steps; at most {MAX_STEPS}", self.session.len()),
+                path,
+                format!("{} steps; at most {MAX_STEPS}", steps.len()),
             ));
         }
         // Variables extracted by the steps before the one being checked.
         let mut defined = std::collections::BTreeSet::new();
-        for (i, step) in self.session.iter().enumerate() {
+        for (i, step) in steps.iter().enumerate() {
             let kinds = usize::from(step.http.is_some())
                 + usize::from(step.tcp.is_some())
                 + usize::from(step.udp.is_some())
                 + usize::from(step.think_time.is_some());
             if kinds != 1 {
                 return Err(ScenarioError::invalid(
-                    format!("session[{i}]"),
+                    format!("{path}[{i}]"),
                     "a step needs exactly one of: http, tcp, udp, think_time",
                 ));
             }
@@ -815,68 +992,68 @@ impl Scenario {
                 None
             };
             if let Some(kind) = kind {
-                self.check_step_transport(i, kind)?;
+                self.check_step_transport(&format!("{path}[{i}]"), kind)?;
             }
             if let Some(t) = &step.tcp {
                 protocol::check_tcp(t).map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("session[{i}].tcp.{field}"), why)
+                    ScenarioError::invalid(format!("{path}[{i}].tcp.{field}"), why)
                 })?;
             }
             if let Some(u) = &step.udp {
                 protocol::check_udp(u).map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("session[{i}].udp.{field}"), why)
+                    ScenarioError::invalid(format!("{path}[{i}].udp.{field}"), why)
                 })?;
             }
             if step.repeat == Some(0) {
                 return Err(ScenarioError::invalid(
-                    format!("session[{i}].repeat"),
+                    format!("{path}[{i}].repeat"),
                     "must be >= 1",
                 ));
             }
             if let Some(ThinkTime::Range { min, max }) = step.think_time {
                 if min > max {
                     return Err(ScenarioError::invalid(
-                        format!("session[{i}].think_time"),
+                        format!("{path}[{i}].think_time"),
                         "min must be <= max",
                     ));
                 }
             }
             if let Some(http) = &step.http {
                 http.check().map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("session[{i}].http.{field}"), why)
+                    ScenarioError::invalid(format!("{path}[{i}].http.{field}"), why)
                 })?;
             }
             for (field, t) in step.templates() {
                 self.check_refs(t, &defined, false)
-                    .map_err(|why| ScenarioError::invalid(format!("session[{i}].{field}"), why))?;
+                    .map_err(|why| ScenarioError::invalid(format!("{path}[{i}].{field}"), why))?;
             }
             if (!step.extract.is_empty() || step.check.is_some()) && step.http.is_none() {
                 return Err(ScenarioError::invalid(
-                    format!("session[{i}]"),
+                    format!("{path}[{i}]"),
                     "extract and check apply to http steps",
                 ));
             }
             for (name, e) in &step.extract {
                 if !crate::template::is_name(name) {
                     return Err(ScenarioError::invalid(
-                        format!("session[{i}].extract"),
+                        format!("{path}[{i}].extract"),
                         format!("`{name}` is not a variable name"),
                     ));
                 }
                 e.check().map_err(|why| {
-                    ScenarioError::invalid(format!("session[{i}].extract.{name}"), why)
+                    ScenarioError::invalid(format!("{path}[{i}].extract.{name}"), why)
                 })?;
             }
             if let Some(c) = &step.check {
                 c.validate().map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("session[{i}].check.{field}"), why)
+                    ScenarioError::invalid(format!("{path}[{i}].check.{field}"), why)
                 })?;
             }
             defined.extend(step.extract.keys().map(String::as_str));
         }
-        if self.requests_per_session() == 0 {
+        if steps.iter().all(|s| s.requests() == 0) {
             return Err(ScenarioError::invalid(
-                "session",
+                path,
                 "must contain at least one request step",
             ));
         }
@@ -1005,6 +1182,12 @@ impl Scenario {
     }
 
     fn validate_data(&self) -> Result<(), ScenarioError> {
+        if !self.data.is_empty() && (!self.workloads.is_empty() || !self.sessions.is_empty()) {
+            return Err(ScenarioError::invalid(
+                "data",
+                "data sources bind rows to one arrival index space: they are read by a top-level session, not yet with workloads or a sessions mix",
+            ));
+        }
         for (name, d) in &self.data {
             if !crate::template::is_name(name) || crate::template::RESERVED.contains(&name.as_str())
             {
@@ -1075,7 +1258,13 @@ impl Scenario {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<bool, ScenarioError> {
         let mut changed = false;
-        for (part, steps) in [("setup", &mut self.setup), ("session", &mut self.session)] {
+        let mut lists = vec![("setup".to_string(), &mut self.setup)];
+        lists.extend(session_lists_mut(
+            &mut self.session,
+            &mut self.sessions,
+            &mut self.workloads,
+        ));
+        for (part, steps) in lists {
             for (i, step) in steps.iter_mut().enumerate() {
                 for (field, t) in step.templates_mut() {
                     changed |= t.resolve_env(lookup).map_err(|why| {
@@ -1095,7 +1284,7 @@ impl Scenario {
     pub fn env_names(&self) -> std::collections::BTreeSet<&str> {
         self.setup
             .iter()
-            .chain(&self.session)
+            .chain(self.step_lists().into_iter().flat_map(|(_, s)| s.iter()))
             .flat_map(|s| s.templates().map(|(_, t)| t))
             .flat_map(|t| t.refs())
             .filter_map(|r| match &r.var {
@@ -1112,11 +1301,11 @@ impl Scenario {
     }
 
     /// A step of `kind` needs a target whose scheme runs that kind.
-    fn check_step_transport(&self, i: usize, kind: &str) -> Result<(), ScenarioError> {
+    fn check_step_transport(&self, step: &str, kind: &str) -> Result<(), ScenarioError> {
         let Some(t) = self.target.as_ref() else {
             return Err(ScenarioError::invalid(
                 "target",
-                format!("session[{i}] is a {kind} step, so a target URL is required"),
+                format!("{step} is a {kind} step, so a target URL is required"),
             ));
         };
         let transport = self.transport()?;
@@ -1127,7 +1316,7 @@ impl Scenario {
                 _ => "udp://",
             };
             return Err(ScenarioError::invalid(
-                format!("session[{i}].{kind}"),
+                format!("{step}.{kind}"),
                 format!(
                     "a {kind} step needs a {want} target, but the target is `{t}` (its steps are {})",
                     transport.step_kind()
@@ -1164,27 +1353,30 @@ impl Scenario {
                 }
             }
         }
-        for (i, step) in self.session.iter_mut().enumerate() {
+        for (path, i, step) in self.step_lists_mut().into_iter().flat_map(|(path, steps)| {
+            steps
+                .iter_mut()
+                .enumerate()
+                .map(move |(i, s)| (path.clone(), i, s))
+        }) {
             if let Some(h) = &mut step.http {
                 if let Some(f) = h.body_file.take() {
-                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read).map_err(
-                        |why| ScenarioError::invalid(format!("session[{i}].http.body_file"), why),
-                    )?;
+                    let field = format!("{path}[{i}].http.body_file");
+                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
+                        .map_err(|why| ScenarioError::invalid(&field, why))?;
                     let text = String::from_utf8(bytes).map_err(|_| {
-                        ScenarioError::invalid(
-                            format!("session[{i}].http.body_file"),
-                            format!("`{f}` is not UTF-8 text"),
-                        )
+                        ScenarioError::invalid(&field, format!("`{f}` is not UTF-8 text"))
                     })?;
-                    h.body = Some(crate::template::Template::parse(&text).map_err(|why| {
-                        ScenarioError::invalid(format!("session[{i}].http.body_file"), why)
-                    })?);
+                    h.body = Some(
+                        crate::template::Template::parse(&text)
+                            .map_err(|why| ScenarioError::invalid(&field, why))?,
+                    );
                     changed = true;
                 }
             }
             if let Some(t) = &mut step.tcp {
                 let field =
-                    |f: &str, why| ScenarioError::invalid(format!("session[{i}].tcp.{f}"), why);
+                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].tcp.{f}"), why);
                 changed |= protocol::inline_payload(&mut t.send, base, protocol::MAX_FRAME, read)
                     .map_err(|w| field("send", w))?;
                 changed |= protocol::inline_expect(&mut t.expect, base, protocol::MAX_FRAME, read)
@@ -1192,7 +1384,7 @@ impl Scenario {
             }
             if let Some(u) = &mut step.udp {
                 let field =
-                    |f: &str, why| ScenarioError::invalid(format!("session[{i}].udp.{f}"), why);
+                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].udp.{f}"), why);
                 changed |=
                     protocol::inline_payload(&mut u.send, base, protocol::MAX_DATAGRAM, read)
                         .map_err(|w| field("send", w))?;
@@ -1238,45 +1430,103 @@ impl Scenario {
                 .setup
                 .iter()
                 .any(|s| s.http.as_ref().is_some_and(|h| h.body_file.is_some()))
-            || self.session.iter().any(|s| {
-                s.http.as_ref().is_some_and(|h| h.body_file.is_some())
-                    || s.tcp.as_ref().is_some_and(|t| {
-                        matches!(t.send, File(_))
-                            || t.expect
-                                .as_ref()
-                                .is_some_and(|e| matches!(e.payload(), File(_)))
-                    })
-                    || s.udp.as_ref().is_some_and(|u| {
-                        matches!(u.send, File(_))
-                            || u.expect
-                                .as_ref()
-                                .is_some_and(|e| matches!(e.payload(), File(_)))
-                    })
-            })
+            || self
+                .step_lists()
+                .iter()
+                .flat_map(|(_, s)| s.iter())
+                .any(|s| {
+                    s.http.as_ref().is_some_and(|h| h.body_file.is_some())
+                        || s.tcp.as_ref().is_some_and(|t| {
+                            matches!(t.send, File(_))
+                                || t.expect
+                                    .as_ref()
+                                    .is_some_and(|e| matches!(e.payload(), File(_)))
+                        })
+                        || s.udp.as_ref().is_some_and(|u| {
+                            matches!(u.send, File(_))
+                                || u.expect
+                                    .as_ref()
+                                    .is_some_and(|e| matches!(e.payload(), File(_)))
+                        })
+                })
     }
 
-    /// Requests one session sends (each request step times its repeat).
+    /// Requests one session of the first workload's first type sends (each request step
+    /// times its repeat): with one session, what every session sends.
     pub fn requests_per_session(&self) -> u64 {
-        self.session.iter().map(Step::requests).sum()
+        self.workload_views()
+            .first()
+            .and_then(|w| w.types.first())
+            .map_or(0, |t| t.requests())
     }
 
-    /// Total test duration (sum of phase durations, or the load's duration).
+    /// Total test duration: until the last workload ends (its start plus its phases, or its
+    /// load's duration).
     pub fn duration(&self) -> std::time::Duration {
-        match &self.load {
-            Some(load) => load.duration.0,
-            None => self.phases.iter().map(|p| p.duration.0).sum(),
-        }
+        self.workload_views()
+            .iter()
+            .map(|w| w.start.saturating_add(w.duration()))
+            .max()
+            .unwrap_or_default()
     }
 
-    /// Display names of the steps that send requests, in order (the per-step breakdown).
+    /// Display names of the steps that send requests, in the run's global step order (the
+    /// per-step breakdown).
     pub fn step_names(&self) -> Vec<String> {
-        self.session
+        let named = self.named_workloads();
+        self.workload_views()
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.requests() > 0)
-            .map(|(i, s)| s.display_name(i))
+            .flat_map(|w| w.step_names(named))
             .collect()
     }
+
+    /// Every list of session steps with its field path: `session`, `sessions[i].steps`, and
+    /// the same inside each workload.
+    pub fn step_lists(&self) -> Vec<(String, &[Step])> {
+        self.workload_views()
+            .into_iter()
+            .flat_map(|w| w.types.into_iter().map(|t| (t.path, t.steps)))
+            .collect()
+    }
+
+    fn step_lists_mut(&mut self) -> Vec<(String, &mut Vec<Step>)> {
+        session_lists_mut(&mut self.session, &mut self.sessions, &mut self.workloads)
+    }
+}
+
+/// The session step lists of a scenario's parts, with their field paths (what
+/// [`Scenario::step_lists`] reads, for writing).
+fn session_lists_mut<'a>(
+    session: &'a mut Vec<Step>,
+    sessions: &'a mut [crate::workload::SessionType],
+    workloads: &'a mut [crate::workload::Workload],
+) -> Vec<(String, &'a mut Vec<Step>)> {
+    let mut out = vec![("session".to_string(), session)];
+    for (t, st) in sessions.iter_mut().enumerate() {
+        out.push((format!("sessions[{t}].steps"), &mut st.steps));
+    }
+    for (i, w) in workloads.iter_mut().enumerate() {
+        out.push((format!("workloads[{i}].session"), &mut w.session));
+        for (t, st) in w.sessions.iter_mut().enumerate() {
+            out.push((format!("workloads[{i}].sessions[{t}].steps"), &mut st.steps));
+        }
+    }
+    out
+}
+
+/// A workload's or a session type's name: not empty, and free of `/` (which joins names in
+/// the report) and of parentheses (which close a threshold's scope).
+fn check_name(field: &str, name: &str) -> Result<(), ScenarioError> {
+    if name.trim().is_empty() {
+        return Err(ScenarioError::invalid(field, "must not be empty"));
+    }
+    if name.contains(['/', '(', ')']) || name.len() > 64 {
+        return Err(ScenarioError::invalid(
+            field,
+            format!("`{name}`: at most 64 characters, without `/`, `(` or `)`"),
+        ));
+    }
+    Ok(())
 }
 
 /// The YAML library prefixes its messages with its own idea of the path (`session[0]: ...`);

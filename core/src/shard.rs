@@ -148,7 +148,7 @@ impl ShardFilter {
 
 /// Smooth weighted round-robin over one period: deterministic, exact per period, and
 /// interleaved so that any window is close to proportional.
-fn weighted_table(weights: &[u32]) -> Result<Vec<u32>, ShardError> {
+pub(crate) fn weighted_table(weights: &[u32]) -> Result<Vec<u32>, ShardError> {
     let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
     if weights.contains(&0) || total > u64::from(MAX_TOTAL_WEIGHT) {
         return Err(ShardError::BadWeights);

@@ -76,6 +76,32 @@ pub struct Counters {
     /// HTTP responses by status code, expected or not (empty for tcp and udp).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub status_codes: BTreeMap<u16, u64>,
+    /// Sessions by session type (the run's global type index), counted for weighted mixes
+    /// only: the report's planned-against-achieved per type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub session_types: BTreeMap<u32, TypeCounts>,
+}
+
+/// Sessions of one session type of a mix.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeCounts {
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl TypeCounts {
+    fn add(&mut self, o: &TypeCounts) {
+        self.started = self.started.saturating_add(o.started);
+        self.completed = self.completed.saturating_add(o.completed);
+        self.failed = self.failed.saturating_add(o.failed);
+    }
+
+    fn fits(&self, o: &TypeCounts) -> bool {
+        self.started.checked_add(o.started).is_some()
+            && self.completed.checked_add(o.completed).is_some()
+            && self.failed.checked_add(o.failed).is_some()
+    }
 }
 
 /// A session that starts this late behind its intended time counts as a late arrival.
@@ -108,6 +134,9 @@ impl Counters {
         for (k, v) in &o.status_codes {
             let e = self.status_codes.entry(*k).or_default();
             *e = e.saturating_add(*v);
+        }
+        for (k, v) in &o.session_types {
+            self.session_types.entry(*k).or_default().add(v);
         }
     }
 
@@ -145,6 +174,13 @@ impl Counters {
                     .unwrap_or(0)
                     .checked_add(*v)
                     .is_some()
+            })
+            && o.session_types.iter().all(|(k, v)| {
+                self.session_types
+                    .get(k)
+                    .copied()
+                    .unwrap_or_default()
+                    .fits(v)
             })
     }
 

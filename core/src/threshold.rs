@@ -2,7 +2,8 @@
 //! `error_rate < 0.1%`, `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`,
 //! `step(login).service.p99 < 20ms`.
 //!
-//! Grammar: `[scope.]metric op value`, where scope is `phase(NAME)` or `step(NAME)`;
+//! Grammar: `[scope.]metric op value`, where scope is `phase(NAME)`, `step(NAME)`,
+//! `workload(NAME)` or `session(NAME)` (a session type of a mix);
 //! metric is a latency (`min`, `mean`, `max`, `p50` … `p99.99`, optionally prefixed by
 //! `service.`; response time otherwise), `error_rate`, or `throughput`; op is `<`, `<=`, `>`,
 //! `>=`; value is a duration (`us`, `ms`, `s`), a percentage or fraction (`error_rate`), or
@@ -18,6 +19,9 @@ pub enum Scope {
     Run,
     Phase(String),
     Step(String),
+    Workload(String),
+    /// A session type of a weighted mix, by name (in any workload).
+    Session(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,21 +157,25 @@ impl Threshold {
             ">" => Op::Gt,
             _ => Op::Ge,
         };
-        let (scope, metric_text) = if let Some(rest) = lhs
-            .strip_prefix("phase(")
-            .or_else(|| lhs.strip_prefix("step("))
-        {
-            let is_phase = lhs.starts_with("phase(");
-            let (name, tail) = rest
-                .split_once(").")
-                .ok_or_else(|| bad(expr, "expected `phase(NAME).metric` or `step(NAME).metric`"))?;
+        let scoped = ["phase(", "step(", "workload(", "session("]
+            .iter()
+            .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
+        let (scope, metric_text) = if let Some((kind, rest)) = scoped {
+            let (name, tail) = rest.split_once(").").ok_or_else(|| {
+                bad(
+                    expr,
+                    "expected `SCOPE(NAME).metric` (phase, step, workload or session)",
+                )
+            })?;
             if name.is_empty() {
                 return Err(bad(expr, "the scope name is empty"));
             }
-            let scope = if is_phase {
-                Scope::Phase(name.to_string())
-            } else {
-                Scope::Step(name.to_string())
+            let name = name.to_string();
+            let scope = match kind {
+                "phase(" => Scope::Phase(name),
+                "step(" => Scope::Step(name),
+                "workload(" => Scope::Workload(name),
+                _ => Scope::Session(name),
             };
             (scope, tail)
         } else {
@@ -218,10 +226,13 @@ impl Threshold {
                 (Metric::Latency { service, stat }, limit)
             }
         };
-        if matches!(scope, Scope::Step(_))
+        if matches!(scope, Scope::Step(_) | Scope::Session(_))
             && matches!(metric, Metric::Throughput | Metric::ThroughputOfPlanned)
         {
-            return Err(bad(expr, "throughput is not defined per step"));
+            return Err(bad(
+                expr,
+                "throughput is not defined per step or session type",
+            ));
         }
         Ok(Self {
             expr: expr.to_string(),
@@ -325,8 +336,17 @@ impl Threshold {
                 Metric::Throughput => r.totals.throughput_rps,
                 Metric::ThroughputOfPlanned => r.totals.achieved_ratio,
             }),
-            Scope::Phase(name) => {
-                let p = r.phases.iter().find(|p| &p.name == name)?;
+            Scope::Phase(_) | Scope::Workload(_) => {
+                let p = match &self.scope {
+                    Scope::Phase(name) => r.phases.iter().find(|p| &p.name == name)?,
+                    Scope::Workload(name) => {
+                        &r.workloads
+                            .iter()
+                            .find(|w| &w.figures.name == name)?
+                            .figures
+                    }
+                    _ => return None,
+                };
                 Some(match self.metric {
                     Metric::Latency { service, stat } => latency(
                         if service {
@@ -359,6 +379,21 @@ impl Threshold {
                         stat,
                     ),
                     Metric::ErrorRate => rate(s.completed, s.failed),
+                    Metric::Throughput | Metric::ThroughputOfPlanned => return None,
+                })
+            }
+            Scope::Session(name) => {
+                let t = session_type(r, name)?;
+                Some(match self.metric {
+                    Metric::Latency { service, stat } => latency(
+                        if service {
+                            &t.latency.service_time
+                        } else {
+                            &t.latency.response_time
+                        },
+                        stat,
+                    ),
+                    Metric::ErrorRate => rate(t.requests_completed, t.requests_failed),
                     Metric::Throughput | Metric::ThroughputOfPlanned => return None,
                 })
             }
@@ -412,8 +447,23 @@ impl Threshold {
                 .iter()
                 .find(|s| &s.name == name)
                 .map(|s| s.completed.saturating_add(s.failed)),
+            Scope::Workload(name) => r
+                .workloads
+                .iter()
+                .find(|w| &w.figures.name == name)
+                .map(|w| w.figures.completed.saturating_add(w.figures.failed)),
+            Scope::Session(name) => session_type(r, name)
+                .map(|t| t.requests_completed.saturating_add(t.requests_failed)),
         }
     }
+}
+
+/// The session type `name` of a mix, in whichever workload has it.
+fn session_type<'r>(r: &'r Report, name: &str) -> Option<&'r crate::report::SessionTypeReport> {
+    r.workloads
+        .iter()
+        .flat_map(|w| &w.session_types)
+        .find(|t| t.name == name)
 }
 
 /// The first threshold a live report breaches, if any, judged only after

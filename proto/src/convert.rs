@@ -115,8 +115,51 @@ impl From<&Counters> for v1::Counters {
                 .iter()
                 .map(|(k, v)| (u32::from(*k), *v))
                 .collect(),
+            session_types: c
+                .session_types
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        *k,
+                        v1::SessionTypeCounts {
+                            started: v.started,
+                            completed: v.completed,
+                            failed: v.failed,
+                        },
+                    )
+                })
+                .collect(),
         }
     }
+}
+
+/// Session type indexes are bounded by the most workloads times the most types in each;
+/// beyond that the map is refused, so it stays small. The run's own bound is checked when
+/// the sample is merged.
+fn session_types_from_wire(
+    field: &str,
+    m: &std::collections::HashMap<u32, v1::SessionTypeCounts>,
+) -> Result<BTreeMap<u32, stampede_core::stats::TypeCounts>, ConvertError> {
+    const MAX: u32 = (stampede_core::workload::MAX_WORKLOADS
+        * stampede_core::workload::MAX_SESSION_TYPES) as u32;
+    m.iter()
+        .map(|(k, v)| {
+            if *k >= MAX {
+                return Err(ConvertError::invalid(
+                    field,
+                    format!("session type {k} is out of range (at most {MAX} types)"),
+                ));
+            }
+            Ok((
+                *k,
+                stampede_core::stats::TypeCounts {
+                    started: v.started,
+                    completed: v.completed,
+                    failed: v.failed,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// Status codes are three digits; anything else is refused, so the map stays small.
@@ -162,6 +205,10 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
         status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,
+        session_types: session_types_from_wire(
+            &format!("{field}.session_types"),
+            &c.session_types,
+        )?,
     })
 }
 

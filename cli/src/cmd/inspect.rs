@@ -132,9 +132,10 @@ pub fn plan(a: crate::plan::PlanArgs) -> Result<i32> {
 pub fn validate(scenario: std::path::PathBuf) -> Result<i32> {
     let s = client::read_scenario_dry(&scenario)?;
     let plan = stampede_core::plan::Plan::new(&s, s.agents.unwrap_or(1), &[], s.seed.unwrap_or(0))?;
-    let shape = match &s.load {
-        Some(l) => format!("{:?} load, {} connections", l.model, l.connections).to_lowercase(),
-        None => format!("{} phases", s.phases.len()),
+    let shape = match (&s.load, s.workloads.len()) {
+        (_, n) if n > 0 => format!("{n} workload(s), {} phases", s.effective_phases().len()),
+        (Some(l), _) => format!("{:?} load, {} connections", l.model, l.connections).to_lowercase(),
+        (None, _) => format!("{} phases", s.phases.len()),
     };
     let planned = if s.is_closed() {
         "requests back to back (closed model: nothing planned ahead)".to_string()

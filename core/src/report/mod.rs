@@ -9,6 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+mod workloads;
+pub use workloads::{SessionTypeReport, WorkloadReport};
+
 use crate::hist::{self, HistError, HistSpec, SparseHist};
 use crate::plan::Plan;
 use crate::scenario::Scenario;
@@ -300,6 +303,10 @@ pub struct Report {
     #[serde(default)]
     pub connections: ConnectionsReport,
     pub phases: Vec<PhaseReport>,
+    /// Each workload apart: its phases together, and its session types planned against
+    /// achieved (one entry, `default`, for a scenario without `workloads:`).
+    #[serde(default)]
+    pub workloads: Vec<WorkloadReport>,
     pub steps: Vec<StepReport>,
     pub agents: Vec<AgentReport>,
     /// Share of planned requests not delivered because agents were lost.
@@ -399,6 +406,8 @@ struct AgentAcc {
     peak_open: u64,
     /// Highest interval this agent has reported as complete.
     reported_through: Option<u64>,
+    /// Requests it started in closed loads' phases (which plan nothing: started is planned).
+    closed_started: u64,
 }
 
 /// Adds up a run's interval data.
@@ -417,8 +426,11 @@ pub struct RunAccumulator {
     max_interval: u64,
     /// The run's counters over every phase: the largest sums, checked before adding.
     total_counters: Counters,
-    /// Closed load model: no schedule, so planned requests are the started ones.
-    unplanned: bool,
+    /// Per phase, whether it is a closed load's: no schedule, so planned requests are the
+    /// started ones.
+    closed_phases: Vec<bool>,
+    /// Session types of the run (a sample counts at most these).
+    n_types: usize,
 }
 
 /// Agent data that does not fit the run.
@@ -430,6 +442,8 @@ pub enum MergeError {
     UnknownPhase(u32),
     #[error("too many request steps: {0}")]
     TooManySteps(usize),
+    #[error("session type index {0} is not part of the scenario")]
+    UnknownSessionType(u32),
     #[error("interval {got} is beyond the run's last possible interval {max}")]
     IntervalOutOfRange { got: u64, max: u64 },
     #[error("counters would overflow")]
@@ -469,6 +483,7 @@ impl RunAccumulator {
                     clock_offset_us: 0,
                     peak_open: 0,
                     reported_through: None,
+                    closed_started: 0,
                 })
                 .collect(),
             plan,
@@ -476,7 +491,12 @@ impl RunAccumulator {
             open: BTreeMap::new(),
             closed: Vec::new(),
             n_steps,
-            unplanned: scenario.is_closed(),
+            closed_phases: scenario.closed_phases(),
+            n_types: scenario
+                .workload_views()
+                .iter()
+                .map(|w| w.types.len())
+                .sum(),
             total_counters: Counters::default(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
@@ -539,7 +559,17 @@ impl RunAccumulator {
         self.check(agent, interval, phase, stats)?;
         self.total_counters.add(&stats.counters);
         self.phases[phase as usize].add(stats);
+        let closed = self
+            .closed_phases
+            .get(phase as usize)
+            .copied()
+            .unwrap_or(false);
         let a = &mut self.agents[agent];
+        if closed {
+            a.closed_started = a
+                .closed_started
+                .saturating_add(stats.counters.requests_started);
+        }
         a.counters.add(&stats.counters);
         a.lag.add(&stats.lag);
         a.peak_open = a.peak_open.max(stats.counters.peak_open_connections);
@@ -579,6 +609,11 @@ impl RunAccumulator {
         }
         if stats.steps.len() > self.n_steps {
             return Err(MergeError::TooManySteps(stats.steps.len()));
+        }
+        if let Some((&t, _)) = stats.counters.session_types.last_key_value() {
+            if t as usize >= self.n_types {
+                return Err(MergeError::UnknownSessionType(t));
+            }
         }
         if interval > self.max_interval {
             return Err(MergeError::IntervalOutOfRange {
@@ -704,15 +739,15 @@ impl RunAccumulator {
     }
 
     fn agent_planned_requests(&self, agent: usize) -> u64 {
-        if self.unplanned {
-            return self
-                .agents
-                .get(agent)
-                .map_or(0, |a| a.counters.requests_started);
-        }
-        self.plan
-            .agent_sessions(agent)
-            .saturating_mul(self.plan.requests_per_session)
+        let closed = self.agents.get(agent).map_or(0, |a| a.closed_started);
+        self.plan.agent_requests(agent).saturating_add(closed)
+    }
+
+    /// Planned requests so far: the sessions planned so far in each phase, as requests.
+    fn planned_so_far(&self) -> u64 {
+        self.phases.iter().enumerate().fold(0u64, |a, (i, p)| {
+            a.saturating_add(self.plan.requests_of(i, p.counters.sessions_planned))
+        })
     }
 
     fn close_through(&mut self, horizon: Option<u64>) -> Result<(), MergeError> {
@@ -786,10 +821,7 @@ impl RunAccumulator {
         let r = Percentiles::of_sparse(&t.response);
         Ok(LiveSnapshot {
             elapsed_s,
-            planned_so_far: t
-                .counters
-                .sessions_planned
-                .saturating_mul(self.plan.requests_per_session),
+            planned_so_far: self.planned_so_far(),
             completed: t.counters.requests_completed,
             failed: t.counters.requests_failed,
             // Before the first interval closes, the average so far (not a misleading 0).
@@ -843,47 +875,50 @@ impl RunAccumulator {
         let totals_stats = self.totals()?;
         let c = &totals_stats.counters;
         let duration_s = meta.duration_s.max(1e-9);
-        let rps = self.plan.requests_per_session;
-        // A closed load has no schedule: what it started is what it planned, so the
-        // achieved ratio is completed over started.
-        // Live: planned so far, less what is still in flight (it cannot have finished yet).
-        let so_far = |c: &Counters| {
-            let in_flight = c
-                .requests_started
-                .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
-            c.sessions_planned
-                .saturating_mul(rps)
-                .saturating_sub(in_flight)
-        };
-        let (planned_per_phase, total_planned, sessions_planned) = if live {
-            let per_phase: Vec<u64> = self
-                .phases
-                .iter()
-                .map(|p| p.counters.sessions_planned)
-                .collect();
-            (per_phase, so_far(c), c.sessions_planned)
-        } else if self.unplanned {
-            let per_phase: Vec<u64> = self
-                .phases
-                .iter()
-                .map(|p| p.counters.sessions_planned)
-                .collect();
-            (per_phase, c.requests_started, c.sessions_planned)
-        } else {
-            (
-                self.plan.sessions_per_phase(),
-                self.plan.total_requests(),
-                self.plan.total_sessions(),
-            )
-        };
+        // Per phase, planned (requests, sessions). A closed load has no schedule: what it
+        // started is what it planned, so the achieved ratio is completed over started. Live:
+        // planned so far, less what is still in flight (it cannot have finished yet).
+        let plan_sessions = self.plan.sessions_per_phase();
+        let plan_requests = self.plan.requests_per_phase();
+        let planned: Vec<(u64, u64)> = self
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let c = &s.counters;
+                if live {
+                    let in_flight = c
+                        .requests_started
+                        .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
+                    (
+                        self.plan
+                            .requests_of(i, c.sessions_planned)
+                            .saturating_sub(in_flight),
+                        c.sessions_planned,
+                    )
+                } else if self.closed_phases.get(i).copied().unwrap_or(false) {
+                    (c.requests_started, c.sessions_planned)
+                } else {
+                    (
+                        plan_requests.get(i).copied().unwrap_or(0),
+                        plan_sessions.get(i).copied().unwrap_or(0),
+                    )
+                }
+            })
+            .collect();
+        let (total_planned, sessions_planned) =
+            planned.iter().fold((0u64, 0u64), |(r, s), (pr, ps)| {
+                (r.saturating_add(*pr), s.saturating_add(*ps))
+            });
 
-        let mut start_s = 0.0;
-        let phases = scenario
+        let starts = scenario.phase_starts();
+        let phases: Vec<PhaseReport> = scenario
             .effective_phases()
             .iter()
             .enumerate()
             .map(|(i, p)| {
                 let s = &self.phases[i];
+                let start_s = starts.get(i).copied().unwrap_or(0.0);
                 let d = p.duration.as_secs_f64();
                 // Live, a phase's rate counts only the part of it that has elapsed.
                 let rate_over = if live {
@@ -891,32 +926,20 @@ impl RunAccumulator {
                 } else {
                     d
                 };
-                let row = PhaseReport {
+                PhaseReport {
                     index: i as u32,
                     name: p.display_name(i),
                     start_s,
                     duration_s: d,
-                    planned: if live {
-                        so_far(&s.counters)
-                    } else if self.unplanned {
-                        s.counters.requests_started
-                    } else {
-                        planned_per_phase
-                            .get(i)
-                            .copied()
-                            .unwrap_or(0)
-                            .saturating_mul(rps)
-                    },
+                    planned: planned[i].0,
                     started: s.counters.requests_started,
                     completed: s.counters.requests_completed,
                     failed: s.counters.requests_failed,
                     errors: s.counters.errors.clone(),
-                    sessions_planned: planned_per_phase.get(i).copied().unwrap_or(0),
+                    sessions_planned: planned[i].1,
                     throughput_rps: s.counters.requests_completed as f64 / rate_over,
                     latency: Latency::of(s),
-                };
-                start_s += d;
-                row
+                }
             })
             .collect();
 
@@ -995,7 +1018,9 @@ impl RunAccumulator {
                 },
                 connections: l.connections,
                 rate: l.rate,
-                target_rps: l.rate.map(|r| r * rps as f64),
+                target_rps: l
+                    .rate
+                    .map(|r| r * self.plan.per_session.first().copied().unwrap_or(0.0)),
                 achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
             }),
             hist_spec: hist::SPEC,
@@ -1041,6 +1066,13 @@ impl RunAccumulator {
             latency: Latency::of(&totals_stats),
             generator,
             connections: self.connections(c, &timeline),
+            workloads: workloads::reports(
+                scenario,
+                &self.plan,
+                &phases,
+                &self.phases,
+                &totals_stats,
+            ),
             phases,
             steps,
             lost_share: self.lost_share(),

@@ -1,0 +1,183 @@
+//! The report's view of each workload: its phases merged into one row, and its session types,
+//! planned against achieved. Built from what the accumulator already holds per phase and per
+//! step (a session type's requests are exactly its steps' requests), so nothing extra is
+//! recorded on the hot path but one counter per session of a mix.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Latency, Percentiles, PhaseReport, SessionTotals};
+use crate::plan::Plan;
+use crate::scenario::Scenario;
+use crate::stats::{SparseStats, SparseStepStats};
+
+/// One workload of the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadReport {
+    /// Its phases together, as one phase row: `index` is the workload's, `start_s` its start
+    /// offset, `duration_s` how long it generated load.
+    #[serde(flatten)]
+    pub figures: PhaseReport,
+    /// `phases`, `closed` or `constant`.
+    pub model: String,
+    /// Its phases' names in the report's `phases`.
+    pub phases: Vec<String>,
+    pub sessions: SessionTotals,
+    /// Its session types (one, `default`, for a `session:`), planned against achieved.
+    pub session_types: Vec<SessionTypeReport>,
+}
+
+/// One session type of a workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionTypeReport {
+    pub name: String,
+    pub weight: u32,
+    /// Its share of the workload's sessions as asked: weight over the sum of the weights.
+    pub share: f64,
+    /// Planned sessions (a closed load plans none: there, planned is what was started).
+    pub planned: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Its share of the sessions the workload started.
+    pub achieved_share: f64,
+    /// Its requests (its steps' requests together).
+    pub requests_completed: u64,
+    pub requests_failed: u64,
+    pub latency: Latency,
+}
+
+/// Every workload's report, from the run's phase rows, step rows, merged per-phase data and
+/// totals.
+pub(super) fn reports(
+    scenario: &Scenario,
+    plan: &Plan,
+    phase_rows: &[PhaseReport],
+    phases: &[SparseStats],
+    totals: &SparseStats,
+) -> Vec<WorkloadReport> {
+    let planned_types = plan.sessions_per_type();
+    let named = scenario.named_workloads();
+    scenario
+        .workload_views()
+        .iter()
+        .map(|w| {
+            let range = w.phase_base..w.phase_base + w.phase_count();
+            let mut merged = SparseStats::default();
+            for p in phases.get(range.clone()).unwrap_or_default() {
+                merged.add(p);
+            }
+            let rows = phase_rows.get(range).unwrap_or_default();
+            let sum =
+                |f: fn(&PhaseReport) -> u64| rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)));
+            let c = &merged.counters;
+            let duration_s = w.duration().as_secs_f64();
+            let mut errors = std::collections::BTreeMap::new();
+            for r in rows {
+                for (k, v) in &r.errors {
+                    *errors.entry(k.clone()).or_insert(0u64) += v;
+                }
+            }
+            let total_weight: u64 = w.types.iter().map(|t| u64::from(t.weight)).sum();
+            let closed = w.is_closed();
+            let started_all: u64 = if w.types.len() == 1 {
+                c.sessions_started
+            } else {
+                (0..w.types.len())
+                    .map(|t| type_counts(c, w.type_base + t).started)
+                    .sum()
+            };
+            let session_types = w
+                .types
+                .iter()
+                .enumerate()
+                .map(|(t, ty)| {
+                    let counts = if w.types.len() == 1 {
+                        crate::stats::TypeCounts {
+                            started: c.sessions_started,
+                            completed: c.sessions_completed,
+                            failed: c.sessions_failed,
+                        }
+                    } else {
+                        type_counts(c, w.type_base + t)
+                    };
+                    let mut steps = SparseStepStats::default();
+                    let first = ty.step_base;
+                    for s in totals
+                        .steps
+                        .get(first..first + ty.request_steps())
+                        .unwrap_or_default()
+                    {
+                        steps.add(s);
+                    }
+                    SessionTypeReport {
+                        name: ty.name.to_string(),
+                        weight: ty.weight,
+                        share: f64::from(ty.weight) / total_weight.max(1) as f64,
+                        planned: if closed {
+                            counts.started
+                        } else {
+                            planned_types.get(w.type_base + t).copied().unwrap_or(0)
+                        },
+                        started: counts.started,
+                        completed: counts.completed,
+                        failed: counts.failed,
+                        achieved_share: if started_all > 0 {
+                            counts.started as f64 / started_all as f64
+                        } else {
+                            0.0
+                        },
+                        requests_completed: steps.requests_completed,
+                        requests_failed: steps.requests_failed,
+                        latency: Latency {
+                            response_time: Percentiles::of_sparse(&steps.response),
+                            service_time: Percentiles::of_sparse(&steps.service),
+                        },
+                    }
+                })
+                .collect();
+            WorkloadReport {
+                figures: PhaseReport {
+                    index: w.index as u32,
+                    name: w.name.to_string(),
+                    start_s: w.start.as_secs_f64(),
+                    duration_s,
+                    planned: sum(|r| r.planned),
+                    started: c.requests_started,
+                    completed: c.requests_completed,
+                    failed: c.requests_failed,
+                    errors,
+                    sessions_planned: sum(|r| r.sessions_planned),
+                    throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
+                    latency: Latency::of(&merged),
+                },
+                model: match w.load.map(|l| l.model) {
+                    None => "phases".into(),
+                    Some(crate::scenario::LoadModel::Closed) => "closed".into(),
+                    Some(crate::scenario::LoadModel::Constant) => "constant".into(),
+                },
+                phases: w
+                    .effective_phases(named)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.display_name(i))
+                    .collect(),
+                sessions: SessionTotals {
+                    planned: sum(|r| r.sessions_planned),
+                    started: c.sessions_started,
+                    completed: c.sessions_completed,
+                    failed: c.sessions_failed,
+                    dropped: c.dropped_arrivals,
+                },
+                session_types,
+            }
+        })
+        .collect()
+}
+
+fn type_counts(c: &crate::stats::Counters, t: usize) -> crate::stats::TypeCounts {
+    u32::try_from(t)
+        .ok()
+        .and_then(|t| c.session_types.get(&t))
+        .copied()
+        .unwrap_or_default()
+}

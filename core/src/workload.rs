@@ -1,0 +1,385 @@
+//! Workloads: several traffic shapes in one run. Each workload has its own load (arrival
+//! phases, a closed or a constant-rate load), its own session or weighted mix of sessions, its
+//! own schedule, seed and arrival index space, and an optional start offset; all start from
+//! the run's one T0 and are sharded by the same rules. A scenario without `workloads:` is one
+//! workload made of its top-level `phases`/`load` and `session`/`sessions`.
+//!
+//! The run indexes phases, request steps and session types globally, workload after workload
+//! ([`View`]): the recorder, the plan, the wire and the report keep one flat index each, and
+//! the report groups them back by workload.
+//!
+//! A weighted mix is exact, not drawn: [`Mix`] is a smooth weighted round-robin table of
+//! period `P = Σ weights`, and an agent's `j`-th own arrival runs the type at position
+//! `j + ⌊k·P/n⌋` (shard `k` of `n`). Every agent runs the exact mix over every `P` of its own
+//! arrivals, the run over every `n·P`, and the per-agent offset keeps agents from running the
+//! same type at the same moment. Taking the position from the global arrival index instead
+//! would hand agents biased subsets whenever `P` and `n` share a factor.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::HumanDuration;
+use crate::scenario::{Load, LoadModel, Phase, Scenario, Step};
+
+/// Most workloads in one scenario.
+pub const MAX_WORKLOADS: usize = 64;
+/// Most session types in one workload's mix.
+pub const MAX_SESSION_TYPES: usize = 64;
+/// Largest sum of a mix's weights (the period of its table).
+pub const MAX_MIX_PERIOD: u32 = 65_536;
+
+/// One traffic shape of a run: `{ name, start, phases | load, session | sessions }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Names the workload in the report and in thresholds (`workload(NAME).p99 < 300ms`).
+    pub name: String,
+    /// When this workload starts, after the run's T0 (default 0): a background load first,
+    /// a spike later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<HumanDuration>,
+    /// Arrival phases (open model), run one after the other. Give either `phases` or `load`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<Phase>,
+    /// A closed or constant-rate load instead of arrival phases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
+    /// The steps each arriving session runs. Give either `session` or `sessions`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub session: Vec<Step>,
+    /// A weighted mix of sessions, run exactly in proportion to the weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<SessionType>,
+}
+
+/// One kind of session of a mix: `{ name, weight, steps }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionType {
+    /// Names the session type in the report and in step names (`NAME/step`).
+    pub name: String,
+    /// Its share of the workload's sessions: `weight / Σ weights`, exactly.
+    pub weight: u32,
+    pub steps: Vec<Step>,
+}
+
+/// A workload as the run sees it, with its place in the run's global indexes.
+#[derive(Debug, Clone)]
+pub struct View<'a> {
+    pub index: usize,
+    pub name: &'a str,
+    /// The field path of its load and sessions in the file: `` (top level) or `workloads[2].`.
+    pub path: String,
+    pub start: Duration,
+    /// The arrival phases as written (empty with a `load`).
+    pub phases: &'a [Phase],
+    pub load: Option<&'a Load>,
+    /// Its session types: one for `session:`, the mix for `sessions:`.
+    pub types: Vec<TypeView<'a>>,
+    /// Whether it has a `sessions:` mix (names then carry the type).
+    pub mixed: bool,
+    /// Global index of its first phase.
+    pub phase_base: usize,
+    /// Global index of its first session type.
+    pub type_base: usize,
+}
+
+/// One session type of a [`View`].
+#[derive(Debug, Clone)]
+pub struct TypeView<'a> {
+    pub name: &'a str,
+    pub weight: u32,
+    pub steps: &'a [Step],
+    /// The field path of its steps: `session`, `sessions[1].steps`, `workloads[0].session`.
+    pub path: String,
+    /// Global ordinal of its first request step.
+    pub step_base: usize,
+}
+
+impl TypeView<'_> {
+    /// Requests one session of this type sends.
+    pub fn requests(&self) -> u64 {
+        self.steps.iter().map(Step::requests).sum()
+    }
+
+    /// Request steps of this type.
+    pub fn request_steps(&self) -> usize {
+        self.steps.iter().filter(|s| s.requests() > 0).count()
+    }
+}
+
+/// The name of the one workload of a scenario without `workloads:`.
+pub const DEFAULT_NAME: &str = "default";
+
+impl<'a> View<'a> {
+    /// Every workload of `s`, with global bases. A scenario without `workloads:` gives one.
+    pub fn all(s: &'a Scenario) -> Vec<View<'a>> {
+        let mut views = Vec::new();
+        let (mut phase_base, mut type_base, mut step_base) = (0, 0, 0);
+        let mut push = |index: usize,
+                        name: &'a str,
+                        path: String,
+                        start: Duration,
+                        phases: &'a [Phase],
+                        load: Option<&'a Load>,
+                        session: &'a [Step],
+                        sessions: &'a [SessionType]| {
+            let mixed = !sessions.is_empty();
+            let types: Vec<TypeView<'a>> = if mixed {
+                sessions
+                    .iter()
+                    .enumerate()
+                    .map(|(t, st)| TypeView {
+                        name: &st.name,
+                        weight: st.weight,
+                        steps: &st.steps,
+                        path: format!("{path}sessions[{t}].steps"),
+                        step_base: 0,
+                    })
+                    .collect()
+            } else {
+                vec![TypeView {
+                    name: DEFAULT_NAME,
+                    weight: 1,
+                    steps: session,
+                    path: format!("{path}session"),
+                    step_base: 0,
+                }]
+            };
+            let types: Vec<TypeView<'a>> = types
+                .into_iter()
+                .map(|mut t| {
+                    t.step_base = step_base;
+                    step_base += t.request_steps();
+                    t
+                })
+                .collect();
+            let n_phases = if load.is_some() { 1 } else { phases.len() };
+            let n_types = types.len();
+            views.push(View {
+                index,
+                name,
+                path,
+                start,
+                phases,
+                load,
+                types,
+                mixed,
+                phase_base,
+                type_base,
+            });
+            phase_base += n_phases;
+            type_base += n_types;
+        };
+        if s.workloads.is_empty() {
+            push(
+                0,
+                DEFAULT_NAME,
+                String::new(),
+                Duration::ZERO,
+                &s.phases,
+                s.load.as_ref(),
+                &s.session,
+                &s.sessions,
+            );
+        } else {
+            for (i, w) in s.workloads.iter().enumerate() {
+                push(
+                    i,
+                    &w.name,
+                    format!("workloads[{i}]."),
+                    w.start.map_or(Duration::ZERO, |d| d.0),
+                    &w.phases,
+                    w.load.as_ref(),
+                    &w.session,
+                    &w.sessions,
+                );
+            }
+        }
+        views
+    }
+
+    /// The phases its schedule, plan and report use: the arrival phases, or the one synthetic
+    /// phase of a `load`; with several workloads, named `WORKLOAD/PHASE`.
+    pub fn effective_phases(&self, named: bool) -> Vec<Phase> {
+        let phases = match self.load {
+            Some(load) => vec![load.as_phase()],
+            None => self.phases.to_vec(),
+        };
+        if !named {
+            return phases;
+        }
+        phases
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut p)| {
+                p.name = Some(format!("{}/{}", self.name, p.display_name(i)));
+                p
+            })
+            .collect()
+    }
+
+    /// Number of phases it adds to the run.
+    pub fn phase_count(&self) -> usize {
+        if self.load.is_some() {
+            1
+        } else {
+            self.phases.len()
+        }
+    }
+
+    /// The closed model: no schedule, planned is what was started.
+    pub fn is_closed(&self) -> bool {
+        self.load.is_some_and(|l| l.model == LoadModel::Closed)
+    }
+
+    /// How long it generates load (its phases, or its load's duration), not counting `start`.
+    pub fn duration(&self) -> Duration {
+        match self.load {
+            Some(load) => load.duration.0,
+            None => self.phases.iter().map(|p| p.duration.0).sum(),
+        }
+    }
+
+    /// Its schedule's seed: the run's for the one workload of a scenario without
+    /// `workloads:` (so such runs are what they always were); otherwise mixed with the
+    /// workload's name, so workloads do not arrive in lockstep and reordering them changes
+    /// nothing.
+    pub fn seed(&self, run_seed: u64, several: bool) -> u64 {
+        if !several {
+            return run_seed;
+        }
+        // FNV-1a of the name, then a splitmix64 finish of seed ^ hash.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.name.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut z = run_seed ^ h;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Its mix table (one entry for a single session).
+    pub fn mix(&self) -> Mix {
+        let weights: Vec<u32> = self.types.iter().map(|t| t.weight).collect();
+        Mix::new(&weights).unwrap_or_else(|_| Mix { table: vec![0] })
+    }
+
+    /// The display names of its request steps, in global order: `STEP`, or with a mix
+    /// `TYPE/STEP`, and with several workloads `WORKLOAD/...`.
+    pub fn step_names(&self, several: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for t in &self.types {
+            for (i, s) in t.steps.iter().enumerate() {
+                if s.requests() == 0 {
+                    continue;
+                }
+                let step = s.display_name(i);
+                let typed = if self.mixed {
+                    format!("{}/{step}", t.name)
+                } else {
+                    step
+                };
+                out.push(if several {
+                    format!("{}/{typed}", self.name)
+                } else {
+                    typed
+                });
+            }
+        }
+        out
+    }
+}
+
+/// An exact weighted mix: a smooth weighted round-robin table over one period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mix {
+    table: Vec<u32>,
+}
+
+/// Weights that cannot make a mix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("weights must be >= 1 each and sum to at most {MAX_MIX_PERIOD}")]
+pub struct BadWeights;
+
+impl Mix {
+    pub fn new(weights: &[u32]) -> Result<Self, BadWeights> {
+        if weights.is_empty() {
+            return Err(BadWeights);
+        }
+        crate::shard::weighted_table(weights)
+            .map(|table| Self { table })
+            .map_err(|_| BadWeights)
+    }
+
+    /// The period `P`: every `P` consecutive positions hold each type exactly `weight` times.
+    pub fn period(&self) -> u64 {
+        self.table.len() as u64
+    }
+
+    /// Number of types.
+    pub fn types(&self) -> usize {
+        self.table.iter().max().map_or(0, |&m| m as usize + 1)
+    }
+
+    /// Where stream `k` of `n` (an agent's own arrivals, or a closed load's connection)
+    /// starts in the table: `⌊k·P/n⌋`, spreading the streams over the period.
+    pub fn offset(&self, k: u64, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        (u128::from(k) * u128::from(self.period()) / u128::from(n)) as u64
+    }
+
+    /// The session type at `position` of the (periodic) table.
+    #[inline]
+    pub fn pick(&self, position: u64) -> u32 {
+        self.table[(position % self.period()) as usize]
+    }
+
+    /// How many of the positions `from..from + len` pick each type: arithmetic, never a walk
+    /// longer than one period.
+    pub fn counts(&self, from: u64, len: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.types()];
+        let p = self.period();
+        let whole = len / p;
+        if whole > 0 {
+            for &t in &self.table {
+                out[t as usize] += whole;
+            }
+        }
+        for i in 0..len % p {
+            out[self.pick(from.wrapping_add(i)) as usize] += 1;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mix_is_exact_per_period_and_counts_windows_without_walking() {
+        let m = Mix::new(&[3, 1]).unwrap();
+        assert_eq!(m.period(), 4);
+        assert_eq!(m.counts(0, 4), vec![3, 1]);
+        assert_eq!(m.counts(5, 40), vec![30, 10]);
+        for from in 0..8 {
+            for len in 0..30 {
+                let walked = (from..from + len).fold(vec![0u64; 2], |mut c, i| {
+                    c[m.pick(i) as usize] += 1;
+                    c
+                });
+                assert_eq!(m.counts(from, len), walked, "from {from} len {len}");
+            }
+        }
+        assert!(Mix::new(&[]).is_err());
+        assert!(Mix::new(&[1, 0]).is_err());
+        assert_eq!(m.offset(1, 2), 2);
+        assert_eq!(m.offset(2, 3), 2);
+    }
+}

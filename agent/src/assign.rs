@@ -26,7 +26,7 @@ pub(crate) async fn prepare(
             stampede_core::scenario::MAX_AGENTS
         ));
     }
-    let filter = shard.filter().map_err(|e| format!("shard: {e}"))?;
+    shard.filter().map_err(|e| format!("shard: {e}"))?;
     let planned = stampede_core::plan::Plan::shard_sessions(&scenario, &shard, a.seed)
         .map_err(|e| format!("shard: {e}"))?;
     if scenario.has_env_refs() {
@@ -148,7 +148,25 @@ pub(crate) async fn prepare(
             }
         };
         let mix = w.mix();
-        let mix_offset = mix.offset(u64::from(a.shard_index), u64::from(a.shard_count));
+        let shards = w.shards(a.shard_count);
+        let mix_offset = mix.offset(u64::from(a.shard_index), u64::from(shards));
+        let filter = if a.shard_index < shards {
+            Some(
+                Shard {
+                    index: a.shard_index,
+                    count: shards,
+                    weights: a
+                        .weights
+                        .get(..shards as usize)
+                        .unwrap_or_default()
+                        .to_vec(),
+                }
+                .filter()
+                .map_err(|e| format!("shard: {e}"))?,
+            )
+        } else {
+            None
+        };
         let phase_range = w.phase_base..w.phase_base + w.phase_count();
         workloads.push(Arc::new(RunSpec {
             run_id: a.run_id.clone(),
@@ -164,7 +182,7 @@ pub(crate) async fn prepare(
             planned: planned.get(phase_range).unwrap_or_default().to_vec(),
             request_timeout: scenario.request_timeout.0,
             scenario: scenario.clone(),
-            filter: filter.clone(),
+            filter,
             interval,
             target: endpoint.clone(),
             types,

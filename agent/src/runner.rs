@@ -150,7 +150,10 @@ pub struct RunSpec {
     pub run_id: String,
     pub scenario: Scenario,
     pub schedule: Schedule,
-    pub filter: ShardFilter,
+    /// Which of the workload's arrivals this shard runs; `None` when it runs none (a
+    /// constant load with fewer connections than agents gives its slots only to the agents
+    /// holding its connections).
+    pub filter: Option<ShardFilter>,
     pub interval: Duration,
     pub target: Endpoint,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
@@ -525,8 +528,11 @@ fn arrival_loop(
     let mut handled = vec![0u64; spec.phases];
     let mut own = 0u64;
     let mut stopped = false;
+    let Some(filter) = &spec.filter else {
+        return;
+    };
     'arrivals: for a in spec.schedule.iter() {
-        if !spec.filter.owns(a.index) {
+        if !filter.owns(a.index) {
             continue;
         }
         let intended = t0 + Duration::from_nanos(a.at_ns);

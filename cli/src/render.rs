@@ -277,6 +277,44 @@ pub fn report_text(r: &Report) -> String {
             );
         }
     }
+    // Workloads, and the session types of mixes, planned against achieved.
+    if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
+        let _ = writeln!(o, "Workloads");
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
+            "name", "start", "planned", "completed", "failed", "rps", "p50", "p99"
+        );
+        for w in &r.workloads {
+            let f = &w.figures;
+            let _ = writeln!(
+                o,
+                "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
+                f.name,
+                f.start_s,
+                f.planned,
+                f.completed,
+                f.failed,
+                f.throughput_rps,
+                us(f.latency.response_time.p50_us),
+                us(f.latency.response_time.p99_us)
+            );
+            if w.session_types.len() > 1 {
+                for t in &w.session_types {
+                    let _ = writeln!(
+                        o,
+                        "    {:<14} sessions planned {:>8} started {:>8} ({:>5.1}% of {:>5.1}% asked)  p99 {:>9}",
+                        t.name,
+                        t.planned,
+                        t.started,
+                        t.achieved_share * 100.0,
+                        t.share * 100.0,
+                        us(t.latency.response_time.p99_us)
+                    );
+                }
+            }
+        }
+    }
     if r.steps.len() > 1 {
         let _ = writeln!(o, "Steps");
         for s in &r.steps {

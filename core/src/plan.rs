@@ -40,7 +40,7 @@ impl Plan {
         weights: &[u32],
         seed: u64,
     ) -> Result<Self, ShardError> {
-        let map = ShardMap::new(agents, weights)?;
+        ShardMap::new(agents, weights)?;
         let views = scenario.workload_views();
         let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
         let n_types: usize = views.iter().map(|w| w.types.len()).sum();
@@ -60,6 +60,8 @@ impl Plan {
                 w.seed(seed, several),
             );
             let ranges = schedule.phase_ranges();
+            let shards = w.shards(agents);
+            let map = ShardMap::new(shards, weights.get(..shards as usize).unwrap_or_default())?;
             let mix = w.mix();
             let requests: Vec<u64> = w.types.iter().map(|t| t.requests()).collect();
             let weight: u64 = w.types.iter().map(|t| u64::from(t.weight)).sum();
@@ -80,7 +82,7 @@ impl Plan {
                 for (agent, (hi, lo)) in upto.iter().zip(&below).enumerate() {
                     let n = hi - lo;
                     let counts =
-                        mix.counts(mix.offset(agent as u64, u64::from(agents)) + done[agent], n);
+                        mix.counts(mix.offset(agent as u64, u64::from(shards)) + done[agent], n);
                     done[agent] += n;
                     plan.sessions[agent][w.phase_base + p] = n;
                     plan.requests[agent][w.phase_base + p] = counts
@@ -104,7 +106,7 @@ impl Plan {
         shard: &Shard,
         seed: u64,
     ) -> Result<Vec<u64>, ShardError> {
-        let map = ShardMap::new(shard.count, &shard.weights)?;
+        ShardMap::new(shard.count, &shard.weights)?;
         let me = shard.index as usize;
         if me >= shard.count as usize {
             return Err(ShardError::IndexOutOfRange {
@@ -113,19 +115,28 @@ impl Plan {
             });
         }
         let several = scenario.named_workloads();
-        Ok(scenario
-            .workload_views()
-            .iter()
-            .flat_map(|w| {
-                Schedule::new(
-                    &w.effective_phases(false),
-                    scenario.arrival,
-                    w.seed(seed, several),
-                )
-                .phase_ranges()
-            })
-            .map(|r| map.owned_below(r.end)[me] - map.owned_below(r.start)[me])
-            .collect())
+        let mut out = Vec::new();
+        for w in scenario.workload_views() {
+            let shards = w.shards(shard.count);
+            let ranges = Schedule::new(
+                &w.effective_phases(false),
+                scenario.arrival,
+                w.seed(seed, several),
+            )
+            .phase_ranges();
+            if me >= shards as usize {
+                out.extend(std::iter::repeat_n(0, ranges.len()));
+                continue;
+            }
+            let weights = shard.weights.get(..shards as usize).unwrap_or_default();
+            let map = ShardMap::new(shards, weights)?;
+            out.extend(
+                ranges
+                    .iter()
+                    .map(|r| map.owned_below(r.end)[me] - map.owned_below(r.start)[me]),
+            );
+        }
+        Ok(out)
     }
 
     /// Connections per agent for a closed or constant load (empty for arrival phases):

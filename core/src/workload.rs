@@ -230,6 +230,16 @@ impl<'a> View<'a> {
         }
     }
 
+    /// How many of `agents` share its arrivals: all of them, except that a constant load's
+    /// slots go only to the agents holding some of its connections (the first
+    /// `connections`, by the even split), since a slot runs on a pooled connection.
+    pub fn shards(&self, agents: u32) -> u32 {
+        match self.load {
+            Some(l) if l.model == LoadModel::Constant => agents.min(l.connections).max(1),
+            _ => agents,
+        }
+    }
+
     /// The closed model: no schedule, planned is what was started.
     pub fn is_closed(&self) -> bool {
         self.load.is_some_and(|l| l.model == LoadModel::Closed)
@@ -361,6 +371,60 @@ impl Mix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn err(text: &str) -> (String, String) {
+        let e = Scenario::from_yaml(text).unwrap_err();
+        (e.path().to_string(), e.to_string())
+    }
+
+    const TWO: &str = "name: w\ntarget: http://127.0.0.1:1\nworkloads:\n  - name: a\n    phases: [ { duration: 1s, arrival_rate: 4 } ]\n    sessions:\n      - { name: x, weight: 3, steps: [ { http: { method: GET, path: /x } } ] }\n      - { name: y, weight: 1, steps: [ { http: { method: GET, path: /y } }, { think_time: 1s }, { http: { method: GET, path: /z } } ] }\n  - name: b\n    start: 2s\n    load: { model: closed, connections: 2, duration: 1s }\n    session: [ { http: { method: GET, path: /b } } ]\n";
+
+    #[test]
+    fn workloads_index_phases_types_and_steps_globally() {
+        let s = Scenario::from_yaml(TWO).unwrap();
+        let v = s.workload_views();
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[1].phase_base, v[1].type_base), (1, 2));
+        assert_eq!(v[0].types[1].step_base, 1);
+        assert_eq!(v[1].types[0].step_base, 3);
+        assert_eq!(
+            s.step_names(),
+            ["a/x/step-1", "a/y/step-1", "a/y/step-3", "b/step-1"]
+        );
+        let names: Vec<String> = s
+            .effective_phases()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.display_name(i))
+            .collect();
+        assert_eq!(names, ["a/phase-1", "b/closed"]);
+        assert_eq!(s.closed_phases(), [false, true]);
+        assert_eq!(s.phase_starts(), [0.0, 2.0]);
+        assert_eq!(s.duration(), Duration::from_secs(3));
+        assert_ne!(v[0].seed(7, true), v[1].seed(7, true));
+        assert_eq!(v[0].seed(7, false), 7);
+    }
+
+    #[test]
+    fn workload_mistakes_name_the_field() {
+        let with = |from: &str, to: &str| TWO.replacen(from, to, 1);
+        let cases = [
+            (with("workloads:", "phases: [ { duration: 1s, arrival_rate: 1 } ]\nworkloads:"), "phases"),
+            (with("name: b", "name: a"), "workloads[1].name"),
+            (with("name: b", "name: b/c"), "workloads[1].name"),
+            (with("weight: 3", "weight: 0"), "workloads[0].sessions[0].weight"),
+            (with("name: y", "name: x"), "workloads[0].sessions[1].name"),
+            (with("path: /z", "path: /z\n        , extract: {}"), "workloads[0].sessions[1].steps"),
+            (with("session: [ { http: { method: GET, path: /b } } ]", "session: [ { tcp: { send: hi } } ]"), "workloads[1].session[0].tcp"),
+            (with("connections: 2", "connections: 0"), "workloads[1].load.connections"),
+            (with("    session: [", "    sessions: [ { name: q, weight: 1, steps: [ { http: { method: GET, path: / } } ] } ]\n    session: ["), "workloads[1].sessions"),
+            (with("name: w", "name: w\ndata: { u: { columns: [a], rows: [[x]] } }"), "data"),
+        ];
+        for (text, path) in cases {
+            let (got, message) = err(&text);
+            assert!(got.starts_with(path), "{path}: got {got}: {message}");
+        }
+    }
 
     #[test]
     fn a_mix_is_exact_per_period_and_counts_windows_without_walking() {

@@ -392,7 +392,30 @@ pub fn html(r: &Report) -> Result<String, String> {
             ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
         );
     }
-    o.push_str("</table></div>\n<h2>Steps</h2><div class=\"scroll\"><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
+    o.push_str("</table></div>");
+    if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
+        o.push_str("\n<h2>Workloads</h2><div class=\"scroll\"><table><tr><th>workload / session type</th><th>start s</th><th>sessions planned</th><th>started</th><th>share asked</th><th>share run</th><th>requests completed</th><th>failed</th><th>p50 ms</th><th>p99 ms</th></tr>");
+        for w in &r.workloads {
+            let (f, l) = (&w.figures, &w.figures.latency.response_time);
+            let _ = write!(
+                o,
+                "<tr><td>{} ({})</td><td>{:.1}</td><td>{}</td><td>{}</td><td></td><td></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&f.name), esc(&w.model), f.start_s, w.sessions.planned, w.sessions.started,
+                f.completed, f.failed, ms(l.p50_us), ms(l.p99_us)
+            );
+            for t in w.session_types.iter().filter(|_| w.session_types.len() > 1) {
+                let l = &t.latency.response_time;
+                let _ = write!(
+                    o,
+                    "<tr><td>&nbsp;&nbsp;{}</td><td></td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&t.name), t.planned, t.started, t.share * 100.0, t.achieved_share * 100.0,
+                    t.requests_completed, t.requests_failed, ms(l.p50_us), ms(l.p99_us)
+                );
+            }
+        }
+        o.push_str("</table></div>");
+    }
+    o.push_str("\n<h2>Steps</h2><div class=\"scroll\"><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
     for s in &r.steps {
         let l = &s.latency.response_time;
         let errs: Vec<String> = s.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();

@@ -75,6 +75,11 @@ pub struct CapacityArgs {
     /// No per-step progress on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// With workloads: the one whose rate the search varies. The others run as written in
+    /// every step (so give them at least the step's duration), SLOs without a scope apply to
+    /// this workload, and a step is judged on its requests.
+    #[arg(long)]
+    pub vary: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -89,21 +94,44 @@ pub fn step_scenario(
     rate: f64,
     duration: Duration,
     slos: &[String],
+    vary: Option<&str>,
 ) -> Result<Scenario> {
-    if !base.workloads.is_empty() {
-        anyhow::bail!(
-            "workloads: a capacity search varies one rate; it does not yet vary one workload of several"
-        );
-    }
     let mut s = base.clone();
-    s.load = None;
-    s.phases = vec![Phase {
+    let step = vec![Phase {
         name: Some(name.to_string()),
         duration: HumanDuration(duration),
         arrival_rate: rate,
         ramp_to: None,
     }];
-    s.thresholds = slos.to_vec();
+    match (vary, s.workloads.is_empty()) {
+        (None, true) => {
+            s.load = None;
+            s.phases = step;
+            s.thresholds = slos.to_vec();
+        }
+        (Some(_), true) => bail!("--vary: the scenario has no workloads; leave --vary out"),
+        (vary, false) => {
+            let names: Vec<&str> = base.workloads.iter().map(|w| w.name.as_str()).collect();
+            let Some(w) = vary.and_then(|v| s.workloads.iter_mut().find(|w| w.name == v)) else {
+                bail!(
+                    "--vary: name the workload whose rate the search varies (one of: {})",
+                    names.join(", ")
+                );
+            };
+            w.load = None;
+            w.phases = step;
+            let scope = w.name.clone();
+            s.thresholds = slos
+                .iter()
+                .map(|slo| match Threshold::parse(slo) {
+                    Ok(t) if t.scope == stampede_core::threshold::Scope::Run => {
+                        format!("workload({scope}).{}", slo.trim())
+                    }
+                    _ => slo.clone(),
+                })
+                .collect();
+        }
+    }
     // The SLOs given are the verdict; the default error verdict would add one of its own.
     s.max_error_rate = Some("none".into());
     s.abort_on_fail = true;
@@ -193,7 +221,14 @@ async fn search(
     let mut search = Search::new(spec);
     let mut parts: Vec<(String, Report)> = Vec::new();
     while let Some((name, kind, rate)) = search.next_step() {
-        let s = step_scenario(base, &name, rate, a.step_duration, &a.slos)?;
+        let s = step_scenario(
+            base,
+            &name,
+            rate,
+            a.step_duration,
+            &a.slos,
+            a.vary.as_deref(),
+        )?;
         let text = serde_json::to_string(&s)?;
         if !a.quiet {
             eprintln!(
@@ -212,12 +247,17 @@ async fn search(
                 report.message.clone().unwrap_or_default()
             );
         }
+        let narrowed = match &a.vary {
+            Some(w) => capacity::narrow_to_workload(&report, w)
+                .with_context(|| format!("step {name}: the report has no workload `{w}`"))?,
+            None => report.clone(),
+        };
         let v = capacity::judge(
             &name,
             kind,
             rate,
             a.step_duration.as_secs_f64(),
-            &report,
+            &narrowed,
             min_achieved,
         );
         if !a.quiet {
@@ -349,4 +389,44 @@ fn json(s: &Search) -> serde_json::Value {
         "first_failing_reason": s.first_failing().and_then(|v| v.reason.clone()),
         "steps": s.verdicts.iter().map(step).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &str = "name: v\ntarget: http://127.0.0.1:1\nworkloads:\n  - name: background\n    load: { model: constant, rate: 20, connections: 2, duration: 30s }\n    session: [ { http: { method: GET, path: / } } ]\n  - name: checkout\n    session: [ { http: { method: GET, path: /pay } } ]\n";
+
+    /// `--vary` replaces one workload's load with the step and scopes unscoped SLOs to it;
+    /// the others run as written.
+    #[test]
+    fn a_step_varies_one_workload_and_scopes_its_slos() {
+        let base = Scenario::from_yaml_loadless(TWO).unwrap();
+        let slos = [
+            "p99 < 50ms".to_string(),
+            "step(step-1).p99 < 9ms".to_string(),
+        ];
+        let d = Duration::from_secs(5);
+        let s = step_scenario(&base, "s1", 40.0, d, &slos, Some("checkout")).unwrap();
+        assert_eq!(s.workloads[1].phases[0].arrival_rate, 40.0);
+        assert!(s.workloads[1].load.is_none());
+        assert_eq!(s.workloads[0], base.workloads[0]);
+        assert_eq!(
+            s.thresholds,
+            ["workload(checkout).p99 < 50ms", "step(step-1).p99 < 9ms"]
+        );
+        let e = step_scenario(&base, "s1", 40.0, d, &slos, None).unwrap_err();
+        assert!(e.to_string().contains("background, checkout"), "{e}");
+        let one = Scenario::from_yaml_loadless(
+            "name: o\ntarget: http://127.0.0.1:1\nsession: [ { http: { path: / } } ]\n",
+        )
+        .unwrap();
+        assert!(step_scenario(&one, "s1", 40.0, d, &slos, Some("x")).is_err());
+        assert_eq!(
+            step_scenario(&one, "s1", 40.0, d, &slos, None)
+                .unwrap()
+                .thresholds,
+            slos
+        );
+    }
 }

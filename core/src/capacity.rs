@@ -156,13 +156,18 @@ pub fn judge(
         1.0
     };
     let planned_rps = rate * requests_per_session;
-    // Completed within the step: the timeline rows that start before its end.
-    let in_window: u64 = report
-        .timeline
-        .iter()
-        .filter(|row| row.t_s < duration_s - 1e-9)
-        .map(|row| row.completed)
-        .sum();
+    // Completed within the step: the timeline rows that start before its end (a report
+    // narrowed to one workload has no timeline of its own: all its completed requests count).
+    let in_window: u64 = if report.timeline.is_empty() {
+        report.totals.completed
+    } else {
+        report
+            .timeline
+            .iter()
+            .filter(|row| row.t_s < duration_s - 1e-9)
+            .map(|row| row.completed)
+            .sum()
+    };
     let achieved_rps = in_window as f64 / duration_s.max(1e-9);
     let planned = report.totals.planned;
     let mut reasons = Vec::new();
@@ -218,6 +223,26 @@ pub fn judge(
         holds: reasons.is_empty(),
         reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
     }
+}
+
+/// `report` narrowed to workload `name` (a search that varies one workload while the others
+/// hold): its totals and latencies are the workload's; the generator's verdict, the
+/// thresholds and the outcome stay the run's. The timeline is left out (it is the run's, all
+/// workloads together), so the workload's completed requests count whole. `None` when the
+/// report has no such workload.
+pub fn narrow_to_workload(report: &Report, name: &str) -> Option<Report> {
+    let w = report.workloads.iter().find(|w| w.figures.name == name)?;
+    let f = &w.figures;
+    let mut r = report.clone();
+    r.timeline.clear();
+    r.totals.planned = f.planned;
+    r.totals.started = f.started;
+    r.totals.completed = f.completed;
+    r.totals.failed = f.failed;
+    r.totals.errors = f.errors.clone();
+    r.totals.sessions = w.sessions.clone();
+    r.latency = f.latency.clone();
+    Some(r)
 }
 
 /// The search's state: feed it verdicts, ask it for the next rate.
@@ -337,7 +362,12 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
         for p in &r.phases {
             out.phases.push(PhaseReport {
                 index: out.phases.len() as u32,
-                name: phase_name.clone(),
+                // A step of several workloads keeps each one's phase apart.
+                name: if r.phases.len() > 1 {
+                    format!("{phase_name}/{}", p.name)
+                } else {
+                    phase_name.clone()
+                },
                 start_s: offset + p.start_s,
                 ..p.clone()
             });

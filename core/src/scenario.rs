@@ -529,16 +529,25 @@ impl ScenarioError {
 
 impl Scenario {
     /// Parses a scenario whose load is chosen elsewhere (the capacity search): without
-    /// `phases` or `load` it gets one placeholder phase, which the caller replaces.
+    /// `phases` or `load` (with workloads, a workload without them) it gets one placeholder
+    /// phase, which the caller replaces.
     pub fn from_yaml_loadless(text: &str) -> Result<Self, ScenarioError> {
         let mut s = Self::parse_unchecked(text)?;
-        if s.phases.is_empty() && s.load.is_none() {
-            s.phases = vec![Phase {
+        let placeholder = || {
+            vec![Phase {
                 name: None,
                 duration: HumanDuration(std::time::Duration::from_secs(1)),
                 arrival_rate: 1.0,
                 ramp_to: None,
-            }];
+            }]
+        };
+        if s.workloads.is_empty() && s.phases.is_empty() && s.load.is_none() {
+            s.phases = placeholder();
+        }
+        for w in &mut s.workloads {
+            if w.phases.is_empty() && w.load.is_none() {
+                w.phases = placeholder();
+            }
         }
         s.validate()?;
         Ok(s)

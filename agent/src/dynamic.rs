@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use stampede_core::data::share::Share;
-use stampede_core::data::DataScope;
+use stampede_core::data::{DataScope, DataSource};
 use stampede_core::extract::{Check, Extract, JsonCache, Response as Seen, MAX_CAPTURED_BODY};
 use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
@@ -130,7 +130,13 @@ impl Context {
             .data
             .iter()
             .map(|(name, d)| Source {
-                share: shares.remove(name).unwrap_or_else(|| Share::new(d)),
+                share: {
+                    let mut share = shares.remove(name).unwrap_or_else(|| Share::new(d));
+                    if d.order == stampede_core::data::DataOrder::Random {
+                        share.draw_at_random(DataSource::random_salt(name, seed));
+                    }
+                    share
+                },
                 per: d.per,
                 per_session: match d.per {
                     DataScope::Request => scenario.requests_reading(name),

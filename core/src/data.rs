@@ -72,6 +72,22 @@ pub enum DataOrder {
     Sequence,
     /// Key `k` gets row `π(k)`, `π` a permutation seeded from the run seed.
     Shuffle,
+    /// Key `k` gets a row drawn from the run seed, the source's name and `k`: rows repeat
+    /// and never run out (`on_exhausted` does not apply), and a rerun draws the same rows.
+    /// Any agent may need any row, so each gets the whole source.
+    Random,
+}
+
+/// The row a key draws with `order: random`, from the source's salt
+/// ([`DataSource::random_salt`]): a splitmix64 finish of `salt + key`, reduced to `rows`.
+#[inline]
+pub fn random_row(salt: u64, key: u64, rows: u64) -> u64 {
+    let mut z = salt.wrapping_add(key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    // Lemire's reduction: unbiased enough for row picking, no division.
+    ((u128::from(z) * u128::from(rows)) >> 64) as u64
 }
 
 /// What a row is bound to.
@@ -186,6 +202,12 @@ impl DataSource {
         self.rows = rows;
         self.file = None;
         Ok(())
+    }
+
+    /// The salt of `order: random` draws for this source in a run seeded with `seed`: two
+    /// sources of one run draw differently.
+    pub fn random_salt(name: &str, seed: u64) -> u64 {
+        seed ^ fnv1a(name.as_bytes()).rotate_left(17)
     }
 
     /// The pass: `pass[p]` is the row at position `p` (the identity for `sequence`, a

@@ -1210,6 +1210,7 @@ impl Scenario {
             if self.is_closed()
                 && d.on_exhausted == crate::data::OnExhausted::Fail
                 && d.per != crate::data::DataScope::Connection
+                && d.order != crate::data::DataOrder::Random
             {
                 return Err(ScenarioError::invalid(
                     format!("data.{name}.on_exhausted"),

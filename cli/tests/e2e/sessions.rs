@@ -228,6 +228,47 @@ async fn logins_carry_their_token_and_rows_split_exactly() {
     assert_eq!(server.seen().len(), before, "no load was sent");
 }
 
+/// `order: random`: 120 sessions over 3 agents draw from 10 rows, never running out (even with
+/// `on_exhausted: fail`), exactly the rows the run seed and each arrival index draw, whatever
+/// agent ran the arrival.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_rows_are_drawn_from_the_seed_and_the_arrival() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..10).map(|i| format!("{i},user {i}\n")).collect();
+    std::fs::write(dir.path().join("ten.csv"), format!("id,name\n{rows}")).unwrap();
+    let text = format!(
+        "seed: 11\n{}",
+        scenario(&server.url, "ten.csv", "fail").replace("order: shuffle", "order: random")
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "random", &text, "3")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let mut got: BTreeMap<String, u64> = BTreeMap::new();
+    for s in server
+        .seen()
+        .iter()
+        .filter(|s| s.path.starts_with("/api/login"))
+    {
+        *got.entry(s.path.clone()).or_default() += 1;
+    }
+    let salt = stampede_core::data::DataSource::random_salt("users", 11);
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for k in 0..120 {
+        let row = stampede_core::data::random_row(salt, k, 10);
+        *want
+            .entry(format!("/api/login?u=user%20{row}"))
+            .or_default() += 1;
+    }
+    assert_eq!(got, want);
+    assert!(want.len() > 5, "the draw spreads over the rows: {want:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_check_and_extraction_have_their_own_kinds() {
     let _quiet = QUIET.read().await;

@@ -244,8 +244,12 @@ impl Keys {
         }
     }
 
-    /// The positions of the pass `agent` needs.
+    /// The positions of the pass `agent` needs: with `order: random`, every one (a key may
+    /// draw any row).
     pub fn positions(&self, source: &DataSource, agent: u32) -> Vec<u32> {
+        if source.order == crate::data::DataOrder::Random {
+            return (0..u32::try_from(source.len()).unwrap_or(u32::MAX)).collect();
+        }
         positions(
             u32::try_from(source.len()).unwrap_or(u32::MAX),
             source.on_exhausted == OnExhausted::Wrap,
@@ -288,7 +292,10 @@ pub struct Supply {
 /// and the time are arithmetic, never a walk of the schedule.
 pub fn check_supply(scenario: &Scenario, seed: u64) -> Result<(), (String, String)> {
     for (name, d) in &scenario.data {
-        if d.on_exhausted != OnExhausted::Fail || d.file.is_some() {
+        if d.on_exhausted != OnExhausted::Fail
+            || d.file.is_some()
+            || d.order == crate::data::DataOrder::Random
+        {
             continue;
         }
         let (Some(keys), per_session) = reach(scenario, name, d, seed) else {
@@ -364,6 +371,8 @@ pub struct Share {
     /// Rows in the whole pass.
     pass: u64,
     wrap: bool,
+    /// `order: random`: the salt keys draw their rows with ([`crate::data::random_row`]).
+    random: Option<u64>,
     columns: usize,
     /// Ascending.
     positions: Vec<u32>,
@@ -425,6 +434,11 @@ impl Share {
         Ok(())
     }
 
+    /// Makes keys draw their rows at random (`order: random`) with `salt`.
+    pub fn draw_at_random(&mut self, salt: u64) {
+        self.random = Some(salt);
+    }
+
     /// Rows held.
     pub fn len(&self) -> usize {
         self.positions.len()
@@ -443,7 +457,12 @@ impl Share {
     /// or the key is not one this share was made for.
     #[inline]
     pub fn row(&self, key: u64) -> Option<u32> {
-        let p = if key < self.pass {
+        let p = if let Some(salt) = self.random {
+            if self.pass == 0 {
+                return None;
+            }
+            crate::data::random_row(salt, key, self.pass)
+        } else if key < self.pass {
             key
         } else if self.wrap && self.pass > 0 {
             key % self.pass
@@ -593,6 +612,42 @@ session: [ { http: { path: '/${users.id}' } } ]
         check_supply(&t, 0).unwrap();
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(999), "999");
+    }
+
+    #[test]
+    fn random_order_draws_any_row_for_any_key_and_never_runs_out() {
+        let d = DataSource {
+            order: crate::data::DataOrder::Random,
+            columns: vec!["a".into()],
+            rows: (0..7).map(|i| vec![i.to_string()]).collect(),
+            ..DataSource::default()
+        };
+        let keys = Keys::new(
+            &Scenario::from_yaml("name: r\ntarget: http://h:1\nphases: [ { duration: 1s, arrival_rate: 100 } ]\nsession: [ { http: { path: / } } ]\n").unwrap(),
+            "u",
+            &d,
+            0,
+            &ShardMap::new(3, &[]).unwrap(),
+        );
+        assert_eq!(
+            keys.positions(&d, 2),
+            (0..7).collect::<Vec<u32>>(),
+            "every row"
+        );
+        let mut share = Share::of(&d, &d.pass("u", 0), &keys.positions(&d, 1)).unwrap();
+        let salt = DataSource::random_salt("u", 5);
+        share.draw_at_random(salt);
+        let drawn: Vec<u32> = (0..1000).map(|k| share.row(k).unwrap()).collect();
+        for (k, r) in drawn.iter().enumerate() {
+            assert_eq!(u64::from(*r), crate::data::random_row(salt, k as u64, 7));
+        }
+        let hits = (0..7).map(|r| drawn.iter().filter(|&&x| x == r).count());
+        assert!(
+            hits.clone().all(|h| (90..200).contains(&h)),
+            "{:?}",
+            hits.collect::<Vec<_>>()
+        );
+        assert_ne!(salt, DataSource::random_salt("v", 5));
     }
 
     #[test]

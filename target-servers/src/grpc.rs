@@ -168,11 +168,13 @@ impl GrpcServer {
             metrics: self.metrics.clone(),
         })
         .max_decoding_message_size(self.cfg.max_message_bytes);
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Without TCP_NODELAY an answer's HEADERS, DATA and trailers frames wait on the
+        // client's delayed ACK (40 ms) whenever they go out as separate writes.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
             .max_concurrent_streams(self.cfg.max_concurrent_streams)
-            .tcp_nodelay(true)
             .add_service(reflection)
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {

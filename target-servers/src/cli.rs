@@ -331,12 +331,8 @@ impl TargetCommand {
                 })?;
                 let listener = bind_tcp(args.listen, args.reuse_port)?;
                 let render = server.clone();
-                with_metrics(
-                    args.metrics_listen,
-                    move || render.metrics_text(),
-                    async move { server.serve(listener, shutdown).await },
-                )
-                .await
+                let serve = server.serve(listener, shutdown);
+                with_metrics(args.metrics_listen, move || render.metrics_text(), serve).await
             }
             TargetCommand::EchoTcp(args) => {
                 let server = EchoServer::new(args.opts.echo_config(args.framing))?;
@@ -390,13 +386,9 @@ impl TargetCommand {
             TargetCommand::Grpc(args) => {
                 let server = GrpcServer::new(GrpcConfig::from(&args))?;
                 let listener = bind_tcp(args.listen, args.reuse_port)?;
-                let render = server.clone();
-                with_metrics(
-                    args.metrics_listen,
-                    move || render.metrics_text(),
-                    async move { server.serve(listener, shutdown).await },
-                )
-                .await
+                let metrics = server.clone();
+                let serve = server.serve(listener, shutdown);
+                with_metrics(args.metrics_listen, move || metrics.metrics_text(), serve).await
             }
         }
     }

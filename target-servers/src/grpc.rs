@@ -205,64 +205,73 @@ struct Service {
     metrics: Metrics,
 }
 
+impl Service {
+    /// Runs a call's handler, and records the call under `method` with the status it answered.
+    async fn measured<T>(
+        &self,
+        method: &str,
+        handler: impl Future<Output = Result<T, Status>>,
+    ) -> Result<Response<T>, Status> {
+        let started = Instant::now();
+        let answer = handler.await;
+        let code = answer.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        self.metrics.record(method, started, code);
+        answer.map(Response::new)
+    }
+}
+
 #[tonic::async_trait]
 impl Target for Service {
     async fn echo(
         &self,
         request: Request<pb::EchoRequest>,
     ) -> Result<Response<pb::EchoReply>, Status> {
-        let started = Instant::now();
         let r = request.into_inner();
-        let answer = if r.fail_with == 0 {
-            Ok(Response::new(pb::EchoReply {
+        self.measured("Echo", async move {
+            if r.fail_with != 0 {
+                // Codes above 16 are not gRPC codes: tonic calls them UNKNOWN.
+                let code = Code::from_i32(i32::try_from(r.fail_with).unwrap_or(i32::MAX));
+                let why = format!("failed as asked (fail_with = {})", r.fail_with);
+                return Err(Status::new(code, why));
+            }
+            Ok(pb::EchoReply {
                 text: r.text,
                 id: r.id,
                 payload: r.payload,
                 tags: r.tags,
                 inner: r.inner,
-            }))
-        } else {
-            // Codes above 16 are not gRPC codes: tonic calls them UNKNOWN.
-            let code = Code::from_i32(i32::try_from(r.fail_with).unwrap_or(i32::MAX));
-            Err(Status::new(
-                code,
-                format!("failed as asked (fail_with = {})", r.fail_with),
-            ))
-        };
-        let code = answer.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        self.metrics.record("Echo", started, code);
-        answer
+            })
+        })
+        .await
     }
 
     async fn work(
         &self,
         request: Request<pb::WorkRequest>,
     ) -> Result<Response<pb::WorkReply>, Status> {
-        let started = Instant::now();
         let r = request.into_inner();
-        if r.cpu_us > self.cfg.max_work_us {
-            self.metrics.record("Work", started, Code::InvalidArgument);
-            return Err(Status::invalid_argument(format!(
-                "cpu_us: {} is more than the limit of {}",
-                r.cpu_us, self.cfg.max_work_us
-            )));
-        }
-        let clock = if r.wall_clock {
-            crate::work::Clock::Wall
-        } else {
-            crate::work::Clock::Cpu
-        };
-        let checksum = crate::work::burn(
-            Duration::from_micros(u64::from(r.cpu_us)),
-            u64::from(r.cpu_us),
-            clock,
-        )
-        .await;
-        self.metrics.record("Work", started, Code::Ok);
-        Ok(Response::new(pb::WorkReply {
-            checksum,
-            used_us: started.elapsed().as_micros() as u64,
-        }))
+        let max = self.cfg.max_work_us;
+        self.measured("Work", async move {
+            if r.cpu_us > max {
+                return Err(Status::invalid_argument(format!(
+                    "cpu_us: {} is more than the limit of {max}",
+                    r.cpu_us
+                )));
+            }
+            let clock = if r.wall_clock {
+                crate::work::Clock::Wall
+            } else {
+                crate::work::Clock::Cpu
+            };
+            let started = Instant::now();
+            let us = Duration::from_micros(u64::from(r.cpu_us));
+            let checksum = crate::work::burn(us, u64::from(r.cpu_us), clock).await;
+            Ok(pb::WorkReply {
+                checksum,
+                used_us: started.elapsed().as_micros() as u64,
+            })
+        })
+        .await
     }
 }
 

@@ -4,6 +4,8 @@
 //! served, non-OK statuses counted under their kind.
 
 use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
+use stampede_target_servers::http::{HttpConfig, HttpServer};
+use stampede_target_servers::tls::TlsServer;
 use tokio::net::TcpListener;
 
 use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN, QUIET};
@@ -107,4 +109,40 @@ async fn a_bad_message_field_is_named_before_any_load() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// `grpcs://` is gRPC over TLS with h2 by ALPN: against the HTTPS target (which is no gRPC
+/// server) every call arrives as an HTTP/2 request over a verified TLS connection, and its 404
+/// counts as `status_404`, not as a `tls` or `protocol` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcs_speaks_h2_over_verified_tls() {
+    let _quiet = QUIET.read().await;
+    let (tls, pem) = TlsServer::self_signed(&["localhost".into()]).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("grpcs://localhost:{}", l.local_addr().unwrap().port());
+    let server = HttpServer::new(HttpConfig {
+        tls: Some(tls),
+        ..HttpConfig::default()
+    })
+    .unwrap();
+    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}tls: {{ ca_pem: {} }}\n",
+        scenario(
+            &url,
+            &format!("{{ proto_files: [{PROTO}] }}"),
+            "  - grpc: { method: stampede.target.v1.Target/Echo, message: { text: hi } }\n"
+        ),
+        serde_json::to_string(&pem).unwrap()
+    );
+    let r = run(dir.path(), "grpcs", text).await;
+    let st = server.stats();
+    assert_eq!(
+        r.report.totals.errors.iter().collect::<Vec<_>>(),
+        [(&"status_404".to_string(), &40)],
+        "{}",
+        r.stderr
+    );
+    assert_eq!((st.requests_total, st.requests_http2), (40, 40));
 }

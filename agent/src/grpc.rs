@@ -138,6 +138,92 @@ mod tests {
         assert_eq!(status_error(b"x", Some(1)), protocol);
     }
 
+    /// How the test server answers each call of a connection, in order.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// HTTP 200, this body, then `grpc-status` trailers (none when `None`).
+        Body(&'static [u8], Option<&'static str>),
+        /// A trailers-only answer: the status in the head, no body.
+        TrailersOnly(&'static str),
+    }
+
+    /// A real HTTP/2 server on loopback answering its connection's calls with `answers`.
+    async fn server(answers: Vec<Answer>) -> std::net::SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            for answer in answers {
+                let Some(Ok((_req, mut respond))) = conn.accept().await else {
+                    return;
+                };
+                let mut head = http::Response::builder().status(200);
+                if let Answer::TrailersOnly(code) = answer {
+                    head = head.header("grpc-status", code);
+                }
+                let only = matches!(answer, Answer::TrailersOnly(_));
+                let mut send = respond.send_response(head.body(()).unwrap(), only).unwrap();
+                if let Answer::Body(body, status) = answer {
+                    let _ = send.send_data(Bytes::from_static(body), status.is_none());
+                    if let Some(code) = status {
+                        let mut t = http::HeaderMap::new();
+                        t.insert("grpc-status", code.parse().unwrap());
+                        let _ = send.send_trailers(t);
+                    }
+                }
+            }
+            // Keep the connection until the client is done with it.
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_from_a_real_h2_server_without_trusting_lengths() {
+        let addr = server(vec![
+            Answer::Body(&[0, 0, 0, 0, 2, 8, 1], Some("0")),
+            Answer::TrailersOnly("14"),
+            // A prefix that announces 4 GiB: refused at once, not waited for.
+            Answer::Body(&[0, 0xff, 0xff, 0xff, 0xff, 1], Some("0")),
+            Answer::Body(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0], Some("0")),
+            Answer::Body(&[0, 0, 0, 0, 1, 8], Some("7")),
+            Answer::Body(&[0, 0, 0, 0, 0], None),
+        ])
+        .await;
+        let mut call = GrpcCall {
+            method: "p.S/M".into(),
+            ..Default::default()
+        };
+        call.frame = Some(stampede_core::protocol::encode_base64(
+            &stampede_core::grpc::frame(b"").unwrap(),
+        ));
+        let request = GrpcRequest::new(&call, false, &addr.to_string()).unwrap();
+        let mut conn = H2Conn::connect(addr, None).await.unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..6 {
+            let reply =
+                tokio::time::timeout(std::time::Duration::from_secs(5), request.call(&mut conn))
+                    .await
+                    .expect("answered in time")
+                    .unwrap();
+            assert_eq!(reply.status, 200);
+            kinds.push(reply.error);
+        }
+        let protocol = Some(error_kind::PROTOCOL);
+        assert_eq!(
+            kinds,
+            [
+                None,
+                Some("grpc_unavailable"),
+                protocol,
+                protocol,
+                Some("grpc_permission_denied"),
+                protocol,
+            ]
+        );
+    }
+
     #[test]
     fn calls_are_compiled_once_with_their_metadata() {
         let mut call = GrpcCall {

@@ -46,7 +46,16 @@ async fn resolve_grpc(a: &RunArgs, text: String, mut s: Scenario) -> Result<(Str
     if !crate::grpc::resolve(&mut s, &base).await? {
         return Ok((text, s));
     }
-    Ok((serde_json::to_string(&s)?, s))
+    let json = serde_json::to_string(&s)?;
+    let max = stampede_core::scenario::MAX_SCENARIO_BYTES;
+    if json.len() > max {
+        anyhow::bail!(
+            "the scenario with its encoded gRPC messages is {} bytes; at most {} MiB",
+            json.len(),
+            max >> 20
+        );
+    }
+    Ok((json, s))
 }
 
 /// The files a run writes, checked before any load so a typo in a path never costs the run.

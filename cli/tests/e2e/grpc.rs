@@ -4,8 +4,6 @@
 //! served, non-OK statuses counted under their kind.
 
 use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
-use stampede_target_servers::http::{HttpConfig, HttpServer};
-use stampede_target_servers::tls::TlsServer;
 use tokio::net::TcpListener;
 
 use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN, QUIET};
@@ -117,15 +115,8 @@ async fn a_bad_message_field_is_named_before_any_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcs_speaks_h2_over_verified_tls() {
     let _quiet = QUIET.read().await;
-    let (tls, pem) = TlsServer::self_signed(&["localhost".into()]).unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("grpcs://localhost:{}", l.local_addr().unwrap().port());
-    let server = HttpServer::new(HttpConfig {
-        tls: Some(tls),
-        ..HttpConfig::default()
-    })
-    .unwrap();
-    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let (server, https, pem, _stop) = crate::tls::https_target().await;
+    let url = https.replace("https://", "grpcs://");
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         "{}tls: {{ ca_pem: {} }}\n",

@@ -150,8 +150,13 @@ pub(crate) async fn prepare(
         } else if let Some(g) = &s.grpc {
             StepPlan::Grpc {
                 ordinal,
-                request: crate::grpc::GrpcRequest::new(g, https, &host_header)
-                    .map_err(|e| format!("session[{i}].grpc.{e}"))?,
+                request: crate::grpc::GrpcRequest::new(
+                    g,
+                    https,
+                    &host_header,
+                    scenario.request_timeout.0,
+                )
+                .map_err(|e| format!("session[{i}].grpc.{e}"))?,
                 repeat,
                 new_connection,
             }

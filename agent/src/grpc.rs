@@ -30,8 +30,15 @@ pub struct Reply {
 }
 
 impl GrpcRequest {
-    /// Compiles `call` for `authority` (`:scheme` https over TLS); the error names the field.
-    pub fn new(call: &GrpcCall, tls: bool, authority: &str) -> Result<Self, String> {
+    /// Compiles `call` for `authority` (`:scheme` https over TLS); `timeout` (the scenario's
+    /// `request_timeout`) is sent as `grpc-timeout`, so the server gives up when the agent
+    /// does. The error names the field.
+    pub fn new(
+        call: &GrpcCall,
+        tls: bool,
+        authority: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Self, String> {
         let frame = call
             .frame_bytes()
             .map_err(|e| format!("frame: {e}"))?
@@ -51,6 +58,7 @@ impl GrpcRequest {
         for (k, v) in fixed {
             headers.insert(k, http::HeaderValue::from_static(v));
         }
+        headers.insert("grpc-timeout", grpc_timeout(timeout));
         for (k, v) in &call.metadata {
             let name = http::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
@@ -109,6 +117,23 @@ impl GrpcRequest {
         };
         Ok(reply)
     }
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit, in the finest unit that fits.
+fn grpc_timeout(t: std::time::Duration) -> http::HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let (n, unit) = [
+        (t.as_micros(), "u"),
+        (t.as_millis(), "m"),
+        (u128::from(t.as_secs()), "S"),
+        (u128::from(t.as_secs() / 3600), "H"),
+    ]
+    .into_iter()
+    .find(|(n, _)| *n <= MAX)
+    .unwrap_or((MAX, "H"));
+    // Digits and a letter: always a valid header value.
+    http::HeaderValue::from_str(&format!("{n}{unit}"))
+        .unwrap_or(http::HeaderValue::from_static("99999999H"))
 }
 
 /// The error kind of a `grpc-status`; `None` for OK with exactly one whole message (a unary
@@ -198,7 +223,8 @@ mod tests {
         call.frame = Some(stampede_core::protocol::encode_base64(
             &stampede_core::grpc::frame(b"").unwrap(),
         ));
-        let request = GrpcRequest::new(&call, false, &addr.to_string()).unwrap();
+        let timeout = std::time::Duration::from_secs(5);
+        let request = GrpcRequest::new(&call, false, &addr.to_string(), timeout).unwrap();
         let mut conn = H2Conn::connect(addr, None).await.unwrap();
         let mut kinds = Vec::new();
         for _ in 0..6 {
@@ -230,20 +256,26 @@ mod tests {
             method: "p.S/M".into(),
             ..Default::default()
         };
-        assert!(GrpcRequest::new(&call, false, "h:1")
+        let timeout = std::time::Duration::from_secs(10);
+        assert!(GrpcRequest::new(&call, false, "h:1", timeout)
             .unwrap_err()
             .contains("resolved by the CLI"));
         call.frame = Some(stampede_core::protocol::encode_base64(
             &stampede_core::grpc::frame(b"\x08\x01").unwrap(),
         ));
         call.metadata.insert("x-tenant".into(), "blue".into());
-        let r = GrpcRequest::new(&call, true, "h:1").unwrap();
+        let r = GrpcRequest::new(&call, true, "h:1", timeout).unwrap();
         let head = r.request.head();
         assert_eq!(head.uri().to_string(), "https://h:1/p.S/M");
         assert_eq!(head.method(), http::Method::POST);
         assert_eq!(head.headers()["te"], "trailers");
         assert_eq!(head.headers()["content-type"], "application/grpc");
         assert_eq!(head.headers()["x-tenant"], "blue");
+        assert_eq!(head.headers()["grpc-timeout"], "10000000u");
+        let secs = |s| grpc_timeout(std::time::Duration::from_secs(s));
+        assert_eq!(secs(1000), "1000000m");
+        assert_eq!(secs(200_000), "200000S");
+        assert_eq!(secs(u64::MAX), "99999999H");
         assert_eq!(r.request.body().as_ref(), [0, 0, 0, 0, 2, 8, 1]);
     }
 }

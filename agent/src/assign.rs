@@ -58,8 +58,10 @@ pub(crate) async fn prepare(
     if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
         cfg.target_policy.check(*addr)?;
     }
-    let http2 = scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
-    let https = transport == Transport::Https;
+    // gRPC is HTTP/2 underneath: h2c with prior knowledge, or h2 by ALPN over TLS.
+    let grpc = matches!(transport, Transport::Grpc | Transport::Grpcs);
+    let http2 = grpc || scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
+    let https = transport.is_tls();
     if let Endpoint::Http(addr, _) = endpoint {
         let tls = if https {
             Some(Arc::new(tls::TlsClient::new(
@@ -288,6 +290,19 @@ impl Compiler<'_> {
                     ordinal,
                     request: FramedRequest::new(tcp).map_err(|e| format!("{at}.tcp.{e}"))?,
                     send,
+                    repeat,
+                    new_connection,
+                }
+            } else if let Some(g) = &s.grpc {
+                StepPlan::Grpc {
+                    ordinal,
+                    request: crate::grpc::GrpcRequest::new(
+                        g,
+                        https,
+                        host_header,
+                        scenario.request_timeout.0,
+                    )
+                    .map_err(|e| format!("{at}.grpc.{e}"))?,
                     repeat,
                     new_connection,
                 }

@@ -67,19 +67,44 @@ impl H2Request {
             );
         }
         let body = Bytes::from(req.body.as_ref().map(text).unwrap_or_default());
-        let wire_len = (req.method.len() + path.len() + authority.len()) as u64
+        Ok(Self::from_parts(method, uri, headers, body))
+    }
+
+    /// A request from its parts (a gRPC call's, whose body is binary).
+    pub fn from_parts(
+        method: http::Method,
+        uri: http::Uri,
+        headers: http::HeaderMap,
+        body: Bytes,
+    ) -> Self {
+        let authority = uri.authority().map_or(0, |a| a.as_str().len());
+        let path = uri.path_and_query().map_or(0, |p| p.as_str().len());
+        let wire_len = (method.as_str().len() + path + authority) as u64
             + headers
                 .iter()
                 .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
                 .sum::<u64>()
             + body.len() as u64;
-        Ok(Self {
+        Self {
             method,
             uri,
             headers,
             body,
             wire_len,
-        })
+        }
+    }
+
+    pub(crate) fn head(&self) -> http::Request<()> {
+        let mut req = http::Request::new(());
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+
+    #[cfg(test)]
+    pub(crate) fn body(&self) -> &Bytes {
+        &self.body
     }
 
     /// Approximate bytes sent (head fields and body, before HPACK).
@@ -105,7 +130,7 @@ impl Drop for H2Conn {
     }
 }
 
-fn h2_failure(e: &h2::Error) -> Failure {
+pub(crate) fn h2_failure(e: &h2::Error) -> Failure {
     if let Some(io) = e.get_io() {
         return io_failure(io, false);
     }
@@ -134,20 +159,21 @@ impl H2Conn {
 
     /// Sends one request on a new stream and reads the whole response.
     pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
-        let mut req = http::Request::new(());
-        *req.method_mut() = r.method.clone();
-        *req.uri_mut() = r.uri.clone();
-        *req.headers_mut() = r.headers.clone();
-        self.send(req, r.body.clone(), &mut Discard).await
+        self.send(r.head(), r.body.clone(), &mut Discard).await
     }
 
-    /// Sends `req` with `body` on a new stream and reads the whole response into `sink`.
-    pub async fn send<S: Sink>(
+    /// Sends one request on a new stream and returns the response head, its body (and
+    /// trailers) still to read: gRPC reads its status from the trailers.
+    pub async fn open(&mut self, r: &H2Request) -> Result<http::Response<h2::RecvStream>, Failure> {
+        self.start(r.head(), r.body.clone()).await
+    }
+
+    /// Sends `req` with `body` on a new stream and returns the response head.
+    async fn start(
         &mut self,
         req: http::Request<()>,
         body: Bytes,
-        sink: &mut S,
-    ) -> Result<Response, Failure> {
+    ) -> Result<http::Response<h2::RecvStream>, Failure> {
         let mut send = self
             .send
             .clone()
@@ -159,7 +185,17 @@ impl H2Conn {
         if !end {
             stream.send_data(body, true).map_err(|e| h2_failure(&e))?;
         }
-        let response = response.await.map_err(|e| h2_failure(&e))?;
+        response.await.map_err(|e| h2_failure(&e))
+    }
+
+    /// Sends `req` with `body` on a new stream and reads the whole response into `sink`.
+    pub async fn send<S: Sink>(
+        &mut self,
+        req: http::Request<()>,
+        body: Bytes,
+        sink: &mut S,
+    ) -> Result<Response, Failure> {
+        let response = self.start(req, body).await?;
         let status = response.status().as_u16();
         if S::KEEP {
             for (k, v) in response.headers() {

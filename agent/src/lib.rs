@@ -14,6 +14,7 @@
 mod assign;
 mod control;
 pub mod dynamic;
+pub mod grpc;
 pub mod h2;
 pub mod http1;
 pub mod net;

@@ -61,6 +61,13 @@ pub enum StepPlan {
         repeat: u32,
         new_connection: bool,
     },
+    /// A unary gRPC call (its frame encoded by the CLI) over the session's HTTP/2 connection.
+    Grpc {
+        ordinal: usize,
+        request: crate::grpc::GrpcRequest,
+        repeat: u32,
+        new_connection: bool,
+    },
     Think(ThinkTime),
 }
 
@@ -802,6 +809,12 @@ async fn session<'a>(
                 repeat,
                 new_connection,
                 ..
+            }
+            | StepPlan::Grpc {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
             } => {
                 for _ in 0..*repeat {
                     if *new_connection {
@@ -994,6 +1007,15 @@ async fn exchange<'a, 's>(
                 .map(|(sent, received)| Answer::raw(sent, received)),
             _ => Err(Failure(error_kind::PROTOCOL)),
         },
+        (Link::H2(c), StepPlan::Grpc { request, .. }) => timed(deadline, Box::pin(request.call(c)))
+            .await
+            .map(|reply| Answer {
+                sent: request.len() as u64,
+                received: reply.received,
+                error: reply.error,
+                status: reply.status,
+                keep_alive: true,
+            }),
         // Validation ties the step kind to the target's scheme; this cannot happen.
         _ => Err(Failure(error_kind::PROTOCOL)),
     };

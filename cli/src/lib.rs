@@ -6,6 +6,7 @@ pub mod cmd;
 pub mod compare;
 pub mod config;
 pub mod export;
+pub mod grpc;
 pub mod html;
 pub mod kube;
 pub mod local;

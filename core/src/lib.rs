@@ -7,6 +7,7 @@ pub mod compare;
 pub mod data;
 pub mod duration;
 pub mod extract;
+pub mod grpc;
 pub mod hist;
 pub mod http;
 pub mod plan;

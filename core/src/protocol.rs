@@ -372,6 +372,10 @@ pub enum Transport {
     Udp,
     /// `unix:///path`: framed request/response over a Unix stream socket (local only).
     Unix,
+    /// `grpc://host:port`: gRPC over HTTP/2 with prior knowledge (h2c).
+    Grpc,
+    /// `grpcs://host:port`: gRPC over TLS, h2 by ALPN.
+    Grpcs,
 }
 
 impl Transport {
@@ -381,7 +385,13 @@ impl Transport {
             Transport::Http | Transport::Https => "http",
             Transport::Tcp | Transport::Unix => "tcp",
             Transport::Udp => "udp",
+            Transport::Grpc | Transport::Grpcs => "grpc",
         }
+    }
+
+    /// Whether the transport runs over TLS (the `tls:` options apply).
+    pub fn is_tls(self) -> bool {
+        matches!(self, Transport::Https | Transport::Grpcs)
     }
 }
 
@@ -550,6 +560,8 @@ mod tests {
             ("tcp://127.0.0.1:7000", Transport::Tcp),
             ("udp://[::1]:53", Transport::Udp),
             ("unix:///tmp/x.sock", Transport::Unix),
+            ("grpc://127.0.0.1:50051", Transport::Grpc),
+            ("grpcs://h", Transport::Grpcs),
         ] {
             assert_eq!(
                 crate::target::Target::parse(url).unwrap().transport(),
@@ -566,6 +578,8 @@ mod tests {
             "http://",
             "127.0.0.1:80",
             "tcp://h:1/path",
+            "grpc://h",
+            "grpc://h:1/pkg",
         ] {
             assert!(crate::target::Target::parse(bad).is_err(), "{bad}");
         }

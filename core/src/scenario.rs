@@ -46,9 +46,14 @@ pub struct Scenario {
     pub name: String,
     /// What to load. The scheme picks the transport and so the step kind:
     /// `http://host:port/prefix` (http steps; request paths are appended to the prefix),
-    /// `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port` (udp steps).
+    /// `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port` (udp steps),
+    /// `grpc://host:port` and `grpcs://host:port` (grpc steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
+    /// Where the schema of the grpc steps comes from: `{ proto_files: [a.proto] }` or
+    /// `{ reflection: true }`; resolved once by the CLI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<crate::grpc::GrpcOptions>,
     /// HTTP version of `http://` and `https://` targets: `"1.1"` (default) or `"2"` (over
     /// `http://`, h2c with prior knowledge; over `https://`, h2 negotiated by ALPN).
     /// Quote it: `http_version: "2"`.
@@ -368,6 +373,9 @@ pub struct Step {
     /// A datagram and its reply: `udp://` targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpRequest>,
+    /// A unary gRPC call: `grpc://` and `grpcs://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<crate::grpc::GrpcCall>,
     /// A pause before the next step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub think_time: Option<ThinkTime>,
@@ -393,7 +401,7 @@ impl Step {
     }
     /// Number of requests this step sends.
     pub fn requests(&self) -> u64 {
-        if self.http.is_some() || self.tcp.is_some() || self.udp.is_some() {
+        if self.http.is_some() || self.tcp.is_some() || self.udp.is_some() || self.grpc.is_some() {
             u64::from(self.repeat())
         } else {
             0
@@ -630,10 +638,10 @@ impl Scenario {
             ));
         }
         if let Some(tls) = &self.tls {
-            if self.transport()? != Transport::Https {
+            if !self.transport()?.is_tls() {
                 return Err(ScenarioError::invalid(
                     "tls",
-                    "only applies to https:// targets",
+                    "only applies to https:// and grpcs:// targets",
                 ));
             }
             tls.validate()?;
@@ -652,6 +660,7 @@ impl Scenario {
                 self.validate_steps(&t.path, t.steps)?;
             }
         }
+        crate::grpc::check_scenario(self)?;
         if let Some(v) = &self.max_error_rate {
             let v = v.trim();
             if v != "none" && v != "off" && crate::threshold::parse_fraction(v).is_none() {
@@ -984,11 +993,12 @@ impl Scenario {
             let kinds = usize::from(step.http.is_some())
                 + usize::from(step.tcp.is_some())
                 + usize::from(step.udp.is_some())
+                + usize::from(step.grpc.is_some())
                 + usize::from(step.think_time.is_some());
             if kinds != 1 {
                 return Err(ScenarioError::invalid(
                     format!("{path}[{i}]"),
-                    "a step needs exactly one of: http, tcp, udp, think_time",
+                    "a step needs exactly one of: http, tcp, udp, grpc, think_time",
                 ));
             }
             let kind = if step.http.is_some() {
@@ -997,6 +1007,8 @@ impl Scenario {
                 Some("tcp")
             } else if step.udp.is_some() {
                 Some("udp")
+            } else if step.grpc.is_some() {
+                Some("grpc")
             } else {
                 None
             };
@@ -1011,6 +1023,11 @@ impl Scenario {
             if let Some(u) = &step.udp {
                 protocol::check_udp(u).map_err(|(field, why)| {
                     ScenarioError::invalid(format!("{path}[{i}].udp.{field}"), why)
+                })?;
+            }
+            if let Some(g) = &step.grpc {
+                g.check().map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("{path}[{i}].grpc.{field}"), why)
                 })?;
             }
             if step.repeat == Some(0) {
@@ -1096,7 +1113,11 @@ impl Scenario {
                     "a setup step is an http step",
                 ));
             };
-            if step.tcp.is_some() || step.udp.is_some() || step.think_time.is_some() {
+            if step.tcp.is_some()
+                || step.udp.is_some()
+                || step.grpc.is_some()
+                || step.think_time.is_some()
+            {
                 return Err(ScenarioError::invalid(
                     field(""),
                     "a setup step is an http step, and only that",
@@ -1323,6 +1344,7 @@ impl Scenario {
             let want = match kind {
                 "http" => "http:// or https://",
                 "tcp" => "tcp:// or unix://",
+                "grpc" => "grpc:// or grpcs://",
                 _ => "udp://",
             };
             return Err(ScenarioError::invalid(
@@ -1499,7 +1521,8 @@ impl Scenario {
             .collect()
     }
 
-    fn step_lists_mut(&mut self) -> Vec<(String, &mut Vec<Step>)> {
+    /// [`Scenario::step_lists`], for writing (the CLI fills gRPC frames and reads files).
+    pub(crate) fn step_lists_mut(&mut self) -> Vec<(String, &mut Vec<Step>)> {
         session_lists_mut(&mut self.session, &mut self.sessions, &mut self.workloads)
     }
 }
@@ -1975,7 +1998,10 @@ session:
         .unwrap();
         assert_eq!(ok.tls.unwrap().server_name.as_deref(), Some("api.test"));
         let e = err(&format!("{DEMO}tls: {{ insecure_skip_verify: true }}\n"));
-        assert_eq!(e.to_string(), "tls: only applies to https:// targets");
+        assert_eq!(
+            e.to_string(),
+            "tls: only applies to https:// and grpcs:// targets"
+        );
         let e = err(&format!("{https}tls: {{ server_name: \"not a name\" }}\n"));
         assert_eq!(e.path(), "tls.server_name");
         let e = err(&format!("{https}tls: {{ ca_pem: \"hello\" }}\n"));

@@ -29,7 +29,7 @@ impl Target {
     /// Parses a target URL; the error says what is wrong.
     pub fn parse(url: &str) -> Result<Self, String> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://)")
+            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://)")
         })?;
         let transport = match scheme {
             "http" => Transport::Http,
@@ -37,10 +37,12 @@ impl Target {
             "tcp" => Transport::Tcp,
             "udp" => Transport::Udp,
             "unix" => Transport::Unix,
+            "grpc" => Transport::Grpc,
+            "grpcs" => Transport::Grpcs,
             other => {
                 return Err(format!(
-                    "`{other}://` is not a supported scheme (http, https, tcp, udp, unix)"
-                ))
+                "`{other}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs)"
+            ))
             }
         };
         let mut t = Self {
@@ -92,7 +94,7 @@ impl Target {
             None => {
                 t.port = match transport {
                     Transport::Http => 80,
-                    Transport::Https => 443,
+                    Transport::Https | Transport::Grpcs => 443,
                     _ => return Err(format!("`{url}` needs host:port")),
                 }
             }
@@ -189,7 +191,7 @@ impl JsonSchema for Target {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps)."
+            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps), grpc://host:port (gRPC over h2c) and grpcs://host[:port] (gRPC over TLS, h2 by ALPN) (grpc steps)."
         })
     }
 }

@@ -15,6 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::common::parse_duration;
 use crate::echo::{EchoConfig, EchoServer};
 use crate::frame::Framing;
+use crate::grpc::{GrpcConfig, GrpcServer};
 use crate::http::{self, AccessLog, HttpConfig};
 use crate::login::{LoginConfig, LoginServer, UserTable};
 use crate::TargetError;
@@ -37,6 +38,46 @@ pub enum TargetCommand {
     EchoUdp(EchoUdpArgs),
     /// Unix-socket echo: each frame (length- or newline-delimited) is sent back.
     EchoUnix(EchoUnixArgs),
+    /// gRPC target (h2c): `stampede.target.v1.Target/Echo` (answers a chosen status with
+    /// `fail_with`), `Work` (a CPU cost in microseconds) and server reflection.
+    Grpc(GrpcArgs),
+}
+
+/// Options of `stampede target grpc`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GrpcArgs {
+    /// Address to listen on (HTTP/2 with prior knowledge).
+    #[arg(long, default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+    /// Set SO_REUSEPORT on the listener (see `stampede target http --reuse-port`).
+    #[arg(long)]
+    pub reuse_port: bool,
+    /// Largest `cpu_us` a `Work` call may ask for.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub max_work_us: u32,
+    /// Largest request message accepted; a larger one is answered RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_message_bytes: usize,
+    /// Concurrent streams one connection may open.
+    #[arg(long, default_value_t = 1024)]
+    pub max_concurrent_streams: u32,
+    /// On SIGTERM/SIGINT, how long in-flight calls get to finish.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Serve Prometheus `/metrics` (and `/healthz`, `/readyz`) on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl From<&GrpcArgs> for GrpcConfig {
+    fn from(a: &GrpcArgs) -> Self {
+        GrpcConfig {
+            max_work_us: a.max_work_us,
+            max_message_bytes: a.max_message_bytes,
+            max_concurrent_streams: a.max_concurrent_streams,
+            shutdown_grace: a.shutdown_grace,
+        }
+    }
 }
 
 /// Options shared by the frame-based servers.
@@ -290,12 +331,8 @@ impl TargetCommand {
                 })?;
                 let listener = bind_tcp(args.listen, args.reuse_port)?;
                 let render = server.clone();
-                with_metrics(
-                    args.metrics_listen,
-                    move || render.metrics_text(),
-                    async move { server.serve(listener, shutdown).await },
-                )
-                .await
+                let serve = server.serve(listener, shutdown);
+                with_metrics(args.metrics_listen, move || render.metrics_text(), serve).await
             }
             TargetCommand::EchoTcp(args) => {
                 let server = EchoServer::new(args.opts.echo_config(args.framing))?;
@@ -345,6 +382,13 @@ impl TargetCommand {
                 .await;
                 remove_stale_socket(&args.listen);
                 result
+            }
+            TargetCommand::Grpc(args) => {
+                let server = GrpcServer::new(GrpcConfig::from(&args))?;
+                let listener = bind_tcp(args.listen, args.reuse_port)?;
+                let metrics = server.clone();
+                let serve = server.serve(listener, shutdown);
+                with_metrics(args.metrics_listen, move || metrics.metrics_text(), serve).await
             }
         }
     }
@@ -531,6 +575,7 @@ mod tests {
             &["t", "login", "--users", "/x.json"][..],
             &["t", "echo-udp", "--listen", "127.0.0.1:0"],
             &["t", "echo-unix", "--listen", "/tmp/x.sock"],
+            &["t", "grpc", "--listen", "127.0.0.1:0", "--max-work-us", "5"],
         ] {
             Cli::try_parse_from(args).unwrap();
         }
@@ -555,12 +600,13 @@ mod tests {
 
     #[test]
     fn reuse_port_flag_parses_on_the_tcp_targets() {
-        for kind in ["http", "login", "echo-tcp"] {
+        for kind in ["http", "login", "echo-tcp", "grpc"] {
             let cli = Cli::try_parse_from(["t", kind, "--reuse-port"]).unwrap();
             let reuse = match cli.target {
                 TargetCommand::Http(a) => a.reuse_port,
                 TargetCommand::Login(a) => a.reuse_port,
                 TargetCommand::EchoTcp(a) => a.reuse_port,
+                TargetCommand::Grpc(a) => a.reuse_port,
                 _ => false,
             };
             assert!(reuse, "{kind}");

@@ -59,6 +59,9 @@ pub enum TargetError {
     /// Registering a Prometheus metric failed (a duplicate name: a bug).
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
+    /// The gRPC server failed (its listener or a connection's setup).
+    #[error("grpc server")]
+    Grpc(#[from] tonic::transport::Error),
     /// Installing a signal handler failed.
     #[error("cannot install signal handler")]
     Signal(#[source] io::Error),

@@ -5,6 +5,8 @@
 //! * [`login`]: a raw-TCP request/response login service (length-delimited JSON frames, see the crate
 //!   README for the wire format).
 //! * [`echo`]: ping-pong servers over TCP (length- or newline-delimited), UDP and Unix sockets.
+//! * [`grpc`]: a gRPC server (unary `Echo`, with chosen failures, and a CPU-cost `Work`) with
+//!   server reflection.
 //! * [`metrics`]: the stand-alone `/metrics` endpoint used by the TCP and UDP servers.
 //! * [`cli`]: the `stampede target <kind>` subcommands ([`TargetCommand`]).
 //!
@@ -22,6 +24,7 @@ pub mod frame;
 mod framed;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grpc;
 pub mod http;
 pub mod login;
 pub mod metrics;

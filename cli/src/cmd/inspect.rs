@@ -1,7 +1,7 @@
 //! The commands that look at a controller or a scenario without running load: `status`,
 //! `report RUN_ID`, `agents`, `abort`, `plan` and `validate`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use stampede_proto::v1;
 
 use crate::client;
@@ -130,7 +130,9 @@ pub fn plan(a: crate::plan::PlanArgs) -> Result<i32> {
 
 /// `stampede validate FILE` (or `-` for standard input).
 pub fn validate(scenario: std::path::PathBuf) -> Result<i32> {
-    let s = client::read_scenario_dry(&scenario)?;
+    let mut s = client::read_scenario_dry(&scenario)?;
+    let base = scenario.parent().unwrap_or(std::path::Path::new("."));
+    crate::grpc::resolve_files(&mut s, base).with_context(|| format!("{}", scenario.display()))?;
     let plan = stampede_core::plan::Plan::new(&s, s.agents.unwrap_or(1), &[], s.seed.unwrap_or(0))?;
     let shape = match (&s.load, s.workloads.len()) {
         (_, n) if n > 0 => format!("{n} workload(s), {} phases", s.effective_phases().len()),
@@ -152,6 +154,9 @@ pub fn validate(scenario: std::path::PathBuf) -> Result<i32> {
         s.duration().as_secs_f64(),
         plan.agents
     );
+    if crate::grpc::needs_resolution(&s) {
+        println!("  grpc: the schema comes from the target's reflection service, so messages are checked when the run starts");
+    }
     // Read by `run` from its environment at submit time; a dry run only names them.
     let env = s.env_names();
     if !env.is_empty() {

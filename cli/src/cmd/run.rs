@@ -36,6 +36,28 @@ pub fn load_scenario(args: &RunArgs) -> Result<(String, Scenario)> {
     Ok((text, s))
 }
 
+/// Encodes the scenario's gRPC calls once, here (see [`crate::grpc`]); the submitted text
+/// then carries their frames.
+async fn resolve_grpc(a: &RunArgs, text: String, mut s: Scenario) -> Result<(String, Scenario)> {
+    let base = match &a.scenario {
+        Some(p) if p.as_os_str() != "-" => p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !crate::grpc::resolve(&mut s, &base).await? {
+        return Ok((text, s));
+    }
+    let json = serde_json::to_string(&s)?;
+    let max = stampede_core::scenario::MAX_SCENARIO_BYTES;
+    if json.len() > max {
+        anyhow::bail!(
+            "the scenario with its encoded gRPC messages is {} bytes; at most {} MiB",
+            json.len(),
+            max >> 20
+        );
+    }
+    Ok((json, s))
+}
+
 /// The files a run writes, checked before any load so a typo in a path never costs the run.
 pub struct Outputs<'a> {
     files: Vec<(Artifact, &'a Path)>,
@@ -103,7 +125,11 @@ fn check_writable(path: &Path) -> Result<()> {
 
 /// `stampede run`.
 pub async fn run(a: RunArgs) -> Result<i32> {
-    let (text, scenario) = match load_scenario(&a) {
+    let loaded = match load_scenario(&a) {
+        Ok((text, scenario)) => resolve_grpc(&a, text, scenario).await,
+        Err(e) => Err(e),
+    };
+    let (text, scenario) = match loaded {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -7,6 +7,7 @@ mod compare;
 mod endurance;
 mod faults;
 mod first_hour;
+mod grpc;
 mod mixes;
 mod netcut;
 mod ports;

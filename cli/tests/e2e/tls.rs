@@ -12,7 +12,7 @@ use crate::{cli_run_local, run, serve_until_dropped, Stop, QUIET};
 
 /// An HTTPS target with a fresh self-signed certificate for localhost and 127.0.0.1; returns
 /// the server, its `https://localhost:PORT` URL and the certificate (PEM).
-async fn https_target() -> (HttpServer, String, String, Stop) {
+pub async fn https_target() -> (HttpServer, String, String, Stop) {
     let (tls, cert_pem) =
         TlsServer::self_signed(&["localhost".into(), "127.0.0.1".into()]).unwrap();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

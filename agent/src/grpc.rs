@@ -1,0 +1,281 @@
+//! gRPC calls over the HTTP/2 driver. The CLI has already encoded and framed the message
+//! (see `stampede_core::grpc`): the agent sends those bytes as the body of
+//! `POST /pkg.Service/Method` and never touches a descriptor or decodes protobuf. It reads the
+//! response body through a [`FrameScanner`] (counting messages, trusting no length beyond
+//! [`MAX_MESSAGE`]) and takes the status from the trailers (or from the head of a
+//! trailers-only answer): `grpc-status` other than 0 fails the request with the error kind
+//! `grpc_<code name>`.
+
+use bytes::Bytes;
+use stampede_core::grpc::{status_kind, FrameScanner, GrpcCall, MAX_MESSAGE};
+use stampede_core::stats::error_kind;
+
+use crate::h2::{h2_failure, H2Conn, H2Request};
+use crate::net::Failure;
+
+/// A call compiled once per step: the request head and its pre-framed body.
+#[derive(Debug, Clone)]
+pub struct GrpcRequest {
+    request: H2Request,
+}
+
+/// What one call brought back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// The HTTP status of the response head.
+    pub status: u16,
+    pub received: u64,
+    /// The error kind of a failed call; `None` for OK.
+    pub error: Option<&'static str>,
+}
+
+impl GrpcRequest {
+    /// Compiles `call` for `authority` (`:scheme` https over TLS); `timeout` (the scenario's
+    /// `request_timeout`) is sent as `grpc-timeout`, so the server gives up when the agent
+    /// does. The error names the field.
+    pub fn new(
+        call: &GrpcCall,
+        tls: bool,
+        authority: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Self, String> {
+        let frame = call
+            .frame_bytes()
+            .map_err(|e| format!("frame: {e}"))?
+            .ok_or(
+            "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)",
+        )?;
+        let scheme = if tls { "https" } else { "http" };
+        let uri: http::Uri = format!("{scheme}://{authority}{}", call.path())
+            .parse()
+            .map_err(|e| format!("method: {e}"))?;
+        let mut headers = http::HeaderMap::new();
+        let fixed = [
+            (http::header::CONTENT_TYPE, "application/grpc"),
+            (http::header::TE, "trailers"),
+            (http::header::USER_AGENT, "stampede"),
+        ];
+        for (k, v) in fixed {
+            headers.insert(k, http::HeaderValue::from_static(v));
+        }
+        headers.insert("grpc-timeout", grpc_timeout(timeout));
+        for (k, v) in &call.metadata {
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
+            let value = http::HeaderValue::from_str(v)
+                .map_err(|_| format!("metadata.{k}: not a valid metadata value"))?;
+            headers.insert(name, value);
+        }
+        Ok(Self {
+            request: H2Request::from_parts(http::Method::POST, uri, headers, Bytes::from(frame)),
+        })
+    }
+
+    /// Approximate bytes sent (head fields and the frame).
+    pub fn len(&self) -> usize {
+        self.request.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.request.is_empty()
+    }
+
+    /// Sends the call on a new stream of `conn` and reads its answer to the end.
+    pub async fn call(&self, conn: &mut H2Conn) -> Result<Reply, Failure> {
+        let response = conn.open(&self.request).await?;
+        let status = response.status().as_u16();
+        let (head, mut body) = response.into_parts();
+        let mut reply = Reply {
+            status,
+            received: 0,
+            error: None,
+        };
+        // A trailers-only answer (an error before any message) has its status in the head.
+        if let Some(s) = head.headers.get("grpc-status") {
+            reply.error = status_error(s.as_bytes(), None);
+            return Ok(reply);
+        }
+        if status != 200 {
+            reply.error = Some(error_kind::status(status));
+            return Ok(reply);
+        }
+        let mut scan = FrameScanner::new(MAX_MESSAGE);
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| h2_failure(&e))?;
+            reply.received += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if scan.feed(&chunk).is_err() {
+                // Dropping the stream resets it: nothing more of a hostile body is read.
+                reply.error = Some(error_kind::PROTOCOL);
+                return Ok(reply);
+            }
+        }
+        let trailers = body.trailers().await.map_err(|e| h2_failure(&e))?;
+        reply.error = match trailers.as_ref().and_then(|t| t.get("grpc-status")) {
+            Some(s) => status_error(s.as_bytes(), scan.finish().ok()),
+            None => Some(error_kind::PROTOCOL),
+        };
+        Ok(reply)
+    }
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit, in the finest unit that fits.
+fn grpc_timeout(t: std::time::Duration) -> http::HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let (n, unit) = [
+        (t.as_micros(), "u"),
+        (t.as_millis(), "m"),
+        (u128::from(t.as_secs()), "S"),
+        (u128::from(t.as_secs() / 3600), "H"),
+    ]
+    .into_iter()
+    .find(|(n, _)| *n <= MAX)
+    .unwrap_or((MAX, "H"));
+    // Digits and a letter: always a valid header value.
+    http::HeaderValue::from_str(&format!("{n}{unit}"))
+        .unwrap_or(http::HeaderValue::from_static("99999999H"))
+}
+
+/// The error kind of a `grpc-status`; `None` for OK with exactly one whole message (a unary
+/// answer). `messages` is `None` when no body was read or the body did not end on a message
+/// boundary.
+fn status_error(value: &[u8], messages: Option<u32>) -> Option<&'static str> {
+    match status_kind(value) {
+        Ok(None) if messages == Some(1) => None,
+        // OK, but not one whole message: not a unary answer.
+        Ok(None) | Err(()) => Some(error_kind::PROTOCOL),
+        Ok(Some(kind)) => Some(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_message_counts_make_the_kind() {
+        let protocol = Some(error_kind::PROTOCOL);
+        assert_eq!(status_error(b"0", Some(1)), None);
+        assert_eq!(status_error(b"0", Some(0)), protocol);
+        assert_eq!(status_error(b"0", Some(2)), protocol);
+        assert_eq!(status_error(b"0", None), protocol);
+        assert_eq!(status_error(b"5", Some(0)), Some("grpc_not_found"));
+        assert_eq!(status_error(b"x", Some(1)), protocol);
+    }
+
+    /// How the test server answers each call of a connection, in order.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// HTTP 200, this body, then `grpc-status` trailers (none when `None`).
+        Body(&'static [u8], Option<&'static str>),
+        /// A trailers-only answer: the status in the head, no body.
+        TrailersOnly(&'static str),
+    }
+
+    /// A real HTTP/2 server on loopback answering its connection's calls with `answers`.
+    async fn server(answers: Vec<Answer>) -> std::net::SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            for answer in answers {
+                let Some(Ok((_req, mut respond))) = conn.accept().await else {
+                    return;
+                };
+                let mut head = http::Response::builder().status(200);
+                if let Answer::TrailersOnly(code) = answer {
+                    head = head.header("grpc-status", code);
+                }
+                let only = matches!(answer, Answer::TrailersOnly(_));
+                let mut send = respond.send_response(head.body(()).unwrap(), only).unwrap();
+                if let Answer::Body(body, status) = answer {
+                    let _ = send.send_data(Bytes::from_static(body), status.is_none());
+                    if let Some(code) = status {
+                        let mut t = http::HeaderMap::new();
+                        t.insert("grpc-status", code.parse().unwrap());
+                        let _ = send.send_trailers(t);
+                    }
+                }
+            }
+            // Keep the connection until the client is done with it.
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_from_a_real_h2_server_without_trusting_lengths() {
+        let addr = server(vec![
+            Answer::Body(&[0, 0, 0, 0, 2, 8, 1], Some("0")),
+            Answer::TrailersOnly("14"),
+            // A prefix that announces 4 GiB: refused at once, not waited for.
+            Answer::Body(&[0, 0xff, 0xff, 0xff, 0xff, 1], Some("0")),
+            Answer::Body(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0], Some("0")),
+            Answer::Body(&[0, 0, 0, 0, 1, 8], Some("7")),
+            Answer::Body(&[0, 0, 0, 0, 0], None),
+        ])
+        .await;
+        let mut call = GrpcCall {
+            method: "p.S/M".into(),
+            ..Default::default()
+        };
+        call.frame = Some(stampede_core::protocol::encode_base64(
+            &stampede_core::grpc::frame(b"").unwrap(),
+        ));
+        let timeout = std::time::Duration::from_secs(5);
+        let request = GrpcRequest::new(&call, false, &addr.to_string(), timeout).unwrap();
+        let mut conn = H2Conn::connect(addr, None).await.unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..6 {
+            let reply =
+                tokio::time::timeout(std::time::Duration::from_secs(5), request.call(&mut conn))
+                    .await
+                    .expect("answered in time")
+                    .unwrap();
+            assert_eq!(reply.status, 200);
+            kinds.push(reply.error);
+        }
+        let protocol = Some(error_kind::PROTOCOL);
+        assert_eq!(
+            kinds,
+            [
+                None,
+                Some("grpc_unavailable"),
+                protocol,
+                protocol,
+                Some("grpc_permission_denied"),
+                protocol,
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_are_compiled_once_with_their_metadata() {
+        let mut call = GrpcCall {
+            method: "p.S/M".into(),
+            ..Default::default()
+        };
+        let timeout = std::time::Duration::from_secs(10);
+        assert!(GrpcRequest::new(&call, false, "h:1", timeout)
+            .unwrap_err()
+            .contains("resolved by the CLI"));
+        call.frame = Some(stampede_core::protocol::encode_base64(
+            &stampede_core::grpc::frame(b"\x08\x01").unwrap(),
+        ));
+        call.metadata.insert("x-tenant".into(), "blue".into());
+        let r = GrpcRequest::new(&call, true, "h:1", timeout).unwrap();
+        let head = r.request.head();
+        assert_eq!(head.uri().to_string(), "https://h:1/p.S/M");
+        assert_eq!(head.method(), http::Method::POST);
+        assert_eq!(head.headers()["te"], "trailers");
+        assert_eq!(head.headers()["content-type"], "application/grpc");
+        assert_eq!(head.headers()["x-tenant"], "blue");
+        assert_eq!(head.headers()["grpc-timeout"], "10000000u");
+        let secs = |s| grpc_timeout(std::time::Duration::from_secs(s));
+        assert_eq!(secs(1000), "1000000m");
+        assert_eq!(secs(200_000), "200000S");
+        assert_eq!(secs(u64::MAX), "99999999H");
+        assert_eq!(r.request.body().as_ref(), [0, 0, 0, 0, 2, 8, 1]);
+    }
+}

@@ -1,0 +1,139 @@
+//! gRPC end to end: the real `stampede` binary resolves the schema (from `.proto` files, and
+//! from the target's reflection service), a local controller and agent send the pre-encoded
+//! calls to the real gRPC target, and the report agrees call for call with what the target
+//! served, non-OK statuses counted under their kind.
+
+use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
+use tokio::net::TcpListener;
+
+use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN, QUIET};
+
+const PROTO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../target-servers/proto/stampede/target/v1/target.proto"
+);
+
+async fn grpc_target() -> (GrpcServer, String, Stop) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("grpc://{}", l.local_addr().unwrap());
+    let server = GrpcServer::new(GrpcConfig::default()).unwrap();
+    let stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    (server, url, stop)
+}
+
+/// 40 sessions in 1 s, each running `session` (YAML list items, indented by 2).
+fn scenario(target: &str, schema: &str, session: &str) -> String {
+    format!(
+        "name: e2e-grpc\ntarget: {target}\ngrpc: {schema}\nmax_error_rate: none\n\
+         phases:\n  - {{ duration: 1s, arrival_rate: 40 }}\nsession:\n{session}"
+    )
+}
+
+const ECHO_WORK: &str = "  - grpc:
+      method: stampede.target.v1.Target/Echo
+      message: { text: hi, id: 9007199254740993, tags: [a], inner: { flag: true } }
+      metadata: { x-tenant: blue }
+  - grpc: { method: stampede.target.v1.Target/Work, message: { cpuUs: 100 } }
+";
+
+/// Runs the binary on `text` off the runtime (the target is served on it meanwhile).
+async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || cli_run_local(&dir, name, &text))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_from_proto_files_and_reflection_are_what_the_target_served() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = grpc_target().await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let files = scenario(&url, &format!("{{ proto_files: [{PROTO}] }}"), ECHO_WORK);
+    let r = run(dir.path(), "files", files).await;
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.report.totals.errors.is_empty(),
+        "{:?}",
+        r.report.totals.errors
+    );
+    assert_eq!(r.report.totals.completed, 80);
+    assert_eq!(server.calls("Echo", "ok"), 40);
+    assert_eq!(server.calls("Work", "ok"), 40);
+
+    // Reflection: the same calls, then one answered INVALID_ARGUMENT, which ends its session.
+    let failing = format!(
+        "{ECHO_WORK}  - grpc: {{ method: stampede.target.v1.Target/Echo, message: {{ fail_with: 3 }} }}\n  - grpc: {{ method: stampede.target.v1.Target/Echo }}\n"
+    );
+    let r = run(
+        dir.path(),
+        "reflection",
+        scenario(&url, "{ reflection: true }", &failing),
+    )
+    .await;
+    let t = &r.report.totals;
+    assert_eq!((t.completed, t.failed), (80, 40), "{}", r.stderr);
+    assert_eq!(
+        t.errors.iter().collect::<Vec<_>>(),
+        [(&"grpc_invalid_argument".to_string(), &40)]
+    );
+    assert_eq!(r.report.totals.sessions.failed, 40);
+    assert_eq!(server.calls("Echo", "ok"), 80);
+    assert_eq!(server.calls("Work", "ok"), 80);
+    assert_eq!(server.calls("Echo", "invalid_argument"), 40);
+}
+
+#[tokio::test]
+async fn a_bad_message_field_is_named_before_any_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = scenario(
+        "grpc://127.0.0.1:9",
+        &format!("{{ proto_files: [{PROTO}] }}"),
+        "  - grpc: { method: stampede.target.v1.Target/Echo, message: { text: hi, inner: { score: high } } }\n",
+    );
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, text).unwrap();
+    for args in [&["validate"][..], &["run", "--local", "--quiet"]] {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("session[0].grpc.message.inner.score: "),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// `grpcs://` is gRPC over TLS with h2 by ALPN: against the HTTPS target (which is no gRPC
+/// server) every call arrives as an HTTP/2 request over a verified TLS connection, and its 404
+/// counts as `status_404`, not as a `tls` or `protocol` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcs_speaks_h2_over_verified_tls() {
+    let _quiet = QUIET.read().await;
+    let (server, https, pem, _stop) = crate::tls::https_target().await;
+    let url = https.replace("https://", "grpcs://");
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}tls: {{ ca_pem: {} }}\n",
+        scenario(
+            &url,
+            &format!("{{ proto_files: [{PROTO}] }}"),
+            "  - grpc: { method: stampede.target.v1.Target/Echo, message: { text: hi } }\n"
+        ),
+        serde_json::to_string(&pem).unwrap()
+    );
+    let r = run(dir.path(), "grpcs", text).await;
+    let st = server.stats();
+    assert_eq!(
+        r.report.totals.errors.iter().collect::<Vec<_>>(),
+        [(&"status_404".to_string(), &40)],
+        "{}",
+        r.stderr
+    );
+    assert_eq!((st.requests_total, st.requests_http2), (40, 40));
+}

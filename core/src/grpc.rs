@@ -1,0 +1,581 @@
+//! gRPC steps (`grpc://` and `grpcs://` targets): the top-level schema source, a step's call,
+//! the pre-framed request the CLI stores in it, the error kinds of gRPC statuses, and the
+//! scanner of response frames that trusts no length.
+//!
+//! ```yaml
+//! target: grpc://127.0.0.1:50051
+//! grpc: { reflection: true }            # or { proto_files: [target.proto] }
+//! session:
+//!   - grpc:
+//!       method: stampede.target.v1.Target/Echo
+//!       message: { text: hello, id: 7 }
+//!       metadata: { x-tenant: blue }
+//! ```
+//!
+//! The CLI resolves the schema once (protox or the target's reflection service), checks the
+//! message against the method's input type and encodes it once into [`GrpcCall::frame`]. The
+//! controller and the agents never see a descriptor: an agent sends the frame as the body of
+//! `POST /pkg.Service/Method` over HTTP/2 and reads the status from the trailers.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{Scenario, ScenarioError};
+
+/// Largest request message the CLI encodes, and largest response message an agent accepts
+/// (gRPC's own default receive limit).
+pub const MAX_MESSAGE: usize = 4 << 20;
+/// The gRPC message prefix: a compression flag and a 4-byte big-endian length.
+pub const PREFIX: usize = 5;
+
+/// Where the CLI finds the schema of the scenario's gRPC calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcOptions {
+    /// `.proto` files, relative to the scenario file, compiled by the CLI (no `protoc`
+    /// needed). Imports are looked up beside each file and in `import_paths`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proto_files: Vec<String>,
+    /// More folders (relative to the scenario file) to look up imports in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub import_paths: Vec<String>,
+    /// Ask the target's server reflection service (`grpc.reflection.v1`) for the schema when
+    /// the run is submitted, instead of `proto_files`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reflection: bool,
+}
+
+/// One unary call: a step `grpc: { method, message, metadata }`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcCall {
+    /// The fully qualified method: `package.Service/Method`.
+    pub method: String,
+    /// The request message in protobuf's JSON mapping (field names as in the `.proto` file
+    /// or in lowerCamelCase); checked against the method's input type by the CLI. Omitted: the
+    /// empty message.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub message: serde_json::Value,
+    /// Request metadata (HTTP/2 headers): lower-case names; a name ending in `-bin` carries
+    /// base64 (binary metadata).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// Written by the CLI, not by hand: the request as sent (the 5-byte gRPC prefix and the
+    /// encoded message), in base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<String>,
+}
+
+impl GrpcOptions {
+    /// Exactly one schema source; the error is `(field suffix, reason)`.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        match (self.proto_files.is_empty(), self.reflection) {
+            (true, false) => Err((
+                "",
+                "give the schema: proto_files: [...] or reflection: true".into(),
+            )),
+            (false, true) => Err((
+                "reflection",
+                "give proto_files or reflection: true, not both".into(),
+            )),
+            _ if self.proto_files.iter().any(|f| f.trim().is_empty()) => {
+                Err(("proto_files", "a file name is empty".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Metadata names gRPC or HTTP/2 set themselves.
+const RESERVED: &[&str] = &[
+    "content-type",
+    "te",
+    "host",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+impl GrpcCall {
+    /// `(service, method)` of `package.Service/Method`.
+    pub fn parts(&self) -> Option<(&str, &str)> {
+        let (service, method) = self.method.split_once('/')?;
+        let ident = |s: &str| {
+            !s.is_empty()
+                && s.split('.').all(|p| {
+                    p.chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                        && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+        };
+        (ident(service) && ident(method) && !method.contains('.')).then_some((service, method))
+    }
+
+    /// The HTTP/2 `:path` of the call.
+    pub fn path(&self) -> String {
+        format!("/{}", self.method)
+    }
+
+    /// The frame's bytes, checked: a whole uncompressed message of at most [`MAX_MESSAGE`].
+    /// `None` until the CLI has encoded the message.
+    pub fn frame_bytes(&self) -> Result<Option<Vec<u8>>, String> {
+        let Some(b64) = &self.frame else {
+            return Ok(None);
+        };
+        let bytes = crate::protocol::decode_base64(b64)?;
+        let mut scan = FrameScanner::new(MAX_MESSAGE);
+        scan.feed(&bytes).map_err(|e| e.to_string())?;
+        match scan.finish() {
+            Ok(1) if bytes[0] == 0 => Ok(Some(bytes)),
+            Ok(n) => Err(format!(
+                "is not one uncompressed gRPC message ({n} messages)"
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Checks what the types cannot say; the error is `(field suffix, reason)`.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let field = |f: &str, why: String| (f.to_string(), why);
+        if self.parts().is_none() {
+            return Err(field(
+                "method",
+                format!(
+                    "`{}` is not package.Service/Method (e.g. helloworld.Greeter/SayHello)",
+                    self.method
+                ),
+            ));
+        }
+        if !(self.message.is_object() || self.message.is_null()) {
+            return Err(field(
+                "message",
+                "must be a map of the message's fields (protobuf JSON)".into(),
+            ));
+        }
+        for (name, value) in &self.metadata {
+            let f = format!("metadata.{name}");
+            let valid_name = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.'));
+            if !valid_name {
+                return Err((
+                    f,
+                    "a metadata name is lower-case letters, digits, `-`, `_` or `.`".into(),
+                ));
+            }
+            if name.starts_with("grpc-") || RESERVED.contains(&name.as_str()) {
+                return Err((f, format!("`{name}` is set by gRPC itself")));
+            }
+            if value.contains("${") {
+                return Err((f, "templates are not supported in gRPC steps yet".into()));
+            }
+            if name.ends_with("-bin") {
+                crate::protocol::decode_base64(value).map_err(|e| (f.clone(), e))?;
+            } else if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err((
+                    f,
+                    "a value is printable ASCII (use a -bin name for bytes)".into(),
+                ));
+            }
+        }
+        self.frame_bytes().map_err(|e| field("frame", e))?;
+        Ok(())
+    }
+}
+
+/// Checks the scenario's `grpc:` options against its gRPC steps (called by
+/// [`Scenario::validate`]).
+pub(crate) fn check_scenario(s: &Scenario) -> Result<(), ScenarioError> {
+    let steps = || {
+        s.step_lists()
+            .into_iter()
+            .flat_map(|(_, steps)| steps.iter())
+    };
+    let calls = steps().filter(|st| st.grpc.is_some()).count();
+    match &s.grpc {
+        Some(o) => {
+            if calls == 0 {
+                return Err(invalid("grpc", "only applies to scenarios with grpc steps"));
+            }
+            o.check().map_err(|(f, why)| {
+                let path = if f.is_empty() {
+                    "grpc".to_string()
+                } else {
+                    format!("grpc.{f}")
+                };
+                invalid(path, why)
+            })
+        }
+        None => {
+            // The submitted form carries the frames; a file needs a schema to make them.
+            match steps().position(|st| st.grpc.as_ref().is_some_and(|g| g.frame.is_none())) {
+                Some(_) => Err(invalid(
+                    "grpc",
+                    "grpc steps need the schema: grpc: { proto_files: [...] } or grpc: { reflection: true }",
+                )),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+fn invalid(path: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Every gRPC call of the scenario with its field path (`session[2].grpc`): the CLI's
+/// resolution fills their frames.
+pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = (String, &mut GrpcCall)> {
+    s.step_lists_mut().into_iter().flat_map(|(path, steps)| {
+        steps
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, st)| st.grpc.as_mut().map(|g| (format!("{path}[{i}].grpc"), g)))
+    })
+}
+
+/// The 5-byte prefix and `message`: one uncompressed gRPC message.
+pub fn frame(message: &[u8]) -> Result<Vec<u8>, String> {
+    if message.len() > MAX_MESSAGE {
+        return Err(format!(
+            "the encoded message is {} bytes, more than the limit of {MAX_MESSAGE}",
+            message.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(PREFIX + message.len());
+    out.push(0);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    Ok(out)
+}
+
+/// The error kinds of the gRPC status codes 1 to 16 (`grpc_<code name>`), made once.
+const KINDS: [&str; 17] = [
+    "grpc_ok",
+    "grpc_cancelled",
+    "grpc_unknown",
+    "grpc_invalid_argument",
+    "grpc_deadline_exceeded",
+    "grpc_not_found",
+    "grpc_already_exists",
+    "grpc_permission_denied",
+    "grpc_resource_exhausted",
+    "grpc_failed_precondition",
+    "grpc_aborted",
+    "grpc_out_of_range",
+    "grpc_unimplemented",
+    "grpc_internal",
+    "grpc_unavailable",
+    "grpc_data_loss",
+    "grpc_unauthenticated",
+];
+
+/// What a `grpc-status` value says: `Ok(None)` for OK, `Ok(Some(kind))` for a failure (a code
+/// past 16 is `grpc_unknown`, as gRPC clients read it), `Err(())` when it is not a number (the
+/// caller counts a `protocol` error).
+#[allow(clippy::result_unit_err)]
+pub fn status_kind(value: &[u8]) -> Result<Option<&'static str>, ()> {
+    if value.is_empty() || value.len() > 10 || !value.iter().all(u8::is_ascii_digit) {
+        return Err(());
+    }
+    let code = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Ok(match code {
+        0 => None,
+        1..=16 => Some(KINDS[code as usize]),
+        _ => Some(KINDS[2]),
+    })
+}
+
+/// Why a response body is not a sequence of gRPC messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("a message of {0} bytes is more than the limit of {MAX_MESSAGE}")]
+    TooLong(u32),
+    #[error("compression flag {0} is neither 0 nor 1")]
+    Flag(u8),
+    #[error("the body ends inside a message")]
+    Truncated,
+}
+
+/// Walks the length-prefixed messages of a response body as its chunks arrive, without
+/// keeping them: it only counts whole messages. A prefix's length is never trusted beyond
+/// the limit, so a hostile length cannot make anyone wait for, or buffer, gigabytes.
+#[derive(Debug, Clone)]
+pub struct FrameScanner {
+    max: u32,
+    prefix: [u8; PREFIX],
+    /// Prefix bytes read of the current message.
+    have: usize,
+    /// Bytes of the current message still to come (after its prefix).
+    remaining: u32,
+    messages: u32,
+}
+
+impl FrameScanner {
+    /// A scanner that refuses any message longer than `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: u32::try_from(max).unwrap_or(u32::MAX),
+            prefix: [0; PREFIX],
+            have: 0,
+            remaining: 0,
+            messages: 0,
+        }
+    }
+
+    /// Reads the next chunk of the body.
+    pub fn feed(&mut self, mut chunk: &[u8]) -> Result<(), FrameError> {
+        while !chunk.is_empty() {
+            if self.remaining > 0 {
+                let n = chunk.len().min(self.remaining as usize);
+                self.remaining -= n as u32;
+                chunk = &chunk[n..];
+                if self.remaining == 0 {
+                    self.messages = self.messages.saturating_add(1);
+                }
+                continue;
+            }
+            let n = (PREFIX - self.have).min(chunk.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&chunk[..n]);
+            self.have += n;
+            chunk = &chunk[n..];
+            if self.have < PREFIX {
+                break;
+            }
+            self.have = 0;
+            if self.prefix[0] > 1 {
+                return Err(FrameError::Flag(self.prefix[0]));
+            }
+            let len = u32::from_be_bytes([
+                self.prefix[1],
+                self.prefix[2],
+                self.prefix[3],
+                self.prefix[4],
+            ]);
+            if len > self.max {
+                return Err(FrameError::TooLong(len));
+            }
+            if len == 0 {
+                self.messages = self.messages.saturating_add(1);
+            }
+            self.remaining = len;
+        }
+        Ok(())
+    }
+
+    /// The number of whole messages, once the body has ended.
+    pub fn finish(&self) -> Result<u32, FrameError> {
+        if self.have > 0 || self.remaining > 0 {
+            return Err(FrameError::Truncated);
+        }
+        Ok(self.messages)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn call(method: &str) -> GrpcCall {
+        GrpcCall {
+            method: method.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn methods_and_metadata_are_checked_by_name() {
+        assert_eq!(call("pkg.v1.Svc/Do").parts(), Some(("pkg.v1.Svc", "Do")));
+        assert_eq!(call("Svc/Do").path(), "/Svc/Do");
+        for bad in [
+            "Svc",
+            "/Do",
+            "Svc/",
+            "a..b/Do",
+            "pkg.Svc/Do/x",
+            "1pkg.Svc/Do",
+            "p.S/a.b",
+        ] {
+            let e = call(bad).check().unwrap_err();
+            assert_eq!(e.0, "method", "{bad}");
+        }
+        let mut c = call("p.S/M");
+        c.message = serde_json::json!([1, 2]);
+        assert_eq!(c.check().unwrap_err().0, "message");
+        for (name, value, why) in [
+            ("X-Up", "1", "lower-case"),
+            ("grpc-timeout", "1S", "set by gRPC"),
+            ("te", "trailers", "set by gRPC"),
+            ("x-token", "${token}", "templates"),
+            ("x-bytes-bin", "!!", "base64"),
+            ("x-text", "a\nb", "printable"),
+        ] {
+            let mut c = call("p.S/M");
+            c.metadata.insert(name.into(), value.into());
+            let (f, e) = c.check().unwrap_err();
+            assert_eq!(f, format!("metadata.{name}"));
+            assert!(e.contains(why), "{name}: {e}");
+        }
+        let mut ok = call("p.S/M");
+        ok.metadata.insert("x-bytes-bin".into(), "3q2+7w==".into());
+        ok.metadata
+            .insert("authorization".into(), "Bearer abc".into());
+        ok.check().unwrap();
+    }
+
+    #[test]
+    fn frames_are_one_uncompressed_message() {
+        let f = frame(b"\x08\x07").unwrap();
+        assert_eq!(f, [0, 0, 0, 0, 2, 8, 7]);
+        let mut c = call("p.S/M");
+        c.frame = Some(crate::protocol::encode_base64(&f));
+        assert_eq!(c.frame_bytes().unwrap().unwrap(), f);
+        for bad in [
+            &[0u8, 0, 0, 0, 3, 1][..],
+            &[1, 0, 0, 0, 0],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            &[],
+        ] {
+            c.frame = Some(crate::protocol::encode_base64(bad));
+            assert_eq!(c.check().unwrap_err().0, "frame", "{bad:?}");
+        }
+        assert!(frame(&vec![0; MAX_MESSAGE + 1]).is_err());
+    }
+
+    #[test]
+    fn statuses_name_their_kind_once() {
+        assert_eq!(status_kind(b"0"), Ok(None));
+        assert_eq!(status_kind(b"3"), Ok(Some("grpc_invalid_argument")));
+        assert_eq!(status_kind(b"14"), Ok(Some("grpc_unavailable")));
+        assert_eq!(status_kind(b"16"), Ok(Some("grpc_unauthenticated")));
+        assert_eq!(status_kind(b"99"), Ok(Some("grpc_unknown")));
+        assert_eq!(status_kind(b"99999999999"), Err(()));
+        for bad in [&b""[..], b"-1", b"OK", b" 0"] {
+            assert_eq!(status_kind(bad), Err(()), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hostile_lengths_are_refused_at_the_prefix() {
+        let mut s = FrameScanner::new(16);
+        // A length of 4 GiB is refused as soon as its prefix is whole, never waited for.
+        assert_eq!(
+            s.feed(&[0, 0xff, 0xff, 0xff])
+                .and_then(|()| s.feed(&[0xff])),
+            Err(FrameError::TooLong(u32::MAX))
+        );
+        let mut s = FrameScanner::new(16);
+        assert_eq!(s.feed(&[0, 0, 0, 0, 17]), Err(FrameError::TooLong(17)));
+        let mut s = FrameScanner::new(16);
+        assert_eq!(s.feed(&[2, 0, 0, 0, 1]), Err(FrameError::Flag(2)));
+        let mut s = FrameScanner::new(16);
+        s.feed(&[0, 0, 0, 0, 4, 1, 2]).unwrap();
+        assert_eq!(s.finish(), Err(FrameError::Truncated));
+        s.feed(&[3, 4, 0, 0]).unwrap();
+        assert_eq!(s.finish(), Err(FrameError::Truncated));
+        s.feed(&[0, 0, 0]).unwrap();
+        assert_eq!(s.finish(), Ok(2));
+    }
+
+    #[test]
+    fn scenarios_tie_grpc_steps_to_a_grpc_target_and_a_schema() {
+        let doc = |target: &str, grpc: &str, step: &str| {
+            format!(
+                "name: g\ntarget: {target}\n{grpc}phases: [{{ duration: 1s, arrival_rate: 1 }}]\nsession:\n  - {step}\n"
+            )
+        };
+        let call = "grpc: { method: p.S/M, message: { id: 1 } }";
+        let s =
+            Scenario::from_yaml(&doc("grpc://h:1", "grpc: { reflection: true }\n", call)).unwrap();
+        assert_eq!(s.session[0].grpc.as_ref().unwrap().message["id"], 1);
+        assert_eq!(s.requests_per_session(), 1);
+        Scenario::from_yaml(&doc(
+            "grpcs://h",
+            "grpc: { proto_files: [a.proto] }\ntls: { insecure_skip_verify: true }\n",
+            call,
+        ))
+        .unwrap();
+        for (target, grpc, step, path, why) in [
+            (
+                "http://h:1",
+                "grpc: { reflection: true }\n",
+                call,
+                "session[0].grpc",
+                "grpc:// or grpcs://",
+            ),
+            ("grpc://h:1", "", call, "grpc", "proto_files"),
+            ("grpc://h:1", "grpc: {}\n", call, "grpc", "reflection: true"),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true, proto_files: [a.proto] }\n",
+                call,
+                "grpc.reflection",
+                "not both",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true }\n",
+                "grpc: { method: nope }",
+                "session[0].grpc.method",
+                "package.Service/Method",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true }\nhttp_version: \"2\"\n",
+                call,
+                "http_version",
+                "http://",
+            ),
+            (
+                "http://h:1",
+                "grpc: { reflection: true }\n",
+                "http: { path: / }",
+                "grpc",
+                "only applies",
+            ),
+        ] {
+            let e = Scenario::from_yaml(&doc(target, grpc, step)).unwrap_err();
+            assert_eq!(e.path(), path, "{e}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+    }
+
+    proptest! {
+        /// However the body is cut into chunks, the count of whole messages is the same, and
+        /// no input panics.
+        #[test]
+        fn chunking_never_changes_the_count(
+            lens in proptest::collection::vec(0usize..40, 0..6),
+            cuts in proptest::collection::vec(0usize..300, 0..8),
+        ) {
+            let body: Vec<u8> = lens.iter().flat_map(|&n| frame(&vec![7; n]).unwrap()).collect();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+            points.sort_unstable();
+            let mut s = FrameScanner::new(64);
+            let mut at = 0;
+            for p in points.into_iter().chain([body.len()]) {
+                s.feed(&body[at..p]).unwrap();
+                at = p;
+            }
+            prop_assert_eq!(s.finish(), Ok(lens.len() as u32));
+        }
+
+        #[test]
+        fn garbage_is_an_error_or_a_count(body in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut s = FrameScanner::new(32);
+            if s.feed(&body).is_ok() {
+                let _ = s.finish();
+            }
+        }
+    }
+}

@@ -24,13 +24,17 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
 /// A connection's read buffer starts this small and doubles when a response needs more, up to
 /// [`READ_CHUNK`] a step: 10,000 idle keep-alive connections should not hold 16 KiB each.
-const INITIAL_BUF: usize = 1024;
+const INITIAL_BUF: usize = 512;
 const READ_CHUNK: usize = 16 * 1024;
 
-/// A request rendered to bytes once.
+/// A request rendered to bytes once, in two forms: as written, and asking the server to close
+/// the connection after answering (for the last request on a connection, so that the server
+/// closes first and the TIME_WAIT is its own, not the generator's ephemeral port).
 #[derive(Debug, Clone)]
 pub struct PreparedRequest {
+    /// Both forms back to back: `..split` as written, `split..` closing.
     bytes: Bytes,
+    split: u32,
     head: bool,
 }
 
@@ -49,11 +53,13 @@ impl PreparedRequest {
         out.push_str(host_header);
         out.push_str("\r\n");
         let mut has_ua = false;
+        let mut has_connection = false;
         for (k, v) in &req.headers {
             if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("host") {
                 continue;
             }
             has_ua |= k.eq_ignore_ascii_case("user-agent");
+            has_connection |= k.eq_ignore_ascii_case("connection");
             out.push_str(k);
             out.push_str(": ");
             out.push_str(&text(v));
@@ -67,20 +73,44 @@ impl PreparedRequest {
         if !body.is_empty() || matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
             out.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
+        // The head without its blank line: the closing form adds one header there.
+        let head_end = out.len();
         out.push_str("\r\n");
         out.push_str(body);
+        let written = out;
+        let mut both = String::with_capacity(2 * written.len() + 19);
+        both.push_str(&written);
+        if has_connection {
+            // The scenario says what it wants: never a second Connection header.
+            both.push_str(&written);
+        } else {
+            both.push_str(&written[..head_end]);
+            both.push_str("Connection: close\r\n");
+            both.push_str(&written[head_end..]);
+        }
         Self {
-            bytes: Bytes::from(out),
+            bytes: Bytes::from(both),
+            split: u32::try_from(written.len()).unwrap_or(u32::MAX),
             head: req.method.eq_ignore_ascii_case("HEAD"),
         }
     }
 
+    /// The request's bytes: `last` for the last request on its connection.
+    pub fn bytes(&self, last: bool) -> &[u8] {
+        let (written, closing) = self.bytes.split_at(self.split as usize);
+        if last {
+            closing
+        } else {
+            written
+        }
+    }
+
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.split as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.split == 0
     }
 }
 
@@ -168,7 +198,32 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
 
     /// Sends one request and reads the whole response.
     pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
-        self.exchange(&req.bytes, req.head, &mut Discard).await
+        self.exchange(req.bytes(false), req.head, &mut Discard)
+            .await
+    }
+
+    /// Sends one request, in its closing form when `last` (see [`PreparedRequest`]), and
+    /// reads the whole response.
+    pub async fn request_as(
+        &mut self,
+        req: &PreparedRequest,
+        last: bool,
+    ) -> Result<Response, Failure> {
+        self.exchange(req.bytes(last), req.head, &mut Discard).await
+    }
+
+    /// Waits for the server to close after a response that said it would (`Connection:
+    /// close`), discarding anything else it sends: the side that closes first keeps the
+    /// TIME_WAIT, and a generator's ephemeral ports are the scarce ones. The caller bounds
+    /// the wait.
+    pub async fn closed_by_server(&mut self) {
+        loop {
+            self.buf.clear();
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
     }
 
     /// Sends the bytes of one request and reads the whole response into `sink`.
@@ -424,6 +479,47 @@ mod tests {
         let mut c = Conn::connect(addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (404, false));
+    }
+
+    #[test]
+    fn the_closing_form_adds_one_connection_header() {
+        let req = get();
+        let written = std::str::from_utf8(req.bytes(false)).unwrap();
+        let closing = std::str::from_utf8(req.bytes(true)).unwrap();
+        assert_eq!(req.len(), written.len());
+        assert!(!written.to_ascii_lowercase().contains("connection:"));
+        assert_eq!(
+            closing,
+            written.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+        );
+        let own = HttpRequest {
+            method: "POST".into(),
+            path: Template::literal("/x"),
+            headers: [("Connection".to_string(), Template::literal("keep-alive"))].into(),
+            body: Some(Template::literal("{}")),
+            ..Default::default()
+        };
+        let own = PreparedRequest::new(&own, "h", "");
+        assert_eq!(own.bytes(true), own.bytes(false));
+        assert!(own.bytes(false).ends_with(b"\r\n\r\n{}"));
+    }
+
+    /// After a response that says `Connection: close`, the client waits for the server's FIN
+    /// (the server closes first); a server that sends more is read to its end.
+    #[tokio::test]
+    async fn the_client_lets_the_server_close_first() {
+        for reply in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nokand some more",
+        ] {
+            let addr = serve_once(reply).await;
+            let mut c = Conn::connect(addr, None).await.unwrap();
+            let r = c.request_as(&get(), true).await.unwrap();
+            assert_eq!((r.status, r.keep_alive), (200, false));
+            tokio::time::timeout(std::time::Duration::from_secs(5), c.closed_by_server())
+                .await
+                .unwrap();
+        }
     }
 
     #[tokio::test]

@@ -55,6 +55,10 @@ wait_port "$NGINX_PORT"
 wait_port "$FAST_PORT"
 wait_port "$CTL_PORT"
 sleep 0.5
+# A port held by something else answers wait_port too: make sure the ones started here serve.
+for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || { echo "a target or the controller did not start (its port in use?)" >&2; exit 1; }
+done
 # nginx's workers are the master's children: their CPU is the target's.
 NGINX_PIDS=$(cat "/proc/$nginx_master/task/$nginx_master/children")
 

@@ -2,6 +2,9 @@
 # The stampede image for users with a container registry: one binary serves every role
 # (controller, agent, target servers, CLI). Build:  docker build -t <registry>/stampede:<tag> .
 # The test cluster (tests/cluster) packs an equivalent image without Docker or a registry.
+# The release profile (root Cargo.toml) links with fat LTO and one codegen unit and strips the
+# debug info, so the binary every agent pulls is about 24 MB (it was 154 MB with line tables);
+# for profiles, build `--profile profiling` instead (the same code with line tables).
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src

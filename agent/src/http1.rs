@@ -22,15 +22,52 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
-/// A connection's read buffer starts this small and doubles when a response needs more, up to
-/// [`READ_CHUNK`] a step: 10,000 idle keep-alive connections should not hold 16 KiB each.
+/// A read buffer starts this small and doubles when a response needs more, up to
+/// [`READ_CHUNK`] a step.
 const INITIAL_BUF: usize = 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Read buffers kept per thread between responses, and the largest kept.
+const MAX_SPARE: usize = 256;
+const MAX_SPARE_CAPACITY: usize = 64 * 1024;
 
-/// A request rendered to bytes once.
+std::thread_local! {
+    /// Read buffers not in use. A connection holds one only while it reads a response, and
+    /// gives it back when the response is complete: 10,000 connections waiting for their
+    /// answers hold none (at 1 KiB each, that was a quarter of their memory), and taking one
+    /// from here allocates nothing once a few exist.
+    static SPARE: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A read buffer from this thread's spares, or a new one.
+fn take_buffer() -> BytesMut {
+    SPARE
+        .with(|s| s.borrow_mut().pop())
+        .unwrap_or_else(|| BytesMut::with_capacity(INITIAL_BUF))
+}
+
+/// Gives a read buffer back to this thread's spares (or frees it when they are full, or it
+/// grew large for one big response).
+fn give_buffer(mut b: BytesMut) {
+    if b.capacity() == 0 || b.capacity() > MAX_SPARE_CAPACITY {
+        return;
+    }
+    b.clear();
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < MAX_SPARE {
+            s.push(b);
+        }
+    });
+}
+
+/// A request rendered to bytes once, in two forms: as written, and asking the server to close
+/// the connection after answering (for the last request on a connection, so that the server
+/// closes first and the TIME_WAIT is its own, not the generator's ephemeral port).
 #[derive(Debug, Clone)]
 pub struct PreparedRequest {
+    /// Both forms back to back: `..split` as written, `split..` closing.
     bytes: Bytes,
+    split: u32,
     head: bool,
 }
 
@@ -49,11 +86,13 @@ impl PreparedRequest {
         out.push_str(host_header);
         out.push_str("\r\n");
         let mut has_ua = false;
+        let mut has_connection = false;
         for (k, v) in &req.headers {
             if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("host") {
                 continue;
             }
             has_ua |= k.eq_ignore_ascii_case("user-agent");
+            has_connection |= k.eq_ignore_ascii_case("connection");
             out.push_str(k);
             out.push_str(": ");
             out.push_str(&text(v));
@@ -67,20 +106,44 @@ impl PreparedRequest {
         if !body.is_empty() || matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
             out.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
+        // The head without its blank line: the closing form adds one header there.
+        let head_end = out.len();
         out.push_str("\r\n");
         out.push_str(body);
+        let written = out;
+        let mut both = String::with_capacity(2 * written.len() + 19);
+        both.push_str(&written);
+        if has_connection {
+            // The scenario says what it wants: never a second Connection header.
+            both.push_str(&written);
+        } else {
+            both.push_str(&written[..head_end]);
+            both.push_str("Connection: close\r\n");
+            both.push_str(&written[head_end..]);
+        }
         Self {
-            bytes: Bytes::from(out),
+            bytes: Bytes::from(both),
+            split: u32::try_from(written.len()).unwrap_or(u32::MAX),
             head: req.method.eq_ignore_ascii_case("HEAD"),
         }
     }
 
+    /// The request's bytes: `last` for the last request on its connection.
+    pub fn bytes(&self, last: bool) -> &[u8] {
+        let (written, closing) = self.bytes.split_at(self.split as usize);
+        if last {
+            closing
+        } else {
+            written
+        }
+    }
+
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.split as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.split == 0
     }
 }
 
@@ -162,13 +225,40 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     pub fn over(stream: T) -> Self {
         Self {
             stream,
-            buf: BytesMut::with_capacity(INITIAL_BUF),
+            // Taken when a response is read (see `SPARE`).
+            buf: BytesMut::new(),
         }
     }
 
     /// Sends one request and reads the whole response.
     pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
-        self.exchange(&req.bytes, req.head, &mut Discard).await
+        self.exchange(req.bytes(false), req.head, &mut Discard)
+            .await
+    }
+
+    /// Sends one request, in its closing form when `last` (see [`PreparedRequest`]), and
+    /// reads the whole response.
+    pub async fn request_as(
+        &mut self,
+        req: &PreparedRequest,
+        last: bool,
+    ) -> Result<Response, Failure> {
+        self.exchange(req.bytes(last), req.head, &mut Discard).await
+    }
+
+    /// Waits for the server to close after a response that said it would (`Connection:
+    /// close`), discarding anything else it sends: the side that closes first keeps the
+    /// TIME_WAIT, and a generator's ephemeral ports are the scarce ones. The caller bounds
+    /// the wait.
+    pub async fn closed_by_server(&mut self) {
+        loop {
+            self.buf.clear();
+            // The end (a read of 0 bytes) or an error: closed either way.
+            if self.fill().await.is_err() {
+                break;
+            }
+        }
+        give_buffer(std::mem::take(&mut self.buf));
     }
 
     /// Sends the bytes of one request and reads the whole response into `sink`.
@@ -217,6 +307,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             Body::Chunked => self.skip_chunked(sink).await?,
             Body::UntilClose => self.skip_to_close(sink).await?,
         };
+        // Anything past the response (a server that answers more than it was asked) is
+        // dropped here, as the next request's `clear` did before.
+        give_buffer(std::mem::take(&mut self.buf));
         Ok(Response {
             status,
             keep_alive: keep_alive && !matches!(body, Body::UntilClose),
@@ -224,12 +317,28 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         })
     }
 
+    /// Reads more of the response. A connection without a buffer takes one only when there is
+    /// something to read: while the read is pending it gives it straight back (a pending read
+    /// wrote nothing), so a connection waiting for its answer holds no buffer.
     async fn fill(&mut self) -> Result<usize, Failure> {
-        if self.buf.capacity() - self.buf.len() < 512 {
-            let grow = self.buf.capacity().clamp(INITIAL_BUF, READ_CHUNK);
-            self.buf.reserve(grow);
-        }
-        match self.stream.read_buf(&mut self.buf).await {
+        let (stream, buf) = (&mut self.stream, &mut self.buf);
+        let read = std::future::poll_fn(|cx| {
+            let borrowed = buf.capacity() == 0;
+            if borrowed {
+                *buf = take_buffer();
+            }
+            if buf.capacity() - buf.len() < 512 {
+                let grow = buf.capacity().clamp(INITIAL_BUF, READ_CHUNK);
+                buf.reserve(grow);
+            }
+            let polled = tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut *stream), cx, buf);
+            if polled.is_pending() && borrowed {
+                give_buffer(std::mem::take(buf));
+            }
+            polled
+        })
+        .await;
+        match read {
             Ok(0) => Err(Failure(error_kind::RESET)),
             Ok(n) => Ok(n),
             Err(e) => Err(io_failure(&e, false)),
@@ -424,6 +533,84 @@ mod tests {
         let mut c = Conn::connect(addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (404, false));
+    }
+
+    #[test]
+    fn the_closing_form_adds_one_connection_header() {
+        let req = get();
+        let written = std::str::from_utf8(req.bytes(false)).unwrap();
+        let closing = std::str::from_utf8(req.bytes(true)).unwrap();
+        assert_eq!(req.len(), written.len());
+        assert!(!written.to_ascii_lowercase().contains("connection:"));
+        assert_eq!(
+            closing,
+            written.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+        );
+        let own = HttpRequest {
+            method: "POST".into(),
+            path: Template::literal("/x"),
+            headers: [("Connection".to_string(), Template::literal("keep-alive"))].into(),
+            body: Some(Template::literal("{}")),
+            ..Default::default()
+        };
+        let own = PreparedRequest::new(&own, "h", "");
+        assert_eq!(own.bytes(true), own.bytes(false));
+        assert!(own.bytes(false).ends_with(b"\r\n\r\n{}"));
+    }
+
+    /// After a response that says `Connection: close`, the client waits for the server's FIN
+    /// (the server closes first); a server that sends more is read to its end.
+    #[tokio::test]
+    async fn the_client_lets_the_server_close_first() {
+        for reply in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nokand some more",
+        ] {
+            let addr = serve_once(reply).await;
+            let mut c = Conn::connect(addr, None).await.unwrap();
+            let r = c.request_as(&get(), true).await.unwrap();
+            assert_eq!((r.status, r.keep_alive), (200, false));
+            tokio::time::timeout(std::time::Duration::from_secs(5), c.closed_by_server())
+                .await
+                .unwrap();
+        }
+    }
+
+    /// A connection holds a read buffer only while it reads: not while its request waits
+    /// for an answer, nor between requests.
+    #[tokio::test]
+    async fn a_waiting_connection_holds_no_read_buffer() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = answer_rx.await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+        });
+        let mut c = Conn::connect(addr, None).await.unwrap();
+        assert_eq!(c.buf.capacity(), 0);
+        let req = get();
+        {
+            let pending = c.request(&req);
+            tokio::pin!(pending);
+            // Polled once: the request is written and the read is pending.
+            tokio::select! {
+                biased;
+                _ = &mut pending => panic!("answered before the server wrote"),
+                _ = std::future::ready(()) => {}
+            }
+        }
+        assert_eq!(c.buf.capacity(), 0);
+        answer_tx.send(()).unwrap();
+        // The first request was abandoned unanswered; the answer it gets is read whole.
+        let r = c.request(&req).await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(c.buf.capacity(), 0);
     }
 
     #[tokio::test]

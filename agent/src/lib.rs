@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod h2;
 pub mod http1;
 pub mod net;
+mod pool;
 pub mod runner;
 pub mod setup;
 pub mod stream;

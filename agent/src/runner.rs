@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::http1::{Conn, Failure, PreparedRequest};
+use crate::pool::{Closer, RateSlot, Refused, SlotQueue};
 use crate::stream::{FramedRequest, StreamConn};
 use crate::udp::{DatagramRequest, UdpConn};
 
@@ -96,10 +97,14 @@ pub enum Link {
 }
 
 impl Link {
+    /// The HTTP/1.1 connect is inline and the h2 one boxed: every connection of a large
+    /// closed run connects at once, and this future's size is then paid per connection.
     pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
         Ok(match endpoint {
             Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
-            Endpoint::H2(a, tls) => Link::H2(crate::h2::H2Conn::connect(*a, tls.as_deref()).await?),
+            Endpoint::H2(a, tls) => {
+                Link::H2(Box::pin(crate::h2::H2Conn::connect(*a, tls.as_deref())).await?)
+            }
             Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
             Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
             Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),
@@ -388,10 +393,9 @@ pub async fn execute(
     }
     tracker.close();
     tracker.wait().await;
-    for rx in queues {
+    for slots in queues {
         // Stopped early: slots still queued were never started.
-        let mut rx = rx.lock().await;
-        while let Ok((_, phase, _, _)) = rx.try_recv() {
+        for (_, phase, _, _) in slots.close_and_take() {
             rec.with(phase, |s| s.counters.dropped_arrivals += 1);
         }
     }
@@ -427,9 +431,6 @@ pub async fn execute(
     end
 }
 
-/// A constant-rate pool's slot queue, shared by its connections.
-type SlotQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<RateSlot>>>;
-
 /// Starts one workload's load from `t0` plus its start offset: its arrival loop (open and
 /// constant models, on a thread of its own) and its connections (closed and constant).
 fn start_workload(
@@ -438,7 +439,7 @@ fn start_workload(
     tracker: &TaskTracker,
     t0: Instant,
     stop: &CancellationToken,
-) -> (Option<tokio::task::JoinHandle<()>>, Option<SlotQueue>) {
+) -> (Option<tokio::task::JoinHandle<()>>, Option<Arc<SlotQueue>>) {
     let t0 = t0 + spec.start;
     // The arrival loop runs on its own thread: tokio's timer has millisecond granularity,
     // a thread sleep lands within tens of microseconds of the intended time.
@@ -495,22 +496,23 @@ fn start_workload(
             None
         }
         Mode::Constant { connections, first } => {
-            let (tx, rx) = mpsc::channel::<RateSlot>(MAX_QUEUED_SLOTS);
-            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            let slots = SlotQueue::new(MAX_QUEUED_SLOTS);
             for c in 0..connections as u64 {
-                let (rec, spec, stop, rx) = (rec.clone(), spec.clone(), stop.clone(), rx.clone());
-                tracker.spawn(pooled_connection(spec, rec, rx, first + c, stop));
+                let (rec, spec, stop, slots) =
+                    (rec.clone(), spec.clone(), stop.clone(), slots.clone());
+                tracker.spawn(pooled_connection(spec, rec, slots, first + c, stop));
             }
-            queue = Some(rx);
+            queue = Some(slots.clone());
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
             Some(tokio::task::spawn_blocking(move || {
+                // Closing the queue (however this thread ends) lets the pool drain it and finish.
+                let slots = Closer(slots);
                 let mut warned = false;
                 arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended, kind| {
-                    if !enqueue(&tx, (intended, a.phase, a.index, kind), &mut warned) {
+                    if !enqueue(&slots.0, (intended, a.phase, a.index, kind), &mut warned) {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                     }
                 });
-                // Dropping `tx` here lets the pool drain the queue and finish.
             }))
         }
     };
@@ -625,33 +627,29 @@ async fn closed_connection(
     drop(conn);
 }
 
-/// A constant-rate slot waiting for a free connection: intended time, phase, arrival index,
-/// session type.
-type RateSlot = (Instant, u32, u64, u32);
-
 /// Most constant-rate slots waiting for a free connection. Slots queue while every connection
 /// is busy; against a target that stalls, they would pile up at the scheduled rate (1e6/s for
-/// a minute is 2 GB). Past this bound (about 32 MiB of slots, seconds of backlog at any rate a
+/// a minute is 2 GB). Past this bound (about 24 MiB of slots, seconds of backlog at any rate a
 /// pool keeps up with) a slot is dropped and counted, and the report shows the generator fell
 /// behind.
 const MAX_QUEUED_SLOTS: usize = 1 << 20;
 
 /// Queues `slot` for the pool; false when it was dropped (queue full, or the pool is gone).
 /// Warns once per run when the queue first overflows.
-fn enqueue(tx: &mpsc::Sender<RateSlot>, slot: RateSlot, warned: &mut bool) -> bool {
-    match tx.try_send(slot) {
+fn enqueue(slots: &SlotQueue, slot: RateSlot, warned: &mut bool) -> bool {
+    match slots.push(slot) {
         Ok(()) => true,
-        Err(mpsc::error::TrySendError::Full(_)) => {
+        Err(Refused::Full) => {
             if !*warned {
                 *warned = true;
                 tracing::warn!(
-                    queued = tx.max_capacity(),
+                    queued = slots.bound(),
                     "every connection is busy and the slot queue is full: dropping slots (counted as dropped arrivals)"
                 );
             }
             false
         }
-        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(Refused::Closed) => false,
     }
 }
 
@@ -660,18 +658,15 @@ fn enqueue(tx: &mpsc::Sender<RateSlot>, slot: RateSlot, warned: &mut bool) -> bo
 async fn pooled_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
-    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<RateSlot>>>,
+    slots: Arc<SlotQueue>,
     connection: u64,
     stop: CancellationToken,
 ) {
     let mut conn = None;
     loop {
-        let next = {
-            let mut rx = queue.lock().await;
-            tokio::select! {
-                m = rx.recv() => m,
-                _ = stop.cancelled() => None,
-            }
+        let next = tokio::select! {
+            m = slots.pop() => m,
+            _ = stop.cancelled() => None,
         };
         let Some((intended, phase, index, kind)) = next else {
             break;
@@ -699,7 +694,7 @@ fn us(d: Duration) -> u64 {
 /// run seed and the arrival index, so a rerun pauses the same). False when stopped.
 async fn think(
     t: &ThinkTime,
-    rng: &mut Option<rand_chacha::ChaCha8Rng>,
+    rng: &mut Option<Box<rand_chacha::ChaCha8Rng>>,
     (seed, index): (u64, u64),
     stop: &CancellationToken,
 ) -> bool {
@@ -707,7 +702,8 @@ async fn think(
         ThinkTime::Fixed(d) => d.0,
         ThinkTime::Range { min, max } => {
             let span = max.0.saturating_sub(min.0);
-            let rng = rng.get_or_insert_with(|| stampede_core::template::think_rng(seed, index));
+            let rng = rng
+                .get_or_insert_with(|| Box::new(stampede_core::template::think_rng(seed, index)));
             min.0 + span.mul_f64(rng.random::<f64>())
         }
     };
@@ -770,6 +766,8 @@ async fn session<'a>(
             }
         },
     };
+    // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
+    // session's future (10,000 connections are 10,000 of them), think time or not.
     let mut rng = None;
     let lag = Instant::now().saturating_duration_since(intended);
     rec.with(phase, |s| s.record_start(us(lag)));
@@ -778,7 +776,7 @@ async fn session<'a>(
     // then the end of the previous step.
     let mut due = intended;
     let mut ok = true;
-    'steps: for step in steps {
+    'steps: for (i, step) in steps.iter().enumerate() {
         match step {
             StepPlan::Think(t) => {
                 if !think(t, &mut rng, (spec.seed, index), stop).await {
@@ -816,16 +814,31 @@ async fn session<'a>(
                 new_connection,
                 ..
             } => {
-                for _ in 0..*repeat {
+                for r in 0..*repeat {
                     if *new_connection {
                         *conn = None;
                     }
+                    let last = last_on_connection(steps, i, r + 1 < *repeat);
                     let sent = Instant::now();
                     rec.with(phase, |s| s.counters.requests_started += 1);
+                    let deadline = sent + spec.request_timeout;
+                    // One timer for the connect and the request together.
                     let result = tokio::select! {
-                        r = exchange(spec, rec, conn, step, &mut vars) => r,
+                        r = tokio::time::timeout_at(
+                            deadline,
+                            exchange(spec, rec, conn, step, &mut vars, last, deadline),
+                        ) => r,
                         _ = stop.cancelled() => return true,
                     };
+                    let result = result.unwrap_or_else(|_| {
+                        // A connection left mid-request cannot carry another one.
+                        let connected = conn.take().is_some();
+                        Err(Failure(if connected {
+                            error_kind::TIMEOUT
+                        } else {
+                            error_kind::CONNECT_TIMEOUT
+                        }))
+                    });
                     let done = Instant::now();
                     match result {
                         Ok(answer) => {
@@ -843,7 +856,7 @@ async fn session<'a>(
                                 }
                             });
                             if !answer.keep_alive {
-                                *conn = None;
+                                close_after_server(conn, spec.request_timeout).await;
                             }
                             if answer.error.is_some() {
                                 ok = false;
@@ -876,6 +889,40 @@ async fn session<'a>(
     true
 }
 
+/// Whether the request of step `i` is the last on its connection: the request after it (the
+/// step's next repeat when `repeating`, else the next request step, wrapping to the first for
+/// the session that follows on a kept connection) opens a new one. Such a request asks the
+/// server to close (see [`crate::http1::PreparedRequest`]).
+fn last_on_connection(steps: &[StepPlan], i: usize, repeating: bool) -> bool {
+    let opens_new = |s: &StepPlan| match s {
+        StepPlan::Http { new_connection, .. }
+        | StepPlan::HttpDynamic { new_connection, .. }
+        | StepPlan::Tcp { new_connection, .. }
+        | StepPlan::Udp { new_connection, .. }
+        | StepPlan::Grpc { new_connection, .. } => Some(*new_connection),
+        StepPlan::Think(_) => None,
+    };
+    if repeating {
+        return opens_new(&steps[i]).unwrap_or(false);
+    }
+    let (head, tail) = steps.split_at(i + 1);
+    tail.iter().chain(head).find_map(opens_new).unwrap_or(false)
+}
+
+/// Most time given to a server that said it closes to do so.
+const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Drops a connection the server said it closes; an HTTP/1.1 one only after the server has
+/// closed (within the request timeout and [`SERVER_CLOSE_WAIT`]), so that the TIME_WAIT
+/// stays on the server's side and a connection per request does not use up the generator's
+/// ephemeral ports.
+async fn close_after_server(conn: &mut Option<Tracked<'_>>, timeout: Duration) {
+    if let Some(Link::Http1(c)) = conn.as_mut().map(|t| &mut t.conn) {
+        let _ = tokio::time::timeout(timeout.min(SERVER_CLOSE_WAIT), c.closed_by_server()).await;
+    }
+    *conn = None;
+}
+
 /// What one request brought back.
 struct Answer<'s> {
     sent: u64,
@@ -889,22 +936,23 @@ struct Answer<'s> {
     keep_alive: bool,
 }
 
-/// Connects if needed, then sends one request of `step`, within the request timeout.
+/// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
+/// (the request timeout); the UDP driver, which waits for a datagram, also takes it.
+#[allow(clippy::too_many_arguments)]
 async fn exchange<'a, 's>(
     spec: &'s RunSpec,
     rec: &'a Recorder,
     conn: &mut Option<Tracked<'a>>,
     step: &'s StepPlan,
     vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+    last: bool,
+    deadline: Instant,
 ) -> Result<Answer<'s>, Failure> {
-    let deadline = Instant::now() + spec.request_timeout;
     if conn.is_none() {
         // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
         // inline it would make every session task that large for its whole life, though a
         // kept-alive connection opens once.
-        let c = tokio::time::timeout_at(deadline, Box::pin(Link::open(&spec.target)))
-            .await
-            .map_err(|_| Failure(error_kind::CONNECT_TIMEOUT))??;
+        let c = Box::pin(Link::open(&spec.target)).await?;
         *conn = Some(rec.connections.track(c));
     }
     let Some(c) = conn.as_mut() else {
@@ -916,15 +964,13 @@ async fn exchange<'a, 's>(
             StepPlan::Http {
                 request, expect, ..
             },
-        ) => timed(deadline, c.request(request))
-            .await
-            .map(|resp| Answer {
-                sent: request.len() as u64,
-                received: resp.bytes_received,
-                error: status_error(expect.as_deref(), resp.status),
-                status: resp.status,
-                keep_alive: resp.keep_alive,
-            }),
+        ) => c.request_as(request, last).await.map(|resp| Answer {
+            sent: request.bytes(last).len() as u64,
+            received: resp.bytes_received,
+            error: status_error(expect.as_deref(), resp.status),
+            status: resp.status,
+            keep_alive: resp.keep_alive,
+        }),
         // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
         // session task (10,000 connections are 10,000 tasks); their own per-request costs
         // (an h2 stream, a syscall per datagram) dwarf one allocation.
@@ -935,29 +981,23 @@ async fn exchange<'a, 's>(
                 expect,
                 ..
             },
-        ) => timed(deadline, Box::pin(c.request(request)))
-            .await
-            .map(|resp| Answer {
-                sent: request.len() as u64,
-                received: resp.bytes_received,
-                error: status_error(expect.as_deref(), resp.status),
-                status: resp.status,
-                keep_alive: true,
-            }),
+        ) => Box::pin(c.request(request)).await.map(|resp| Answer {
+            sent: request.len() as u64,
+            received: resp.bytes_received,
+            error: status_error(expect.as_deref(), resp.status),
+            status: resp.status,
+            keep_alive: true,
+        }),
         // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
         (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
             match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-                (Some(ctx), Some(v)) => timed(deadline, Box::pin(step.http1(c, ctx, v)))
-                    .await
-                    .map(Answer::from),
+                (Some(ctx), Some(v)) => Box::pin(step.http1(c, ctx, v)).await.map(Answer::from),
                 _ => Err(Failure(error_kind::PROTOCOL)),
             }
         }
         (Link::H2(c), StepPlan::HttpDynamic { step, .. }) => {
             match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-                (Some(ctx), Some(v)) => timed(deadline, Box::pin(step.h2(c, ctx, v)))
-                    .await
-                    .map(Answer::from),
+                (Some(ctx), Some(v)) => Box::pin(step.h2(c, ctx, v)).await.map(Answer::from),
                 _ => Err(Failure(error_kind::PROTOCOL)),
             }
         }
@@ -968,7 +1008,7 @@ async fn exchange<'a, 's>(
                 send: None,
                 ..
             },
-        ) => timed(deadline, Box::pin(c.request(request)))
+        ) => Box::pin(c.request(request))
             .await
             .map(|received| Answer::raw(request.len() as u64, received)),
         (
@@ -989,7 +1029,7 @@ async fn exchange<'a, 's>(
                 ..
             },
         ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-            (Some(ctx), Some(v)) => timed(deadline, Box::pin(send.tcp(c, request, ctx, v)))
+            (Some(ctx), Some(v)) => Box::pin(send.tcp(c, request, ctx, v))
                 .await
                 .map(|(sent, received)| Answer::raw(sent, received)),
             _ => Err(Failure(error_kind::PROTOCOL)),
@@ -1007,15 +1047,15 @@ async fn exchange<'a, 's>(
                 .map(|(sent, received)| Answer::raw(sent, received)),
             _ => Err(Failure(error_kind::PROTOCOL)),
         },
-        (Link::H2(c), StepPlan::Grpc { request, .. }) => timed(deadline, Box::pin(request.call(c)))
-            .await
-            .map(|reply| Answer {
+        (Link::H2(c), StepPlan::Grpc { request, .. }) => {
+            Box::pin(request.call(c)).await.map(|reply| Answer {
                 sent: request.len() as u64,
                 received: reply.received,
                 error: reply.error,
                 status: reply.status,
                 keep_alive: true,
-            }),
+            })
+        }
         // Validation ties the step kind to the target's scheme; this cannot happen.
         _ => Err(Failure(error_kind::PROTOCOL)),
     };
@@ -1050,21 +1090,9 @@ impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
     }
 }
 
-/// Runs `f` until `deadline`; running out is a `timeout`.
-#[inline]
-async fn timed<T>(
-    deadline: Instant,
-    f: impl std::future::Future<Output = Result<T, Failure>>,
-) -> Result<T, Failure> {
-    tokio::time::timeout_at(deadline, f)
-        .await
-        .map_err(|_| Failure(error_kind::TIMEOUT))
-        .and_then(|r| r)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{empty_buffers, enqueue, final_interval, progress, InFlight, RateSlot, Recorder};
+    use super::{empty_buffers, enqueue, final_interval, progress, InFlight, Recorder, SlotQueue};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
@@ -1176,18 +1204,53 @@ mod tests {
         assert!(hwm_mib < 200, "VmHWM {hwm_mib} MiB");
     }
 
-    /// The constant-rate slot queue holds at most its bound: past it slots are refused (the
-    /// caller counts them dropped) and the warning fires once; a closed pool refuses too.
+    /// A full slot queue refuses (the caller counts the slot dropped) and the warning fires
+    /// once; a closed one refuses too.
     #[test]
-    fn the_slot_queue_is_bounded() {
-        let (tx, rx) = tokio::sync::mpsc::channel::<RateSlot>(4);
+    fn a_refused_slot_is_reported_dropped() {
+        let slots = SlotQueue::new(4);
         let mut warned = false;
         let slot = (tokio::time::Instant::now(), 0, 0, 0);
-        let taken = (0..10).filter(|_| enqueue(&tx, slot, &mut warned)).count();
+        let taken = (0..10)
+            .filter(|_| enqueue(&slots, slot, &mut warned))
+            .count();
         assert_eq!(taken, 4);
         assert!(warned);
-        drop(rx);
-        assert!(!enqueue(&tx, slot, &mut warned));
+        slots.close();
+        assert!(!enqueue(&slots, slot, &mut warned));
+    }
+
+    /// A request asks the server to close exactly when the request after it on the same
+    /// session loop opens a new connection (think times in between do not count).
+    #[test]
+    fn the_last_request_on_a_connection_is_known() {
+        use super::{last_on_connection, StepPlan};
+        use stampede_core::scenario::ThinkTime;
+        use stampede_core::HumanDuration;
+        let req = stampede_core::scenario::HttpRequest::default();
+        let http = |new_connection| StepPlan::Http {
+            ordinal: 0,
+            request: crate::http1::PreparedRequest::new(&req, "h", ""),
+            h2: None,
+            expect: None,
+            repeat: 1,
+            new_connection,
+        };
+        let think = || StepPlan::Think(ThinkTime::Fixed(HumanDuration(Duration::from_secs(1))));
+        // One step with a connection per request: every request is the last.
+        let steps = [http(true)];
+        assert!(last_on_connection(&steps, 0, false));
+        assert!(last_on_connection(&steps, 0, true));
+        // Kept-alive steps never close.
+        let steps = [http(false), think(), http(false)];
+        assert!(!last_on_connection(&steps, 0, false));
+        assert!(!last_on_connection(&steps, 2, false));
+        // A login on a new connection, then a request reusing it: only the second closes,
+        // since the next session's login opens its own (across the think time).
+        let steps = [http(true), http(false), think()];
+        assert!(!last_on_connection(&steps, 0, false));
+        assert!(last_on_connection(&steps, 1, false));
+        assert!(!last_on_connection(&steps, 1, true));
     }
 
     #[test]
@@ -1203,5 +1266,35 @@ mod tests {
         assert_eq!(final_interval(ms(2300), s, 2), 2);
         // A short run that ends before the first tick.
         assert_eq!(final_interval(ms(300), s, 0), 0);
+    }
+}
+#[cfg(test)]
+mod future_size {
+    /// The size of the future `F` that `_f` returns, without running it.
+    fn size_of_future<F>(_f: &dyn Fn() -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A closed connection's task is allocated once per connection for the whole run: 10,000
+    /// connections are 10,000 of them, so what its future holds across awaits (the connect,
+    /// a TLS or h2 handshake, a think-time generator) is boxed or kept out, and this keeps
+    /// it that way.
+    #[test]
+    #[allow(unreachable_code)]
+    fn a_connection_task_stays_small() {
+        let task = size_of_future(&|| {
+            super::closed_connection(
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+            )
+        });
+        let connect = size_of_future(&|| super::Link::open(unreachable!()));
+        eprintln!("closed connection task {task} B, connect {connect} B");
+        assert!(task <= 1280, "a closed connection's future is {task} bytes");
+        assert!(connect <= 512, "connecting takes {connect} bytes");
     }
 }

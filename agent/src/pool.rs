@@ -1,0 +1,181 @@
+//! The constant-rate model's slot queue: the arrival thread pushes each owned slot, the pool's
+//! idle connections take them in order.
+//!
+//! One short `std` lock around a `VecDeque` and a [`Notify`] that wakes exactly one idle
+//! connection per slot. (A `tokio::sync::Mutex` around an mpsc receiver cost a second task
+//! wake-up per slot: the connection that took a slot released the mutex to the next idle one,
+//! which then parked on the channel.)
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A constant-rate slot waiting for a free connection: intended time, phase, arrival index,
+/// session type.
+pub type RateSlot = (Instant, u32, u64, u32);
+
+/// Why a slot was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The queue holds its bound.
+    Full,
+    /// The pool is gone.
+    Closed,
+}
+
+#[derive(Debug)]
+struct Inner {
+    slots: VecDeque<RateSlot>,
+    closed: bool,
+}
+
+/// A bounded FIFO of slots shared by the arrival thread and a pool of connection tasks.
+#[derive(Debug)]
+pub struct SlotQueue {
+    inner: Mutex<Inner>,
+    ready: Notify,
+    bound: usize,
+}
+
+impl SlotQueue {
+    /// A queue that holds at most `bound` slots.
+    pub fn new(bound: usize) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                slots: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Notify::new(),
+            bound,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing here is left half-done by a panic: keep going.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The most slots it holds.
+    pub fn bound(&self) -> usize {
+        self.bound
+    }
+
+    /// Queues `slot` and wakes one idle connection.
+    pub fn push(&self, slot: RateSlot) -> Result<(), Refused> {
+        {
+            let mut q = self.lock();
+            if q.closed {
+                return Err(Refused::Closed);
+            }
+            if q.slots.len() >= self.bound {
+                return Err(Refused::Full);
+            }
+            q.slots.push_back(slot);
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The oldest slot, waiting for one; `None` once the queue is closed and empty.
+    pub async fn pop(&self) -> Option<RateSlot> {
+        loop {
+            let notified = self.ready.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a push or close in between is not missed.
+            notified.as_mut().enable();
+            {
+                let mut q = self.lock();
+                if let Some(s) = q.slots.pop_front() {
+                    return Some(s);
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// No more slots: idle connections see the end once the queue is empty.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_waiters();
+    }
+
+    /// Closes the queue and takes the slots never started.
+    pub fn close_and_take(&self) -> Vec<RateSlot> {
+        let taken = {
+            let mut q = self.lock();
+            q.closed = true;
+            q.slots.drain(..).collect()
+        };
+        self.ready.notify_waiters();
+        taken
+    }
+}
+
+/// The arrival side's handle: closes the queue when dropped, however the arrival thread ends.
+#[derive(Debug)]
+pub struct Closer(pub Arc<SlotQueue>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Closer, Refused, SlotQueue};
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn the_queue_is_bounded_and_refuses_once_closed() {
+        let q = SlotQueue::new(4);
+        let slot = (Instant::now(), 0, 0, 0);
+        let taken = (0..10).filter(|_| q.push(slot).is_ok()).count();
+        assert_eq!(taken, 4);
+        assert_eq!(q.push(slot), Err(Refused::Full));
+        assert_eq!(q.close_and_take().len(), 4);
+        assert_eq!(q.push(slot), Err(Refused::Closed));
+    }
+
+    /// Slots go out oldest first, each to exactly one waiting connection, and every waiter
+    /// ends once the arrival side is gone.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_connections_take_each_slot_once_then_end() {
+        let q = SlotQueue::new(100);
+        let mut pool = Vec::new();
+        for _ in 0..3 {
+            let q = q.clone();
+            pool.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some((_, _, index, _)) = q.pop().await {
+                    got.push(index);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                got
+            }));
+        }
+        let closer = Closer(q.clone());
+        let t = Instant::now();
+        for i in 0..30u64 {
+            q.push((t, 0, i, 0)).unwrap();
+            if i % 7 == 0 {
+                tokio::time::sleep(Duration::from_micros(300)).await;
+            }
+        }
+        drop(closer);
+        let mut all = Vec::new();
+        for p in pool {
+            let got = p.await.unwrap();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            all.extend(got);
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..30).collect::<Vec<_>>());
+    }
+}

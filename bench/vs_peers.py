@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""The driver of bench/vs-peers.sh (run that: it builds the binary and installs nginx and wrk).
+
+Every generator runs pinned to LOAD_CPU, the target to SERVER_CPU, one after the other against the
+same target in the same run, REPS times; the table gives medians and the ratios to wrk and oha.
+
+Generators: Stampede as `run --local` (controller and agent in one process, what users run on one
+machine: the process's CPU and peak RSS from /usr/bin/time) and as a separate agent process
+(`stampede agent` next to a `stampede controller` process: the agent's CPU from /proc over the
+run and its peak RSS, VmHWM); wrk, oha, hey and vegeta when installed.
+
+Cases:
+  closed       50 keep-alive connections, as fast as possible: requests per generator CPU-second
+  closed-fast  the same against the project's own target (`stampede target http`)
+  constant     5,000 requests/s over 50 connections: generator CPU per request
+  newconn      a new connection per request, 50 at a time: connections/s, p99, TIME_WAIT sides
+  conns        10,000 concurrent keep-alive connections: peak RSS
+
+Which side was the limit: the core whose process used >= 90 % of it over the run (target or
+generator); "neither" when both had room (latency-bound, or a rate was asked for).
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORK = Path(os.environ["WORK"])
+BIN = os.environ["BIN"]
+NGINX_PORT = int(os.environ.get("NGINX_PORT", "18090"))
+FAST_PORT = int(os.environ.get("FAST_PORT", "18091"))
+CTL_PORT = int(os.environ.get("CTL_PORT", "17990"))
+SERVER_CPU = os.environ.get("SERVER_CPU", "0")
+LOAD_CPU = os.environ.get("LOAD_CPU", "1")
+DUR = int(os.environ.get("DURATION", "10").rstrip("s"))
+REPS = int(os.environ.get("REPS", "3"))
+HZ = os.sysconf("SC_CLK_TCK")
+NGINX_PIDS = [int(p) for p in os.environ.get("NGINX_PIDS", "").split()]
+FAST_PID = int(os.environ.get("FAST_PID", "0") or 0)
+HOME = Path.home()
+
+
+def which(name, *extra):
+    for d in os.environ.get("PATH", "").split(":"):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    for e in extra:
+        if os.access(e, os.X_OK):
+            return str(e)
+    return None
+
+
+TOOLS = {
+    "wrk": which("wrk"),
+    "oha": which("oha", HOME / ".cargo/bin/oha"),
+    "hey": which("hey"),
+    "vegeta": which("vegeta", HOME / "go/bin/vegeta"),
+}
+
+
+def ticks(pids):
+    total = 0
+    for p in pids:
+        try:
+            s = Path(f"/proc/{p}/stat").read_text()
+            f = s[s.rindex(")") + 2:].split()
+            total += int(f[11]) + int(f[12])
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def hwm_kb(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def timewait(port):
+    def count(flt):
+        r = subprocess.run(["ss", "-Htn", "state", "time-wait", flt], capture_output=True, text=True)
+        return r.stdout.count("\n")
+    return count(f"( dport = :{port} )"), count(f"( sport = :{port} )")
+
+
+def dur_ms(s):
+    unit = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+    parts = re.findall(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m)", s)
+    return sum(float(v) * unit[u] for v, u in parts) if parts else None
+
+
+def timed(argv, tag):
+    """Runs argv pinned under /usr/bin/time; returns (stdout, wall, cpu_s, rss_kb)."""
+    tf = WORK / f"{tag}.time"
+    full = ["taskset", "-c", LOAD_CPU, "/usr/bin/time", "-f", "%e %U %S %M", "-o", str(tf)] + argv
+    out = subprocess.run(full, capture_output=True, text=True, timeout=DUR + 120).stdout
+    e, u, s, m = tf.read_text().split()[-4:]
+    return out, float(e), float(u) + float(s), int(m)
+
+
+# ---------------------------------------------------------------- Stampede
+def scenario(tag, port, load, new_connection=False):
+    step = "  - http: { method: GET, path: / }" + ("\n    new_connection: true" if new_connection else "")
+    y = WORK / f"{tag}.yaml"
+    y.write_text(f"name: {tag}\ntarget: http://127.0.0.1:{port}\nagents: 1\nrequest_timeout: 10s\n"
+                 f"load: {load}\nsession:\n{step}\n")
+    return y
+
+
+def report_metrics(path):
+    d = json.loads(Path(path).read_text())
+    t, rt = d["totals"], d["latency"]["response_time"]
+    return {"requests": t["completed"], "rps": t["throughput_rps"], "p99": rt["p99_us"] / 1000,
+            "errors": sum(t["errors"].values())}
+
+
+def stampede_local(tag, port, load, new_connection=False):
+    y, rep = scenario(tag, port, load, new_connection), WORK / f"{tag}.json"
+    _, wall, cpu, rss = timed([BIN, "run", str(y), "--local", "--agents", "1", "--quiet", "--report", str(rep)], tag)
+    m = report_metrics(rep)
+    m.update(wall=wall, cpu=cpu, rss_kb=rss)
+    return m
+
+
+def stampede_agent(tag, port, load, new_connection=False):
+    y, rep = scenario(tag, port, load, new_connection), WORK / f"{tag}.json"
+    log = open(WORK / f"{tag}.agent.log", "w")
+    agent = subprocess.Popen(["taskset", "-c", LOAD_CPU, BIN, "agent", "--controller",
+                              f"http://127.0.0.1:{CTL_PORT}", "--id", "bench-agent"],
+                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG="warn"))
+    try:
+        time.sleep(1.0)
+        c0, t0 = ticks([agent.pid]), time.time()
+        subprocess.run([BIN, "run", str(y), "--controller", f"http://127.0.0.1:{CTL_PORT}", "--quiet",
+                        "--report", str(rep)], capture_output=True, timeout=DUR + 120)
+        cpu, wall, rss = (ticks([agent.pid]) - c0) / HZ, time.time() - t0, hwm_kb(agent.pid)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    m = report_metrics(rep)
+    m.update(wall=wall, cpu=cpu, rss_kb=rss)
+    return m
+
+
+# ---------------------------------------------------------------- peers
+def url(port):
+    return f"http://127.0.0.1:{port}/"
+
+
+def wrk(tag, port, conns, close=False):
+    argv = [TOOLS["wrk"], "-t1", f"-c{conns}", f"-d{DUR}s", "--latency", "--timeout", "10s"]
+    out, wall, cpu, rss = timed(argv + (["-H", "Connection: close"] if close else []) + [url(port)], tag)
+    n = re.search(r"(\d+) requests in", out)
+    p99 = re.search(r"^\s+99%\s+(\S+)", out, re.M)
+    err = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    n = int(n.group(1)) if n else 0
+    return {"requests": n, "rps": n / DUR, "p99": dur_ms(p99.group(1)) if p99 else None,
+            "errors": sum(map(int, err.groups())) if err else 0, "wall": wall, "cpu": cpu, "rss_kb": rss}
+
+
+def oha(tag, port, conns, rate=None, close=False):
+    argv = [TOOLS["oha"], "--no-tui", "--output-format", "json", "--worker-threads", "1", "-c", str(conns),
+            "-z", f"{DUR}s"] + (["-q", str(rate)] if rate else []) + (["--disable-keepalive"] if close else [])
+    out, wall, cpu, rss = timed(argv + [url(port)], tag)
+    j = json.loads(out[out.index("{"):])
+    n = sum(j.get("statusCodeDistribution", {}).values())
+    p99 = (j.get("latencyPercentiles") or {}).get("p99")
+    return {"requests": n, "rps": n / DUR, "p99": p99 * 1000 if p99 else None,
+            "errors": sum((j.get("errorDistribution") or {}).values()), "wall": wall, "cpu": cpu, "rss_kb": rss}
+
+
+def hey(tag, port, conns, rate=None, close=False):
+    argv = [TOOLS["hey"], "-cpus", "1", "-c", str(conns), "-z", f"{DUR}s"]
+    argv += (["-q", str(rate // conns)] if rate else []) + (["-disable-keepalive"] if close else [])
+    out, wall, cpu, rss = timed(argv + [url(port)], tag)
+    codes = [int(n) for n in re.findall(r"\[\d{3}\]\s+(\d+) responses", out)]
+    p99 = re.search(r"99% in ([\d.]+) secs", out)
+    n = sum(codes)
+    return {"requests": n, "rps": n / DUR, "p99": float(p99.group(1)) * 1000 if p99 else None,
+            "errors": 0, "wall": wall, "cpu": cpu, "rss_kb": rss}
+
+
+def vegeta(tag, port, conns, rate=None, close=False):
+    targets, res = WORK / "vegeta-targets.txt", WORK / f"{tag}.bin"
+    targets.write_text(f"GET {url(port)}\n")
+    argv = [TOOLS["vegeta"], "-cpus", "1", "attack", "-targets", str(targets), "-output", str(res),
+            f"-duration={DUR}s"]
+    argv += [f"-rate={rate}/1s", f"-connections={conns}"] if rate else \
+        ["-rate=0", f"-workers={conns}", f"-max-workers={conns}", f"-connections={conns}"]
+    argv += ["-keepalive=false"] if close else []
+    _, wall, cpu, rss = timed(argv, tag)
+    j = json.loads(subprocess.run([TOOLS["vegeta"], "report", "-type=json", str(res)], capture_output=True,
+                                  text=True).stdout)
+    res.unlink(missing_ok=True)
+    ok = (j.get("status_codes") or {}).get("200", 0)
+    return {"requests": ok, "rps": ok / DUR, "p99": j["latencies"]["99th"] / 1e6,
+            "errors": j.get("requests", 0) - ok, "wall": wall, "cpu": cpu, "rss_kb": rss}
+
+
+# ---------------------------------------------------------------- cases
+def load(model, conns, rate=None):
+    r = f"rate: {rate}, " if rate else ""
+    return f"{{ model: {model}, {r}connections: {conns}, duration: {DUR}s }}"
+
+
+def runners(case):
+    """(generator name, function of tag) for this case."""
+    port = FAST_PORT if case == "closed-fast" else NGINX_PORT
+    conns = 10000 if case == "conns" else 50
+    rate = 5000 if case == "constant" else None
+    close = case == "newconn"
+    lo = load("constant" if rate else "closed", conns, rate)
+    out = [("stampede-local", lambda t: stampede_local(t, port, lo, close)),
+           ("stampede-agent", lambda t: stampede_agent(t, port, lo, close))]
+    for name, fn in (("wrk", wrk), ("oha", oha), ("hey", hey), ("vegeta", vegeta)):
+        if not TOOLS[name] or (name == "wrk" and rate):
+            continue
+        if name == "wrk":
+            out.append((name, lambda t, fn=fn: fn(t, port, conns, close=close)))
+        else:
+            out.append((name, lambda t, fn=fn: fn(t, port, conns, rate=rate, close=close)))
+    return out, port
+
+
+def target_pids(port):
+    return [FAST_PID] if port == FAST_PORT else NGINX_PIDS
+
+
+def run_case(case, results):
+    gens, port = runners(case)
+    for rep in range(1, REPS + 1):
+        for name, fn in gens:
+            tag = f"{case}-{name}-r{rep}"
+            tp = target_pids(port)
+            t0, w0 = ticks(tp), time.time()
+            try:
+                m = fn(tag)
+            except Exception as e:  # noqa: BLE001 - a tool that fails is reported, the rest go on
+                print(f"  {tag}: failed: {e}", flush=True)
+                continue
+            m["target_cpu_pct"] = 100.0 * (ticks(tp) - t0) / HZ / max(time.time() - w0, 1e-9)
+            m["gen_cpu_pct"] = 100.0 * m["cpu"] / max(m["wall"], 1e-9)
+            if case == "newconn":
+                m["tw_client"], m["tw_server"] = timewait(port)
+            m.update(case=case, tool=name, rep=rep)
+            results.append(m)
+            print(f"  {tag}: {m['rps']:.0f} req/s, cpu {m['cpu']:.2f} s, rss {m['rss_kb'] / 1024:.1f} MiB, "
+                  f"p99 {m['p99'] or 0:.2f} ms, target cpu {m['target_cpu_pct']:.0f} %, errors {m['errors']}",
+                  flush=True)
+            if case == "newconn":
+                # TIME_WAIT left by one generator must not take the next one's ports.
+                deadline = time.time() + 70
+                while timewait(port)[0] > 5000 and time.time() < deadline:
+                    time.sleep(2)
+
+
+# ---------------------------------------------------------------- table
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def table(results):
+    lines = []
+    heads = {
+        "closed": ("req per CPU-s", lambda r: r["requests"] / r["cpu"] if r["cpu"] else None, True),
+        "closed-fast": ("req per CPU-s", lambda r: r["requests"] / r["cpu"] if r["cpu"] else None, True),
+        "constant": ("CPU µs per req", lambda r: r["cpu"] / r["requests"] * 1e6 if r["requests"] else None, False),
+        "newconn": ("conn/s", lambda r: r["rps"], True),
+        "conns": ("peak RSS MiB", lambda r: r["rss_kb"] / 1024, False),
+    }
+    for case in dict.fromkeys(r["case"] for r in results):
+        title, f, higher = heads[case]
+        rs = [r for r in results if r["case"] == case]
+        tools = list(dict.fromkeys(r["tool"] for r in rs))
+        by = {t: med([f(r) for r in rs if r["tool"] == t]) for t in tools}
+        lines.append(f"\n{case}: {title} (median of {REPS}; ratio: > 1 is better for the row)")
+        extra = "  TIME_WAIT gen/target" if case == "newconn" else ""
+        lines.append(f"  {'generator':16} {title:>14} {'/ wrk':>7} {'/ oha':>7} {'req/s':>9} {'p99 ms':>8} "
+                     f"{'gen CPU%':>8} {'tgt CPU%':>8}  limit{extra}")
+        for t in tools:
+            tr = [r for r in rs if r["tool"] == t]
+            v = by[t]
+
+            def ratio(peer):
+                p = by.get(peer)
+                if v is None or not p:
+                    return "-"
+                return f"{(v / p if higher else p / v):.2f}"
+            gen, tgt = med([r["gen_cpu_pct"] for r in tr]), med([r["target_cpu_pct"] for r in tr])
+            limit = "generator" if gen >= 90 else "target" if tgt >= 90 else "neither"
+            tw = ""
+            if case == "newconn":
+                tw = f"  {med([r['tw_client'] for r in tr]):.0f}/{med([r['tw_server'] for r in tr]):.0f}"
+            lines.append(f"  {t:16} {v if v is not None else float('nan'):14.1f} {ratio('wrk'):>7} {ratio('oha'):>7} "
+                         f"{med([r['rps'] for r in tr]):9.0f} {med([r['p99'] for r in tr]) or 0:8.2f} "
+                         f"{gen:8.0f} {tgt:8.0f}  {limit}{tw}")
+    return "\n".join(lines)
+
+
+def main():
+    cases = sys.argv[1:] or ["closed", "closed-fast", "constant", "newconn", "conns"]
+    print(f"target on cpu {SERVER_CPU}, generators on cpu {LOAD_CPU}, {DUR} s x {REPS}; peers: "
+          + ", ".join(k for k, v in TOOLS.items() if v) + "; missing: "
+          + (", ".join(k for k, v in TOOLS.items() if not v) or "none"), flush=True)
+    results = []
+    for case in cases:
+        print(f"== {case}", flush=True)
+        run_case(case, results)
+    out = Path(os.environ.get("OUT", WORK / "results.jsonl"))
+    out.write_text("".join(json.dumps(r) + "\n" for r in results))
+    print(table(results))
+    print(f"\nraw results: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -98,6 +98,31 @@ fn workload_at(w: &stampede_core::workload::View<'_>, elapsed_s: f64) -> (String
     (String::new(), None)
 }
 
+/// The header of the phase table (and of the workload table, whose rows are phase rows).
+fn phase_header(o: &mut String) {
+    let _ = writeln!(
+        o,
+        "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
+        "name", "start", "planned", "completed", "failed", "rps", "p50", "p99"
+    );
+}
+
+/// One row of the phase table.
+fn phase_line(o: &mut String, p: &stampede_core::report::PhaseReport) {
+    let _ = writeln!(
+        o,
+        "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
+        p.name,
+        p.start_s,
+        p.planned,
+        p.completed,
+        p.failed,
+        p.throughput_rps,
+        us(p.latency.response_time.p50_us),
+        us(p.latency.response_time.p99_us)
+    );
+}
+
 /// 1234 → "1234", 12345 → "12.3k", 1234567 → "1.23M".
 fn short(v: f64) -> String {
     if v < 10_000.0 {
@@ -257,48 +282,17 @@ pub fn report_text(r: &Report) -> String {
     }
     if !r.phases.is_empty() {
         let _ = writeln!(o, "Phases");
-        let _ = writeln!(
-            o,
-            "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
-            "name", "start", "planned", "completed", "failed", "rps", "p50", "p99"
-        );
+        phase_header(&mut o);
         for p in &r.phases {
-            let _ = writeln!(
-                o,
-                "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
-                p.name,
-                p.start_s,
-                p.planned,
-                p.completed,
-                p.failed,
-                p.throughput_rps,
-                us(p.latency.response_time.p50_us),
-                us(p.latency.response_time.p99_us)
-            );
+            phase_line(&mut o, p);
         }
     }
     // Workloads, and the session types of mixes, planned against achieved.
     if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
         let _ = writeln!(o, "Workloads");
-        let _ = writeln!(
-            o,
-            "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
-            "name", "start", "planned", "completed", "failed", "rps", "p50", "p99"
-        );
+        phase_header(&mut o);
         for w in &r.workloads {
-            let f = &w.figures;
-            let _ = writeln!(
-                o,
-                "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
-                f.name,
-                f.start_s,
-                f.planned,
-                f.completed,
-                f.failed,
-                f.throughput_rps,
-                us(f.latency.response_time.p50_us),
-                us(f.latency.response_time.p99_us)
-            );
+            phase_line(&mut o, &w.figures);
             if w.session_types.len() > 1 {
                 for t in &w.session_types {
                     let _ = writeln!(

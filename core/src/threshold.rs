@@ -367,33 +367,29 @@ impl Threshold {
                     }
                 })
             }
-            Scope::Step(name) => {
-                let s = r.steps.iter().find(|s| &s.name == name)?;
+            // A step and a session type have latencies and an error rate, no throughput.
+            Scope::Step(_) | Scope::Session(_) => {
+                let (l, completed, failed) = match &self.scope {
+                    Scope::Step(name) => {
+                        let s = r.steps.iter().find(|s| &s.name == name)?;
+                        (&s.latency, s.completed, s.failed)
+                    }
+                    Scope::Session(name) => {
+                        let t = session_type(r, name)?;
+                        (&t.latency, t.requests_completed, t.requests_failed)
+                    }
+                    _ => return None,
+                };
                 Some(match self.metric {
                     Metric::Latency { service, stat } => latency(
                         if service {
-                            &s.latency.service_time
+                            &l.service_time
                         } else {
-                            &s.latency.response_time
+                            &l.response_time
                         },
                         stat,
                     ),
-                    Metric::ErrorRate => rate(s.completed, s.failed),
-                    Metric::Throughput | Metric::ThroughputOfPlanned => return None,
-                })
-            }
-            Scope::Session(name) => {
-                let t = session_type(r, name)?;
-                Some(match self.metric {
-                    Metric::Latency { service, stat } => latency(
-                        if service {
-                            &t.latency.service_time
-                        } else {
-                            &t.latency.response_time
-                        },
-                        stat,
-                    ),
-                    Metric::ErrorRate => rate(t.requests_completed, t.requests_failed),
+                    Metric::ErrorRate => rate(completed, failed),
                     Metric::Throughput | Metric::ThroughputOfPlanned => return None,
                 })
             }

@@ -141,10 +141,12 @@ pub(crate) async fn prepare(
                         duration: load.duration.0,
                         first,
                         total: u64::from(load.connections),
+                        streams: u64::from(load.streams()),
                     },
                     LoadModel::Constant => runner::Mode::Constant {
                         connections: share as usize,
                         first,
+                        streams: u64::from(load.streams()),
                     },
                 }
             }

@@ -117,16 +117,23 @@ impl H2Request {
     }
 }
 
-/// One HTTP/2 connection; its driver task ends when the connection is dropped.
-#[derive(Debug)]
+/// One HTTP/2 connection; its driver task ends when the last handle on it is dropped. A
+/// clone is another handle on the same connection: its requests go on streams of their own
+/// (`streams_per_connection`).
+#[derive(Debug, Clone)]
 pub struct H2Conn {
     send: h2::client::SendRequest<Bytes>,
-    driver: tokio::task::JoinHandle<()>,
+    /// Held, never read: the last handle's drop aborts the driver.
+    _driver: std::sync::Arc<Driver>,
 }
 
-impl Drop for H2Conn {
+/// The connection's driver task, aborted when the last handle goes.
+#[derive(Debug)]
+struct Driver(tokio::task::JoinHandle<()>);
+
+impl Drop for Driver {
     fn drop(&mut self) {
-        self.driver.abort();
+        self.0.abort();
     }
 }
 
@@ -154,7 +161,10 @@ impl H2Conn {
         let driver = tokio::spawn(async move {
             let _ = conn.await;
         });
-        Ok(Self { send, driver })
+        Ok(Self {
+            send,
+            _driver: std::sync::Arc::new(Driver(driver)),
+        })
     }
 
     /// Sends one request on a new stream and reads the whole response.

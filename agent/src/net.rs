@@ -96,7 +96,21 @@ impl ConnGauge {
         let now = self.open.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak.fetch_max(now, Ordering::Relaxed);
         self.opened.fetch_add(1, Ordering::Relaxed);
-        Tracked { conn, gauge: self }
+        Tracked {
+            conn,
+            gauge: self,
+            counted: true,
+        }
+    }
+
+    /// Another handle on a connection already counted (a stream of a shared HTTP/2
+    /// connection): it changes no count.
+    pub fn shared<T>(&self, conn: T) -> Tracked<'_, T> {
+        Tracked {
+            conn,
+            gauge: self,
+            counted: false,
+        }
     }
 
     /// Ends an interval: returns `(opened, peak)` since the previous call, and starts the
@@ -117,11 +131,16 @@ impl ConnGauge {
 pub struct Tracked<'a, T> {
     pub conn: T,
     gauge: &'a ConnGauge,
+    /// False for a handle on a connection counted elsewhere (another stream of a shared
+    /// HTTP/2 connection).
+    counted: bool,
 }
 
 impl<T> Drop for Tracked<'_, T> {
     fn drop(&mut self) {
-        self.gauge.open.fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.gauge.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 

@@ -97,6 +97,16 @@ pub enum Link {
 }
 
 impl Link {
+    /// Another handle on this connection for a concurrent session: HTTP/2 only (its
+    /// sessions run on streams of their own); `None` for transports that carry one exchange
+    /// at a time.
+    pub(crate) fn share(&self) -> Option<Link> {
+        match self {
+            Link::H2(c) => Some(Link::H2(c.clone())),
+            _ => None,
+        }
+    }
+
     /// The HTTP/1.1 connect is inline and the h2 one boxed: every connection of a large
     /// closed run connects at once, and this future's size is then paid per connection.
     pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
@@ -125,12 +135,19 @@ pub enum Mode {
         duration: Duration,
         first: u64,
         total: u64,
+        /// Sessions running at once on each connection (HTTP/2 streams; 1 otherwise).
+        streams: u64,
     },
     /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
     /// on the first free connection of a pool of this many. A slot that finds every
     /// connection busy waits in a queue; its response time still counts from its slot. The
-    /// pool's connections are `first..first + connections` of the run's (their data rows).
-    Constant { connections: usize, first: u64 },
+    /// pool's connections are `first..first + connections` of the run's (their data rows);
+    /// each runs `streams` slots at once (HTTP/2 streams; 1 otherwise).
+    Constant {
+        connections: usize,
+        first: u64,
+        streams: u64,
+    },
 }
 
 /// This agent's part of a run: one [`RunSpec`] per workload, started together from one T0,
@@ -480,27 +497,47 @@ fn start_workload(
             duration,
             first,
             total,
+            streams,
         } => {
             for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                 let stripe = (first + c as u64, total.max(1));
-                tracker.spawn(closed_connection(
-                    spec,
-                    rec,
-                    t0,
-                    t0 + duration,
-                    stripe,
-                    stop,
-                ));
+                if streams > 1 {
+                    tracker.spawn(closed_streams(
+                        spec,
+                        rec,
+                        (t0, t0 + duration),
+                        stripe,
+                        streams,
+                        stop,
+                    ));
+                } else {
+                    tracker.spawn(closed_connection(
+                        spec,
+                        rec,
+                        t0,
+                        t0 + duration,
+                        stripe,
+                        stop,
+                    ));
+                }
             }
             None
         }
-        Mode::Constant { connections, first } => {
+        Mode::Constant {
+            connections,
+            first,
+            streams,
+        } => {
             let slots = SlotQueue::new(MAX_QUEUED_SLOTS);
             for c in 0..connections as u64 {
                 let (rec, spec, stop, slots) =
                     (rec.clone(), spec.clone(), stop.clone(), slots.clone());
-                tracker.spawn(pooled_connection(spec, rec, slots, first + c, stop));
+                if streams > 1 {
+                    tracker.spawn(pooled_streams(spec, rec, slots, first + c, streams, stop));
+                } else {
+                    tracker.spawn(pooled_connection(spec, rec, slots, first + c, stop));
+                }
             }
             queue = Some(slots.clone());
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
@@ -593,36 +630,126 @@ async fn closed_connection(
     rec: Arc<Recorder>,
     t0: Instant,
     end: Instant,
-    (mut index, stride): (u64, u64),
+    (index, stride): (u64, u64),
     stop: CancellationToken,
 ) {
     tokio::select! {
         _ = tokio::time::sleep_until(t0) => {}
         _ = stop.cancelled() => return,
     }
+    // The loop inline, not through `closed_loop`: this future exists once per connection
+    // for the whole run, and nesting would hold the arguments twice.
     let mut conn = None;
-    let connection = index;
-    let phase = spec.phase_base;
-    let offset = spec.mix.offset(connection, stride);
+    let offset = spec.mix.offset(index, stride);
     let mut own = 0u64;
-    loop {
-        let now = Instant::now();
-        if now >= end || stop.is_cancelled() {
-            break;
-        }
-        rec.with(phase, |s| s.counters.sessions_planned += 1);
-        let at = At {
-            intended: now,
-            phase,
-            index,
-            connection,
-            kind: spec.mix.pick(offset.wrapping_add(own)),
-        };
-        own += 1;
+    while let Some(at) = next_closed(
+        &spec,
+        &rec,
+        end,
+        (index, stride),
+        index,
+        (offset, own),
+        &stop,
+    ) {
         if !session(&spec, &rec, at, &stop, &mut conn).await {
             break;
         }
-        index += stride;
+        own += 1;
+    }
+    drop(conn);
+}
+
+/// The next session of a closed stripe (its `own`-th, with index `first + own × stride`),
+/// counted as planned; `None` once `end` has passed or the run stopped.
+fn next_closed(
+    spec: &RunSpec,
+    rec: &Recorder,
+    end: Instant,
+    (first, stride): (u64, u64),
+    connection: u64,
+    (offset, own): (u64, u64),
+    stop: &CancellationToken,
+) -> Option<At> {
+    let now = Instant::now();
+    if now >= end || stop.is_cancelled() {
+        return None;
+    }
+    let phase = spec.phase_base;
+    rec.with(phase, |s| s.counters.sessions_planned += 1);
+    Some(At {
+        intended: now,
+        phase,
+        index: first + own * stride,
+        connection,
+        kind: spec.mix.pick(offset.wrapping_add(own)),
+    })
+}
+
+/// One connection of a closed load carrying `streams` sessions at once (HTTP/2): opened
+/// once and counted once; stream `s` of connection `c` of `C` runs the sessions of the
+/// virtual stripe `c·streams + s` of `C·streams` (its indexes and its place in the mix),
+/// with connection `c`'s data rows. A stream whose connection fails opens one of its own.
+async fn closed_streams(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    (t0, end): (Instant, Instant),
+    (connection, total): (u64, u64),
+    streams: u64,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        _ = tokio::time::sleep_until(t0) => {}
+        _ = stop.cancelled() => return,
+    }
+    let link = open_shared(&spec, &rec).await;
+    let loops = (0..streams).map(|s| {
+        let conn = link
+            .as_ref()
+            .and_then(|l| l.conn.share())
+            .map(|l| rec.connections.shared(l));
+        let stripe = (connection * streams + s, total * streams);
+        closed_loop(&spec, &rec, end, stripe, connection, conn, &stop)
+    });
+    futures::future::join_all(loops).await;
+    drop(link);
+}
+
+/// Opens the connection that several streams share, counted once; `None` when it cannot be
+/// opened now (each stream then opens its own, and its session records why).
+async fn open_shared<'a>(spec: &RunSpec, rec: &'a Recorder) -> Option<Tracked<'a>> {
+    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(&spec.target)))
+        .await
+        .ok()?
+        .ok()?;
+    Some(rec.connections.track(link))
+}
+
+/// The loop of [`closed_connection`]: sessions back to back on `conn` (opened on first use
+/// when `None`) until `end`, the `k`-th with index `index + k × stride`.
+async fn closed_loop<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    end: Instant,
+    (index, stride): (u64, u64),
+    connection: u64,
+    mut conn: Option<Tracked<'a>>,
+    stop: &CancellationToken,
+) {
+    let offset = spec.mix.offset(index, stride);
+    let mut own = 0u64;
+    while let Some(at) = next_closed(
+        spec,
+        rec,
+        end,
+        (index, stride),
+        connection,
+        (offset, own),
+        stop,
+    ) {
+        if !session(spec, rec, at, stop, &mut conn).await {
+            break;
+        }
+        own += 1;
     }
     drop(conn);
 }
@@ -662,7 +789,42 @@ async fn pooled_connection(
     connection: u64,
     stop: CancellationToken,
 ) {
-    let mut conn = None;
+    pooled_loop(&spec, &rec, &slots, connection, None, &stop).await;
+}
+
+/// One connection of a constant-rate pool carrying `streams` slots at once (HTTP/2): opened
+/// once and counted once, each stream taking slots from the queue like a connection of its
+/// own. A stream whose connection fails opens one of its own.
+async fn pooled_streams(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    slots: Arc<SlotQueue>,
+    connection: u64,
+    streams: u64,
+    stop: CancellationToken,
+) {
+    let link = open_shared(&spec, &rec).await;
+    let loops = (0..streams).map(|_| {
+        let conn = link
+            .as_ref()
+            .and_then(|l| l.conn.share())
+            .map(|l| rec.connections.shared(l));
+        pooled_loop(&spec, &rec, &slots, connection, conn, &stop)
+    });
+    futures::future::join_all(loops).await;
+    drop(link);
+}
+
+/// The loop of [`pooled_connection`]: the next due slot's session on `conn` (opened on first
+/// use when `None`), until the queue closes or the run stops.
+async fn pooled_loop<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    slots: &SlotQueue,
+    connection: u64,
+    mut conn: Option<Tracked<'a>>,
+    stop: &CancellationToken,
+) {
     loop {
         let next = tokio::select! {
             m = slots.pop() => m,
@@ -678,7 +840,7 @@ async fn pooled_connection(
             connection,
             kind,
         };
-        session(&spec, &rec, at, &stop, &mut conn).await;
+        session(spec, rec, at, stop, &mut conn).await;
     }
     drop(conn);
 }

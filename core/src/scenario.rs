@@ -281,6 +281,21 @@ pub struct Load {
     /// Constant model only: sessions (slots) per second, all agents together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// HTTP/2 and gRPC targets: sessions in flight at once on each connection, each on its
+    /// own streams (default 1), as real gRPC clients load a server: `connections: 10,
+    /// streams_per_connection: 8` keeps 80 sessions going over 10 connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_per_connection: Option<u32>,
+}
+
+/// Most streams per connection a load may ask for.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1_000;
+
+impl Load {
+    /// Sessions in flight at once on each connection (1 unless `streams_per_connection`).
+    pub fn streams(&self) -> u32 {
+        self.streams_per_connection.unwrap_or(1).max(1)
+    }
 }
 
 impl Load {
@@ -742,6 +757,22 @@ impl Scenario {
                 field("load.duration"),
                 "must be > 0",
             ));
+        }
+        if let Some(s) = load.streams_per_connection {
+            let h2 = self.http_version == Some(HttpVersion::Http2)
+                || matches!(self.transport()?, Transport::Grpc | Transport::Grpcs);
+            if !h2 {
+                return Err(ScenarioError::invalid(
+                    field("load.streams_per_connection"),
+                    "only HTTP/2 carries several streams on a connection: it needs http_version: \"2\" or a grpc:// or grpcs:// target",
+                ));
+            }
+            if !(1..=MAX_STREAMS_PER_CONNECTION).contains(&s) {
+                return Err(ScenarioError::invalid(
+                    field("load.streams_per_connection"),
+                    format!("must be between 1 and {MAX_STREAMS_PER_CONNECTION}"),
+                ));
+            }
         }
         match (load.model, load.rate) {
             (LoadModel::Closed, Some(_)) => Err(ScenarioError::invalid(
@@ -1757,6 +1788,11 @@ session:
                 "load.connections: must be >= 1",
             ),
             ("duration: 5s", "duration: 0s", "load.duration: must be > 0"),
+            (
+                "connections: 10",
+                "connections: 10, streams_per_connection: 4",
+                "load.streams_per_connection: only HTTP/2 carries several streams on a connection: it needs http_version: \"2\" or a grpc:// or grpcs:// target",
+            ),
             (
                 "model: closed,",
                 "model: closed, rate: 5,",

@@ -215,3 +215,29 @@ async fn closed_load_reports_its_peak_open_connections() {
     assert!(text.contains("opened 200  peak open 200"), "{text}");
     cluster.stop().await;
 }
+
+/// `streams_per_connection`: over HTTP/2, each connection of a closed load carries that many
+/// sessions at once. 2 connections × 8 streams against a 50 ms answer run about 16 requests
+/// per 50 ms, on 2 connections opened in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_share_an_http2_connection() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    let text = format!(
+        "name: e2e-streams\ntarget: {}\nhttp_version: \"2\"\nload: {{ model: closed, connections: 2, streams_per_connection: 8, duration: 2s }}\nsession:\n  - http: {{ method: GET, path: '/delay?ms=50' }}\n",
+        target.url
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 1).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert_eq!(r.connections.opened, 2, "{:?}", r.connections);
+    assert_eq!(r.connections.peak_open, 2, "{:?}", r.connections);
+    // One stream alone would run at most 2 s / 50 ms = 40 sessions; 16 streams, 640.
+    assert!(
+        r.totals.completed > 16 * 25,
+        "completed {} over 16 streams",
+        r.totals.completed
+    );
+    assert_eq!(r.totals.failed, 0);
+    assert_eq!(target.requests(), r.totals.completed);
+}

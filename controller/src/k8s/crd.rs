@@ -194,13 +194,14 @@ pub fn crd_value() -> serde_json::Value {
         "A Stampede load test. The spec is a scenario, in the same form as a scenario file.".into();
     let spec = &mut root["properties"]["spec"];
     any_value_for_alternatives(spec);
+    any_value_for_untyped(spec);
     spec["description"] = "The scenario (the same fields as a scenario YAML file; its JSON Schema is \
         schema/scenario.schema.json in the Stampede repository). The controller validates the whole body \
         before it starts a run."
         .into();
     spec["x-kubernetes-validations"] = serde_json::json!([{
-        "rule": "has(self.phases) != has(self.load)",
-        "message": "give either phases (arrival phases) or load (closed or constant model), not both",
+        "rule": "has(self.workloads) ? !has(self.phases) && !has(self.load) : has(self.phases) != has(self.load)",
+        "message": "give either phases (arrival phases) or load (closed or constant model), not both; with workloads, neither (each workload has its own)",
     }]);
     v
 }
@@ -228,6 +229,38 @@ fn any_value_for_alternatives(v: &mut serde_json::Value) {
         return;
     }
     obj.values_mut().for_each(any_value_for_alternatives);
+}
+
+/// A structural schema gives every field a type. A field that holds any JSON value (a gRPC
+/// step's `message`) has none in the derived schema, so it is marked to keep whatever it
+/// holds; the controller validates it with the scenario's own rules. Walks schema nodes only:
+/// properties, items and additional properties.
+fn any_value_for_untyped(schema: &mut serde_json::Value) {
+    if schema == &serde_json::Value::Bool(true) {
+        *schema = serde_json::json!({ "x-kubernetes-preserve-unknown-fields": true });
+        return;
+    }
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    let typed = [
+        "type",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-int-or-string",
+    ]
+    .iter()
+    .any(|k| obj.contains_key(*k));
+    if !typed {
+        obj.insert("x-kubernetes-preserve-unknown-fields".into(), true.into());
+    }
+    if let Some(props) = obj.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.values_mut().for_each(any_value_for_untyped);
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(v) = obj.get_mut(key).filter(|v| v.is_object()) {
+            any_value_for_untyped(v);
+        }
+    }
 }
 
 /// The CRD YAML, as committed in the chart.
@@ -265,8 +298,39 @@ mod tests {
         let spec = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(
             spec["x-kubernetes-validations"][0]["rule"],
-            "has(self.phases) != has(self.load)"
+            "has(self.workloads) ? !has(self.phases) && !has(self.load) : has(self.phases) != has(self.load)"
         );
+        // Every field has a type, or keeps any value (the API server refuses the CRD otherwise:
+        // a gRPC step's `message` once had neither).
+        fn untyped(path: &str, s: &serde_json::Value, out: &mut Vec<String>) {
+            let Some(o) = s.as_object() else {
+                out.push(format!("{path}: not a schema object"));
+                return;
+            };
+            if ![
+                "type",
+                "x-kubernetes-preserve-unknown-fields",
+                "x-kubernetes-int-or-string",
+            ]
+            .iter()
+            .any(|k| o.contains_key(*k))
+            {
+                out.push(path.to_string());
+            }
+            if let Some(p) = o.get("properties").and_then(|p| p.as_object()) {
+                for (k, v) in p {
+                    untyped(&format!("{path}.{k}"), v, out);
+                }
+            }
+            for key in ["items", "additionalProperties"] {
+                if let Some(v) = o.get(key).filter(|v| v.is_object()) {
+                    untyped(&format!("{path}.{key}"), v, out);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        untyped("spec", spec, &mut missing);
+        assert!(missing.is_empty(), "fields without a type: {missing:?}");
         // Structural schemas forbid these anywhere.
         let text = serde_json::to_string(&v).unwrap();
         for bad in [

@@ -54,7 +54,7 @@ proptest! {
     fn every_agent_runs_the_exact_mix_and_the_plan_counts_it(
         weights in proptest::collection::vec(1u32..12, 1..6),
         agents in 1u32..12,
-        arrivals in 0u64..1500,
+        arrivals in 1u64..1500,
     ) {
         let s = mixed(&weights, arrivals);
         let period: u64 = weights.iter().map(|w| u64::from(*w)).sum();

@@ -703,10 +703,7 @@ async fn closed_streams(
     }
     let link = open_shared(&spec, &rec).await;
     let loops = (0..streams).map(|s| {
-        let conn = link
-            .as_ref()
-            .and_then(|l| l.conn.share())
-            .map(|l| rec.connections.shared(l));
+        let conn = stream_handle(link.as_ref(), &rec);
         let stripe = (connection * streams + s, total * streams);
         closed_loop(&spec, &rec, end, stripe, connection, conn, &stop)
     });
@@ -722,6 +719,13 @@ async fn open_shared<'a>(spec: &RunSpec, rec: &'a Recorder) -> Option<Tracked<'a
         .ok()?
         .ok()?;
     Some(rec.connections.track(link))
+}
+
+/// A handle for one stream on the shared connection `link` (not counted again); `None`
+/// when there is none, and the stream then opens a connection of its own.
+fn stream_handle<'a>(link: Option<&Tracked<'a>>, rec: &'a Recorder) -> Option<Tracked<'a>> {
+    link.and_then(|l| l.conn.share())
+        .map(|l| rec.connections.shared(l))
 }
 
 /// The loop of [`closed_connection`]: sessions back to back on `conn` (opened on first use
@@ -805,10 +809,7 @@ async fn pooled_streams(
 ) {
     let link = open_shared(&spec, &rec).await;
     let loops = (0..streams).map(|_| {
-        let conn = link
-            .as_ref()
-            .and_then(|l| l.conn.share())
-            .map(|l| rec.connections.shared(l));
+        let conn = stream_handle(link.as_ref(), &rec);
         pooled_loop(&spec, &rec, &slots, connection, conn, &stop)
     });
     futures::future::join_all(loops).await;

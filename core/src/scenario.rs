@@ -943,20 +943,8 @@ impl Scenario {
                 format!("{phases} phases over all workloads; at most {MAX_PHASES}"),
             ));
         }
-        let total: f64 = views
-            .iter()
-            .flat_map(|w| w.phases)
-            .map(Phase::expected_arrivals)
-            .sum();
-        if total > MAX_TOTAL_ARRIVALS {
-            return Err(ScenarioError::invalid(
-                "phases",
-                format!(
-                    "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
-                ),
-            ));
-        }
-        Ok(())
+        // Each workload is checked alone too (naming its field); several add up.
+        check_total_arrivals("phases", views.iter().flat_map(|w| w.phases))
     }
 
     /// A workload's arrival phases (`path` is its field prefix: empty at the top level).
@@ -992,16 +980,7 @@ impl Scenario {
                 "every phase has a rate of 0: nothing would be sent",
             ));
         }
-        let total: f64 = phases.iter().map(Phase::expected_arrivals).sum();
-        if total > MAX_TOTAL_ARRIVALS {
-            return Err(ScenarioError::invalid(
-                field("phases"),
-                format!(
-                    "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
-                ),
-            ));
-        }
-        Ok(())
+        check_total_arrivals(&field("phases"), phases)
     }
 
     /// One session type's steps (`path`: `session`, `sessions[1].steps`, ...).
@@ -1090,22 +1069,7 @@ impl Scenario {
                     "extract and check apply to http steps",
                 ));
             }
-            for (name, e) in &step.extract {
-                if !crate::template::is_name(name) {
-                    return Err(ScenarioError::invalid(
-                        format!("{path}[{i}].extract"),
-                        format!("`{name}` is not a variable name"),
-                    ));
-                }
-                e.check().map_err(|why| {
-                    ScenarioError::invalid(format!("{path}[{i}].extract.{name}"), why)
-                })?;
-            }
-            if let Some(c) = &step.check {
-                c.validate().map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("{path}[{i}].check.{field}"), why)
-                })?;
-            }
+            check_extraction(step, &format!("{path}[{i}]"))?;
             defined.extend(step.extract.keys().map(String::as_str));
         }
         if steps.iter().all(|s| s.requests() == 0) {
@@ -1163,22 +1127,7 @@ impl Scenario {
                 self.check_refs(t, &defined, true)
                     .map_err(|why| ScenarioError::invalid(field(&format!(".{f}")), why))?;
             }
-            for (name, e) in &step.extract {
-                if !crate::template::is_name(name) {
-                    return Err(ScenarioError::invalid(
-                        field(".extract"),
-                        format!("`{name}` is not a variable name"),
-                    ));
-                }
-                e.check().map_err(|why| {
-                    ScenarioError::invalid(field(&format!(".extract.{name}")), why)
-                })?;
-            }
-            if let Some(c) = &step.check {
-                c.validate().map_err(|(f, why)| {
-                    ScenarioError::invalid(field(&format!(".check.{f}")), why)
-                })?;
-            }
+            check_extraction(step, &field(""))?;
             defined.extend(step.extract.keys().map(String::as_str));
         }
         Ok(())
@@ -1401,19 +1350,7 @@ impl Scenario {
         // A setup step's body_file is read like a session step's.
         for (i, step) in self.setup.iter_mut().enumerate() {
             if let Some(h) = &mut step.http {
-                if let Some(f) = h.body_file.take() {
-                    let field = format!("setup[{i}].http.body_file");
-                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
-                        .map_err(|why| ScenarioError::invalid(&field, why))?;
-                    let text = String::from_utf8(bytes).map_err(|_| {
-                        ScenarioError::invalid(&field, format!("`{f}` is not UTF-8 text"))
-                    })?;
-                    h.body = Some(
-                        crate::template::Template::parse(&text)
-                            .map_err(|why| ScenarioError::invalid(&field, why))?,
-                    );
-                    changed = true;
-                }
+                changed |= inline_body_file(h, &format!("setup[{i}].http.body_file"), base, read)?;
             }
         }
         for (path, i, step) in self.step_lists_mut().into_iter().flat_map(|(path, steps)| {
@@ -1423,19 +1360,7 @@ impl Scenario {
                 .map(move |(i, s)| (path.clone(), i, s))
         }) {
             if let Some(h) = &mut step.http {
-                if let Some(f) = h.body_file.take() {
-                    let field = format!("{path}[{i}].http.body_file");
-                    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
-                        .map_err(|why| ScenarioError::invalid(&field, why))?;
-                    let text = String::from_utf8(bytes).map_err(|_| {
-                        ScenarioError::invalid(&field, format!("`{f}` is not UTF-8 text"))
-                    })?;
-                    h.body = Some(
-                        crate::template::Template::parse(&text)
-                            .map_err(|why| ScenarioError::invalid(&field, why))?,
-                    );
-                    changed = true;
-                }
+                changed |= inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
             }
             if let Some(t) = &mut step.tcp {
                 let field =
@@ -1576,6 +1501,65 @@ fn session_lists_mut<'a>(
         }
     }
     out
+}
+
+/// The expected arrivals of `phases` stay within [`MAX_TOTAL_ARRIVALS`]; `field` names them.
+fn check_total_arrivals<'a>(
+    field: &str,
+    phases: impl IntoIterator<Item = &'a Phase>,
+) -> Result<(), ScenarioError> {
+    let total: f64 = phases.into_iter().map(Phase::expected_arrivals).sum();
+    if total > MAX_TOTAL_ARRIVALS {
+        return Err(ScenarioError::invalid(
+            field,
+            format!(
+                "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A step's extractions (variable names and extractors) and checks; `at` is the step's field
+/// (`session[2]`, `setup[0]`). Session and setup steps are checked alike.
+fn check_extraction(step: &Step, at: &str) -> Result<(), ScenarioError> {
+    for (name, e) in &step.extract {
+        if !crate::template::is_name(name) {
+            return Err(ScenarioError::invalid(
+                format!("{at}.extract"),
+                format!("`{name}` is not a variable name"),
+            ));
+        }
+        e.check()
+            .map_err(|why| ScenarioError::invalid(format!("{at}.extract.{name}"), why))?;
+    }
+    if let Some(c) = &step.check {
+        c.validate()
+            .map_err(|(f, why)| ScenarioError::invalid(format!("{at}.check.{f}"), why))?;
+    }
+    Ok(())
+}
+
+/// Reads an http step's `body_file` (relative to `base`) into its body template, for
+/// [`Scenario::inline_files`]; `field` names it in errors. Returns whether it read a file.
+fn inline_body_file(
+    h: &mut HttpRequest,
+    field: &str,
+    base: &std::path::Path,
+    read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+) -> Result<bool, ScenarioError> {
+    let Some(f) = h.body_file.take() else {
+        return Ok(false);
+    };
+    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
+        .map_err(|why| ScenarioError::invalid(field, why))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ScenarioError::invalid(field, format!("`{f}` is not UTF-8 text")))?;
+    h.body = Some(
+        crate::template::Template::parse(&text)
+            .map_err(|why| ScenarioError::invalid(field, why))?,
+    );
+    Ok(true)
 }
 
 /// A workload's or a session type's name: not empty, and free of `/` (which joins names in

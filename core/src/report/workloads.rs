@@ -71,21 +71,10 @@ pub(super) fn reports(
                 |f: fn(&PhaseReport) -> u64| rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)));
             let c = &merged.counters;
             let duration_s = w.duration().as_secs_f64();
-            let mut errors = std::collections::BTreeMap::new();
-            for r in rows {
-                for (k, v) in &r.errors {
-                    *errors.entry(k.clone()).or_insert(0u64) += v;
-                }
-            }
             let total_weight: u64 = w.types.iter().map(|t| u64::from(t.weight)).sum();
             let closed = w.is_closed();
-            let started_all: u64 = if w.types.len() == 1 {
-                c.sessions_started
-            } else {
-                (0..w.types.len())
-                    .map(|t| type_counts(c, w.type_base + t).started)
-                    .sum()
-            };
+            // A mix counts each type's start where it counts the session's: their sum is this.
+            let started_all = c.sessions_started;
             let session_types = w
                 .types
                 .iter()
@@ -145,7 +134,7 @@ pub(super) fn reports(
                     started: c.requests_started,
                     completed: c.requests_completed,
                     failed: c.requests_failed,
-                    errors,
+                    errors: c.errors.clone(),
                     sessions_planned: sum(|r| r.sessions_planned),
                     throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
                     latency: Latency::of(&merged),

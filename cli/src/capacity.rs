@@ -247,17 +247,20 @@ async fn search(
                 report.message.clone().unwrap_or_default()
             );
         }
+        // Judged on the varied workload alone, or on the whole run (no copy of the report).
         let narrowed = match &a.vary {
-            Some(w) => capacity::narrow_to_workload(&report, w)
-                .with_context(|| format!("step {name}: the report has no workload `{w}`"))?,
-            None => report.clone(),
+            Some(w) => Some(
+                capacity::narrow_to_workload(&report, w)
+                    .with_context(|| format!("step {name}: the report has no workload `{w}`"))?,
+            ),
+            None => None,
         };
         let v = capacity::judge(
             &name,
             kind,
             rate,
             a.step_duration.as_secs_f64(),
-            &narrowed,
+            narrowed.as_ref().unwrap_or(&report),
             min_achieved,
         );
         if !a.quiet {

@@ -173,7 +173,6 @@ pub(crate) async fn prepare(
         };
         let phase_range = w.phase_base..w.phase_base + w.phase_count();
         workloads.push(Arc::new(RunSpec {
-            run_id: a.run_id.clone(),
             schedule: Schedule::new(
                 &w.effective_phases(false),
                 scenario.arrival,
@@ -185,9 +184,7 @@ pub(crate) async fn prepare(
             phase_base: w.phase_base as u32,
             planned: planned.get(phase_range).unwrap_or_default().to_vec(),
             request_timeout: scenario.request_timeout.0,
-            scenario: scenario.clone(),
             filter,
-            interval,
             target: endpoint.clone(),
             types,
             mix,

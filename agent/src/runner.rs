@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng as _;
-use stampede_core::scenario::{status_error, Scenario, ThinkTime};
+use stampede_core::scenario::{status_error, ThinkTime};
 use stampede_core::schedule::Schedule;
 use stampede_core::shard::ShardFilter;
 use stampede_core::stats::{error_kind, Stats};
@@ -176,14 +176,11 @@ impl ShardRun {
 /// Everything needed to run one workload of a shard.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    pub run_id: String,
-    pub scenario: Scenario,
     pub schedule: Schedule,
     /// Which of the workload's arrivals this shard runs; `None` when it runs none (a
     /// constant load with fewer connections than agents gives its slots only to the agents
     /// holding its connections).
     pub filter: Option<ShardFilter>,
-    pub interval: Duration,
     pub target: Endpoint,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
     /// run's global step order.

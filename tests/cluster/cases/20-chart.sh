@@ -59,12 +59,8 @@ say "namespace $NS enforces Pod Security restricted"
 
 PORT_RANGE="2000 64000"
 say "helm install $REL ($STAMPEDE_IMAGE, 3 agents, http and login targets)"
-timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
-  --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
-  --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" \
-  --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true \
-  --set agents.portRange.enabled=true --set-string agents.portRange.value="$PORT_RANGE" \
-  >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
+helm_install_stampede --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true \
+  --set agents.portRange.enabled=true --set-string agents.portRange.value="$PORT_RANGE"
 grep -i 'warning' "$tmp/install.txt" >&2 && fail "helm install printed warnings (Pod Security?)"
 sed -n '/^NOTES:/,$p' "$tmp/install.txt" >&2
 for d in controller agent target-http target-login; do

@@ -53,11 +53,7 @@ lt_exit() {
 trap lt_exit EXIT
 
 say "helm install $REL (3 agents, http and login targets)"
-timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
-  --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
-  --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" \
-  --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true \
-  >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
+helm_install_stampede --set agents.replicas=3 --set targets.http.enabled=true --set targets.login.enabled=true
 for d in controller agent target-http target-login; do
   kn rollout status "deployment/$FULL-$d" --timeout=120s >/dev/null || fail "deployment $FULL-$d did not roll out"
 done

@@ -78,6 +78,15 @@ EOF
   [ "$phase" = Succeeded ] || fail "pod $name ended in phase '${phase:-unknown}'"
 }
 
+# helm_install_stampede [HELM ARGS...]: `helm install` of the chart as $REL in $NS with the image under test and
+# the given values, waiting for it; helm's output goes to $tmp/install.txt and is shown when the install fails.
+helm_install_stampede() {
+  timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
+    --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
+    --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" "$@" \
+    >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
+}
+
 # helm_uninstall_clean REL CRD [SECRET]: `helm uninstall` the release, then check that nothing of it is left in $NS
 # and that the CRD, which the chart documents as kept, is still there. SECRET: the generated token Secret, which the
 # chart keeps by default (auth.retainSecret, helm.sh/resource-policy: keep): it must be left, and is then deleted.

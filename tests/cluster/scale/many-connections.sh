@@ -44,12 +44,8 @@ scale_exit() {
 trap scale_exit EXIT
 
 say "helm install $REL (3 agents, the http target at 6 replicas)"
-timeout 300 "$HELM" install "$REL" "$CHART" -n "$NS" --wait --timeout 240s \
-  --set image.repository="$STAMPEDE_IMAGE_REPOSITORY" --set image.tag="$STAMPEDE_IMAGE_TAG" \
-  --set image.pullPolicy="$STAMPEDE_IMAGE_PULL_POLICY" \
-  --set agents.replicas=3 --set agents.capacity=20000 --set targets.http.enabled=true --set targets.http.replicas=6 \
-  --set targets.http.resources.limits.memory=1Gi \
-  >"$tmp/install.txt" 2>&1 || { cat "$tmp/install.txt" >&2; fail "helm install"; }
+helm_install_stampede --set agents.replicas=3 --set agents.capacity=20000 \
+  --set targets.http.enabled=true --set targets.http.replicas=6 --set targets.http.resources.limits.memory=1Gi
 for d in controller agent target-http; do
   kn rollout status "deployment/$FULL-$d" --timeout=120s >/dev/null || fail "deployment $FULL-$d did not roll out"
 done

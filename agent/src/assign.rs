@@ -283,7 +283,7 @@ impl Compiler<'_> {
                     new_connection,
                 }
             } else if let Some(tcp) = &s.tcp {
-                let send = dynamic_send(&tcp.send, scenario, slots, any_dynamic)
+                let send = dynamic_send(s, &tcp.send, scenario, slots, any_dynamic)
                     .map_err(|e| format!("{at}.tcp.{e}"))?;
                 StepPlan::Tcp {
                     ordinal,
@@ -306,7 +306,7 @@ impl Compiler<'_> {
                     new_connection,
                 }
             } else if let Some(u) = &s.udp {
-                let send = dynamic_send(&u.send, scenario, slots, any_dynamic)
+                let send = dynamic_send(s, &u.send, scenario, slots, any_dynamic)
                     .map_err(|e| format!("{at}.udp.{e}"))?;
                 StepPlan::Udp {
                     ordinal,
@@ -328,20 +328,18 @@ impl Compiler<'_> {
     }
 }
 
-/// A tcp or udp payload rendered per session, when `send` is a template.
+/// A tcp or udp step's dynamic part, when its `send` is a template or it reads its reply
+/// (`extract`, `check`); `None` keeps the step on the static path.
 fn dynamic_send(
+    step: &stampede_core::scenario::Step,
     send: &stampede_core::protocol::Payload,
     scenario: &Scenario,
     slots: &std::collections::BTreeMap<String, usize>,
     any_dynamic: &mut bool,
 ) -> Result<Option<Arc<dynamic::DynamicSend>>, String> {
-    let Some(t) = send.template() else {
-        return Ok(None);
-    };
-    *any_dynamic = true;
-    Ok(Some(Arc::new(dynamic::DynamicSend::new(
-        t, scenario, slots,
-    )?)))
+    let d = dynamic::DynamicSend::new(send, &step.extract, step.check.as_ref(), scenario, slots)?;
+    *any_dynamic |= d.is_some();
+    Ok(d.map(Arc::new))
 }
 
 /// Data sources bind rows (and `stop` skips sessions) even when no step reads them.

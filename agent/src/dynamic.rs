@@ -1,5 +1,6 @@
-//! Dynamic HTTP steps: requests rendered per session from templates, data rows, extracted
-//! values and cookies, and responses captured for extraction and checks.
+//! Dynamic steps: HTTP requests and tcp/udp payloads rendered per session from templates, data
+//! rows, extracted values and cookies, and responses (HTTP) or replies (tcp/udp payloads)
+//! captured for extraction and checks.
 //!
 //! Only steps that need it come here (a reference, an `extract`, a `check`, or the cookie
 //! jar); static steps keep the request rendered once per run (`http1::PreparedRequest`). The
@@ -11,7 +12,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use stampede_core::data::share::Share;
 use stampede_core::data::{DataScope, DataSource};
-use stampede_core::extract::{Check, Extract, JsonCache, Response as Seen, MAX_CAPTURED_BODY};
+use stampede_core::extract::{Check, Extract, Response as Seen, MAX_CAPTURED_BODY};
+use stampede_core::protocol::Payload;
 use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
 use stampede_core::template::{self, Builtin, Filter, Generator, Segment, Template, Var};
@@ -77,8 +79,7 @@ pub struct DynamicHttp {
     /// `http` or `https`, for h2's `:scheme`.
     scheme: &'static str,
     expect: Option<Vec<u16>>,
-    extract: Vec<(usize, Extract, String)>,
-    check: Option<Check>,
+    judge: Judge,
     capture_body: bool,
     cookies: bool,
     /// The `per: request` sources the request reads: each binds its next row per request.
@@ -103,6 +104,8 @@ pub struct SessionVars {
     out: Vec<u8>,
     body: Vec<u8>,
     capture: Capture,
+    /// A tcp or udp reply's payload, for a step that extracts from it or checks it.
+    reply: Vec<u8>,
 }
 
 /// What a dynamic exchange brought back.
@@ -196,6 +199,7 @@ impl Context {
             out: Vec::new(),
             body: Vec::new(),
             capture: Capture::default(),
+            reply: Vec::new(),
         })
     }
 
@@ -211,6 +215,7 @@ impl Context {
             out: Vec::new(),
             body: Vec::new(),
             capture: Capture::default(),
+            reply: Vec::new(),
         }
     }
 
@@ -444,11 +449,7 @@ impl DynamicHttp {
             .map(|b| compile(b, scenario, slots))
             .transpose()
             .map_err(|e| format!("http.body: {e}"))?;
-        let extract: Vec<_> = extract
-            .iter()
-            .map(|(name, e)| (slots[name], e.clone(), format!("extract.{name}")))
-            .collect();
-        let check = check.cloned();
+        let judge = Judge::new(extract, check, slots);
         let per_request = request_sources(scenario, req.templates().map(|(_, t)| t));
         let size_hint = 64
             + req.method.len()
@@ -459,8 +460,7 @@ impl DynamicHttp {
                 .map(|(k, v): &(String, Compiled)| k.len() + 4 + v.size_hint())
                 .sum::<usize>()
             + body.as_ref().map_or(0, Compiled::size_hint);
-        let capture_body = extract.iter().any(|(_, e, _)| e.needs_body())
-            || check.as_ref().is_some_and(Check::needs_body);
+        let capture_body = judge.needs_body();
         Ok(Self {
             method: req.method.clone(),
             head: req.method == "HEAD",
@@ -472,8 +472,7 @@ impl DynamicHttp {
             authority: authority.to_string(),
             scheme: if https { "https" } else { "http" },
             expect: req.expect_status.clone(),
-            extract,
-            check,
+            judge,
             capture_body,
             cookies: scenario.cookies,
             per_request,
@@ -558,28 +557,15 @@ impl DynamicHttp {
                 }
             }
         }
-        let mut json = JsonCache::default();
-        if let Some(c) = &self.check {
-            if let Some(which) = c.apply(&seen, &mut json) {
-                return Some(match which {
-                    "status" => "check.status",
-                    "body_contains" => "check.body_contains",
-                    _ => "check.json",
-                });
-            }
+        if let Some(kind) = self.judge.check(&seen) {
+            return Some(kind);
         }
-        if self.check.as_ref().is_none_or(|c| c.status.is_none()) {
+        if self.judge.check.as_ref().is_none_or(|c| c.status.is_none()) {
             if let Some(kind) = status_error(self.expect.as_deref(), status) {
                 return Some(kind);
             }
         }
-        for (slot, e, kind) in &self.extract {
-            match e.apply(&seen, &mut json) {
-                Some(v) => vars.values[*slot] = Some(v),
-                None => return Some(kind),
-            }
-        }
-        None
+        self.judge.extract(&seen, &mut vars.values)
     }
 
     /// The response's error kind, if any: checks and extraction on a capturing step, the
@@ -593,7 +579,7 @@ impl DynamicHttp {
     }
 
     fn wants_capture(&self) -> bool {
-        self.capture_body || !self.extract.is_empty() || self.check.is_some() || self.cookies
+        self.capture_body || !self.judge.is_empty() || self.cookies
     }
 
     /// One request over HTTP/1.1.
@@ -709,64 +695,193 @@ impl DynamicHttp {
     }
 }
 
-/// A tcp or udp step whose `send` payload is a template: rendered and framed per request.
-/// Its framing, timeout and reply check stay in the step's `FramedRequest` or
-/// `DatagramRequest`.
-#[derive(Debug)]
-pub struct DynamicSend {
-    send: Compiled,
-    per_request: Vec<usize>,
+/// A step's extraction and checks, compiled once: what a captured response or reply is
+/// judged by. HTTP adds its status and cookies around it; a tcp or udp reply is its payload.
+#[derive(Debug, Default)]
+struct Judge {
+    /// (the variable's slot, the extractor, its error kind `extract.NAME`).
+    extract: Vec<(usize, Extract, String)>,
+    check: Option<Check>,
 }
 
-impl DynamicSend {
-    /// Compiles `send` (a `tcp.send` or `udp.send` template).
-    pub fn new(
-        send: &Template,
-        scenario: &Scenario,
+impl Judge {
+    fn new(
+        extract: &BTreeMap<String, Extract>,
+        check: Option<&Check>,
         slots: &BTreeMap<String, usize>,
-    ) -> Result<Self, String> {
-        Ok(Self {
-            send: compile(send, scenario, slots).map_err(|e| format!("send: {e}"))?,
-            per_request: request_sources(scenario, std::iter::once(send)),
+    ) -> Self {
+        Self {
+            extract: extract
+                .iter()
+                .map(|(name, e)| (slots[name], e.clone(), format!("extract.{name}")))
+                .collect(),
+            check: check.cloned(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.extract.is_empty() && self.check.is_none()
+    }
+
+    fn needs_body(&self) -> bool {
+        self.extract.iter().any(|(_, e, _)| e.needs_body())
+            || self.check.as_ref().is_some_and(Check::needs_body)
+    }
+
+    /// The error kind of the first failed check.
+    fn check(&self, seen: &Seen<'_>) -> Option<&'static str> {
+        Some(match self.check.as_ref()?.apply(seen)? {
+            "status" => "check.status",
+            "body_contains" => "check.body_contains",
+            _ => "check.json",
         })
     }
 
+    /// Takes every value into its slot; the error kind of the first one missing.
+    fn extract(&self, seen: &Seen<'_>, values: &mut [Option<String>]) -> Option<&str> {
+        for (slot, e, kind) in &self.extract {
+            match e.apply(seen) {
+                Some(v) => values[*slot] = Some(v),
+                None => return Some(kind),
+            }
+        }
+        None
+    }
+}
+
+/// A tcp or udp step that is not the same bytes every time, or whose reply is read: its
+/// `send` payload rendered per request when it is a template, its reply's payload captured
+/// when it extracts or checks. The framing, timeout and `expect` stay in the step's
+/// `FramedRequest` or `DatagramRequest`.
+#[derive(Debug)]
+pub struct DynamicSend {
+    /// `None`: the payload is static, already framed in the request.
+    send: Option<Compiled>,
+    per_request: Vec<usize>,
+    judge: Judge,
+}
+
+impl DynamicSend {
+    /// Compiles a `tcp` or `udp` step's `send` (when a template), `extract` and `check`;
+    /// `None` when it has none of them and so stays on the static path.
+    pub fn new(
+        send: &Payload,
+        extract: &BTreeMap<String, Extract>,
+        check: Option<&Check>,
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+    ) -> Result<Option<Self>, String> {
+        let template = send.template();
+        if template.is_none() && extract.is_empty() && check.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            send: template
+                .map(|t| compile(t, scenario, slots))
+                .transpose()
+                .map_err(|e| format!("send: {e}"))?,
+            per_request: request_sources(scenario, template.into_iter()),
+            judge: Judge::new(extract, check, slots),
+        }))
+    }
+
     /// Renders the payload into `vars.body` (binding the next rows of `per: request`
-    /// sources).
-    fn render(&self, ctx: &Context, vars: &mut SessionVars) {
+    /// sources); `false` when it is static.
+    fn render(&self, ctx: &Context, vars: &mut SessionVars) -> bool {
+        let Some(send) = &self.send else {
+            return false;
+        };
         ctx.bind_request(&self.per_request, vars);
         let mut body = std::mem::take(&mut vars.body);
         body.clear();
-        self.send.render(ctx, vars, &mut body);
+        send.render(ctx, vars, &mut body);
         vars.body = body;
+        true
     }
 
-    /// One framed request over a tcp or unix stream: (bytes sent, bytes received).
-    pub async fn tcp(
-        &self,
+    /// The captured reply's verdict: checks, then extraction into the session's values.
+    fn verdict<'s>(&'s self, vars: &mut SessionVars) -> Option<&'s str> {
+        let seen = Seen {
+            status: 0,
+            headers: &[],
+            body: &vars.reply,
+        };
+        if let Some(kind) = self.judge.check(&seen) {
+            return Some(kind);
+        }
+        self.judge.extract(&seen, &mut vars.values)
+    }
+
+    fn outcome(&self, sent: u64, received: u64, vars: &mut SessionVars) -> Outcome<'_> {
+        Outcome {
+            sent,
+            received,
+            keep_alive: true,
+            error: if self.judge.is_empty() {
+                None
+            } else {
+                self.verdict(vars)
+            },
+            status: 0,
+        }
+    }
+
+    /// One framed request over a tcp or unix stream.
+    pub async fn tcp<'s>(
+        &'s self,
         conn: &mut crate::stream::StreamConn,
         req: &crate::stream::FramedRequest,
         ctx: &Context,
         vars: &mut SessionVars,
-    ) -> Result<(u64, u64), Failure> {
-        self.render(ctx, vars);
-        req.frame(&vars.body, &mut vars.out)?;
-        let received = conn.exchange(&vars.out, req).await?;
-        Ok((vars.out.len() as u64, received))
+    ) -> Result<Outcome<'s>, Failure> {
+        let capture = !self.judge.is_empty();
+        let mut out = std::mem::take(&mut vars.out);
+        let mut reply = std::mem::take(&mut vars.reply);
+        let sent = if self.render(ctx, vars) {
+            req.frame(&vars.body, &mut out)
+        } else {
+            out.clear();
+            out.extend_from_slice(req.bytes());
+            Ok(())
+        };
+        let received = match sent {
+            Ok(()) => {
+                conn.exchange(&out, req, capture.then_some(&mut reply))
+                    .await
+            }
+            Err(f) => Err(f),
+        };
+        let sent = out.len() as u64;
+        vars.out = out;
+        vars.reply = reply;
+        Ok(self.outcome(sent, received?, vars))
     }
 
-    /// One datagram: (bytes sent, bytes received).
-    pub async fn udp(
-        &self,
+    /// One datagram.
+    pub async fn udp<'s>(
+        &'s self,
         conn: &mut crate::udp::UdpConn,
         req: &crate::udp::DatagramRequest,
         deadline: tokio::time::Instant,
         ctx: &Context,
         vars: &mut SessionVars,
-    ) -> Result<(u64, u64), Failure> {
-        self.render(ctx, vars);
-        let received = conn.exchange(&vars.body, req, deadline).await?;
-        Ok((vars.body.len() as u64, received))
+    ) -> Result<Outcome<'s>, Failure> {
+        let capture = !self.judge.is_empty();
+        let mut reply = std::mem::take(&mut vars.reply);
+        let received = if self.render(ctx, vars) {
+            conn.exchange(&vars.body, req, deadline, capture.then_some(&mut reply))
+                .await
+        } else {
+            conn.exchange(req.bytes(), req, deadline, capture.then_some(&mut reply))
+                .await
+        };
+        vars.reply = reply;
+        let sent = if self.send.is_some() {
+            vars.body.len()
+        } else {
+            req.len()
+        } as u64;
+        Ok(self.outcome(sent, received?, vars))
     }
 }
 

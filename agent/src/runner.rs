@@ -48,7 +48,7 @@ pub enum StepPlan {
     Tcp {
         ordinal: usize,
         request: FramedRequest,
-        /// The payload, when it is a template rendered per session.
+        /// The payload rendered per session (a template) or the reply read (extract, check).
         send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
@@ -57,7 +57,7 @@ pub enum StepPlan {
     Udp {
         ordinal: usize,
         request: DatagramRequest,
-        /// The payload, when it is a template rendered per session.
+        /// The payload rendered per session (a template) or the reply read (extract, check).
         send: Option<Arc<crate::dynamic::DynamicSend>>,
         repeat: u32,
         new_connection: bool,
@@ -1191,7 +1191,7 @@ async fn exchange<'a, 's>(
         ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
             (Some(ctx), Some(v)) => Box::pin(send.tcp(c, request, ctx, v))
                 .await
-                .map(|(sent, received)| Answer::raw(sent, received)),
+                .map(Answer::from),
             _ => Err(Failure(error_kind::PROTOCOL)),
         },
         (
@@ -1204,7 +1204,7 @@ async fn exchange<'a, 's>(
         ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
             (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
                 .await
-                .map(|(sent, received)| Answer::raw(sent, received)),
+                .map(Answer::from),
             _ => Err(Failure(error_kind::PROTOCOL)),
         },
         (Link::H2(c), StepPlan::Grpc { request, .. }) => {

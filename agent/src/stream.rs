@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use bytes::{Buf, Bytes, BytesMut};
+use stampede_core::extract::MAX_CAPTURED_BODY;
 use stampede_core::protocol::{Expect, Framing, TcpRequest, MAX_FRAME};
 use stampede_core::stats::error_kind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -115,6 +116,11 @@ impl FramedRequest {
         self.bytes.len()
     }
 
+    /// The framed request, when its payload is not a template.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -216,11 +222,18 @@ impl StreamConn {
     /// that fails the check, or bytes beyond the reply (an answer nobody asked for), are
     /// `protocol` errors; the caller then drops the connection.
     pub async fn request(&mut self, req: &FramedRequest) -> Result<u64, Failure> {
-        self.exchange(&req.bytes, req).await
+        self.exchange(&req.bytes, req, None).await
     }
 
-    /// [`Self::request`] with the request's bytes framed elsewhere ([`FramedRequest::frame`]).
-    pub async fn exchange(&mut self, bytes: &[u8], req: &FramedRequest) -> Result<u64, Failure> {
+    /// [`Self::request`] with the request's bytes framed elsewhere ([`FramedRequest::frame`]),
+    /// and the reply's payload (framing removed, at most [`MAX_CAPTURED_BODY`] bytes) copied
+    /// into `reply` when a step extracts from it or checks it.
+    pub async fn exchange(
+        &mut self,
+        bytes: &[u8],
+        req: &FramedRequest,
+        reply: Option<&mut Vec<u8>>,
+    ) -> Result<u64, Failure> {
         let written = match &mut self.socket {
             Socket::Tcp(s) => s.write_all(bytes).await,
             Socket::Unix(s) => s.write_all(bytes).await,
@@ -234,9 +247,14 @@ impl StreamConn {
             self.fill().await?;
         };
         if let Some(check) = &req.check {
-            if !check.accepts(&self.buf[payload]) {
+            if !check.accepts(&self.buf[payload.clone()]) {
                 return Err(Failure(error_kind::PROTOCOL));
             }
+        }
+        if let Some(reply) = reply {
+            reply.clear();
+            let end = payload.end.min(payload.start + MAX_CAPTURED_BODY);
+            reply.extend_from_slice(&self.buf[payload.start..end]);
         }
         self.buf.advance(used);
         if !self.buf.is_empty() {

@@ -57,6 +57,11 @@ impl DatagramRequest {
         self.bytes.len()
     }
 
+    /// The datagram, when its payload is not a template.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -85,16 +90,18 @@ impl UdpConn {
         req: &DatagramRequest,
         deadline: Instant,
     ) -> Result<u64, Failure> {
-        self.exchange(&req.bytes, req, deadline).await
+        self.exchange(&req.bytes, req, deadline, None).await
     }
 
-    /// [`Self::request`] with the datagram rendered elsewhere; one longer than
-    /// [`MAX_DATAGRAM`] is a `template` error.
+    /// [`Self::request`] with the datagram rendered elsewhere (one longer than
+    /// [`MAX_DATAGRAM`] is a `template` error), and the reply copied into `reply` when a step
+    /// extracts from it or checks it.
     pub async fn exchange(
         &mut self,
         bytes: &[u8],
         req: &DatagramRequest,
         deadline: Instant,
+        reply: Option<&mut Vec<u8>>,
     ) -> Result<u64, Failure> {
         if bytes.len() > MAX_DATAGRAM {
             return Err(Failure(error_kind::TEMPLATE));
@@ -119,6 +126,10 @@ impl UdpConn {
             if !check.accepts(&self.buf[..n]) {
                 return Err(Failure(error_kind::PROTOCOL));
             }
+        }
+        if let Some(reply) = reply {
+            reply.clear();
+            reply.extend_from_slice(&self.buf[..n]);
         }
         Ok(n as u64)
     }

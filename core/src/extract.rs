@@ -3,12 +3,15 @@
 //!
 //! Both are pure functions of the status, the headers and the (bounded) body, so the agent
 //! only has to capture those for the steps that declare them; every other step keeps the
-//! discard path.
+//! discard path. A JSON Pointer is looked up while the body is parsed (`pointer`): no tree of
+//! the body is built.
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod pointer;
 
 /// Most bytes of a body examined by extraction and checks; the rest is read and discarded.
 pub const MAX_CAPTURED_BODY: usize = 1 << 20;
@@ -176,18 +179,6 @@ impl Response<'_> {
     }
 }
 
-/// The JSON body, parsed at most once per response.
-#[derive(Default)]
-pub struct JsonCache(Option<Option<serde_json::Value>>);
-
-impl JsonCache {
-    fn get(&mut self, body: &[u8]) -> Option<&serde_json::Value> {
-        self.0
-            .get_or_insert_with(|| serde_json::from_slice(body).ok())
-            .as_ref()
-    }
-}
-
 fn json_text(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => s.clone(),
@@ -212,9 +203,9 @@ pub fn set_cookies<'a>(
 
 impl Extract {
     /// The value, or `None` when the response does not hold it.
-    pub fn apply(&self, r: &Response<'_>, json: &mut JsonCache) -> Option<String> {
+    pub fn apply(&self, r: &Response<'_>) -> Option<String> {
         let v = match &self.from {
-            Extractor::Json(pointer) => json_text(json.get(r.body)?.pointer(pointer)?),
+            Extractor::Json(pointer) => json_text(&pointer::lookup(r.body, pointer)?),
             Extractor::Header(name) => String::from_utf8_lossy(r.header(name)?).into_owned(),
             Extractor::Cookie(name) => set_cookies(r.headers)
                 .find(|(n, _)| n == name)?
@@ -233,6 +224,12 @@ impl Extract {
             }
         };
         (v.len() <= MAX_VALUE).then_some(v)
+    }
+
+    /// Whether the value comes from the body alone, so a reply without a head (a tcp or udp
+    /// payload) can hold it.
+    pub fn reads_body_only(&self) -> bool {
+        self.needs_body()
     }
 
     /// Whether the body must be captured (header and cookie extractors need only the head).
@@ -300,7 +297,7 @@ impl Check {
     }
 
     /// The first failed check, or `None` when all pass.
-    pub fn apply(&self, r: &Response<'_>, json: &mut JsonCache) -> Option<CheckFailure> {
+    pub fn apply(&self, r: &Response<'_>) -> Option<CheckFailure> {
         if let Some(s) = &self.status {
             if !s.contains(&r.status) {
                 return Some("status");
@@ -312,14 +309,11 @@ impl Check {
             }
         }
         if !self.json.is_empty() {
-            let Some(doc) = json.get(r.body) else {
-                return Some("json");
-            };
             for (pointer, want) in &self.json {
-                let ok = match (doc.pointer(pointer), want) {
+                let ok = match (pointer::lookup(r.body, pointer), want) {
                     (None, _) => false,
-                    (Some(got), serde_json::Value::String(w)) => json_text(got) == *w,
-                    (Some(got), w) => got == w,
+                    (Some(got), serde_json::Value::String(w)) => json_text(&got) == *w,
+                    (Some(got), w) => got == *w,
                 };
                 if !ok {
                     return Some("json");
@@ -354,32 +348,25 @@ mod tests {
         ];
         let body = br#"{"data":{"token":"t-7","n":3},"html":"<b>x</b>"}"#;
         let r = resp(&headers, body);
-        let mut j = JsonCache::default();
-        let get = |y: &str, j: &mut JsonCache| {
+        let get = |y: &str| {
             let e: Extract = parse(y);
             e.check().unwrap();
-            e.apply(&r, j)
+            e.apply(&r)
         };
-        assert_eq!(get("{ json: /data/token }", &mut j).as_deref(), Some("t-7"));
-        assert_eq!(get("{ json: /data/n }", &mut j).as_deref(), Some("3"));
-        assert_eq!(get("{ json: /nope }", &mut j), None);
+        assert_eq!(get("{ json: /data/token }").as_deref(), Some("t-7"));
+        assert_eq!(get("{ json: /data/n }").as_deref(), Some("3"));
+        assert_eq!(get("{ json: /nope }"), None);
+        assert_eq!(get("{ header: Location }").as_deref(), Some("/next"));
+        assert_eq!(get("{ cookie: sid }").as_deref(), Some("s-1"));
         assert_eq!(
-            get("{ header: Location }", &mut j).as_deref(),
-            Some("/next")
-        );
-        assert_eq!(get("{ cookie: sid }", &mut j).as_deref(), Some("s-1"));
-        assert_eq!(
-            get(r#"{ regex: '"token":"(t-\d+)"' }"#, &mut j).as_deref(),
+            get(r#"{ regex: '"token":"(t-\d+)"' }"#).as_deref(),
             Some("t-7")
         );
         assert_eq!(
-            get(r#"{ regex: 't-\d+', group: 0 }"#, &mut j).as_deref(),
+            get(r#"{ regex: 't-\d+', group: 0 }"#).as_deref(),
             Some("t-7")
         );
-        assert_eq!(
-            get("{ between: ['<b>', '</b>'] }", &mut j).as_deref(),
-            Some("x")
-        );
+        assert_eq!(get("{ between: ['<b>', '</b>'] }").as_deref(), Some("x"));
         let bad: Extract = parse("{ regex: 'a(b)', group: 2 }");
         assert!(bad.check().is_err());
         assert!(serde_norway::from_str::<Extract>("{ regex: '(' }").is_err());
@@ -392,21 +379,18 @@ mod tests {
         let r = resp(&[], body);
         let c: Check = parse("{ status: [200], body_contains: ok, json: { /status: ok, /n: 2 } }");
         c.validate().unwrap();
-        assert_eq!(c.apply(&r, &mut JsonCache::default()), None);
+        assert_eq!(c.apply(&r), None);
         let c: Check = parse("{ status: [201] }");
-        assert_eq!(c.apply(&r, &mut JsonCache::default()), Some("status"));
+        assert_eq!(c.apply(&r), Some("status"));
         let c: Check = parse("{ body_contains: nope }");
-        assert_eq!(
-            c.apply(&r, &mut JsonCache::default()),
-            Some("body_contains")
-        );
+        assert_eq!(c.apply(&r), Some("body_contains"));
         let c: Check = parse("{ json: { /n: '2' } }");
-        assert_eq!(c.apply(&r, &mut JsonCache::default()), None);
+        assert_eq!(c.apply(&r), None);
         let c: Check = parse("{ json: { /status: bad } }");
-        assert_eq!(c.apply(&r, &mut JsonCache::default()), Some("json"));
+        assert_eq!(c.apply(&r), Some("json"));
         let c: Check = parse("{ json: { status: ok } }");
         assert!(c.validate().is_err());
         let c: Check = parse("{ body_contains: '' }");
-        assert_eq!(c.apply(&resp(&[], b""), &mut JsonCache::default()), None);
+        assert_eq!(c.apply(&resp(&[], b"")), None);
     }
 }

@@ -1063,11 +1063,8 @@ impl Scenario {
                 self.check_refs(t, &defined, false)
                     .map_err(|why| ScenarioError::invalid(format!("{path}[{i}].{field}"), why))?;
             }
-            if (!step.extract.is_empty() || step.check.is_some()) && step.http.is_none() {
-                return Err(ScenarioError::invalid(
-                    format!("{path}[{i}]"),
-                    "extract and check apply to http steps",
-                ));
+            if !step.extract.is_empty() || step.check.is_some() {
+                check_reply_reading(step, &format!("{path}[{i}]"))?;
             }
             check_extraction(step, &format!("{path}[{i}]"))?;
             defined.extend(step.extract.keys().map(String::as_str));
@@ -1536,6 +1533,38 @@ fn check_extraction(step: &Step, at: &str) -> Result<(), ScenarioError> {
     if let Some(c) = &step.check {
         c.validate()
             .map_err(|(f, why)| ScenarioError::invalid(format!("{at}.check.{f}"), why))?;
+    }
+    Ok(())
+}
+
+/// What a step's extraction and checks may read: everything of an HTTP response; of a tcp
+/// or udp reply only its payload (the body), as it has no status, headers or cookies; nothing
+/// of a gRPC reply, whose messages are protobuf and which are not captured.
+fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioError> {
+    let kind = match (&step.tcp, &step.udp) {
+        _ if step.http.is_some() => return Ok(()),
+        (Some(_), _) => "tcp",
+        (_, Some(_)) => "udp",
+        _ => {
+            return Err(ScenarioError::invalid(
+                at,
+                "extract and check apply to http, tcp and udp steps",
+            ))
+        }
+    };
+    if let Some((name, _)) = step.extract.iter().find(|(_, e)| !e.reads_body_only()) {
+        return Err(ScenarioError::invalid(
+            format!("{at}.extract.{name}"),
+            format!(
+                "a {kind} reply has no headers or cookies: take values with json, regex or between"
+            ),
+        ));
+    }
+    if step.check.as_ref().is_some_and(|c| c.status.is_some()) {
+        return Err(ScenarioError::invalid(
+            format!("{at}.check.status"),
+            format!("a {kind} reply has no status: check it with body_contains or json"),
+        ));
     }
     Ok(())
 }
@@ -2192,6 +2221,47 @@ session:
         assert_eq!(
             err(tcp).to_string(),
             "setup: setup steps are http steps: they need an http:// or https:// target"
+        );
+    }
+
+    #[test]
+    fn tcp_and_udp_replies_are_read_by_their_payload_only() {
+        let text = r#"
+name: t
+target: tcp://127.0.0.1:7000
+phases: [ { duration: 1s, arrival_rate: 2 } ]
+session:
+  - tcp: { send: { text: login } }
+    extract: { role: { json: /role }, who: { between: ['<', '>'] }, n: { regex: 'n=([0-9]+)' } }
+    check: { body_contains: granted, json: { /action: granted } }
+  - tcp: { send: { text: 'as ${role} ${who} ${n}' } }
+"#;
+        let s = Scenario::from_yaml(text).unwrap();
+        assert_eq!(s.session[0].extract.len(), 3);
+        let udp = text.replace("tcp://", "udp://").replace("tcp:", "udp:");
+        Scenario::from_yaml(&udp).unwrap();
+        for (from, to, want) in [
+            (
+                "role: { json: /role }",
+                "role: { header: x-role }",
+                "session[0].extract.role: a tcp reply has no headers or cookies: take values with json, regex or between",
+            ),
+            (
+                "role: { json: /role }",
+                "role: { cookie: sid }",
+                "session[0].extract.role: a tcp reply has no headers or cookies: take values with json, regex or between",
+            ),
+            (
+                "body_contains: granted,",
+                "status: [200],",
+                "session[0].check.status: a tcp reply has no status: check it with body_contains or json",
+            ),
+        ] {
+            assert_eq!(err(&text.replace(from, to)).to_string(), want, "{to}");
+        }
+        assert_eq!(
+            err(&udp.replace("body_contains: granted,", "status: [200],")).to_string(),
+            "session[0].check.status: a udp reply has no status: check it with body_contains or json"
         );
     }
 

@@ -425,3 +425,102 @@ async fn tcp_and_udp_payloads_are_templates() {
     assert_eq!(got.len(), 20, "a row per session: {got:?}");
     assert!(got.iter().all(|g| g.starts_with("hi user")), "{got:?}");
 }
+
+/// The payload of a tcp reply is read like an HTTP body: a check that fails counts under its
+/// own kind on its step, a value taken with `between` or `regex` is sent by the next request.
+/// 40 users log in over two agents, the last 10 with a wrong password; each granted session
+/// then logs in as the role it was given (`user`, which is no user), and checks the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_replies_are_checked_and_their_values_carried() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = login_target().await;
+    let rows: Vec<String> = (0..40)
+        .map(|i| {
+            let password = if i < 30 {
+                format!("pass{i}")
+            } else {
+                "bad".into()
+            };
+            format!("[\"user{i}\", \"{password}\"]")
+        })
+        .collect();
+    let data = format!(
+        "data:\n  users: {{ order: sequence, on_exhausted: fail, columns: [u, p], rows: [{}] }}\n",
+        rows.join(", ")
+    );
+    let session = r#"  - name: login
+    tcp: { send: { text: '{"username":"${users.u|json}","password":"${users.p|json}"}' } }
+    check: { json: { /action: granted } }
+    extract: { role: { between: ['"role":"', '"'] } }
+  - name: as-role
+    tcp: { send: { text: '{"username":"${role|json}","password":"x"}' } }
+    check: { body_contains: unknown_user }
+    extract: { reason: { regex: '"reason":"([a-z_]+)"' } }
+  - name: echo-reason
+    tcp: { send: { text: '{"username":"${reason|json}","password":"${role|json}"}' } }
+    check: { json: { /reason: unknown_user } }
+"#;
+    let r = run_local(&scenario(&url, 40, session, &data), 2).await;
+    let metrics = server.metrics_text();
+    let logins = |result: &str| {
+        metrics
+            .lines()
+            .find(|l| l.contains("logins_total") && l.contains(&format!("result=\"{result}\"")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    eprintln!("tcp replies: {:?} errors {:?}", r.totals, errors(&r));
+    let step = |name: &str| r.steps.iter().find(|s| s.name == name).unwrap();
+    assert_eq!(
+        (step("login").completed, step("login").failed),
+        (30, 10),
+        "{:?}",
+        step("login")
+    );
+    assert_eq!(step("login").errors.get("check.json"), Some(&10));
+    // Only the granted sessions go on, with the extracted role as the user name.
+    assert_eq!((step("as-role").completed, step("as-role").failed), (30, 0));
+    assert_eq!(
+        (step("echo-reason").completed, step("echo-reason").failed),
+        (30, 0)
+    );
+    assert_eq!(errors(&r), [("check.json", 10)]);
+    assert_eq!(logins("granted"), 30);
+    assert_eq!(logins("wrong_password"), 10);
+    // `user` (the role) and `unknown_user` (the reason) are no users.
+    assert_eq!(logins("unknown_user"), 60);
+    assert_eq!(server.stats().frames_total, 100);
+}
+
+/// A udp reply is read the same way: the value a datagram's reply carries goes into the next
+/// datagram, and a check that cannot pass (an echo is not JSON) fails every request of its
+/// step under `check.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_replies_are_checked_and_their_values_carried() {
+    let _quiet = QUIET.read().await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("udp://{}", socket.local_addr().unwrap());
+    let server = EchoServer::new(EchoConfig::default()).unwrap();
+    let _stop = serve_until_dropped(|shutdown| server.clone().serve_udp(socket, shutdown));
+    let session = r#"  - name: hello
+    udp: { send: { text: 'n=${session.index};' }, timeout: 2s }
+    extract: { n: { regex: 'n=([0-9]+);' } }
+  - name: again
+    udp: { send: { text: 'again ${n}' }, timeout: 2s }
+    check: { body_contains: 'again ' }
+    extract: { m: { regex: '^again ([0-9]+)$' } }
+  - name: json
+    udp: { send: { text: 'not json' }, timeout: 2s }
+    check: { json: { /ok: true } }
+"#;
+    let r = run_local(&scenario(&url, 20, session, ""), 2).await;
+    let step = |name: &str| r.steps.iter().find(|s| s.name == name).unwrap();
+    assert_eq!(step("hello").completed, 20);
+    assert_eq!(step("again").completed, 20);
+    assert_eq!(
+        (step("json").failed, step("json").errors.get("check.json")),
+        (20, Some(&20))
+    );
+    assert_eq!(errors(&r), [("check.json", 20)]);
+    assert_eq!(server.stats().frames_total, 60);
+}

@@ -306,7 +306,7 @@ async fn agent(
             }
             // The fleet keeps no replay buffer: acknowledgements need no answer; its
             // scenarios read no data.
-            In::Ack(_) | In::DataRows(_) => {}
+            In::Ack(_) | In::DataRows(_) | In::SetupValues(_) => {}
             In::ClockPing(p) => {
                 let now = unix_ns();
                 let _ = tx
@@ -325,6 +325,8 @@ async fn agent(
                     .send(msg(Out::Ready(v1::Ready {
                         run_id: asg.run_id.clone(),
                         planned_sessions: asg.planned_sessions,
+                        // The fleet's scenarios have no setup steps.
+                        setup_values: Vec::new(),
                     })))
                     .await;
                 last_lease = None;

@@ -78,22 +78,29 @@ pub(crate) async fn prepare(
             Endpoint::Http(addr, tls)
         };
     }
-    let (mut context, slots) =
+    let (context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
-    // Setup steps run here, before Ready: outside any measurement.
+    // Setup steps run here, on the one agent the controller asked to, before Ready: outside
+    // any measurement. The others receive the values in their Start.
     let setup_target = setup::Target {
-        endpoint: &endpoint,
-        authority: &host_header,
-        prefix: target.prefix(),
+        endpoint: endpoint.clone(),
+        authority: host_header.clone(),
+        prefix: target.prefix().to_string(),
         https,
     };
-    setup::run(
-        &scenario,
-        &mut context,
-        &setup_target,
-        scenario.request_timeout.0,
-    )
-    .await?;
+    let setup_values = if a.run_setup {
+        let values = setup::run(
+            &scenario,
+            &context,
+            &setup_target,
+            scenario.request_timeout.0,
+        )
+        .await?;
+        context.set_setup(values.clone());
+        values
+    } else {
+        Vec::new()
+    };
     let mut any_dynamic = false;
     let compiler = Compiler {
         scenario: &scenario,
@@ -195,12 +202,23 @@ pub(crate) async fn prepare(
             seed: a.seed,
         }));
     }
+    let refresh = match (scenario.setup_refresh, &dynamic) {
+        (Some(every), Some(_)) if a.run_setup => Some(Arc::new(setup::Refresh {
+            scenario: Arc::new(scenario.clone()),
+            target: setup_target,
+            every: every.0,
+        })),
+        _ => None,
+    };
     Ok(ShardRun {
         run_id: a.run_id.clone(),
         interval,
         phases: n_phases,
         steps: scenario.step_names().len(),
         workloads,
+        setup_values,
+        context: dynamic,
+        refresh,
     })
 }
 

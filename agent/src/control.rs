@@ -13,6 +13,10 @@ struct ActiveRun {
     reason: Arc<Mutex<Option<String>>>,
     lease_deadline: Arc<Mutex<Instant>>,
     lease: Duration,
+    /// Where refreshed setup values go, and the newest generation applied (a replayed or
+    /// reordered older one is ignored).
+    context: Option<Arc<crate::dynamic::Context>>,
+    setup_generation: u64,
 }
 
 /// Stops a run, remembering why (the first reason given wins).
@@ -208,6 +212,14 @@ async fn connection(
                 }
             }
             Some(mut out) = state.run_rx.recv() => {
+                // Refreshed setup values are not kept for replay: the next refresh supersedes
+                // them, and the controller gives an agent that comes back the newest.
+                if matches!(out.msg, Some(Out::SetupValues(_))) {
+                    if tx.send(out).await.is_err() {
+                        return Err(AgentError::Closed);
+                    }
+                    continue;
+                }
                 let done = if let Some(Out::Done(d)) = &mut out.msg {
                     // The run is over: end its lease watchdog too (it would otherwise report
                     // a lapsed lease once renewals stop), and say why it stopped early.
@@ -284,6 +296,7 @@ async fn handle(
                                 reason: format!("plan mismatch: controller planned {} sessions for this shard, agent computed {planned}", a.planned_sessions),
                             })
                         } else {
+                            let setup_values = spec.setup_values.clone();
                             state.pending = Some(PendingRun {
                                 spec: Arc::new(spec),
                             });
@@ -291,6 +304,7 @@ async fn handle(
                             Out::Ready(v1::Ready {
                                 run_id,
                                 planned_sessions: planned,
+                                setup_values,
                             })
                         }
                     }
@@ -317,6 +331,11 @@ async fn handle(
             } else {
                 Instant::now()
             };
+            if let Some(ctx) = &pending.spec.context {
+                if !s.setup_values.is_empty() && !ctx.set_setup(s.setup_values) {
+                    tracing::warn!(run = %s.run_id, "the Start's setup values do not fit the scenario; ignored");
+                }
+            }
             let stop = CancellationToken::new();
             let reason = Arc::new(Mutex::new(None));
             let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));
@@ -326,6 +345,8 @@ async fn handle(
                 reason: reason.clone(),
                 lease_deadline: lease_deadline.clone(),
                 lease: state.lease,
+                context: pending.spec.context.clone(),
+                setup_generation: 0,
             });
             tokio::spawn(watchdog(
                 lease_deadline,
@@ -334,6 +355,15 @@ async fn handle(
                 state.lease,
                 s.run_id.clone(),
             ));
+            if let (Some(r), Some(ctx)) = (&pending.spec.refresh, &pending.spec.context) {
+                tokio::spawn(crate::setup::refresh(
+                    r.clone(),
+                    ctx.clone(),
+                    s.run_id.clone(),
+                    state.run_tx.clone(),
+                    stop.clone(),
+                ));
+            }
             state.load.spawn(runner::execute(
                 pending.spec,
                 t0,
@@ -377,6 +407,20 @@ async fn handle(
             }
         }
         In::Ack(ack) => state.retained.retain(|m| !acknowledged(m, &ack)),
+        In::SetupValues(v) => {
+            let Some(a) = state.active.as_mut().filter(|a| a.run_id == v.run_id) else {
+                return;
+            };
+            if v.generation > a.setup_generation {
+                if let Some(ctx) = &a.context {
+                    if ctx.set_setup(v.values) {
+                        a.setup_generation = v.generation;
+                    } else {
+                        tracing::warn!(run = %v.run_id, "refreshed setup values do not fit the scenario; ignored");
+                    }
+                }
+            }
+        }
         In::ClockPing(p) => {
             let t2 = unix_ns();
             let pong = v1::ClockPong {

@@ -8,6 +8,7 @@
 //! buffers it reuses from one request to the next.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use stampede_core::data::share::Share;
@@ -26,8 +27,9 @@ use crate::net::Failure;
 #[derive(Debug)]
 pub struct Context {
     sources: Vec<Source>,
-    /// The values the setup steps extracted (`${setup.NAME}`), by [`setup_slots`].
-    setup: Vec<String>,
+    /// The values the setup steps extracted (`${setup.NAME}`), by [`setup_slots`]: replaced
+    /// whole when a refresh brings new ones; a session takes the current ones when it starts.
+    setup: RwLock<Arc<Vec<String>>>,
     slots: usize,
     seed: u64,
     agent: String,
@@ -92,6 +94,8 @@ pub struct DynamicHttp {
 #[derive(Debug)]
 pub struct SessionVars {
     index: u64,
+    /// The setup values when the session started (a refresh applies to later sessions).
+    setup: Arc<Vec<String>>,
     /// Per source, the row (of the agent's share) bound now; a `per: request` source binds
     /// one before each request that reads it.
     rows: Vec<Option<u32>>,
@@ -160,7 +164,7 @@ impl Context {
         }
         let ctx = Self {
             sources,
-            setup: vec![String::new(); setup_slots(scenario).len()],
+            setup: RwLock::new(Arc::new(vec![String::new(); setup_slots(scenario).len()])),
             slots: slots.len(),
             seed,
             agent: agent.to_string(),
@@ -193,6 +197,7 @@ impl Context {
             index,
             reads: Vec::new(),
             rows,
+            setup: self.setup_now(),
             values: vec![None; self.slots],
             rng: None,
             cookies: Vec::new(),
@@ -203,28 +208,39 @@ impl Context {
         })
     }
 
-    /// The variables the setup steps run with: no data row, a slot per setup value.
+    /// The setup values sessions read now.
+    pub fn setup_now(&self) -> Arc<Vec<String>> {
+        self.setup.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the setup values (from this agent's setup, or another's through the
+    /// controller); sessions that start from now on read them. A list of another length (not
+    /// this scenario's) is ignored.
+    pub fn set_setup(&self, values: Vec<String>) -> bool {
+        let mut now = self.setup.write().unwrap_or_else(|p| p.into_inner());
+        if values.len() != now.len() {
+            return false;
+        }
+        *now = Arc::new(values);
+        true
+    }
+
+    /// The variables the setup steps run with: no data row, a slot per setup value, the
+    /// values of earlier setup steps as they extract them (see [`SessionVars::keep_setup`]).
     pub fn setup_vars(&self) -> SessionVars {
+        let n = self.setup_now().len();
         SessionVars {
             index: u64::MAX,
             rows: vec![None; self.sources.len()],
             reads: Vec::new(),
-            values: vec![None; self.setup.len()],
+            setup: Arc::new(vec![String::new(); n]),
+            values: vec![None; n],
             rng: None,
             cookies: Vec::new(),
             out: Vec::new(),
             body: Vec::new(),
             capture: Capture::default(),
             reply: Vec::new(),
-        }
-    }
-
-    /// Keeps the values a setup step extracted into `vars`: every session reads them.
-    pub fn keep_setup(&mut self, vars: &SessionVars) {
-        for (kept, v) in self.setup.iter_mut().zip(&vars.values) {
-            if let Some(v) = v {
-                kept.clone_from(v);
-            }
         }
     }
 
@@ -242,16 +258,34 @@ impl Context {
     }
 }
 
-/// The slot of every value the setup steps extract, by name, in the order they appear.
-pub fn setup_slots(scenario: &Scenario) -> BTreeMap<String, usize> {
-    let mut slots = BTreeMap::new();
-    for s in &scenario.setup {
-        for name in s.extract.keys() {
-            let n = slots.len();
-            slots.entry(name.clone()).or_insert(n);
+impl SessionVars {
+    /// In a setup run, makes what the setup steps extracted so far readable as
+    /// `${setup.NAME}` by the next ones.
+    pub fn keep_setup(&mut self) {
+        let mut kept = self.setup.as_ref().clone();
+        for (k, v) in kept.iter_mut().zip(&self.values) {
+            if let Some(v) = v {
+                k.clone_from(v);
+            }
         }
+        self.setup = Arc::new(kept);
     }
-    slots
+
+    /// In a setup run, the values extracted, in the order of [`Scenario::setup_names`].
+    pub fn setup_values(&self) -> Vec<String> {
+        self.setup.as_ref().clone()
+    }
+}
+
+/// The slot of every value the setup steps extract, by name: its place in
+/// [`Scenario::setup_names`], the order the values travel in.
+pub fn setup_slots(scenario: &Scenario) -> BTreeMap<String, usize> {
+    scenario
+        .setup_names()
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (n.to_string(), i))
+        .collect()
 }
 
 /// The `per: request` sources (by index) that one of `templates` reads.
@@ -373,7 +407,7 @@ impl Compiled {
                     }
                 }
                 Part::Setup(slot, filter) => {
-                    let v = ctx.setup.get(*slot).map_or("", String::as_str);
+                    let v = vars.setup.get(*slot).map_or("", String::as_str);
                     template::apply_filter(*filter, v.as_bytes(), out);
                 }
                 Part::Slot(slot, filter) => {

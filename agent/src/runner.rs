@@ -161,6 +161,13 @@ pub struct ShardRun {
     /// Request steps of the run, all workloads and session types together.
     pub steps: usize,
     pub workloads: Vec<Arc<RunSpec>>,
+    /// The values of the setup steps, when this agent ran them: sent in its Ready.
+    pub setup_values: Vec<String>,
+    /// The run's dynamic context (shared by the workloads), where setup values that arrive in
+    /// the Start or from a refresh are put.
+    pub context: Option<Arc<crate::dynamic::Context>>,
+    /// When this agent runs the setup and the scenario refreshes it.
+    pub refresh: Option<Arc<crate::setup::Refresh>>,
 }
 
 impl ShardRun {

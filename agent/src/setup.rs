@@ -1,14 +1,23 @@
-//! Setup steps (`setup:`): HTTP requests run once on each agent while it prepares its shard,
-//! before its `Ready`, so never during the measured run: nothing of them is recorded, and
-//! their latencies never reach the report or its thresholds. The values they extract are read
-//! by every session as `${setup.NAME}`. A setup that fails refuses the shard, and so the run,
-//! before any load.
+//! Setup steps (`setup:`): HTTP requests run once per run, by the agent the controller names
+//! in its `Assign` (`run_setup`), while it prepares its shard, before its `Ready`, so never
+//! during the measured run: nothing of them is recorded, and their latencies never reach the
+//! report or its thresholds. The values they extract travel in that agent's `Ready`, and the
+//! controller hands them to every agent in its `Start`; every session reads them as
+//! `${setup.NAME}`. A setup that fails refuses the shard, and so the run, before any load.
+//!
+//! With `setup_refresh`, the same agent runs the steps again at that period while the load
+//! runs ([`refresh`]): new values apply to its own sessions at once and go to the controller,
+//! which forwards them to the other agents. A refresh that fails keeps the values before it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use stampede_core::scenario::Scenario;
 use stampede_core::stats::error_kind;
+use stampede_proto::v1;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::dynamic::{self, Context, DynamicHttp};
 use crate::net::Failure;
@@ -19,25 +28,80 @@ use crate::runner::{Endpoint, Link};
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the setup's requests go: the run's target, as its steps see it.
-pub struct Target<'a> {
-    pub endpoint: &'a Endpoint,
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub endpoint: Endpoint,
     /// The `Host` header (HTTP/1.1) or `:authority` (h2).
-    pub authority: &'a str,
+    pub authority: String,
     /// The target URL's path prefix.
-    pub prefix: &'a str,
+    pub prefix: String,
     pub https: bool,
 }
 
+/// What the agent that runs the setup needs to run it again while the load runs.
+#[derive(Debug)]
+pub struct Refresh {
+    pub scenario: Arc<Scenario>,
+    pub target: Target,
+    pub every: Duration,
+}
+
+/// Runs the setup again every `r.every` until `stop`: each success replaces the values of
+/// this agent's sessions (`ctx`) and is sent to the controller as generation 1, 2, ...;
+/// a failure is logged and changes nothing.
+pub async fn refresh(
+    r: Arc<Refresh>,
+    ctx: Arc<Context>,
+    run_id: String,
+    out: mpsc::UnboundedSender<v1::AgentMessage>,
+    stop: CancellationToken,
+) {
+    let mut generation = 0u64;
+    let mut next = Instant::now() + r.every;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = stop.cancelled() => return,
+        }
+        next += r.every;
+        let ran = tokio::select! {
+            ran = run(&r.scenario, &ctx, &r.target, r.scenario.request_timeout.0) => ran,
+            _ = stop.cancelled() => return,
+        };
+        match ran {
+            Ok(values) => {
+                generation += 1;
+                ctx.set_setup(values.clone());
+                tracing::info!(run = %run_id, generation, "setup values refreshed");
+                let msg = v1::AgentMessage {
+                    msg: Some(v1::agent_message::Msg::SetupValues(v1::SetupValues {
+                        run_id: run_id.clone(),
+                        generation,
+                        values,
+                    })),
+                };
+                if out.send(msg).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "setup refresh failed; the values before it stay")
+            }
+        }
+    }
+}
+
 /// Runs `scenario`'s setup steps in order over one connection (a step's `new_connection`
-/// opens another) and keeps their extracted values in `ctx`. The error names the step.
+/// opens another); returns the values they extracted, in the order of
+/// [`Scenario::setup_names`]. The error names the step.
 pub async fn run(
     scenario: &Scenario,
-    ctx: &mut Context,
-    target: &Target<'_>,
+    ctx: &Context,
+    target: &Target,
     request_timeout: Duration,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     if scenario.setup.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let slots = dynamic::setup_slots(scenario);
     let mut steps = Vec::with_capacity(scenario.setup.len());
@@ -52,8 +116,8 @@ pub async fn run(
             s.check.as_ref(),
             scenario,
             &slots,
-            target.authority,
-            target.prefix,
+            &target.authority,
+            &target.prefix,
             target.https,
         )
         .map_err(|e| format!("setup[{i}].{e}"))?;
@@ -73,10 +137,11 @@ pub async fn run(
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
-                        let opened = tokio::time::timeout_at(deadline, Link::open(target.endpoint))
-                            .await
-                            .map_err(|_| failed(Failure(error_kind::CONNECT_TIMEOUT)))?
-                            .map_err(failed)?;
+                        let opened =
+                            tokio::time::timeout_at(deadline, Link::open(&target.endpoint))
+                                .await
+                                .map_err(|_| failed(Failure(error_kind::CONNECT_TIMEOUT)))?
+                                .map_err(failed)?;
                         conn.insert(opened)
                     }
                 };
@@ -102,10 +167,10 @@ pub async fn run(
                 if !outcome.keep_alive {
                     conn = None;
                 }
-                ctx.keep_setup(&vars);
+                vars.keep_setup();
             }
         }
-        Ok(())
+        Ok(vars.setup_values())
     };
     tokio::time::timeout(SETUP_TIMEOUT, all)
         .await

@@ -289,6 +289,14 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
             RunInput::Ready {
                 agent_id: agent_id.to_string(),
                 planned: r.planned_sessions,
+                setup_values: r.setup_values,
+            },
+        ),
+        In::SetupValues(v) => (
+            v.run_id.clone(),
+            RunInput::SetupValues {
+                agent_id: agent_id.to_string(),
+                values: v,
             },
         ),
         In::Progress(p) => (

@@ -23,6 +23,8 @@ pub const MAX_CONNECTIONS: u32 = 1_000_000;
 /// Most arrival phases in one scenario (a capacity search of 100 steps is far below it; the
 /// plan keeps one count per agent and phase).
 pub const MAX_PHASES: usize = 1_000;
+/// Shortest `setup_refresh`: a refresh is a login, not load.
+pub const MIN_SETUP_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most steps in one session (every request step has its own histograms in the report).
 pub const MAX_STEPS: usize = 100;
 /// Most thresholds in one scenario.
@@ -86,12 +88,18 @@ pub struct Scenario {
     /// matching; attributes and expiry are ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookies: bool,
-    /// HTTP steps run once on each agent before the load (getting an OAuth token, say),
-    /// outside any measurement: nothing of them is recorded. Every session reads the values
-    /// they extract as `${setup.NAME}`; a setup step that fails refuses the run before any
-    /// load. They may read the environment, built-ins and earlier setup values, not data.
+    /// HTTP steps run once per run before the load (getting an OAuth token, say), by one
+    /// agent, outside any measurement: nothing of them is recorded. Every session on every
+    /// agent reads the values they extract as `${setup.NAME}`; a setup step that fails
+    /// refuses the run before any load. They may read the environment, built-ins and earlier
+    /// setup values, not data.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<Step>,
+    /// Runs the setup steps again this often while the load runs (a token that expires, say):
+    /// sessions that start after a refresh read its values. A refresh is never measured and
+    /// never fails the run; one that fails keeps the values before it. At least 1s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_refresh: Option<HumanDuration>,
     /// The steps each arriving session runs, in order, over one connection. Give either
     /// `session`, `sessions` (a weighted mix) or `workloads`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1081,6 +1089,20 @@ impl Scenario {
     /// The setup steps: http steps against an http target, their references, extraction and
     /// checks.
     fn validate_setup(&self) -> Result<(), ScenarioError> {
+        if let Some(every) = self.setup_refresh {
+            if self.setup.is_empty() {
+                return Err(ScenarioError::invalid(
+                    "setup_refresh",
+                    "refreshes the setup steps' values: give setup steps",
+                ));
+            }
+            if every.0 < MIN_SETUP_REFRESH {
+                return Err(ScenarioError::invalid(
+                    "setup_refresh",
+                    "must be at least 1s",
+                ));
+            }
+        }
         if self.setup.is_empty() {
             return Ok(());
         }
@@ -1130,6 +1152,18 @@ impl Scenario {
         Ok(())
     }
 
+    /// The names of the values the setup steps extract, in the order they are first
+    /// extracted: the order in which one agent reports them and every agent receives them.
+    pub fn setup_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for name in self.setup.iter().flat_map(|s| s.extract.keys()) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// The target's transport; the error names `target`.
     pub fn transport(&self) -> Result<Transport, ScenarioError> {
         self.target
@@ -1168,7 +1202,7 @@ impl Scenario {
                 }
                 Var::Data { .. } if in_setup => {
                     return Err(format!(
-                        "{r}: setup steps run once per agent, not per session, so they read no data"
+                        "{r}: setup steps run once per run, not per session, so they read no data"
                     ));
                 }
                 Var::Data { source, column } => {
@@ -2176,8 +2210,15 @@ session:
             "setup steps are not the session's"
         );
         assert_eq!(s.env_names().into_iter().collect::<Vec<_>>(), ["KEY"]);
+        assert_eq!(s.setup_names(), ["token", "who"]);
         let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(again, s);
+        let refreshed = Scenario::from_yaml(&text.replace("phases:", "setup_refresh: 5m\nphases:"));
+        assert_eq!(refreshed.unwrap().setup_refresh.unwrap().0.as_secs(), 300);
+        assert_eq!(
+            err("name: t\ntarget: http://127.0.0.1:1\nsetup_refresh: 5m\nphases: [ { duration: 1s, arrival_rate: 2 } ]\nsession: [ { http: { path: / } } ]\n").to_string(),
+            "setup_refresh: refreshes the setup steps' values: give setup steps"
+        );
         for (from, to, want) in [
             (
                 "x-who: '${setup.who}'",
@@ -2197,7 +2238,7 @@ session:
             (
                 "'/who?t=${setup.token|url}'",
                 "'/who?u=${users.id}'",
-                "setup[1].http.path: ${users.id}: setup steps run once per agent, not per session, so they read no data",
+                "setup[1].http.path: ${users.id}: setup steps run once per run, not per session, so they read no data",
             ),
             (
                 "  - http: { path: '/who?t=${setup.token|url}' }\n",
@@ -2213,6 +2254,11 @@ session:
                 "users: { on_exhausted",
                 "setup: { on_exhausted",
                 "data: `setup` cannot name a data source",
+            ),
+            (
+                "phases:",
+                "setup_refresh: 500ms\nphases:",
+                "setup_refresh: must be at least 1s",
             ),
         ] {
             assert_eq!(err(&text.replace(from, to)).to_string(), want, "{to}");

@@ -419,11 +419,11 @@ session:
     assert_eq!(server.seen().len(), before, "no load was sent");
 }
 
-/// Setup steps run once on each agent before the load, outside the report: two agents log in
-/// twice in all, and every session sends the token of its agent's login; a setup that fails
-/// its check refuses the run before any session starts, naming the step.
+/// Setup steps run once per run before the load, outside the report: of two agents, one
+/// logs in, and every session of both sends that login's token; a setup that fails its check
+/// refuses the run before any session starts, naming the step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn setup_runs_once_per_agent_and_its_values_reach_every_session() {
+async fn setup_runs_once_per_run_and_its_values_reach_every_session() {
     let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -438,7 +438,7 @@ setup:
     check: {{ json: {{ /status: ok }} }}
 session:
   - name: me
-    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}' }} }}
+    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}', x-agent: '${{session.agent}}' }} }}
     check: {{ status: [200] }}
 "#,
         server.url
@@ -452,16 +452,25 @@ session:
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
     let logins: Vec<_> = seen.iter().filter(|s| s.path == "/api/login").collect();
-    assert_eq!(logins.len(), 2, "one login per agent");
+    assert_eq!(logins.len(), 1, "one login per run");
     assert!(logins.iter().all(|s| s.body == "key=k-e2e"));
     let tokens: BTreeSet<_> = seen
         .iter()
         .filter(|s| s.path == "/api/me")
-        .map(|s| s.headers["authorization"].clone())
+        .map(|s| {
+            (
+                s.headers["x-agent"].clone(),
+                s.headers["authorization"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         tokens,
-        BTreeSet::from(["Bearer t-1".to_string(), "Bearer t-2".to_string()])
+        BTreeSet::from([
+            ("0".to_string(), "Bearer t-1".to_string()),
+            ("1".to_string(), "Bearer t-1".to_string())
+        ]),
+        "both agents' sessions send the one login's token"
     );
     let r: stampede_core::report::Report =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("setup.json")).unwrap())
@@ -491,4 +500,63 @@ session:
             .all(|s| s.path == "/api/login"),
         "no session started"
     );
+}
+
+/// With `setup_refresh`, the agent that runs the setup logs in again while the load runs, and
+/// the new token reaches the sessions of both agents (the other one through the controller);
+/// the refreshes are not in the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"name: setup-refresh
+target: {}
+phases: [ {{ duration: 3s, arrival_rate: 20 }} ]
+setup_refresh: 1s
+setup:
+  - name: login
+    http: {{ method: post, path: /login, body: 'key=${{env:E2E_SESSION_KEY}}' }}
+    extract: {{ token: {{ json: /token }} }}
+session:
+  - name: me
+    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}', x-agent: '${{session.agent}}' }} }}
+    check: {{ status: [200] }}
+"#,
+        server.url
+    );
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || run_cli(&dir, "setup-refresh", &text, "2")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let seen = server.seen();
+    let logins = seen.iter().filter(|s| s.path == "/api/login").count();
+    assert!(
+        (3..=10).contains(&logins),
+        "one login, then one a second while the run goes on: {logins}"
+    );
+    let mut by_agent: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in seen.iter().filter(|s| s.path == "/api/me") {
+        by_agent
+            .entry(s.headers["x-agent"].clone())
+            .or_default()
+            .insert(s.headers["authorization"].clone());
+    }
+    assert_eq!(by_agent.len(), 2, "{by_agent:?}");
+    for (agent, tokens) in &by_agent {
+        assert!(
+            tokens.contains("Bearer t-1") && tokens.len() >= 2,
+            "agent {agent} read the first token, then a refreshed one: {tokens:?}"
+        );
+    }
+    let r: stampede_core::report::Report = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("setup-refresh.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r.totals.completed, 60, "refreshes are not in the report");
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
 }

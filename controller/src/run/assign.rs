@@ -124,6 +124,7 @@ impl Driver {
                 interval_ms: self.inner.cfg.interval.as_millis() as u64,
                 planned_sessions: plan.agent_sessions(i),
                 data,
+                run_setup: i == 0 && !self.scenario.setup.is_empty(),
             };
             let _ =
                 m.tx.send(Ok(v1::ControllerMessage {
@@ -143,9 +144,23 @@ impl Driver {
                 _ = self.inner.shutdown.cancelled() => return Err(Failure::Aborted("controller shut down".into())),
             };
             match input {
-                Some(RunInput::Ready { agent_id, .. }) => {
-                    if let Some(m) = members.iter_mut().find(|m| m.agent_id == agent_id) {
-                        m.ready = true;
+                Some(RunInput::Ready {
+                    agent_id,
+                    setup_values,
+                    ..
+                }) => {
+                    let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
+                        continue;
+                    };
+                    members[i].ready = true;
+                    if i == 0 && !self.scenario.setup.is_empty() {
+                        if let Err(why) = self.check_setup_values(&setup_values) {
+                            self.abort_members(&members, "the setup failed").await;
+                            return Err(Failure::Failed(format!(
+                                "agent {agent_id} ran the setup: {why}"
+                            )));
+                        }
+                        self.setup.values = setup_values;
                     }
                 }
                 Some(RunInput::Failed { agent_id, reason }) => {
@@ -178,6 +193,27 @@ impl Driver {
             }
         }
         Ok((members, plan))
+    }
+
+    /// Setup values as an agent sent them fit the scenario: one per name the setup steps
+    /// extract, each within the extraction bound.
+    pub(super) fn check_setup_values(&self, values: &[String]) -> Result<(), String> {
+        let names = self.scenario.setup_names();
+        if values.len() != names.len() {
+            return Err(format!(
+                "{} setup values, the setup steps extract {}",
+                values.len(),
+                names.len()
+            ));
+        }
+        let limit = stampede_core::extract::MAX_VALUE;
+        match names.iter().zip(values).find(|(_, v)| v.len() > limit) {
+            Some((name, v)) => Err(format!(
+                "setup value {name}: {} bytes, at most {limit}",
+                v.len()
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The port budget (design.md §3.7): refuses, before anything is assigned, a run whose

@@ -63,6 +63,13 @@ pub enum RunInput {
     Ready {
         agent_id: String,
         planned: u64,
+        /// From the agent that ran the setup steps: the values they extracted.
+        setup_values: Vec<String>,
+    },
+    /// Refreshed setup values from the agent that runs the setup steps.
+    SetupValues {
+        agent_id: String,
+        values: v1::SetupValues,
     },
     Progress {
         agent_id: String,
@@ -200,6 +207,7 @@ pub(crate) fn start(
         rx,
         agent_wait,
         threshold_abort: None,
+        setup: v1::SetupValues::default(),
     };
     spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
@@ -294,6 +302,9 @@ struct Driver {
     agent_wait: Duration,
     /// The live threshold breach that stopped the run (`abort_on_fail`).
     threshold_abort: Option<ThresholdAbort>,
+    /// The newest setup values (`setup:`), from the agent that runs the setup steps: sent to
+    /// every agent in its Start, and again, refreshed, while the run goes on.
+    setup: v1::SetupValues,
 }
 
 enum Failure {

@@ -27,6 +27,33 @@ impl Driver {
         }
     }
 
+    /// Refreshed setup values: taken only from the agent that runs the setup (the first
+    /// member), newer than the ones held and fitting the scenario, then handed to every other
+    /// agent still running. Values are never logged.
+    fn forward_setup(&mut self, members: &[Member], from: &str, v: v1::SetupValues) {
+        if members.first().is_none_or(|m| m.agent_id != from) {
+            tracing::warn!(run = %self.h.run_id, agent = %from, "setup values from an agent that does not run the setup; ignored");
+            return;
+        }
+        if v.generation <= self.setup.generation {
+            return;
+        }
+        if let Err(why) = self.check_setup_values(&v.values) {
+            tracing::warn!(run = %self.h.run_id, agent = %from, "refreshed setup values refused: {why}");
+            return;
+        }
+        self.setup = v;
+        tracing::info!(run = %self.h.run_id, generation = self.setup.generation, "setup values refreshed");
+        for m in members.iter().skip(1).filter(|m| m.pending()) {
+            let msg = v1::ControllerMessage {
+                msg: Some(Out::SetupValues(self.setup.clone())),
+            };
+            if m.tx.try_send(Ok(msg)).is_err() {
+                tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, "could not pass on refreshed setup values");
+            }
+        }
+    }
+
     /// Upper bound of one session's length: every request timing out, every think at max.
     fn session_bound(&self) -> Duration {
         stampede_core::ports::worst_case_session(&self.scenario)
@@ -55,6 +82,7 @@ impl Driver {
                 run_id: self.h.run_id.clone(),
                 t0_unix_ns,
                 clock_offset_ns: m.offset_ns,
+                setup_values: self.setup.values.clone(),
             };
             let _ =
                 m.tx.send(Ok(v1::ControllerMessage {
@@ -195,6 +223,10 @@ impl Driver {
                             m.tx = tx.clone();
                             m.away_until = None;
                             if m.pending() && failure.is_none() {
+                                // It may have missed a refresh of the setup values.
+                                if self.setup.generation > 0 {
+                                    let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::SetupValues(self.setup.clone())) }));
+                                }
                                 renewals.reattach(i, tx);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
                             } else if !m.done {
@@ -204,6 +236,9 @@ impl Driver {
                             }
                         }
                         RunInput::Ready { .. } => {}
+                        RunInput::SetupValues { agent_id, values } => {
+                            self.forward_setup(&members, &agent_id, values);
+                        }
                     }
                 }
                 _ = self.h.abort.cancelled(), if failure.is_none() => {

@@ -11,6 +11,7 @@
 //! the load: a process whose load saturates its cores still reads its renewals on time, so it
 //! never mistakes itself for an orphan.
 
+mod arrivals;
 mod assign;
 mod control;
 pub mod dynamic;

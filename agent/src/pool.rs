@@ -1,4 +1,4 @@
-//! The constant-rate model's slot queue: the arrival thread pushes each owned slot, the pool's
+//! The constant-rate model's slot queue: the arrival loop pushes each owned slot, the pool's
 //! idle connections take them in order.
 //!
 //! One short `std` lock around a `VecDeque` and a [`Notify`] that wakes exactly one idle
@@ -31,7 +31,7 @@ struct Inner {
     closed: bool,
 }
 
-/// A bounded FIFO of slots shared by the arrival thread and a pool of connection tasks.
+/// A bounded FIFO of slots shared by the arrival loop and a pool of connection tasks.
 #[derive(Debug)]
 pub struct SlotQueue {
     inner: Mutex<Inner>,

@@ -462,23 +462,22 @@ fn start_workload(
     stop: &CancellationToken,
 ) -> (Option<tokio::task::JoinHandle<()>>, Option<Arc<SlotQueue>>) {
     let t0 = t0 + spec.start;
-    // The arrival loop runs on its own thread: tokio's timer has millisecond granularity,
-    // a thread sleep lands within tens of microseconds of the intended time.
+    // The arrival loop is a task paced by a timerfd (`arrivals`): tokio's timer has
+    // millisecond granularity, the kernel's lands within microseconds of the intended time.
     let mut queue = None;
     let arrivals = match spec.mode {
         Mode::Arrivals => {
             let (rec, spec, stop, tracker) =
                 (rec.clone(), spec.clone(), stop.clone(), tracker.clone());
-            let handle = tokio::runtime::Handle::current();
-            Some(tokio::task::spawn_blocking(move || {
-                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended, kind| {
+            Some(tokio::spawn(async move {
+                crate::arrivals::run(&spec, &rec, t0, &stop, |a, intended, kind| {
                     if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                         return;
                     }
                     rec.in_flight.fetch_add(1, Ordering::Relaxed);
                     let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
-                    handle.spawn(tracker.track_future(async move {
+                    tokio::spawn(tracker.track_future(async move {
                         // Released however the session ends, a panic included: a lost
                         // slot would shrink the capacity for the rest of the run.
                         let _slot = InFlight(&rec);
@@ -494,6 +493,7 @@ fn start_workload(
                         drop(conn);
                     }));
                 })
+                .await
             }))
         }
         Mode::Closed {
@@ -545,83 +545,20 @@ fn start_workload(
             }
             queue = Some(slots.clone());
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
-            Some(tokio::task::spawn_blocking(move || {
-                // Closing the queue (however this thread ends) lets the pool drain it and finish.
+            Some(tokio::spawn(async move {
+                // Closing the queue (however this task ends) lets the pool drain it and finish.
                 let slots = Closer(slots);
                 let mut warned = false;
-                arrival_loop(&spec, &rec, t0.into_std(), &stop, |a, intended, kind| {
+                crate::arrivals::run(&spec, &rec, t0, &stop, |a, intended, kind| {
                     if !enqueue(&slots.0, (intended, a.phase, a.index, kind), &mut warned) {
                         rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
                     }
-                });
+                })
+                .await;
             }))
         }
     };
     (arrivals, queue)
-}
-
-/// Longest single sleep of the arrival thread, so a stop is noticed promptly.
-const MAX_SLEEP: Duration = Duration::from_millis(20);
-
-/// Dispatches this shard's arrivals (or constant-rate slots) at their intended times through
-/// `dispatch`. Returns when the schedule is exhausted or `stop` fires (then the remaining
-/// arrivals are counted as dropped).
-fn arrival_loop(
-    spec: &Arc<RunSpec>,
-    rec: &Arc<Recorder>,
-    t0: std::time::Instant,
-    stop: &CancellationToken,
-    mut dispatch: impl FnMut(stampede_core::schedule::Arrival, Instant, u32),
-) {
-    // Own arrivals dispatched so far, per phase of this workload, and in all (the position
-    // in the mix).
-    let mut handled = vec![0u64; spec.phases];
-    let mut own = 0u64;
-    let mut stopped = false;
-    let Some(filter) = &spec.filter else {
-        return;
-    };
-    'arrivals: for a in spec.schedule.iter() {
-        if !filter.owns(a.index) {
-            continue;
-        }
-        let intended = t0 + Duration::from_nanos(a.at_ns);
-        loop {
-            if stop.is_cancelled() {
-                stopped = true;
-                break 'arrivals;
-            }
-            let now = std::time::Instant::now();
-            if now >= intended {
-                break;
-            }
-            std::thread::sleep((intended - now).min(MAX_SLEEP));
-        }
-        if let Some(h) = handled.get_mut(a.phase as usize) {
-            *h += 1;
-        }
-        // The schedule counts this workload's phases; the recorder, the run's.
-        let a = stampede_core::schedule::Arrival {
-            phase: a.phase + spec.phase_base,
-            ..a
-        };
-        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
-        let kind = spec.mix.pick(spec.mix_offset.wrapping_add(own));
-        own += 1;
-        dispatch(a, Instant::from_std(intended), kind);
-    }
-    if stopped {
-        // What this shard will now never start: the plan minus what was dispatched, by
-        // subtraction (a long run stopped early must not walk the rest of its schedule).
-        for (phase, (planned, done)) in spec.planned.iter().zip(&handled).enumerate() {
-            let left = planned.saturating_sub(*done);
-            if left > 0 {
-                rec.with(spec.phase_base + phase as u32, |s| {
-                    s.counters.dropped_arrivals += left
-                });
-            }
-        }
-    }
 }
 
 /// One connection of a closed load: runs the session back to back, keeping the connection

@@ -1,0 +1,214 @@
+//! The arrival loop of the open and constant-rate models: walks the shard's seeded schedule and
+//! dispatches each owned arrival (a session to spawn, or a slot for the constant-rate pool) at
+//! its intended time.
+//!
+//! It is a task on the load runtime, paced by a `timerfd` registered in the runtime's reactor
+//! ([`Pacer`]): the kernel's high-resolution timer lands within microseconds of the intended
+//! time (tokio's own timer has millisecond steps), and its expiry wakes the runtime's worker
+//! directly, which then starts the session on the same thread. A thread of its own, sleeping
+//! until each arrival, cost a context switch more per request and a cross-thread wake-up of
+//! the worker (profiled in `docs/efficiency.md`).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use stampede_core::schedule::Arrival;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::runner::{Recorder, RunSpec};
+
+/// Arrivals dispatched in a row without yielding to the runtime (a late loop catching up
+/// must not starve the sessions it starts).
+const BURST: u32 = 64;
+
+/// Waits until an instant with the precision of the kernel's high-resolution timers: a
+/// one-shot `timerfd` polled by the runtime's reactor. Where no timerfd can be made (it
+/// always can on Linux), it falls back to tokio's timer.
+pub struct Pacer {
+    timer: Option<AsyncFd<Timer>>,
+}
+
+/// Registers the timer with the runtime's reactor. The one `unsafe` of the agent: tokio
+/// takes a descriptor by number and asks its owner to keep it open and the same.
+#[allow(unsafe_code)]
+fn register(t: TimerFd) -> io::Result<AsyncFd<Timer>> {
+    // SAFETY: `Timer` owns the timerfd's descriptor (an `OwnedFd` inside `TimerFd`) for as
+    // long as it lives, never replaces it, and always returns that one: it stays open and
+    // refers to the same timer for the whole life of the `AsyncFd` that owns the `Timer`.
+    unsafe { AsyncFd::register_with_interest(Timer(t), Interest::READABLE) }
+        .map_err(io::Error::from)
+}
+
+/// A timerfd as tokio's reactor takes it (by raw descriptor).
+struct Timer(TimerFd);
+
+impl AsRawFd for Timer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+impl Pacer {
+    pub fn new() -> Self {
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(io::Error::from)
+        .and_then(register);
+        if let Err(e) = &timer {
+            tracing::warn!(error = %e, "no timerfd: arrivals are paced by tokio's millisecond timer");
+        }
+        Self { timer: timer.ok() }
+    }
+
+    /// Returns at `at` (at once if it has passed).
+    pub async fn until(&mut self, at: Instant) {
+        let Some(wait) = at
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
+            return;
+        };
+        let Some(fd) = &self.timer else {
+            return tokio::time::sleep_until(at).await;
+        };
+        if let Err(e) = Self::arm_and_wait(fd, wait).await {
+            tracing::warn!(error = %e, "timerfd failed: falling back to tokio's timer");
+            self.timer = None;
+            tokio::time::sleep_until(at).await;
+        }
+    }
+
+    async fn arm_and_wait(fd: &AsyncFd<Timer>, wait: Duration) -> io::Result<()> {
+        fd.get_ref()
+            .0
+            .set(
+                Expiration::OneShot(TimeSpec::from_duration(wait)),
+                TimerSetTimeFlags::empty(),
+            )
+            .map_err(io::Error::from)?;
+        loop {
+            let mut ready = fd.readable().await?;
+            // Reading the expiry count clears the readiness; EAGAIN means not yet.
+            match ready.try_io(|t| t.get_ref().0.wait().map_err(io::Error::from)) {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Dispatches this shard's arrivals (or constant-rate slots) of `spec`'s workload at their
+/// intended times (`t0` plus each arrival's offset) through `dispatch`, with the session type
+/// the mix gives it. Returns when the schedule is exhausted or `stop` fires; then what the
+/// shard will never start is counted as dropped.
+pub async fn run(
+    spec: &Arc<RunSpec>,
+    rec: &Arc<Recorder>,
+    t0: Instant,
+    stop: &CancellationToken,
+    mut dispatch: impl FnMut(Arrival, Instant, u32),
+) {
+    // Own arrivals dispatched so far, per phase of this workload, and in all (the position
+    // in the mix).
+    let mut handled = vec![0u64; spec.phases];
+    let mut own = 0u64;
+    let mut stopped = false;
+    let Some(filter) = &spec.filter else {
+        return;
+    };
+    let mut pacer = Pacer::new();
+    let mut burst = 0u32;
+    for a in spec.schedule.iter() {
+        if !filter.owns(a.index) {
+            continue;
+        }
+        let intended = t0 + Duration::from_nanos(a.at_ns);
+        if Instant::now() < intended {
+            burst = 0;
+            tokio::select! {
+                _ = pacer.until(intended) => {}
+                _ = stop.cancelled() => {}
+            }
+        } else {
+            burst += 1;
+            if burst >= BURST {
+                burst = 0;
+                tokio::task::yield_now().await;
+            }
+        }
+        if stop.is_cancelled() {
+            stopped = true;
+            break;
+        }
+        if let Some(h) = handled.get_mut(a.phase as usize) {
+            *h += 1;
+        }
+        // The schedule counts this workload's phases; the recorder, the run's.
+        let a = Arrival {
+            phase: a.phase + spec.phase_base,
+            ..a
+        };
+        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        let kind = spec.mix.pick(spec.mix_offset.wrapping_add(own));
+        own += 1;
+        dispatch(a, intended, kind);
+    }
+    if stopped {
+        // What this shard will now never start: the plan minus what was dispatched, by
+        // subtraction (a long run stopped early must not walk the rest of its schedule).
+        for (phase, (planned, done)) in spec.planned.iter().zip(&handled).enumerate() {
+            let left = planned.saturating_sub(*done);
+            if left > 0 {
+                rec.with(spec.phase_base + phase as u32, |s| {
+                    s.counters.dropped_arrivals += left
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pacer returns at the instant asked, neither early nor a timer step late, and at
+    /// once for an instant that has passed.
+    #[tokio::test]
+    async fn paces_to_the_microsecond_scale() {
+        let mut p = Pacer::new();
+        assert!(p.timer.is_some(), "timerfd is available on Linux");
+        let mut late = Vec::new();
+        for _ in 0..50 {
+            let at = Instant::now() + Duration::from_micros(300);
+            p.until(at).await;
+            let now = Instant::now();
+            assert!(now >= at, "returned early");
+            late.push(now - at);
+        }
+        // tokio's timer would round every one up to its next millisecond step; a loaded CI
+        // machine may delay some wake-ups, not most.
+        let close = late
+            .iter()
+            .filter(|d| **d < Duration::from_micros(500))
+            .count();
+        assert!(close >= 10, "{late:?}");
+        let before = Instant::now();
+        p.until(before - Duration::from_millis(5)).await;
+        assert!(Instant::now() - before < Duration::from_millis(5));
+    }
+}

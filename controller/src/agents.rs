@@ -13,6 +13,8 @@ use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::renew::Heard;
+
 use crate::run::RunInput;
 use crate::{lock, unix_ms, unix_ns, Inner};
 
@@ -59,6 +61,8 @@ pub struct AgentEntry {
     pub run: Option<String>,
     /// Ends this agent's session (when replaced by a reconnect of the same id).
     pub kick: CancellationToken,
+    /// When this stream last brought a Progress (renewals depend on it).
+    pub heard: Arc<Heard>,
 }
 
 pub struct AgentSvc {
@@ -110,6 +114,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
         let (tx, rx) = mpsc::channel(256);
         let conn_id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
         let kick = CancellationToken::new();
+        let heard = Heard::new();
         // An agent still running a run this controller does not know (it restarted, or the
         // run ended meanwhile) is an orphan's: it is told to stop, and stays out of new runs
         // ("stopping") until its Done says the load has stopped.
@@ -160,6 +165,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                     clock: ClockEstimate::default(),
                     run,
                     kick: kick.clone(),
+                    heard: heard.clone(),
                 },
             );
         }
@@ -179,6 +185,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                     agent_id: register.agent_id.clone(),
                     conn_id,
                     tx: tx.clone(),
+                    heard: heard.clone(),
                 });
             }
         }
@@ -197,7 +204,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
             register.agent_id,
             inbound,
             tx,
-            kick,
+            (kick, heard),
         ));
         inner.agents_changed.notify_waiters();
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -211,7 +218,7 @@ async fn session(
     agent_id: String,
     mut inbound: Streaming<v1::AgentMessage>,
     tx: mpsc::Sender<Result<v1::ControllerMessage, Status>>,
-    kick: CancellationToken,
+    (kick, heard): (CancellationToken, Arc<Heard>),
 ) {
     let mut seq = 0u64;
     // Ten clock pings 100 ms apart once the stream has settled, then one every 30 s. The
@@ -226,6 +233,9 @@ async fn session(
         tokio::select! {
             m = inbound.message() => match m {
                 Ok(Some(m)) => {
+                    if matches!(m.msg, Some(In::Progress(_))) {
+                        heard.mark();
+                    }
                     if let Some(ack) = route(&inner, conn_id, &agent_id, m) {
                         // Best effort: an ack that does not fit now is repeated by the replay.
                         let _ = tx.try_send(out(Out::Ack(ack)));

@@ -101,6 +101,7 @@ impl Driver {
                     agent_id: agent_id.clone(),
                     conn_id: *conn_id,
                     tx: a.tx.clone(),
+                    heard: a.heard.clone(),
                     offset_ns: a.clock.offset_ns,
                     rtt_ns: a.clock.rtt_ns.unwrap_or(0),
                     ready: false,

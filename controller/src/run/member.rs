@@ -10,6 +10,8 @@ pub(super) struct Member {
     pub(super) agent_id: String,
     pub(super) conn_id: u64,
     pub(super) tx: mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>,
+    /// When its stream last brought a Progress (renewals depend on it).
+    pub(super) heard: std::sync::Arc<crate::renew::Heard>,
     pub(super) offset_ns: i64,
     pub(super) rtt_ns: i64,
     pub(super) ready: bool,

@@ -93,6 +93,7 @@ pub enum RunInput {
         agent_id: String,
         conn_id: u64,
         tx: mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>,
+        heard: Arc<crate::renew::Heard>,
     },
 }
 
@@ -403,6 +404,7 @@ mod tests {
                 clock: Default::default(),
                 run: Some("run-panics".into()),
                 kick: CancellationToken::new(),
+                heard: crate::renew::Heard::new(),
             },
         );
         let mut events = h2.events.subscribe();

@@ -106,8 +106,13 @@ impl Driver {
 
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
-            members.iter().map(|m| m.tx.clone()).collect(),
+            members
+                .iter()
+                .map(|m| (m.tx.clone(), m.heard.clone()))
+                .collect(),
             self.inner.cfg.lease,
+            crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval),
+            t0,
         );
         let index: HashMap<String, usize> = members
             .iter()
@@ -216,18 +221,19 @@ impl Driver {
                             m.away_until = Some(Instant::now() + grace);
                             tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
                         }
-                        RunInput::Reconnected { agent_id, conn_id, tx } => {
+                        RunInput::Reconnected { agent_id, conn_id, tx, heard } => {
                             let Some(&i) = index.get(&agent_id) else { continue };
                             let m = &mut members[i];
                             m.conn_id = conn_id;
                             m.tx = tx.clone();
+                            m.heard = heard.clone();
                             m.away_until = None;
                             if m.pending() && failure.is_none() {
                                 // It may have missed a refresh of the setup values.
                                 if self.setup.generation > 0 {
                                     let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::SetupValues(self.setup.clone())) }));
                                 }
-                                renewals.reattach(i, tx);
+                                renewals.reattach(i, tx, heard);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
                             } else if !m.done {
                                 // Counted lost, or the run is ending: it must not go on loading.

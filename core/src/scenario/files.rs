@@ -1,0 +1,180 @@
+//! What the CLI resolves before submission, so nothing past it reads a file or the
+//! environment: files named by the scenario (`file:` payloads, `body_file`, `tls.ca_file`, data
+//! files) read into it, and `${env:NAME}` references replaced by their values.
+
+use super::*;
+
+impl Scenario {
+    /// Resolves every `${env:NAME}` through `lookup` (the CLI's environment, at submit
+    /// time), so the submitted scenario carries values, never asks agents for theirs. The
+    /// error names the field and the variable. Returns whether anything changed.
+    pub fn resolve_env(
+        &mut self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<bool, ScenarioError> {
+        let mut changed = false;
+        let mut lists = vec![("setup".to_string(), &mut self.setup)];
+        lists.extend(session_lists_mut(
+            &mut self.session,
+            &mut self.sessions,
+            &mut self.workloads,
+        ));
+        for (part, steps) in lists {
+            for (i, step) in steps.iter_mut().enumerate() {
+                for (field, t) in step.templates_mut() {
+                    changed |= t.resolve_env(lookup).map_err(|why| {
+                        ScenarioError::invalid(format!("{part}[{i}].{field}"), why)
+                    })?;
+                }
+            }
+        }
+        if changed {
+            self.validate()?;
+        }
+        Ok(changed)
+    }
+
+    /// The environment variables the templates read (`${env:NAME}`), by name: what a run
+    /// needs set in the CLI's environment.
+    pub fn env_names(&self) -> std::collections::BTreeSet<&str> {
+        self.setup
+            .iter()
+            .chain(self.step_lists().into_iter().flat_map(|(_, s)| s.iter()))
+            .flat_map(|s| s.templates().map(|(_, t)| t))
+            .flat_map(|t| t.refs())
+            .filter_map(|r| match &r.var {
+                Var::Env(n) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// True when a template still reads the environment (the CLI resolves them; a scenario
+    /// submitted otherwise cannot run).
+    pub fn has_env_refs(&self) -> bool {
+        !self.env_names().is_empty()
+    }
+
+    /// Reads every `file:` payload and `body_file` through `read` (relative to `base`, the
+    /// scenario file's folder) and puts the bytes in the scenario, so the submitted scenario
+    /// needs no file. Returns whether anything was read. The error names the field.
+    pub fn inline_files(
+        &mut self,
+        base: &std::path::Path,
+        read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+    ) -> Result<bool, ScenarioError> {
+        let mut changed = false;
+        // A setup step's body_file is read like a session step's.
+        for (i, step) in self.setup.iter_mut().enumerate() {
+            if let Some(h) = &mut step.http {
+                changed |= inline_body_file(h, &format!("setup[{i}].http.body_file"), base, read)?;
+            }
+        }
+        for (path, i, step) in self.step_lists_mut().into_iter().flat_map(|(path, steps)| {
+            steps
+                .iter_mut()
+                .enumerate()
+                .map(move |(i, s)| (path.clone(), i, s))
+        }) {
+            if let Some(h) = &mut step.http {
+                changed |= inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
+            }
+            if let Some(t) = &mut step.tcp {
+                let field =
+                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].tcp.{f}"), why);
+                changed |= protocol::inline_payload(&mut t.send, base, protocol::MAX_FRAME, read)
+                    .map_err(|w| field("send", w))?;
+                changed |= protocol::inline_expect(&mut t.expect, base, protocol::MAX_FRAME, read)
+                    .map_err(|w| field("expect", w))?;
+            }
+            if let Some(u) = &mut step.udp {
+                let field =
+                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].udp.{f}"), why);
+                changed |=
+                    protocol::inline_payload(&mut u.send, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("send", w))?;
+                changed |=
+                    protocol::inline_expect(&mut u.expect, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("expect", w))?;
+            }
+        }
+        for (name, d) in &mut self.data {
+            if let Some(f) = d.file.clone() {
+                let field = format!("data.{name}.file");
+                let bytes = protocol::read_file(&f, base, crate::data::MAX_DATA_BYTES, read)
+                    .map_err(|why| ScenarioError::invalid(&field, why))?;
+                let jsonl = f.ends_with(".jsonl") || f.ends_with(".ndjson");
+                d.load(&bytes, jsonl)
+                    .map_err(|e| ScenarioError::invalid(&field, format!("`{f}`: {e}")))?;
+                changed = true;
+            }
+        }
+        if let Some(tls) = &mut self.tls {
+            if let Some(f) = tls.ca_file.take() {
+                let bytes = protocol::read_file(&f, base, MAX_CA_PEM, read)
+                    .map_err(|why| ScenarioError::invalid("tls.ca_file", why))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    ScenarioError::invalid("tls.ca_file", format!("`{f}` is not PEM text"))
+                })?;
+                tls.ca_pem = Some(text);
+                changed = true;
+            }
+        }
+        if changed {
+            self.validate()?;
+        }
+        Ok(changed)
+    }
+
+    /// True when a `file:` payload or `body_file` is still to be read by the CLI.
+    pub fn has_files(&self) -> bool {
+        use protocol::Payload::File;
+        self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
+            || self.data.values().any(|d| d.file.is_some())
+            || self
+                .setup
+                .iter()
+                .any(|s| s.http.as_ref().is_some_and(|h| h.body_file.is_some()))
+            || self
+                .step_lists()
+                .iter()
+                .flat_map(|(_, s)| s.iter())
+                .any(|s| {
+                    s.http.as_ref().is_some_and(|h| h.body_file.is_some())
+                        || s.tcp.as_ref().is_some_and(|t| {
+                            matches!(t.send, File(_))
+                                || t.expect
+                                    .as_ref()
+                                    .is_some_and(|e| matches!(e.payload(), File(_)))
+                        })
+                        || s.udp.as_ref().is_some_and(|u| {
+                            matches!(u.send, File(_))
+                                || u.expect
+                                    .as_ref()
+                                    .is_some_and(|e| matches!(e.payload(), File(_)))
+                        })
+                })
+    }
+}
+
+/// Reads an http step's `body_file` (relative to `base`) into its body template, for
+/// [`Scenario::inline_files`]; `field` names it in errors. Returns whether it read a file.
+pub(super) fn inline_body_file(
+    h: &mut HttpRequest,
+    field: &str,
+    base: &std::path::Path,
+    read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+) -> Result<bool, ScenarioError> {
+    let Some(f) = h.body_file.take() else {
+        return Ok(false);
+    };
+    let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
+        .map_err(|why| ScenarioError::invalid(field, why))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ScenarioError::invalid(field, format!("`{f}` is not UTF-8 text")))?;
+    h.body = Some(
+        crate::template::Template::parse(&text)
+            .map_err(|why| ScenarioError::invalid(field, why))?,
+    );
+    Ok(true)
+}

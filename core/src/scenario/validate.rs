@@ -1,0 +1,672 @@
+//! A parsed scenario checked whole before anything uses it: load models, workloads, phases,
+//! steps and their templates, setup steps, data sources and transports. Every error names the
+//! field (`session[2].http.path: ...`) and says why, so a malformed scenario never gets as far
+//! as a panic or a request.
+
+use super::*;
+
+impl Scenario {
+    /// Checks every value the types cannot express. Returns the first problem found.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        if self.name.trim().is_empty() {
+            return Err(ScenarioError::invalid("name", "must not be empty"));
+        }
+        if let Some(agents) = self.agents {
+            if agents == 0 || agents > MAX_AGENTS {
+                return Err(ScenarioError::invalid(
+                    "agents",
+                    format!("must be between 1 and {MAX_AGENTS}"),
+                ));
+            }
+        }
+        if let AgentLossPolicy::Tolerate(pct) = self.on_agent_loss {
+            if !(0.0..=100.0).contains(&pct) {
+                return Err(ScenarioError::invalid(
+                    "on_agent_loss.tolerate",
+                    "must be a percentage between 0 and 100",
+                ));
+            }
+        }
+        if self.request_timeout.0.is_zero() {
+            return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
+        }
+        if self.thresholds.len() > MAX_THRESHOLDS {
+            return Err(ScenarioError::invalid(
+                "thresholds",
+                format!(
+                    "{} thresholds; at most {MAX_THRESHOLDS}",
+                    self.thresholds.len()
+                ),
+            ));
+        }
+        if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "http_version",
+                "only applies to http:// and https:// targets",
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            if !self.transport()?.is_tls() {
+                return Err(ScenarioError::invalid(
+                    "tls",
+                    "only applies to https:// and grpcs:// targets",
+                ));
+            }
+            tls.validate()?;
+        }
+        self.validate_workloads()?;
+        self.validate_data()?;
+        if self.cookies && self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "cookies",
+                "only applies to http:// and https:// targets",
+            ));
+        }
+        self.validate_setup()?;
+        for w in self.workload_views() {
+            for t in &w.types {
+                self.validate_steps(&t.path, t.steps)?;
+            }
+        }
+        crate::grpc::check_scenario(self)?;
+        if let Some(v) = &self.max_error_rate {
+            let v = v.trim();
+            if v != "none" && v != "off" && crate::threshold::parse_fraction(v).is_none() {
+                return Err(ScenarioError::invalid(
+                    "max_error_rate",
+                    format!("`{v}` is not a percentage like 1% or 0%, or `none`"),
+                ));
+            }
+        }
+        // The supply of rows is known now when the schedule does not depend on a seed the
+        // controller has yet to draw; otherwise the agents check it with the run's seed.
+        if self.seed.is_some() || self.arrival == ArrivalProcess::Uniform {
+            self.check_data_supply(self.seed.unwrap_or(0))?;
+        }
+        self.parsed_thresholds().map(|_| ())
+    }
+
+    /// A workload's `load` (`path` is its field prefix: empty at the top level).
+    pub(super) fn validate_load(
+        &self,
+        path: &str,
+        phases: &[Phase],
+        load: &Load,
+    ) -> Result<(), ScenarioError> {
+        let field = |f: &str| format!("{path}{f}");
+        if !phases.is_empty() {
+            return Err(ScenarioError::invalid(
+                field("load"),
+                "give either phases or load, not both",
+            ));
+        }
+        if self.arrival == ArrivalProcess::Poisson {
+            return Err(ScenarioError::invalid(
+                "arrival",
+                "poisson only applies to phases; a load runs on a uniform schedule",
+            ));
+        }
+        if load.connections == 0 {
+            return Err(ScenarioError::invalid(
+                field("load.connections"),
+                "must be >= 1",
+            ));
+        }
+        if load.connections > MAX_CONNECTIONS {
+            return Err(ScenarioError::invalid(
+                field("load.connections"),
+                format!("must be <= {MAX_CONNECTIONS}"),
+            ));
+        }
+        if load.duration.0.is_zero() {
+            return Err(ScenarioError::invalid(
+                field("load.duration"),
+                "must be > 0",
+            ));
+        }
+        if let Some(s) = load.streams_per_connection {
+            let h2 = self.http_version == Some(HttpVersion::Http2)
+                || matches!(self.transport()?, Transport::Grpc | Transport::Grpcs);
+            if !h2 {
+                return Err(ScenarioError::invalid(
+                    field("load.streams_per_connection"),
+                    "only HTTP/2 carries several streams on a connection: it needs http_version: \"2\" or a grpc:// or grpcs:// target",
+                ));
+            }
+            if !(1..=MAX_STREAMS_PER_CONNECTION).contains(&s) {
+                return Err(ScenarioError::invalid(
+                    field("load.streams_per_connection"),
+                    format!("must be between 1 and {MAX_STREAMS_PER_CONNECTION}"),
+                ));
+            }
+        }
+        match (load.model, load.rate) {
+            (LoadModel::Closed, Some(_)) => Err(ScenarioError::invalid(
+                field("load.rate"),
+                "only applies to model constant (a closed load has no rate)",
+            )),
+            (LoadModel::Closed, None) => Ok(()),
+            (LoadModel::Constant, None) => Err(ScenarioError::invalid(
+                field("load.rate"),
+                "is required for model constant",
+            )),
+            (LoadModel::Constant, Some(r)) => {
+                check_rate(&field("load.rate"), r)?;
+                if r <= 0.0 {
+                    return Err(ScenarioError::invalid(field("load.rate"), "must be > 0"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The workloads' loads and sessions, their names, the mixes' weights, and the run's
+    /// bounds on phases and arrivals over all workloads together.
+    pub(super) fn validate_workloads(&self) -> Result<(), ScenarioError> {
+        use crate::workload::{MAX_MIX_PERIOD, MAX_SESSION_TYPES, MAX_WORKLOADS};
+        if !self.workloads.is_empty() {
+            let top = ["phases", "load", "session", "sessions"];
+            let given = [
+                !self.phases.is_empty(),
+                self.load.is_some(),
+                !self.session.is_empty(),
+                !self.sessions.is_empty(),
+            ];
+            if let Some((f, _)) = top.iter().zip(given).find(|(_, g)| *g) {
+                return Err(ScenarioError::invalid(
+                    *f,
+                    "with workloads, each workload has its own load and sessions: move it into one",
+                ));
+            }
+            if self.workloads.len() > MAX_WORKLOADS {
+                return Err(ScenarioError::invalid(
+                    "workloads",
+                    format!(
+                        "{} workloads; at most {MAX_WORKLOADS}",
+                        self.workloads.len()
+                    ),
+                ));
+            }
+            let mut names = std::collections::BTreeSet::new();
+            for (i, w) in self.workloads.iter().enumerate() {
+                check_name(&format!("workloads[{i}].name"), &w.name)?;
+                if !names.insert(w.name.as_str()) {
+                    return Err(ScenarioError::invalid(
+                        format!("workloads[{i}].name"),
+                        format!("`{}` names two workloads", w.name),
+                    ));
+                }
+            }
+        }
+        let views = self.workload_views();
+        for w in &views {
+            let raw = |f: &str| format!("{}{f}", w.path);
+            match w.load {
+                None => self.validate_phases(&w.path, w.phases)?,
+                Some(load) => self.validate_load(&w.path, w.phases, load)?,
+            }
+            let (session, sessions) = if self.workloads.is_empty() {
+                (!self.session.is_empty(), !self.sessions.is_empty())
+            } else {
+                let x = &self.workloads[w.index];
+                (!x.session.is_empty(), !x.sessions.is_empty())
+            };
+            if session && sessions {
+                return Err(ScenarioError::invalid(
+                    raw("sessions"),
+                    "give either session or sessions (a weighted mix), not both",
+                ));
+            }
+            if w.mixed {
+                if w.types.len() > MAX_SESSION_TYPES {
+                    return Err(ScenarioError::invalid(
+                        raw("sessions"),
+                        format!(
+                            "{} session types; at most {MAX_SESSION_TYPES}",
+                            w.types.len()
+                        ),
+                    ));
+                }
+                let mut names = std::collections::BTreeSet::new();
+                let mut total = 0u64;
+                for (t, ty) in w.types.iter().enumerate() {
+                    check_name(&raw(&format!("sessions[{t}].name")), ty.name)?;
+                    if !names.insert(ty.name) {
+                        return Err(ScenarioError::invalid(
+                            raw(&format!("sessions[{t}].name")),
+                            format!("`{}` names two session types", ty.name),
+                        ));
+                    }
+                    if ty.weight == 0 {
+                        return Err(ScenarioError::invalid(
+                            raw(&format!("sessions[{t}].weight")),
+                            "must be >= 1",
+                        ));
+                    }
+                    total += u64::from(ty.weight);
+                }
+                if total > u64::from(MAX_MIX_PERIOD) {
+                    return Err(ScenarioError::invalid(
+                        raw("sessions"),
+                        format!("the weights sum to {total}; at most {MAX_MIX_PERIOD}"),
+                    ));
+                }
+            }
+        }
+        let phases: usize = views.iter().map(|w| w.phase_count()).sum();
+        if phases > MAX_PHASES {
+            return Err(ScenarioError::invalid(
+                "workloads",
+                format!("{phases} phases over all workloads; at most {MAX_PHASES}"),
+            ));
+        }
+        // Each workload is checked alone too (naming its field); several add up.
+        check_total_arrivals("phases", views.iter().flat_map(|w| w.phases))
+    }
+
+    /// A workload's arrival phases (`path` is its field prefix: empty at the top level).
+    pub(super) fn validate_phases(
+        &self,
+        path: &str,
+        phases: &[Phase],
+    ) -> Result<(), ScenarioError> {
+        let field = |f: &str| format!("{path}{f}");
+        if phases.is_empty() {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                "must contain at least one phase",
+            ));
+        }
+        if phases.len() > MAX_PHASES {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                format!("{} phases; at most {MAX_PHASES}", phases.len()),
+            ));
+        }
+        for (i, p) in phases.iter().enumerate() {
+            if p.duration.0.is_zero() {
+                return Err(ScenarioError::invalid(
+                    field(&format!("phases[{i}].duration")),
+                    "must be > 0",
+                ));
+            }
+            check_rate(&field(&format!("phases[{i}].arrival_rate")), p.arrival_rate)?;
+            if let Some(r) = p.ramp_to {
+                check_rate(&field(&format!("phases[{i}].ramp_to")), r)?;
+            }
+        }
+        if phases.iter().all(|p| p.expected_arrivals() <= 0.0) {
+            return Err(ScenarioError::invalid(
+                field("phases"),
+                "every phase has a rate of 0: nothing would be sent",
+            ));
+        }
+        check_total_arrivals(&field("phases"), phases)
+    }
+
+    /// One session type's steps (`path`: `session`, `sessions[1].steps`, ...).
+    pub(super) fn validate_steps(&self, path: &str, steps: &[Step]) -> Result<(), ScenarioError> {
+        if steps.is_empty() {
+            return Err(ScenarioError::invalid(
+                path,
+                "must contain at least one step",
+            ));
+        }
+        if steps.len() > MAX_STEPS {
+            return Err(ScenarioError::invalid(
+                path,
+                format!("{} steps; at most {MAX_STEPS}", steps.len()),
+            ));
+        }
+        // Variables extracted by the steps before the one being checked.
+        let mut defined = std::collections::BTreeSet::new();
+        for (i, step) in steps.iter().enumerate() {
+            let kinds = usize::from(step.http.is_some())
+                + usize::from(step.tcp.is_some())
+                + usize::from(step.udp.is_some())
+                + usize::from(step.grpc.is_some())
+                + usize::from(step.think_time.is_some());
+            if kinds != 1 {
+                return Err(ScenarioError::invalid(
+                    format!("{path}[{i}]"),
+                    "a step needs exactly one of: http, tcp, udp, grpc, think_time",
+                ));
+            }
+            let kind = if step.http.is_some() {
+                Some("http")
+            } else if step.tcp.is_some() {
+                Some("tcp")
+            } else if step.udp.is_some() {
+                Some("udp")
+            } else if step.grpc.is_some() {
+                Some("grpc")
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                self.check_step_transport(&format!("{path}[{i}]"), kind)?;
+            }
+            if let Some(t) = &step.tcp {
+                protocol::check_tcp(t).map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("{path}[{i}].tcp.{field}"), why)
+                })?;
+            }
+            if let Some(u) = &step.udp {
+                protocol::check_udp(u).map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("{path}[{i}].udp.{field}"), why)
+                })?;
+            }
+            if let Some(g) = &step.grpc {
+                g.check().map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("{path}[{i}].grpc.{field}"), why)
+                })?;
+            }
+            if step.repeat == Some(0) {
+                return Err(ScenarioError::invalid(
+                    format!("{path}[{i}].repeat"),
+                    "must be >= 1",
+                ));
+            }
+            if let Some(ThinkTime::Range { min, max }) = step.think_time {
+                if min > max {
+                    return Err(ScenarioError::invalid(
+                        format!("{path}[{i}].think_time"),
+                        "min must be <= max",
+                    ));
+                }
+            }
+            if let Some(http) = &step.http {
+                http.check().map_err(|(field, why)| {
+                    ScenarioError::invalid(format!("{path}[{i}].http.{field}"), why)
+                })?;
+            }
+            for (field, t) in step.templates() {
+                self.check_refs(t, &defined, false)
+                    .map_err(|why| ScenarioError::invalid(format!("{path}[{i}].{field}"), why))?;
+            }
+            if !step.extract.is_empty() || step.check.is_some() {
+                check_reply_reading(step, &format!("{path}[{i}]"))?;
+            }
+            check_extraction(step, &format!("{path}[{i}]"))?;
+            defined.extend(step.extract.keys().map(String::as_str));
+        }
+        if steps.iter().all(|s| s.requests() == 0) {
+            return Err(ScenarioError::invalid(
+                path,
+                "must contain at least one request step",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The setup steps: http steps against an http target, their references, extraction and
+    /// checks.
+    pub(super) fn validate_setup(&self) -> Result<(), ScenarioError> {
+        if let Some(every) = self.setup_refresh {
+            if self.setup.is_empty() {
+                return Err(ScenarioError::invalid(
+                    "setup_refresh",
+                    "refreshes the setup steps' values: give setup steps",
+                ));
+            }
+            if every.0 < MIN_SETUP_REFRESH {
+                return Err(ScenarioError::invalid(
+                    "setup_refresh",
+                    "must be at least 1s",
+                ));
+            }
+        }
+        if self.setup.is_empty() {
+            return Ok(());
+        }
+        if self.setup.len() > MAX_STEPS {
+            return Err(ScenarioError::invalid(
+                "setup",
+                format!("{} steps; at most {MAX_STEPS}", self.setup.len()),
+            ));
+        }
+        if self.transport()?.step_kind() != "http" {
+            return Err(ScenarioError::invalid(
+                "setup",
+                "setup steps are http steps: they need an http:// or https:// target",
+            ));
+        }
+        let mut defined = std::collections::BTreeSet::new();
+        for (i, step) in self.setup.iter().enumerate() {
+            let field = |f: &str| format!("setup[{i}]{f}");
+            let Some(http) = &step.http else {
+                return Err(ScenarioError::invalid(
+                    field(""),
+                    "a setup step is an http step",
+                ));
+            };
+            if step.tcp.is_some()
+                || step.udp.is_some()
+                || step.grpc.is_some()
+                || step.think_time.is_some()
+            {
+                return Err(ScenarioError::invalid(
+                    field(""),
+                    "a setup step is an http step, and only that",
+                ));
+            }
+            if step.repeat == Some(0) {
+                return Err(ScenarioError::invalid(field(".repeat"), "must be >= 1"));
+            }
+            http.check()
+                .map_err(|(f, why)| ScenarioError::invalid(field(&format!(".http.{f}")), why))?;
+            for (f, t) in step.templates() {
+                self.check_refs(t, &defined, true)
+                    .map_err(|why| ScenarioError::invalid(field(&format!(".{f}")), why))?;
+            }
+            check_extraction(step, &field(""))?;
+            defined.extend(step.extract.keys().map(String::as_str));
+        }
+        Ok(())
+    }
+
+    /// Every reference of `t` resolves: a data source and column, a value extracted by an
+    /// earlier step (`defined`), by a setup step, a built-in, a generator, or the environment.
+    /// In a setup step (`in_setup`), `defined` holds the earlier setup steps' values, read as
+    /// `${setup.NAME}`, and no data is read.
+    pub(super) fn check_refs(
+        &self,
+        t: &crate::template::Template,
+        defined: &std::collections::BTreeSet<&str>,
+        in_setup: bool,
+    ) -> Result<(), String> {
+        for r in t.refs() {
+            match &r.var {
+                Var::Extracted(name) if in_setup => {
+                    return Err(format!(
+                        "{r}: a setup step reads the values of earlier setup steps as ${{setup.{name}}}"
+                    ));
+                }
+                Var::Extracted(name) if !defined.contains(name.as_str()) => {
+                    return Err(format!("{r} is not defined before this step"));
+                }
+                Var::Setup(name) if in_setup && !defined.contains(name.as_str()) => {
+                    return Err(format!("{r} is not defined before this step"));
+                }
+                Var::Setup(name)
+                    if !in_setup && !self.setup.iter().any(|s| s.extract.contains_key(name)) =>
+                {
+                    return Err(format!("{r} is not extracted by any setup step"));
+                }
+                Var::Data { .. } if in_setup => {
+                    return Err(format!(
+                        "{r}: setup steps run once per run, not per session, so they read no data"
+                    ));
+                }
+                Var::Data { source, column } => {
+                    let Some(d) = self.data.get(source) else {
+                        return Err(format!("{r}: `{source}` is not a data source"));
+                    };
+                    if d.file.is_none() && d.column(column).is_none() {
+                        return Err(format!(
+                            "{r}: data.{source} has no column `{column}` (it has {})",
+                            d.columns.join(", ")
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn validate_data(&self) -> Result<(), ScenarioError> {
+        if !self.data.is_empty() && (!self.workloads.is_empty() || !self.sessions.is_empty()) {
+            return Err(ScenarioError::invalid(
+                "data",
+                "data sources bind rows to one arrival index space: they are read by a top-level session, not yet with workloads or a sessions mix",
+            ));
+        }
+        for (name, d) in &self.data {
+            if !crate::template::is_name(name) || crate::template::RESERVED.contains(&name.as_str())
+            {
+                return Err(ScenarioError::invalid(
+                    "data",
+                    format!("`{name}` cannot name a data source"),
+                ));
+            }
+            d.check()
+                .map_err(|why| ScenarioError::invalid(format!("data.{name}"), why))?;
+            if self.is_closed()
+                && d.on_exhausted == crate::data::OnExhausted::Fail
+                && d.per != crate::data::DataScope::Connection
+                && d.order != crate::data::DataOrder::Random
+            {
+                return Err(ScenarioError::invalid(
+                    format!("data.{name}.on_exhausted"),
+                    "a closed load's sessions are not counted in advance, so the supply cannot be checked: use wrap or stop (or per: connection)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A step of `kind` needs a target whose scheme runs that kind.
+    pub(super) fn check_step_transport(&self, step: &str, kind: &str) -> Result<(), ScenarioError> {
+        let Some(t) = self.target.as_ref() else {
+            return Err(ScenarioError::invalid(
+                "target",
+                format!("{step} is a {kind} step, so a target URL is required"),
+            ));
+        };
+        let transport = self.transport()?;
+        if transport.step_kind() != kind {
+            let want = match kind {
+                "http" => "http:// or https://",
+                "tcp" => "tcp:// or unix://",
+                "grpc" => "grpc:// or grpcs://",
+                _ => "udp://",
+            };
+            return Err(ScenarioError::invalid(
+                format!("{step}.{kind}"),
+                format!(
+                    "a {kind} step needs a {want} target, but the target is `{t}` (its steps are {})",
+                    transport.step_kind()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The expected arrivals of `phases` stay within [`MAX_TOTAL_ARRIVALS`]; `field` names them.
+pub(super) fn check_total_arrivals<'a>(
+    field: &str,
+    phases: impl IntoIterator<Item = &'a Phase>,
+) -> Result<(), ScenarioError> {
+    let total: f64 = phases.into_iter().map(Phase::expected_arrivals).sum();
+    if total > MAX_TOTAL_ARRIVALS {
+        return Err(ScenarioError::invalid(
+            field,
+            format!(
+                "{total:.3e} arrivals in total; one run may plan at most {MAX_TOTAL_ARRIVALS:.0e} (MAX_TOTAL_ARRIVALS)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A step's extractions (variable names and extractors) and checks; `at` is the step's field
+/// (`session[2]`, `setup[0]`). Session and setup steps are checked alike.
+pub(super) fn check_extraction(step: &Step, at: &str) -> Result<(), ScenarioError> {
+    for (name, e) in &step.extract {
+        if !crate::template::is_name(name) {
+            return Err(ScenarioError::invalid(
+                format!("{at}.extract"),
+                format!("`{name}` is not a variable name"),
+            ));
+        }
+        e.check()
+            .map_err(|why| ScenarioError::invalid(format!("{at}.extract.{name}"), why))?;
+    }
+    if let Some(c) = &step.check {
+        c.validate()
+            .map_err(|(f, why)| ScenarioError::invalid(format!("{at}.check.{f}"), why))?;
+    }
+    Ok(())
+}
+
+/// What a step's extraction and checks may read: everything of an HTTP response; of a tcp
+/// or udp reply only its payload (the body), as it has no status, headers or cookies; nothing
+/// of a gRPC reply, whose messages are protobuf and which are not captured.
+pub(super) fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioError> {
+    let kind = match (&step.tcp, &step.udp) {
+        _ if step.http.is_some() => return Ok(()),
+        (Some(_), _) => "tcp",
+        (_, Some(_)) => "udp",
+        _ => {
+            return Err(ScenarioError::invalid(
+                at,
+                "extract and check apply to http, tcp and udp steps",
+            ))
+        }
+    };
+    if let Some((name, _)) = step.extract.iter().find(|(_, e)| !e.reads_body_only()) {
+        return Err(ScenarioError::invalid(
+            format!("{at}.extract.{name}"),
+            format!(
+                "a {kind} reply has no headers or cookies: take values with json, regex or between"
+            ),
+        ));
+    }
+    if step.check.as_ref().is_some_and(|c| c.status.is_some()) {
+        return Err(ScenarioError::invalid(
+            format!("{at}.check.status"),
+            format!("a {kind} reply has no status: check it with body_contains or json"),
+        ));
+    }
+    Ok(())
+}
+
+/// A workload's or a session type's name: not empty, and free of `/` (which joins names in
+/// the report) and of parentheses (which close a threshold's scope).
+pub(super) fn check_name(field: &str, name: &str) -> Result<(), ScenarioError> {
+    if name.trim().is_empty() {
+        return Err(ScenarioError::invalid(field, "must not be empty"));
+    }
+    if name.contains(['/', '(', ')']) || name.len() > 64 {
+        return Err(ScenarioError::invalid(
+            field,
+            format!("`{name}`: at most 64 characters, without `/`, `(` or `)`"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn check_rate(path: &str, rate: f64) -> Result<(), ScenarioError> {
+    if !rate.is_finite() || rate < 0.0 {
+        return Err(ScenarioError::invalid(path, "must be >= 0"));
+    }
+    if rate > MAX_ARRIVAL_RATE {
+        return Err(ScenarioError::invalid(
+            path,
+            format!("must be <= {MAX_ARRIVAL_RATE}"),
+        ));
+    }
+    Ok(())
+}

@@ -174,9 +174,20 @@ impl From<serde_json::Value> for GrpcMessage {
     }
 }
 
+/// The JSON with each template written back as it now is: a `${env:...}` the CLI resolved is
+/// submitted as its value, so agents (which refuse environment references) never see it.
 impl Serialize for GrpcMessage {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.json.serialize(s)
+        if self.templates.is_empty() {
+            return self.json.serialize(s);
+        }
+        let mut json = self.json.clone();
+        for (path, t) in &self.templates {
+            if let Some(v) = at_mut(&mut json, path) {
+                *v = serde_json::Value::String(t.to_string());
+            }
+        }
+        json.serialize(s)
     }
 }
 
@@ -226,6 +237,16 @@ mod tests {
             serde_json::to_value(&m).unwrap()["inner"]["note"],
             "cost $${x}"
         );
+
+        // A resolved environment reference is written back as its value.
+        let mut env = GrpcMessage::new(json!({ "a": { "b": "k=${env:KEY}" } }));
+        for (_, t) in env.templates_mut() {
+            t.resolve_env(&|_| Some("v${x}".into())).unwrap();
+        }
+        let back = GrpcMessage::new(serde_json::to_value(&env).unwrap());
+        assert_eq!(back.json()["a"]["b"], "k=v$${x}");
+        assert!(!back.has_references());
+        assert_eq!(back.literal_json()["a"]["b"], "k=v${x}");
 
         let bad = GrpcMessage::new(json!({ "inner": { "note": "${nope" } }));
         assert_eq!(bad.check().unwrap_err().0, "inner.note");

@@ -643,6 +643,29 @@ mod tests {
         }
     }
 
+    #[test]
+    fn environment_references_in_calls_are_resolved_for_agents() {
+        let mut s = Scenario::from_yaml(
+            "name: g\ntarget: grpc://h:1\ngrpc: { reflection: true }\n\
+             phases: [{ duration: 1s, arrival_rate: 1 }]\n\
+             session:\n  - grpc: { method: p.S/M, message: { key: '${env:KEY}' }, metadata: { x-key: '${env:KEY}' } }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.env_names().into_iter().collect::<Vec<_>>(),
+            ["KEY"],
+            "both references are seen"
+        );
+        assert!(s.resolve_env(&|_| Some("s3cret".into())).unwrap());
+        let submitted = serde_json::to_string(&s).unwrap();
+        assert!(!submitted.contains("env:"), "{submitted}");
+        let agent = Scenario::from_yaml(&submitted).unwrap();
+        assert!(!agent.has_env_refs());
+        let g = agent.session[0].grpc.as_ref().unwrap();
+        assert_eq!(g.message.literal_json()["key"], "s3cret");
+        assert_eq!(g.metadata["x-key"].as_static(), Some("s3cret"));
+    }
+
     proptest! {
         /// However the body is cut into chunks, the count of whole messages is the same, and
         /// no input panics.

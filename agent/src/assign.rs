@@ -311,6 +311,10 @@ impl Compiler<'_> {
                     new_connection,
                 }
             } else if let Some(g) = &s.grpc {
+                let dynamic = crate::grpc::DynamicCall::new(g, scenario, slots)
+                    .map_err(|e| format!("{at}.grpc.{e}"))?
+                    .map(Arc::new);
+                *any_dynamic |= dynamic.is_some();
                 StepPlan::Grpc {
                     ordinal,
                     request: crate::grpc::GrpcRequest::new(
@@ -320,6 +324,7 @@ impl Compiler<'_> {
                         scenario.request_timeout.0,
                     )
                     .map_err(|e| format!("{at}.grpc.{e}"))?,
+                    dynamic,
                     repeat,
                     new_connection,
                 }

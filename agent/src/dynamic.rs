@@ -919,6 +919,52 @@ impl DynamicSend {
     }
 }
 
+/// The templates of one request rendered one at a time into the caller's buffers (a gRPC
+/// call's message fields and metadata values: `crate::grpc`), compiled once per run.
+#[derive(Debug)]
+pub struct DynamicFields {
+    fields: Vec<Compiled>,
+    per_request: Vec<usize>,
+}
+
+impl DynamicFields {
+    /// Compiles `templates`; the error names the template by its index.
+    pub fn new(
+        templates: &[&Template],
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+    ) -> Result<Self, (usize, String)> {
+        let fields = templates
+            .iter()
+            .enumerate()
+            .map(|(i, t)| compile(t, scenario, slots).map_err(|e| (i, e)))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            fields,
+            per_request: request_sources(scenario, templates.iter().copied()),
+        })
+    }
+
+    /// Binds the next rows of the `per: request` sources the request reads (once per
+    /// request, before its fields are rendered), then runs `f` with a renderer of field `i`
+    /// into a buffer and the session's scratch buffer.
+    pub fn render_with<R>(
+        &self,
+        ctx: &Context,
+        vars: &mut SessionVars,
+        f: impl FnOnce(&mut dyn FnMut(usize, &mut Vec<u8>), &mut Vec<u8>) -> R,
+    ) -> R {
+        ctx.bind_request(&self.per_request, vars);
+        let mut scratch = std::mem::take(&mut vars.body);
+        let r = f(
+            &mut |i, out| self.fields[i].render(ctx, vars, out),
+            &mut scratch,
+        );
+        vars.body = scratch;
+        r
+    }
+}
+
 impl Default for Compiled {
     fn default() -> Self {
         Self::literal("")

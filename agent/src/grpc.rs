@@ -5,11 +5,21 @@
 //! [`MAX_MESSAGE`]) and takes the status from the trailers (or from the head of a
 //! trailers-only answer): `grpc-status` other than 0 fails the request with the error kind
 //! `grpc_<code name>`.
+//!
+//! A call whose message or metadata holds templates is a [`DynamicCall`]: its message
+//! rendered per call from the CLI's encoding program (`stampede_core::grpc::program`) into a
+//! buffer sized once, its templated metadata values rendered beside the fixed head. A call
+//! without templates never comes there and sends its frame as it always has.
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use stampede_core::grpc::program::{Encoder, VALUE_ERROR};
 use stampede_core::grpc::{status_kind, FrameScanner, GrpcCall, MAX_MESSAGE};
+use stampede_core::scenario::Scenario;
 use stampede_core::stats::error_kind;
 
+use crate::dynamic::{Context, DynamicFields, SessionVars};
 use crate::h2::{h2_failure, H2Conn, H2Request};
 use crate::net::Failure;
 
@@ -17,6 +27,10 @@ use crate::net::Failure;
 #[derive(Debug, Clone)]
 pub struct GrpcRequest {
     request: H2Request,
+    /// The parts a [`DynamicCall`] builds its requests from (the fixed metadata only).
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    frame: Bytes,
 }
 
 /// What one call brought back.
@@ -29,6 +43,113 @@ pub struct Reply {
     pub error: Option<&'static str>,
 }
 
+/// The templated parts of a call, compiled once per run.
+#[derive(Debug)]
+pub struct DynamicCall {
+    /// The message's program; `None` when only metadata is templated (the frame is sent).
+    encoder: Option<Encoder>,
+    /// Templated metadata: the name and the index of its template in `fields`.
+    metadata: Vec<(http::HeaderName, usize)>,
+    /// The program's templates, then the metadata's.
+    fields: DynamicFields,
+}
+
+impl DynamicCall {
+    /// The templated parts of `call`, or `None` when it has none (it is sent as compiled by
+    /// [`GrpcRequest::new`]). The error names the field.
+    pub fn new(
+        call: &GrpcCall,
+        scenario: &Scenario,
+        slots: &BTreeMap<String, usize>,
+    ) -> Result<Option<Self>, String> {
+        let encoder = call
+            .program
+            .as_ref()
+            .map(Encoder::new)
+            .transpose()
+            .map_err(|e| format!("program: {e}"))?;
+        let templated: Vec<(&String, &stampede_core::template::Template)> = call
+            .metadata
+            .iter()
+            .filter(|(_, t)| t.as_static().is_none())
+            .collect();
+        if encoder.is_none() && templated.is_empty() {
+            return Ok(None);
+        }
+        let program = encoder.as_ref().map_or(&[][..], Encoder::templates);
+        let mut templates: Vec<_> = program.iter().collect();
+        let mut metadata = Vec::new();
+        for (k, t) in templated {
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
+            metadata.push((name, templates.len()));
+            templates.push(t);
+        }
+        let fields = DynamicFields::new(&templates, scenario, slots).map_err(|(i, e)| {
+            match metadata.iter().find(|(_, slot)| *slot == i) {
+                Some((name, _)) => format!("metadata.{name}: {e}"),
+                None => format!("message: {e}"),
+            }
+        })?;
+        Ok(Some(Self {
+            encoder,
+            metadata,
+            fields,
+        }))
+    }
+
+    /// Renders and sends one call on a new stream of `conn`: (bytes sent, its reply). A
+    /// rendered value that is not a value of its field is the call's error
+    /// ([`VALUE_ERROR`]; a metadata value that is not one is `template`), sent nowhere, the
+    /// connection kept.
+    pub async fn call(
+        &self,
+        conn: &mut H2Conn,
+        base: &GrpcRequest,
+        ctx: &Context,
+        vars: &mut SessionVars,
+    ) -> Result<(u64, Reply), Failure> {
+        let rendered = self.fields.render_with(ctx, vars, |render, scratch| {
+            let body = match &self.encoder {
+                Some(e) => {
+                    let mut out = Vec::with_capacity(e.size_hint());
+                    e.encode_frame(&mut out, scratch, render)
+                        .map_err(|_| VALUE_ERROR)?;
+                    Bytes::from(out)
+                }
+                None => base.frame.clone(),
+            };
+            let mut headers = base.headers.clone();
+            for (name, slot) in &self.metadata {
+                scratch.clear();
+                render(*slot, scratch);
+                let value =
+                    http::HeaderValue::from_bytes(scratch).map_err(|_| error_kind::TEMPLATE)?;
+                headers.insert(name.clone(), value);
+            }
+            Ok::<_, &'static str>(H2Request::from_parts(
+                http::Method::POST,
+                base.uri.clone(),
+                headers,
+                body,
+            ))
+        });
+        let request = match rendered {
+            Ok(r) => r,
+            Err(kind) => {
+                let reply = Reply {
+                    status: 0,
+                    received: 0,
+                    error: Some(kind),
+                };
+                return Ok((0, reply));
+            }
+        };
+        let reply = exchange(conn, &request).await?;
+        Ok((request.len() as u64, reply))
+    }
+}
+
 impl GrpcRequest {
     /// Compiles `call` for `authority` (`:scheme` https over TLS); `timeout` (the scenario's
     /// `request_timeout`) is sent as `grpc-timeout`, so the server gives up when the agent
@@ -39,12 +160,14 @@ impl GrpcRequest {
         authority: &str,
         timeout: std::time::Duration,
     ) -> Result<Self, String> {
-        let frame = call
-            .frame_bytes()
-            .map_err(|e| format!("frame: {e}"))?
-            .ok_or(
-            "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)",
-        )?;
+        // A call with a program has no frame: its `DynamicCall` renders one per call.
+        let frame = match call.frame_bytes().map_err(|e| format!("frame: {e}"))? {
+            Some(frame) => frame,
+            None if call.program.is_some() => Vec::new(),
+            None => return Err(
+                "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)".into(),
+            ),
+        };
         let scheme = if tls { "https" } else { "http" };
         let uri: http::Uri = format!("{scheme}://{authority}{}", call.path())
             .parse()
@@ -60,14 +183,27 @@ impl GrpcRequest {
         }
         headers.insert("grpc-timeout", grpc_timeout(timeout));
         for (k, v) in &call.metadata {
+            // A templated value is rendered per call by the step's `DynamicCall`.
+            let Some(v) = v.as_static() else {
+                continue;
+            };
             let name = http::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
             let value = http::HeaderValue::from_str(v)
                 .map_err(|_| format!("metadata.{k}: not a valid metadata value"))?;
             headers.insert(name, value);
         }
+        let frame = Bytes::from(frame);
         Ok(Self {
-            request: H2Request::from_parts(http::Method::POST, uri, headers, Bytes::from(frame)),
+            request: H2Request::from_parts(
+                http::Method::POST,
+                uri.clone(),
+                headers.clone(),
+                frame.clone(),
+            ),
+            uri,
+            headers,
+            frame,
         })
     }
 
@@ -82,7 +218,14 @@ impl GrpcRequest {
 
     /// Sends the call on a new stream of `conn` and reads its answer to the end.
     pub async fn call(&self, conn: &mut H2Conn) -> Result<Reply, Failure> {
-        let response = conn.open(&self.request).await?;
+        exchange(conn, &self.request).await
+    }
+}
+
+/// Sends `request` on a new stream of `conn` and reads its answer to the end.
+async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failure> {
+    {
+        let response = conn.open(request).await?;
         let status = response.status().as_u16();
         let (head, mut body) = response.into_parts();
         let mut reply = Reply {
@@ -263,7 +406,10 @@ mod tests {
         call.frame = Some(stampede_core::protocol::encode_base64(
             &stampede_core::grpc::frame(b"\x08\x01").unwrap(),
         ));
-        call.metadata.insert("x-tenant".into(), "blue".into());
+        call.metadata.insert(
+            "x-tenant".into(),
+            stampede_core::template::Template::literal("blue"),
+        );
         let r = GrpcRequest::new(&call, true, "h:1", timeout).unwrap();
         let head = r.request.head();
         assert_eq!(head.uri().to_string(), "https://h:1/p.S/M");

@@ -66,6 +66,8 @@ pub enum StepPlan {
     Grpc {
         ordinal: usize,
         request: crate::grpc::GrpcRequest,
+        /// The call's templated message or metadata, rendered per call.
+        dynamic: Option<Arc<crate::grpc::DynamicCall>>,
         repeat: u32,
         new_connection: bool,
     },
@@ -1149,6 +1151,27 @@ async fn exchange<'a, 's>(
             (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
                 .await
                 .map(Answer::from),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (
+            Link::H2(c),
+            StepPlan::Grpc {
+                request,
+                dynamic: Some(d),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => {
+                Box::pin(d.call(c, request, ctx, v))
+                    .await
+                    .map(|(sent, reply)| Answer {
+                        sent,
+                        received: reply.received,
+                        error: reply.error,
+                        status: reply.status,
+                        keep_alive: true,
+                    })
+            }
             _ => Err(Failure(error_kind::PROTOCOL)),
         },
         (Link::H2(c), StepPlan::Grpc { request, .. }) => {

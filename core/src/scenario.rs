@@ -437,7 +437,8 @@ impl Step {
     }
 
     /// Every template of the step's request, with its field relative to the step
-    /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`).
+    /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`,
+    /// `grpc.message.FIELD`, `grpc.metadata.NAME`).
     pub fn templates(&self) -> impl Iterator<Item = (String, &crate::template::Template)> {
         let sends = [
             ("tcp", self.tcp.as_ref().map(|t| &t.send)),
@@ -452,6 +453,11 @@ impl Step {
             .iter()
             .flat_map(|h| h.templates().map(|(f, t)| (format!("http.{f}"), t)))
             .chain(sends)
+            .chain(
+                self.grpc
+                    .iter()
+                    .flat_map(|g| g.templates().map(|(f, t)| (format!("grpc.{f}"), t))),
+            )
     }
 
     /// Mutable access to every template (the CLI's `${env:...}` resolution).
@@ -470,6 +476,11 @@ impl Step {
             .iter_mut()
             .flat_map(|h| h.templates_mut().map(|(f, t)| (format!("http.{f}"), t)))
             .chain(sends)
+            .chain(
+                self.grpc
+                    .iter_mut()
+                    .flat_map(|g| g.templates_mut().map(|(f, t)| (format!("grpc.{f}"), t))),
+            )
     }
 }
 

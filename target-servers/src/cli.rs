@@ -76,6 +76,7 @@ impl From<&GrpcArgs> for GrpcConfig {
             max_message_bytes: a.max_message_bytes,
             max_concurrent_streams: a.max_concurrent_streams,
             shutdown_grace: a.shutdown_grace,
+            keep_echoes: 0,
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct GrpcConfig {
     pub max_concurrent_streams: u32,
     /// After shutdown is asked for, how long in-flight calls get to finish.
     pub shutdown_grace: Duration,
+    /// Keep this many of the first `Echo` requests, with their `x-` metadata
+    /// ([`GrpcServer::echoes`]): tests read what a load tester really sent.
+    pub keep_echoes: usize,
 }
 
 impl Default for GrpcConfig {
@@ -48,6 +51,7 @@ impl Default for GrpcConfig {
             max_message_bytes: 4 << 20,
             max_concurrent_streams: 1024,
             shutdown_grace: Duration::from_secs(10),
+            keep_echoes: 0,
         }
     }
 }
@@ -57,6 +61,18 @@ impl Default for GrpcConfig {
 pub struct GrpcServer {
     cfg: GrpcConfig,
     metrics: Metrics,
+    echoes: Echoes,
+}
+
+/// The `Echo` requests kept (at most [`GrpcConfig::keep_echoes`]).
+type Echoes = std::sync::Arc<std::sync::Mutex<Vec<Echoed>>>;
+
+/// An `Echo` request as the server decoded it.
+#[derive(Clone, Debug)]
+pub struct Echoed {
+    pub request: pb::EchoRequest,
+    /// Its metadata whose names start with `x-` (ASCII values), by name.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -133,7 +149,13 @@ impl GrpcServer {
         Ok(Self {
             cfg,
             metrics: Metrics::new()?,
+            echoes: Echoes::default(),
         })
+    }
+
+    /// The `Echo` requests kept so far (see [`GrpcConfig::keep_echoes`]).
+    pub fn echoes(&self) -> Vec<Echoed> {
+        self.echoes.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     /// The metrics in Prometheus text format.
@@ -166,6 +188,7 @@ impl GrpcServer {
         let service = TargetServer::new(Service {
             cfg: self.cfg.clone(),
             metrics: self.metrics.clone(),
+            echoes: self.echoes.clone(),
         })
         .max_decoding_message_size(self.cfg.max_message_bytes);
         // Without TCP_NODELAY an answer's HEADERS, DATA and trailers frames wait on the
@@ -203,6 +226,7 @@ impl GrpcServer {
 struct Service {
     cfg: GrpcConfig,
     metrics: Metrics,
+    echoes: Echoes,
 }
 
 impl Service {
@@ -226,6 +250,28 @@ impl Target for Service {
         &self,
         request: Request<pb::EchoRequest>,
     ) -> Result<Response<pb::EchoReply>, Status> {
+        if self.cfg.keep_echoes > 0 {
+            let metadata = request
+                .metadata()
+                .iter()
+                .filter_map(|kv| match kv {
+                    tonic::metadata::KeyAndValueRef::Ascii(k, v)
+                        if k.as_str().starts_with("x-") =>
+                    {
+                        Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if let Ok(mut kept) = self.echoes.lock() {
+                if kept.len() < self.cfg.keep_echoes {
+                    kept.push(Echoed {
+                        request: request.get_ref().clone(),
+                        metadata,
+                    });
+                }
+            }
+        }
         let r = request.into_inner();
         self.measured("Echo", async move {
             if r.fail_with != 0 {

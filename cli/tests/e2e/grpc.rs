@@ -137,3 +137,92 @@ async fn grpcs_speaks_h2_over_verified_tls() {
     );
     assert_eq!((st.requests_total, st.requests_http2), (40, 40));
 }
+
+/// Templates in gRPC messages and metadata: a data file's rows, a generated value and a
+/// number drawn per session go into each call, rendered by the agent from the CLI's encoding
+/// program. The target's own record of the requests it decoded proves every field: each
+/// row's name beside its id, in the text and the metadata, a distinct UUID per call, the
+/// status asked for by the row. A row whose id is not a number fails its call with its own
+/// error kind, before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templated_messages_carry_each_sessions_values() {
+    let _quiet = QUIET.read().await;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("grpc://{}", l.local_addr().unwrap());
+    let server = GrpcServer::new(GrpcConfig {
+        keep_echoes: 1000,
+        ..GrpcConfig::default()
+    })
+    .unwrap();
+    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let dir = tempfile::tempdir().unwrap();
+    let names = [
+        "ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jay",
+    ];
+    let mut csv = String::from("id,name,code\n");
+    for (i, name) in names.iter().enumerate() {
+        // Row 9 asks for NOT_FOUND; row 10's id is no number.
+        let id = if i == 9 {
+            "x10".to_string()
+        } else {
+            (i + 1).to_string()
+        };
+        let code = if i == 8 { 5 } else { 0 };
+        csv.push_str(&format!("{id},{name},{code}\n"));
+    }
+    std::fs::write(dir.path().join("users.csv"), csv).unwrap();
+    let session = "  - grpc:
+      method: stampede.target.v1.Target/Echo
+      message:
+        text: 'hi ${users.name} ${uuid()}'
+        id: '${users.id}'
+        fail_with: '${users.code}'
+        tags: [fixed]
+        inner: { flag: true, score: '${int(1,100)}' }
+      metadata: { x-user: '${users.name}', x-tenant: blue }
+";
+    let text = scenario(&url, &format!("{{ proto_files: [{PROTO}] }}"), session).replace(
+        "phases:",
+        "data:\n  users: { file: users.csv, order: sequence, on_exhausted: wrap }\nphases:",
+    );
+    let r = run(dir.path(), "templated", text).await;
+    let t = &r.report.totals;
+    let errors: Vec<_> = t.errors.iter().collect();
+    assert_eq!(
+        errors,
+        [
+            (&"grpc_field_value".to_string(), &4),
+            (&"grpc_not_found".to_string(), &4)
+        ],
+        "{}",
+        r.stderr
+    );
+    assert_eq!(t.completed, 32, "{}", r.stderr);
+    assert_eq!(server.calls("Echo", "ok"), 32);
+    assert_eq!(server.calls("Echo", "not_found"), 4);
+
+    let echoes = server.echoes();
+    assert_eq!(echoes.len(), 36);
+    let mut per_id = std::collections::BTreeMap::new();
+    let mut uuids = std::collections::BTreeSet::new();
+    for e in &echoes {
+        let q = &e.request;
+        let name = names[usize::try_from(q.id - 1).unwrap()];
+        *per_id.entry(q.id).or_insert(0) += 1;
+        let uuid = q
+            .text
+            .strip_prefix(&format!("hi {name} "))
+            .unwrap_or_else(|| panic!("id {} with text {:?}", q.id, q.text));
+        assert_eq!(uuid.len(), 36, "{uuid}");
+        uuids.insert(uuid.to_string());
+        assert_eq!(e.metadata["x-user"], name);
+        assert_eq!(e.metadata["x-tenant"], "blue");
+        assert_eq!(q.fail_with, if q.id == 9 { 5 } else { 0 });
+        assert_eq!(q.tags, ["fixed"]);
+        let inner = q.inner.as_ref().unwrap();
+        assert!(inner.flag);
+        assert!((1.0..=100.0).contains(&inner.score) && inner.score.fract() == 0.0);
+    }
+    assert_eq!(uuids.len(), 36, "one UUID per call");
+    assert_eq!(per_id, (1..=9).map(|id| (id, 4)).collect());
+}

@@ -254,7 +254,7 @@ render pvc --set controller.reports.persistence.enabled=true
 render claim --set controller.reports.persistence.enabled=true --set controller.reports.persistence.existingClaim=mine
 render max --set agents.maxReplicas=7 --set agents.replicas=7 --set controller.reports.retention.keep=9 \
   --set controller.reports.retention.maxAge=48h
-render targets --set targets.http.enabled=true --set targets.echoUdp.enabled=true
+render targets --set targets.http.enabled=true --set targets.echoUdp.enabled=true --set targets.grpc.enabled=true
 render tls-existing --set tls.existingSecret=mine
 render tls-off --set tls.enabled=false
 "$PY" - "$work" <<'EOF' || die "single-value cases"
@@ -289,9 +289,15 @@ check(all(p["port"] == 7070 for r in ctl_np["spec"]["ingress"] for p in r["ports
       "controller policy admits a port other than gRPC (metrics are off by default)")
 tgt_np = one("targets", "NetworkPolicy", "-targets")
 tgt_values = tgt_np["spec"]["podSelector"]["matchExpressions"][0]["values"]
-check(tgt_values == ["target-http", "target-echo-udp"], f"targets policy selects {tgt_values}")
-check({(p["protocol"], p["port"]) for p in tgt_np["spec"]["ingress"][0]["ports"]} == {("TCP", 8080), ("UDP", 7002)},
+check(tgt_values == ["target-http", "target-echo-udp", "target-grpc"], f"targets policy selects {tgt_values}")
+check({(p["protocol"], p["port"]) for p in tgt_np["spec"]["ingress"][0]["ports"]} == {("TCP", 8080), ("UDP", 7002), ("TCP", 50051)},
       "targets policy: agents not admitted to exactly the traffic ports")
+grpc_svc = one("targets", "Service", "-target-grpc")
+check({(p["name"], p["port"], p.get("appProtocol")) for p in grpc_svc["spec"]["ports"]}
+      == {("grpc", 50051, "kubernetes.io/h2c"), ("metrics", 9103, "http")},
+      f"grpc target Service ports {grpc_svc['spec']['ports']}")
+grpc_args = one("targets", "Deployment", "-target-grpc")["spec"]["template"]["spec"]["containers"][0]["args"]
+check(grpc_args[:2] == ["target", "grpc"] and "--metrics-listen" in grpc_args, f"grpc target args {grpc_args}")
 
 check(not [s for s in kinds("existing", "Secret") if s["metadata"]["name"].endswith("-token")],
       "auth.existingSecret=x still renders a token Secret")

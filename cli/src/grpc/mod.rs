@@ -2,8 +2,11 @@
 //! compiled with protox (no `protoc`), or the target's server reflection service
 //! (`grpc.reflection.v1`). Each step's message (protobuf JSON) is checked against its method's
 //! input type, with errors that name the field, and encoded once into the step's frame
-//! (`stampede_core::grpc::GrpcCall::frame`). The controller and the agents only ever see that
-//! frame: no descriptor leaves the CLI.
+//! (`stampede_core::grpc::GrpcCall::frame`), or, when its fields hold references, compiled
+//! into the call's encoding program (`program`). The controller and the agents only ever see
+//! that frame or program: no descriptor leaves the CLI.
+
+mod program;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use prost_reflect::prost::Message as _;
 use prost_reflect::prost_types::FileDescriptorProto;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use prost_reflect::DescriptorPool;
 use stampede_core::grpc::{self, GrpcCall};
 use stampede_core::protocol::Transport;
 use stampede_core::Scenario;
@@ -26,11 +29,12 @@ const MAX_REFLECTED_FILES: usize = 256;
 /// How long the reflection service gets to answer.
 const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Whether the scenario has gRPC steps whose frames are still to be made.
+/// Whether the scenario has gRPC steps whose frames (or programs) are still to be made.
 pub fn needs_resolution(s: &Scenario) -> bool {
-    s.session
-        .iter()
-        .any(|st| st.grpc.as_ref().is_some_and(|g| g.frame.is_none()))
+    s.step_lists()
+        .into_iter()
+        .flat_map(|(_, steps)| steps.iter())
+        .any(|st| st.grpc.as_ref().is_some_and(|g| !g.is_resolved()))
 }
 
 /// Resolves the schema (files or reflection) and encodes every gRPC step's message. Returns
@@ -120,8 +124,9 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
     })?;
     let mut client = ServerReflectionClient::new(channel);
     let services: BTreeSet<String> = s
-        .session
-        .iter()
+        .step_lists()
+        .into_iter()
+        .flat_map(|(_, steps)| steps.iter())
         .filter_map(|st| st.grpc.as_ref()?.parts().map(|(svc, _)| svc.to_string()))
         .collect();
     let mut wanted: Vec<MessageRequest> = services
@@ -198,17 +203,30 @@ async fn ask(
     }
 }
 
-/// Encodes every gRPC step's message with `pool`, then checks the scenario again.
+/// Encodes every gRPC step's message with `pool` (or compiles its program), then checks the
+/// scenario again.
 fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<()> {
     for (path, call) in grpc::calls_mut(s) {
-        let bytes = encode(call, pool).map_err(|(field, why)| anyhow!("{path}.{field}: {why}"))?;
-        call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
+        match encode(call, pool).map_err(|(field, why)| anyhow!("{path}.{field}: {why}"))? {
+            Encoded::Frame(bytes) => {
+                call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
+            }
+            Encoded::Program(p) => call.program = Some(p),
+        }
     }
     s.validate().map_err(|e| anyhow!("{e}"))
 }
 
-/// The call's frame, or `(field, reason)`.
-fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Vec<u8>, (String, String)> {
+/// What the CLI makes of a call's message.
+enum Encoded {
+    /// A message without references: encoded once, framed.
+    Frame(Vec<u8>),
+    /// A message with references: the program agents render per call.
+    Program(stampede_core::grpc::MessageProgram),
+}
+
+/// The call's frame or program, or `(field, reason)`.
+fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, String)> {
     let (service, method) = call.parts().ok_or_else(|| {
         (
             "method".to_string(),
@@ -244,59 +262,23 @@ fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Vec<u8>, (String, St
             ),
         ));
     }
-    let message = message(m.input(), &call.message).map_err(|(f, why)| {
+    let named = |(f, why): (String, String)| {
         let field = if f.is_empty() {
             "message".to_string()
         } else {
             format!("message.{f}")
         };
         (field, why)
-    })?;
-    grpc::frame(&message.encode_to_vec()).map_err(|why| ("message".to_string(), why))
-}
-
-/// The message of `json` against `desc`; the error is `(field path, reason)`.
-fn message(
-    desc: MessageDescriptor,
-    json: &serde_json::Value,
-) -> Result<DynamicMessage, (String, String)> {
-    if let Some(at) = template_at(json, String::new()) {
-        return Err((
-            at,
-            "templates (${...}) are not supported in gRPC messages yet".into(),
-        ));
-    }
-    let value = match json {
-        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
-        v => v.clone(),
     };
-    let mut track = serde_path_to_error::Track::new();
-    let de = serde_path_to_error::Deserializer::new(value, &mut track);
-    DynamicMessage::deserialize(desc, de).map_err(|e| {
-        let path = track.path().to_string();
-        let path = if path == "." { String::new() } else { path };
-        (path, e.to_string())
-    })
-}
-
-/// The path of the first string holding `${`, if any.
-fn template_at(v: &serde_json::Value, at: String) -> Option<String> {
-    let join = |k: &str| {
-        if at.is_empty() {
-            k.to_string()
-        } else {
-            format!("{at}.{k}")
-        }
-    };
-    match v {
-        serde_json::Value::String(s) if s.contains("${") => Some(at),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .find_map(|(i, x)| template_at(x, format!("{at}[{i}]"))),
-        serde_json::Value::Object(o) => o.iter().find_map(|(k, x)| template_at(x, join(k))),
-        _ => None,
+    if call.message.has_references() {
+        return program::compile(&m.input(), &call.message)
+            .map(Encoded::Program)
+            .map_err(named);
     }
+    let message = program::decode(&m.input(), call.message.literal_json(), "").map_err(named)?;
+    grpc::frame(&message.encode_to_vec())
+        .map(Encoded::Frame)
+        .map_err(|why| ("message".to_string(), why))
 }
 
 #[cfg(test)]
@@ -359,7 +341,10 @@ message Order { int64 id = 1; }
             ("shop.v1.Orders/Get", r#"{"idd": 1}"#, "session[0].grpc.message: "),
             ("shop.v1.Orders/Get", r#"{"inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
             ("shop.v1.Orders/Get", r#"{"codes": [1, -2]}"#, "session[0].grpc.message.codes[1]: "),
-            ("shop.v1.Orders/Get", r#"{"inner": {"note": "${x}"}}"#, "session[0].grpc.message.inner.note: templates"),
+            ("shop.v1.Orders/Get", r#"{"codes": ["${uuid()}"]}"#, "session[0].grpc.message.codes: templates are not supported in repeated fields"),
+            ("shop.v1.Orders/Get", r#"{"inner": {"at": "${now.iso}"}}"#, "session[0].grpc.message.inner.at: templates fill scalar fields; `at` is a google.protobuf.Timestamp"),
+            ("shop.v1.Orders/Get", r#"{"inner": {"nope": "${uuid()}"}}"#, "session[0].grpc.message.inner.nope: `shop.v1.Inner` has no field `nope`"),
+            ("shop.v1.Orders/Get", r#"{"id": "${uuid()}", "inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
             ("shop.v1.Orders/Nope", "{}", "session[0].grpc.method: service `shop.v1.Orders` has no method `Nope` (it has: Get, Watch)"),
             ("shop.v1.Carts/Get", "{}", "session[0].grpc.method: no service `shop.v1.Carts`"),
             ("shop.v1.Orders/Watch", "{}", "streaming"),
@@ -367,7 +352,7 @@ message Order { int64 id = 1; }
             let mut s = s.clone();
             let g = s.session[0].grpc.as_mut().unwrap();
             g.method = method.into();
-            g.message = serde_json::from_str(message).unwrap();
+            g.message = serde_json::from_str::<serde_json::Value>(message).unwrap().into();
             let e = resolve_files(&mut s, dir.path()).unwrap_err().to_string();
             assert!(e.contains(want), "{message}: {e}");
         }

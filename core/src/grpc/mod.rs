@@ -16,13 +16,26 @@
 //! message against the method's input type and encodes it once into [`GrpcCall::frame`]. The
 //! controller and the agents never see a descriptor: an agent sends the frame as the body of
 //! `POST /pkg.Service/Method` over HTTP/2 and reads the status from the trailers.
+//!
+//! String values of the message and metadata values may hold templates
+//! (`text: 'hi ${users.name}'`, `id: '${users.id}'`; [`message`]). A message with references
+//! is compiled by the CLI into [`GrpcCall::program`] instead of a frame ([`program`]): its
+//! fixed fields pre-encoded, its templated scalar fields rendered and encoded by the agent
+//! for each call, still without a descriptor. A call without references keeps its frame.
+
+pub mod message;
+pub mod program;
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use message::GrpcMessage;
+pub use program::MessageProgram;
+
 use crate::scenario::{Scenario, ScenarioError};
+use crate::template::Template;
 
 /// Largest request message the CLI encodes, and largest response message an agent accepts
 /// (gRPC's own default receive limit).
@@ -55,17 +68,22 @@ pub struct GrpcCall {
     pub method: String,
     /// The request message in protobuf's JSON mapping (field names as in the `.proto` file
     /// or in lowerCamelCase); checked against the method's input type by the CLI. Omitted: the
-    /// empty message.
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    pub message: serde_json::Value,
+    /// empty message. A string value may hold templates (`${users.id}`); a templated number,
+    /// bool or enum is given as a string and its rendered text read as the field's type.
+    #[serde(default, skip_serializing_if = "GrpcMessage::is_null")]
+    pub message: GrpcMessage,
     /// Request metadata (HTTP/2 headers): lower-case names; a name ending in `-bin` carries
-    /// base64 (binary metadata).
+    /// base64 (binary metadata). Values may hold templates.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, Template>,
     /// Written by the CLI, not by hand: the request as sent (the 5-byte gRPC prefix and the
-    /// encoded message), in base64.
+    /// encoded message), in base64, when the message holds no reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frame: Option<String>,
+    /// Written by the CLI, not by hand: how agents encode a message that holds references,
+    /// for each call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<MessageProgram>,
 }
 
 impl GrpcOptions {
@@ -151,12 +169,14 @@ impl GrpcCall {
                 ),
             ));
         }
-        if !(self.message.is_object() || self.message.is_null()) {
-            return Err(field(
-                "message",
-                "must be a map of the message's fields (protobuf JSON)".into(),
-            ));
-        }
+        self.message.check().map_err(|(f, why)| {
+            let f = if f.is_empty() {
+                "message".to_string()
+            } else {
+                format!("message.{f}")
+            };
+            (f, why)
+        })?;
         for (name, value) in &self.metadata {
             let f = format!("metadata.{name}");
             let valid_name = !name.is_empty()
@@ -172,9 +192,10 @@ impl GrpcCall {
             if name.starts_with("grpc-") || RESERVED.contains(&name.as_str()) {
                 return Err((f, format!("`{name}` is set by gRPC itself")));
             }
-            if value.contains("${") {
-                return Err((f, "templates are not supported in gRPC steps yet".into()));
-            }
+            // A templated value is checked when it is rendered (a `template` error).
+            let Some(value) = value.as_static() else {
+                continue;
+            };
             if name.ends_with("-bin") {
                 crate::protocol::decode_base64(value).map_err(|e| (f.clone(), e))?;
             } else if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
@@ -185,7 +206,46 @@ impl GrpcCall {
             }
         }
         self.frame_bytes().map_err(|e| field("frame", e))?;
+        if let Some(p) = &self.program {
+            if self.frame.is_some() {
+                return Err(field(
+                    "program",
+                    "a call has a frame or a program, not both".into(),
+                ));
+            }
+            program::Encoder::new(p).map_err(|e| field("program", e))?;
+        }
         Ok(())
+    }
+
+    /// Whether the CLI has encoded the call (its frame, or its program).
+    pub fn is_resolved(&self) -> bool {
+        self.frame.is_some() || self.program.is_some()
+    }
+
+    /// Every template of the call, with its field relative to the call (`message.text`,
+    /// `metadata.x-user`).
+    pub fn templates(&self) -> impl Iterator<Item = (String, &Template)> {
+        self.message
+            .templates()
+            .map(|(p, t)| (format!("message.{p}"), t))
+            .chain(
+                self.metadata
+                    .iter()
+                    .map(|(k, t)| (format!("metadata.{k}"), t)),
+            )
+    }
+
+    /// Mutable access to every template (the CLI's `${env:...}` resolution).
+    pub fn templates_mut(&mut self) -> impl Iterator<Item = (String, &mut Template)> {
+        self.message
+            .templates_mut()
+            .map(|(p, t)| (format!("message.{p}"), t))
+            .chain(
+                self.metadata
+                    .iter_mut()
+                    .map(|(k, t)| (format!("metadata.{k}"), t)),
+            )
     }
 }
 
@@ -214,7 +274,7 @@ pub(crate) fn check_scenario(s: &Scenario) -> Result<(), ScenarioError> {
         }
         None => {
             // The submitted form carries the frames; a file needs a schema to make them.
-            match steps().position(|st| st.grpc.as_ref().is_some_and(|g| g.frame.is_none())) {
+            match steps().position(|st| st.grpc.as_ref().is_some_and(|g| !g.is_resolved())) {
                 Some(_) => Err(invalid(
                     "grpc",
                     "grpc steps need the schema: grpc: { proto_files: [...] } or grpc: { reflection: true }",
@@ -410,27 +470,39 @@ mod tests {
             assert_eq!(e.0, "method", "{bad}");
         }
         let mut c = call("p.S/M");
-        c.message = serde_json::json!([1, 2]);
+        c.message = serde_json::json!([1, 2]).into();
         assert_eq!(c.check().unwrap_err().0, "message");
         for (name, value, why) in [
             ("X-Up", "1", "lower-case"),
             ("grpc-timeout", "1S", "set by gRPC"),
             ("te", "trailers", "set by gRPC"),
-            ("x-token", "${token}", "templates"),
             ("x-bytes-bin", "!!", "base64"),
             ("x-text", "a\nb", "printable"),
         ] {
             let mut c = call("p.S/M");
-            c.metadata.insert(name.into(), value.into());
+            c.metadata
+                .insert(name.into(), Template::parse(value).unwrap());
             let (f, e) = c.check().unwrap_err();
             assert_eq!(f, format!("metadata.{name}"));
             assert!(e.contains(why), "{name}: {e}");
         }
         let mut ok = call("p.S/M");
-        ok.metadata.insert("x-bytes-bin".into(), "3q2+7w==".into());
         ok.metadata
-            .insert("authorization".into(), "Bearer abc".into());
+            .insert("x-bytes-bin".into(), Template::literal("3q2+7w=="));
+        ok.metadata
+            .insert("authorization".into(), Template::literal("Bearer abc"));
+        // A templated value is checked when rendered.
+        ok.metadata
+            .insert("x-token".into(), Template::parse("${token}").unwrap());
         ok.check().unwrap();
+        assert_eq!(
+            ok.templates().map(|(f, _)| f).collect::<Vec<_>>(),
+            [
+                "metadata.authorization",
+                "metadata.x-bytes-bin",
+                "metadata.x-token"
+            ]
+        );
     }
 
     #[test]
@@ -497,7 +569,7 @@ mod tests {
         let call = "grpc: { method: p.S/M, message: { id: 1 } }";
         let s =
             Scenario::from_yaml(&doc("grpc://h:1", "grpc: { reflection: true }\n", call)).unwrap();
-        assert_eq!(s.session[0].grpc.as_ref().unwrap().message["id"], 1);
+        assert_eq!(s.session[0].grpc.as_ref().unwrap().message.json()["id"], 1);
         assert_eq!(s.requests_per_session(), 1);
         Scenario::from_yaml(&doc(
             "grpcs://h",
@@ -543,11 +615,55 @@ mod tests {
                 "grpc",
                 "only applies",
             ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true }\n",
+                "grpc: { method: p.S/M, message: { inner: { id: '${token}' } } }",
+                "session[0].grpc.message.inner.id",
+                "${token} is not defined before this step",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true }\n",
+                "grpc: { method: p.S/M, metadata: { x-user: '${users.id}' } }",
+                "session[0].grpc.metadata.x-user",
+                "`users` is not a data source",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true }\n",
+                "grpc: { method: p.S/M, message: { tags: [a, '${uuid('] } }",
+                "session[0].grpc.message.tags[1]",
+                "not closed",
+            ),
         ] {
             let e = Scenario::from_yaml(&doc(target, grpc, step)).unwrap_err();
             assert_eq!(e.path(), path, "{e}");
             assert!(e.to_string().contains(why), "{e}");
         }
+    }
+
+    #[test]
+    fn environment_references_in_calls_are_resolved_for_agents() {
+        let mut s = Scenario::from_yaml(
+            "name: g\ntarget: grpc://h:1\ngrpc: { reflection: true }\n\
+             phases: [{ duration: 1s, arrival_rate: 1 }]\n\
+             session:\n  - grpc: { method: p.S/M, message: { key: '${env:KEY}' }, metadata: { x-key: '${env:KEY}' } }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.env_names().into_iter().collect::<Vec<_>>(),
+            ["KEY"],
+            "both references are seen"
+        );
+        assert!(s.resolve_env(&|_| Some("s3cret".into())).unwrap());
+        let submitted = serde_json::to_string(&s).unwrap();
+        assert!(!submitted.contains("env:"), "{submitted}");
+        let agent = Scenario::from_yaml(&submitted).unwrap();
+        assert!(!agent.has_env_refs());
+        let g = agent.session[0].grpc.as_ref().unwrap();
+        assert_eq!(g.message.literal_json()["key"], "s3cret");
+        assert_eq!(g.metadata["x-key"].as_static(), Some("s3cret"));
     }
 
     proptest! {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# gRPC in the cluster, and its calibration:
+#  1. `helm install` with 2 agents and the gRPC target (`targets.grpc`: its Deployment, Service with appProtocol
+#     kubernetes.io/h2c, probes on its metrics port, the targets NetworkPolicy admitting agents to port 50051).
+#  2. `stampede run` with no --controller (kube port-forward, token from the Secret) of a closed load of a few seconds:
+#     4 connections per agent, each with 4 streams (16 calls in flight per agent), calling Target/Echo against the
+#     target's Service DNS name. The message comes from `proto_files` on the host and holds templates (the session
+#     index, a UUID), rendered by the agents in their pods from the CLI's encoding program.
+#  3. Calls counted exactly: the report's completed == the rise of the target's
+#     stampede_target_grpc_calls_total{method="Echo",code="ok"} (read through the API server's service proxy), and no
+#     errors. The calibration figures (calls/s, p50/p99, errors) are printed as `calibration:`.
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+: "${HELM:?run cases through tests/cluster/e2e.sh}"
+CHART=$REPO_ROOT/helm/stampede
+REL=gr
+FULL=$REL-stampede
+CRD=loadtests.stampede.dev
+PROTO=$REPO_ROOT/target-servers/proto/stampede/target/v1/target.proto
+DURATION=${STAMPEDE_E2E_GRPC_DURATION:-5s}
+tmp=$(mktemp -d)
+
+host_stampede_bin
+unset STAMPEDE_CONTROLLER STAMPEDE_TOKEN
+st() { timeout 180 "$STAMPEDE_BIN" "$@" --namespace "$NS"; }
+
+crd_preexisting=0
+if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
+grpc_exit() {
+  local rc=$?
+  trap - EXIT
+  if [ "$rc" != 0 ]; then
+    diagnostics
+    kn logs -l app.kubernetes.io/component=controller --tail=80 >&2 || true
+  fi
+  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
+  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
+  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap grpc_exit EXIT
+
+say "helm install $REL (2 agents, the gRPC target)"
+helm_install_stampede --set agents.replicas=2 --set targets.grpc.enabled=true
+for d in controller agent target-grpc; do
+  kn rollout status "deployment/$FULL-$d" --timeout=120s >/dev/null || fail "deployment $FULL-$d did not roll out"
+done
+[ "$(kn get service "$FULL-target-grpc" -o jsonpath='{.spec.ports[?(@.name=="grpc")].appProtocol}')" = kubernetes.io/h2c ] ||
+  fail "the gRPC target's Service port has no appProtocol kubernetes.io/h2c"
+
+for ((i = 0; i < 60; i++)); do
+  st agents --output json >"$tmp/agents.json" 2>"$tmp/agents.err" || true
+  [ "$(jq '[.[] | select(.state != "not-attached" and .pod_status == "Ready")] | length' "$tmp/agents.json" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 1
+done
+[ "$(jq '[.[] | select(.pod_status == "Ready")] | length' "$tmp/agents.json" 2>/dev/null || echo 0)" -ge 2 ] ||
+  fail "2 agents did not attach: $(cat "$tmp/agents.err")"
+
+ok_calls() {
+  k get --raw "/api/v1/namespaces/$NS/services/http:$FULL-target-grpc:9103/proxy/metrics" |
+    awk '$1 ~ /^stampede_target_grpc_calls_total\{/ && $1 ~ /method="Echo"/ && $1 ~ /code="ok"/ {n += $2} END {print n + 0}'
+}
+before=$(ok_calls) || fail "cannot read the gRPC target's /metrics"
+
+target=grpc://$FULL-target-grpc.$NS.svc.cluster.local:50051
+cat >"$tmp/grpc.yaml" <<EOF
+name: k8s-grpc
+target: $target
+grpc: { proto_files: [$PROTO] }
+agents: 2
+load:
+  model: closed
+  connections: 8
+  duration: $DURATION
+  streams_per_connection: 4
+session:
+  - name: echo
+    grpc:
+      method: stampede.target.v1.Target/Echo
+      message: { text: 'k8s \${session.index} \${uuid()}', id: '\${session.index}', inner: { flag: true } }
+      metadata: { x-session: '\${session.index}' }
+thresholds:
+  - error_rate < 0.1%
+EOF
+say "stampede run (no --controller): closed, 8 connections x 4 streams over 2 agents for $DURATION against $target"
+st run "$tmp/grpc.yaml" --report "$tmp/run.json" >"$tmp/run.txt" 2>"$tmp/run.err" || {
+  cat "$tmp/run.txt" "$tmp/run.err" >&2
+  fail "stampede run failed"
+}
+cat "$tmp/run.txt" >&2
+after=$(ok_calls) || fail "cannot read the gRPC target's /metrics after the run"
+outcome=$(jq -r '.outcome' "$tmp/run.json")
+completed=$(jq '.totals.completed' "$tmp/run.json")
+errors=$(jq '.totals.error_count' "$tmp/run.json")
+served=$((after - before))
+[ "$outcome" = succeeded ] || fail "run outcome is $outcome"
+[ "$completed" -gt 0 ] || fail "no call completed"
+[ "$errors" = 0 ] || fail "errors: $(jq -c '.totals.errors' "$tmp/run.json")"
+[ "$completed" = "$served" ] ||
+  fail "the report's completed $completed != the target's Echo ok calls $served (calls_total $before -> $after)"
+[ "$(jq '.agents | length' "$tmp/run.json")" = 2 ] || fail "the report names $(jq '.agents | length' "$tmp/run.json") agents, not 2"
+secs=$(jq -r '.duration_s' "$tmp/run.json")
+p50=$(jq -r '.latency.response_time.p50_us' "$tmp/run.json")
+p99=$(jq -r '.latency.response_time.p99_us' "$tmp/run.json")
+say "calibration: $completed calls in ${secs}s = $(jq -r '.totals.throughput_rps | floor' "$tmp/run.json") calls/s" \
+  "(2 agents, 8 connections x 4 streams, closed), response time p50 ${p50} us, p99 ${p99} us, errors $errors;" \
+  "the target served $served Echo ok calls: completed == served"

@@ -51,9 +51,9 @@ pub(crate) async fn resolve(
         return Ok(None);
     }
     // One GET per object, however many sources read it.
-    let mut fetched: BTreeMap<(&'static str, String), Option<ObjectData>> = BTreeMap::new();
+    let mut fetched: BTreeMap<(ObjectKind, String), Option<ObjectData>> = BTreeMap::new();
     for (source, kind, name) in &wanted {
-        let id = (kind.noun(), name.clone());
+        let id = (*kind, name.clone());
         if fetched.contains_key(&id) {
             continue;
         }
@@ -73,9 +73,7 @@ pub(crate) async fn resolve(
     let mut read = Vec::with_capacity(wanted.len());
     for (source, kind, name) in &wanted {
         let field = format!("data.{source}.{}", kind.field());
-        let object = fetched
-            .get(&(kind.noun(), name.clone()))
-            .and_then(Option::as_ref);
+        let object = fetched.get(&(*kind, name.clone())).and_then(Option::as_ref);
         let Some(d) = scenario.data.get_mut(source) else {
             continue;
         };

@@ -33,7 +33,7 @@ pub struct ObjectKey {
 }
 
 /// Which kind of object a source names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ObjectKind {
     ConfigMap,
     Secret,

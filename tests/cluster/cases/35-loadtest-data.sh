@@ -125,6 +125,10 @@ diff "$tmp/want-users.txt" "$tmp/seen-users.txt" >&2 ||
   fail "the target did not see every user id of the ConfigMap exactly once ($(wc -l <"$tmp/seen-users.txt") requests)"
 diff "$tmp/want-tokens.txt" "$tmp/seen-tokens.txt" >&2 ||
   fail "the target did not see every token of the Secret exactly once"
+# From both agents: the split gave each its own rows (source IPs are the agent pods').
+sources=$(grep '"GET /data?u=' "$tmp/access.log" | awk '{print $2}' | sort | uniq -c)
+echo "$sources" >&2
+[ "$(echo "$sources" | grep -c .)" = 2 ] || fail "the requests came from $(echo "$sources" | grep -c .) addresses, not the 2 agents"
 say "LoadTest rows: $ROWS requests, each user id (ConfigMap, shuffled) and each token (Secret) seen exactly once over 2 agents"
 
 # 4. The Secret's values stay out of the status, the events and the controller's log.

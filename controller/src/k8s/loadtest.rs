@@ -228,9 +228,15 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
         ..Default::default()
     };
     let namespace = lt.namespace().unwrap_or_else(|| ctx.namespace.clone());
-    let read = super::data::resolve(&ctx.client, &namespace, &mut scenario).await;
+    // Checked before the data is read too, so a broken scenario is not told only after
+    // waiting for its ConfigMap; its columns are checked once the rows are in.
+    let read = match scenario.validate() {
+        Ok(()) => Ok(super::data::resolve(&ctx.client, &namespace, &mut scenario).await),
+        Err(e) => Err(("Invalid", format!("scenario: {e}"))),
+    };
     let submitted = match read {
-        Err(DataFailure::Missing(why)) => {
+        Err(refused) => Err(refused),
+        Ok(Err(DataFailure::Missing(why))) => {
             let waited = st.start_time.as_deref().map_or(Duration::ZERO, since);
             if waited < DATA_WAIT {
                 st.phase = Some(LoadTestPhase::Pending);
@@ -253,11 +259,11 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
                 format!("{why} (waited {} s for it)", DATA_WAIT.as_secs()),
             ))
         }
-        Err(DataFailure::Invalid(why)) => {
+        Ok(Err(DataFailure::Invalid(why))) => {
             set_data_condition(&mut st, &prev, false, "Invalid", &why);
             Err(("Invalid", why))
         }
-        Ok(read) => {
+        Ok(Ok(read)) => {
             if let Some(summary) = read {
                 set_data_condition(&mut st, &prev, true, "Read", &summary);
             }

@@ -272,6 +272,20 @@ fn read(
         Ok(s) => s,
         Err(e) => bail!("{}: {e}", path.display()),
     };
+    // A ConfigMap or Secret is read by the controller for a LoadTest, in its namespace; a run
+    // from the CLI has neither (`validate` and `plan` still check such a LoadTest's scenario).
+    if env == Env::Resolve {
+        if let Some((name, kind, k)) = stampede_core::data::object::objects(&scenario.data).next() {
+            bail!(
+                "{}: data.{name}.{}: a {kind} is read only for a LoadTest, by the controller in its namespace; \
+                 `stampede run` reads rows from a file: save key {} of {kind} {} and give it as `file:`",
+                path.display(),
+                kind.field(),
+                k.key,
+                k.name
+            );
+        }
+    }
     // File payloads and bodies are read here, so agents (in pods) never need the files: the
     // submitted scenario carries their bytes.
     let base = path.parent().unwrap_or(std::path::Path::new("."));
@@ -308,5 +322,36 @@ fn read(
             Ok((json, scenario))
         }
         Err(e) => bail!("{}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_refuses_data_from_a_configmap_and_validate_accepts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lt.yaml");
+        std::fs::write(
+            &path,
+            r#"
+name: lt
+target: http://127.0.0.1:8080
+data:
+  users: { config_map: { name: users, key: users.csv } }
+phases: [ { duration: 1s, arrival_rate: 2 } ]
+session:
+  - http: { path: '/u/${users.id}' }
+"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", read_scenario(&path).unwrap_err());
+        assert!(
+            e.contains("data.users.config_map: a configmap is read only for a LoadTest"),
+            "{e}"
+        );
+        let s = read_scenario_dry(&path).unwrap();
+        assert!(s.data["users"].config_map.is_some());
     }
 }

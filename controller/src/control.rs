@@ -204,6 +204,15 @@ pub(crate) fn submit(
             "data.{name}.rows_in_all: a submitted scenario carries its rows"
         )));
     }
+    // Rows are read before submission: files by the CLI, ConfigMaps and Secrets by the
+    // LoadTest reconciler. A source still naming one has nobody left to read it.
+    if let Some((name, d)) = scenario.data.iter().find(|(_, d)| d.is_unread()) {
+        let field = d.object().map_or("file", |(kind, _)| kind.field());
+        return Err(ControllerError::Invalid(format!(
+            "data.{name}.{field}: a submitted scenario carries its rows (the CLI reads a file; \
+             a config_map or secret is read only for a LoadTest)"
+        )));
+    }
     let max = inner
         .cfg
         .max_agents

@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod object;
 pub mod share;
 
+pub use object::{DataFormat, ObjectData, ObjectError, ObjectKey, ObjectKind};
 pub use share::{positions, KeyOwners, Keys, Supply};
 
 /// Largest data file accepted: the file travels whole once, from the CLI to the controller
@@ -37,6 +39,14 @@ pub struct DataSource {
     /// `.ndjson`), relative to the scenario file. The CLI reads it into `columns` and `rows`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// Only in a `LoadTest`: a key of a ConfigMap in its namespace, read by the controller
+    /// into `columns` and `rows` (format from the key's extension, as for `file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ObjectKey>,
+    /// Only in a `LoadTest`: a key of a Secret in its namespace, read like `config_map`; its
+    /// values are never logged nor written to a status or report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<ObjectKey>,
     /// Which row key `k` gets: `sequence` (row `k`) or `shuffle` (a permutation seeded from
     /// the run seed).
     #[serde(default)]
@@ -140,19 +150,14 @@ impl DataSource {
     /// Checks the inlined rows; `Err(reason)`.
     pub fn check(&self) -> Result<(), String> {
         if self.rows_in_all.is_some() {
-            if self.file.is_some() || !self.rows.is_empty() {
+            if self.is_unread() || !self.rows.is_empty() {
                 return Err("rows_in_all is only for the form agents receive, without rows".into());
             }
             if self.columns.is_empty() {
                 return Err("has no column".into());
             }
         } else {
-            if self.file.is_some() && !self.rows.is_empty() {
-                return Err("give either file or rows, not both".into());
-            }
-            if self.file.is_none() && self.rows.is_empty() {
-                return Err("needs a file (or inlined rows)".into());
-            }
+            self.check_origin()?;
         }
         if self.len() > MAX_ROWS as u64 {
             return Err(format!("{} rows; at most {MAX_ROWS}", self.len()));
@@ -177,7 +182,7 @@ impl DataSource {
         self.rows_in_all.map_or(self.rows.len() as u64, u64::from)
     }
 
-    /// True when the source holds no row (yet: `file` is still to be read).
+    /// True when the source holds no row (yet: `file` or its object is still to be read).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

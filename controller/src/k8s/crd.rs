@@ -80,6 +80,27 @@ pub struct LoadTestStatus {
     /// The generation of the spec the phase refers to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Conditions in the usual Kubernetes form. `DataReady`, when the scenario reads data
+    /// from a ConfigMap or Secret: `True` once read (row counts, never values), `False` with
+    /// the reason while an object or key is missing (reason `Missing`: the LoadTest stays
+    /// `Pending` for up to 60 s, then fails) or when it cannot be used (reason `Invalid`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<LoadTestCondition>,
+}
+
+/// One condition of a LoadTest (`kubectl wait --for=condition=DataReady`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTestCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// One word, CamelCase.
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339 time the status last changed.
+    pub last_transition_time: String,
 }
 
 /// The merged result of a run, in the units people read (milliseconds, requests/s).
@@ -370,5 +391,49 @@ spec:
         assert_eq!(lt.spec.0.agents, Some(3));
         lt.spec.0.validate().unwrap();
         assert!(lt.status.is_none());
+    }
+
+    #[test]
+    fn a_loadtest_names_its_data_in_a_configmap_or_secret() {
+        let yaml = r#"
+apiVersion: stampede.dev/v1alpha1
+kind: LoadTest
+metadata: {name: t, namespace: default}
+spec:
+  name: t
+  target: http://web:8080
+  data:
+    users: {config_map: {name: users, key: users.csv}, order: shuffle}
+    tokens: {secret: {name: tokens, key: tokens.jsonl}}
+  phases: [{duration: 10s, arrival_rate: 5}]
+  session: [{http: {path: '/u/${users.id}?t=${tokens.token}'}}]
+"#;
+        let lt: LoadTest = serde_norway::from_str(yaml).unwrap();
+        let data = &lt.spec.0.data;
+        assert_eq!(data["users"].config_map.as_ref().unwrap().key, "users.csv");
+        assert_eq!(data["tokens"].secret.as_ref().unwrap().name, "tokens");
+        // The API server checks the reference's shape: both fields, strings, required.
+        let v = crd_value();
+        let source = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["data"]["additionalProperties"]["properties"];
+        for field in ["config_map", "secret"] {
+            assert_eq!(source[field]["properties"]["key"]["type"], "string");
+            assert_eq!(
+                source[field]["required"],
+                serde_json::json!(["key", "name"])
+            );
+        }
+        // The status's condition is the usual shape (`type`, not `type_`).
+        let st = LoadTestStatus {
+            conditions: vec![LoadTestCondition {
+                type_: "DataReady".into(),
+                status: "False".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&st).unwrap();
+        assert_eq!(json["conditions"][0]["type"], "DataReady");
+        assert!(json["conditions"][0].get("lastTransitionTime").is_some());
     }
 }

@@ -12,6 +12,15 @@
 //! as it is terminal. It exists so that deleting a running LoadTest aborts its run (nobody would
 //! watch the load otherwise). It is not kept on finished LoadTests, so they stay deletable when
 //! the controller is uninstalled (the CRD and LoadTests outlive `helm uninstall`).
+//!
+//! Data from a ConfigMap or Secret (`data.NAME.config_map` / `.secret`) is read before the run
+//! is submitted (`super::data`), once: later changes to the object do not reach a submitted
+//! run. A missing object or key may be on its way (`kubectl apply -f dir/` creates the LoadTest
+//! and its ConfigMap in any order), so the LoadTest stays `Pending` for up to [`DATA_WAIT`],
+//! looked at again with a growing delay, its message and its `DataReady` condition (reason
+//! `Missing`) naming the field and the object, and a `DataMissing` event published; then it
+//! fails with the same words. Nothing retries in silence, and nothing waits forever. An object
+//! that cannot work (a bad format, a read the Role forbids, a `file:`) fails at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -26,8 +35,10 @@ use kube::{Api, Resource, ResourceExt};
 use stampede_core::report::Report;
 
 use super::crd::{
-    lost_agents, terminal_phase, LoadTest, LoadTestPhase, LoadTestStatus, LoadTestSummary,
+    lost_agents, terminal_phase, LoadTest, LoadTestCondition, LoadTestPhase, LoadTestStatus,
+    LoadTestSummary,
 };
+use super::data::DataFailure;
 use super::{KubeError, KubeSettings};
 use crate::run::RunHandle;
 use crate::{lock, Inner};
@@ -36,9 +47,17 @@ use crate::{lock, Inner};
 pub const MANAGER: &str = "stampede-controller";
 /// Held while a LoadTest's run is active: deleting the LoadTest aborts the run.
 pub const FINALIZER: &str = "stampede.dev/abort-run";
+/// How long a LoadTest waits for a missing ConfigMap, Secret or key its data names (from its
+/// first attempt, `status.startTime`) before it fails.
+pub const DATA_WAIT: Duration = Duration::from_secs(60);
+/// The condition about data read from ConfigMaps and Secrets.
+pub const DATA_READY: &str = "DataReady";
 
 struct Ctx {
     inner: Arc<Inner>,
+    client: kube::Client,
+    /// The namespace watched (a LoadTest's own, should its metadata lack one).
+    namespace: String,
     api: Api<LoadTest>,
     recorder: Recorder,
     /// Run ids that have a follower task.
@@ -52,7 +71,7 @@ struct Ctx {
 pub(crate) async fn run(inner: Arc<Inner>, client: kube::Client, settings: KubeSettings) {
     let api: Api<LoadTest> = Api::namespaced(client.clone(), &settings.namespace);
     let recorder = Recorder::new(
-        client,
+        client.clone(),
         Reporter {
             controller: MANAGER.into(),
             instance: settings.pod_name.clone(),
@@ -60,6 +79,8 @@ pub(crate) async fn run(inner: Arc<Inner>, client: kube::Client, settings: KubeS
     );
     let ctx = Arc::new(Ctx {
         inner,
+        client,
+        namespace: settings.namespace.clone(),
         api: api.clone(),
         recorder,
         following: Mutex::default(),
@@ -82,6 +103,46 @@ fn error_policy(_: Arc<LoadTest>, e: &KubeError, _: Arc<Ctx>) -> Action {
 
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// Time since an RFC 3339 `time` (zero if it does not parse or is in the future).
+fn since(time: &str) -> Duration {
+    time.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .and_then(|t| {
+            Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(t)).ok()
+        })
+        .unwrap_or(Duration::ZERO)
+}
+
+/// When to look for missing data again, `waited` into the wait: half the time waited so far,
+/// from 2 s up to 15 s.
+fn data_backoff(waited: Duration) -> Duration {
+    (waited / 2).clamp(Duration::from_secs(2), Duration::from_secs(15))
+}
+
+/// Sets the `DataReady` condition, keeping its transition time when its status is unchanged.
+fn set_data_condition(
+    st: &mut LoadTestStatus,
+    prev: &LoadTestStatus,
+    ready: bool,
+    reason: &str,
+    message: &str,
+) {
+    let status = if ready { "True" } else { "False" };
+    let before = prev.conditions.iter().find(|c| c.type_ == DATA_READY);
+    let last_transition_time = match before {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now(),
+    };
+    st.conditions.retain(|c| c.type_ != DATA_READY);
+    st.conditions.push(LoadTestCondition {
+        type_: DATA_READY.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time,
+    });
 }
 
 async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError> {
@@ -154,29 +215,73 @@ async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError
     }
 }
 
-/// A new LoadTest: validate, hold the finalizer, submit the run, record Pending.
+/// A new LoadTest: read its data from ConfigMaps and Secrets, validate, hold the finalizer,
+/// submit the run, record Pending.
 async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
     let name = lt.name_any();
-    let scenario = lt.spec.0.clone();
+    let mut scenario = lt.spec.0.clone();
+    let prev = lt.status.clone().unwrap_or_default();
     let mut st = LoadTestStatus {
         observed_generation: lt.metadata.generation,
-        start_time: Some(now()),
+        // Kept from an earlier attempt (waiting for data): the wait is counted from it.
+        start_time: prev.start_time.clone().or_else(|| Some(now())),
         ..Default::default()
     };
-    let submitted = match scenario.validate() {
-        Ok(()) => {
-            crate::control::submit(ctx.inner.clone(), scenario, 0, None).map_err(|e| e.to_string())
+    let namespace = lt.namespace().unwrap_or_else(|| ctx.namespace.clone());
+    // Checked before the data is read too, so a broken scenario is not told only after
+    // waiting for its ConfigMap; its columns are checked once the rows are in.
+    let read = match scenario.validate() {
+        Ok(()) => Ok(super::data::resolve(&ctx.client, &namespace, &mut scenario).await),
+        Err(e) => Err(("Invalid", format!("scenario: {e}"))),
+    };
+    let submitted = match read {
+        Err(refused) => Err(refused),
+        Ok(Err(DataFailure::Missing(why))) => {
+            let waited = st.start_time.as_deref().map_or(Duration::ZERO, since);
+            if waited < DATA_WAIT {
+                st.phase = Some(LoadTestPhase::Pending);
+                st.message = Some(format!(
+                    "{why}; waiting up to {} s for it",
+                    DATA_WAIT.as_secs()
+                ));
+                set_data_condition(&mut st, &prev, false, "Missing", &why);
+                // Written (and announced) only when it changes, so the write does not wake
+                // this reconcile again and again.
+                if lt.status.as_ref() != Some(&st) {
+                    apply_status(ctx, &lt, &st).await?;
+                    event(ctx, &lt, EventType::Warning, "DataMissing", &why).await;
+                }
+                return Ok(Action::requeue(data_backoff(waited)));
+            }
+            set_data_condition(&mut st, &prev, false, "Missing", &why);
+            Err((
+                "DataMissing",
+                format!("{why} (waited {} s for it)", DATA_WAIT.as_secs()),
+            ))
         }
-        Err(e) => Err(format!("scenario: {e}")),
+        Ok(Err(DataFailure::Invalid(why))) => {
+            set_data_condition(&mut st, &prev, false, "Invalid", &why);
+            Err(("Invalid", why))
+        }
+        Ok(Ok(read)) => {
+            if let Some(summary) = read {
+                set_data_condition(&mut st, &prev, true, "Read", &summary);
+            }
+            match scenario.validate() {
+                Ok(()) => crate::control::submit(ctx.inner.clone(), scenario, 0, None)
+                    .map_err(|e| ("Invalid", e.to_string())),
+                Err(e) => Err(("Invalid", format!("scenario: {e}"))),
+            }
+        }
     };
     let h = match submitted {
         Ok(h) => h,
-        Err(message) => {
+        Err((reason, message)) => {
             st.phase = Some(LoadTestPhase::Failed);
-            st.end_time = st.start_time.clone();
+            st.end_time = Some(now());
             st.message = Some(message.clone());
             apply_status(ctx, &lt, &st).await?;
-            event(ctx, &lt, EventType::Warning, "Invalid", &message).await;
+            event(ctx, &lt, EventType::Warning, reason, &message).await;
             return Ok(Action::await_change());
         }
     };
@@ -389,5 +494,57 @@ async fn event(ctx: &Ctx, lt: &LoadTest, type_: EventType, reason: &str, note: &
     };
     if let Err(e) = ctx.recorder.publish(&ev, &lt.object_ref(&())).await {
         tracing::warn!(loadtest = %lt.name_any(), error = %e, "publishing an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_data_is_looked_for_again_sooner_then_later() {
+        assert_eq!(data_backoff(Duration::ZERO), Duration::from_secs(2));
+        assert_eq!(
+            data_backoff(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            data_backoff(Duration::from_secs(59)),
+            Duration::from_secs(15)
+        );
+        // Enough looks within the wait that an object created late is still found.
+        let mut t = Duration::ZERO;
+        let mut looks = 0;
+        while t < DATA_WAIT {
+            t += data_backoff(t);
+            looks += 1;
+        }
+        assert!((5..=15).contains(&looks), "{looks}");
+    }
+
+    #[test]
+    fn the_data_condition_keeps_its_transition_time_while_unchanged() {
+        assert!(since(&now()) < Duration::from_secs(5));
+        assert!(since("2001-01-01T00:00:00Z") > DATA_WAIT);
+        assert_eq!(since("not a time"), Duration::ZERO);
+        let mut prev = LoadTestStatus::default();
+        set_data_condition(&mut prev, &LoadTestStatus::default(), false, "Missing", "m");
+        let mut old = prev.clone();
+        old.conditions[0].last_transition_time = "2001-01-01T00:00:00Z".into();
+        let mut st = LoadTestStatus::default();
+        set_data_condition(&mut st, &old, false, "Missing", "m2");
+        assert_eq!(st.conditions.len(), 1);
+        assert_eq!(
+            st.conditions[0].last_transition_time,
+            "2001-01-01T00:00:00Z"
+        );
+        assert_eq!(st.conditions[0].message, "m2");
+        let mut st = LoadTestStatus::default();
+        set_data_condition(&mut st, &old, true, "Read", "data.users: 2 rows");
+        assert_ne!(
+            st.conditions[0].last_transition_time,
+            "2001-01-01T00:00:00Z"
+        );
+        assert_eq!(st.conditions[0].status, "True");
     }
 }

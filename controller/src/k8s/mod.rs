@@ -6,9 +6,11 @@
 //! - [`scale`]: scales the agent Deployment (`STAMPEDE_AGENT_DEPLOYMENT`) through its scale
 //!   subresource when a run asks for more agents than are attached, and back after the run when
 //!   `--scale-down-after` is set.
-//! - [`loadtest`]: reconciles `LoadTest` resources with `kube::runtime::Controller`.
+//! - [`loadtest`]: reconciles `LoadTest` resources with `kube::runtime::Controller`; `data`
+//!   reads a LoadTest's `config_map:` / `secret:` data sources before it is submitted.
 
 pub mod crd;
+mod data;
 pub mod loadtest;
 pub mod pods;
 pub mod scale;

@@ -293,7 +293,7 @@ pub struct Supply {
 pub fn check_supply(scenario: &Scenario, seed: u64) -> Result<(), (String, String)> {
     for (name, d) in &scenario.data {
         if d.on_exhausted != OnExhausted::Fail
-            || d.file.is_some()
+            || d.is_unread()
             || d.order == crate::data::DataOrder::Random
         {
             continue;

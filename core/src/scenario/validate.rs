@@ -502,7 +502,7 @@ impl Scenario {
                     let Some(d) = self.data.get(source) else {
                         return Err(format!("{r}: `{source}` is not a data source"));
                     };
-                    if d.file.is_none() && d.column(column).is_none() {
+                    if !d.is_unread() && d.column(column).is_none() {
                         return Err(format!(
                             "{r}: data.{source} has no column `{column}` (it has {})",
                             d.columns.join(", ")

@@ -72,11 +72,12 @@ kn get pods -o wide >&2
 SA=system:serviceaccount:$NS:$FULL-controller
 can() { [ "$(kn auth can-i "$@" --as="$SA" 2>/dev/null)" = yes ]; }
 for ok in "watch pods" "patch deployments.apps/$FULL-agent --subresource=scale" "patch loadtests.stampede.dev" \
-  "patch loadtests.stampede.dev --subresource=status" "create events" "create events.events.k8s.io"; do
+  "patch loadtests.stampede.dev --subresource=status" "create events" "create events.events.k8s.io" \
+  "get configmaps" "get secrets"; do
   # shellcheck disable=SC2086  # split into verb, resource, flags
   can $ok || fail "the controller may not: $ok"
 done
-for no in "get secrets" "delete pods" "patch deployments.apps/$FULL-agent" \
+for no in "list secrets" "watch secrets" "list configmaps" "get secrets -n default" "delete pods" "patch deployments.apps/$FULL-agent" \
   "patch deployments.apps/$FULL-controller --subresource=scale" "create loadtests.stampede.dev" "list pods -A"; do
   # shellcheck disable=SC2086
   ! can $no || fail "the controller may, but should not: $no"

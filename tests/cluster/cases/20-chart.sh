@@ -29,26 +29,10 @@ pf_pid=""
 
 host_stampede_bin
 
-crd_preexisting=0
-if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
-
-# On exit: diagnostics on failure, stop our port-forward (if any), uninstall, remove the CRD if this case created
-# it, then the namespace (as lib.sh's case_exit does).
-chart_exit() {
-  local rc=$?
-  trap - EXIT
-  if [ "$rc" != 0 ]; then
-    diagnostics
-    timeout 30 "$HELM" status "$REL" -n "$NS" >&2 || true
-  fi
-  if [ -n "$pf_pid" ]; then kill "$pf_pid" 2>/dev/null || true; fi
-  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
-  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
-  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap chart_exit EXIT
+# On failure, besides the namespace's state: the release's status. Always: our port-forward (if any) stopped.
+case_diagnostics() { timeout 30 "$HELM" status "$REL" -n "$NS" || true; }
+case_cleanup() { if [ -n "$pf_pid" ]; then kill "$pf_pid" 2>/dev/null || true; fi; }
+release_trap
 
 say "offline chart checks"
 HELM=$HELM "$CHART/ci/validate.sh" || fail "helm/stampede/ci/validate.sh"

@@ -19,27 +19,12 @@ CRD=loadtests.stampede.dev
 ROWS=40
 tmp=$(mktemp -d)
 
-crd_preexisting=0
-if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
-ltd_exit() {
-  local rc=$?
-  trap - EXIT
-  if [ "$rc" != 0 ]; then
-    diagnostics
-    kn get loadtests -o yaml >&2 || true
-    kn logs -l app.kubernetes.io/component=controller --tail=80 >&2 || true
-  fi
-  timeout 60 "$KUBECTL" -n "$NS" delete loadtests --all --wait=false >/dev/null 2>&1 || true
-  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
-  for lt in $(timeout 30 "$KUBECTL" -n "$NS" get loadtests -o name 2>/dev/null); do
-    timeout 30 "$KUBECTL" -n "$NS" patch "$lt" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-  done
-  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
-  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-  exit "$rc"
+# On failure, besides the namespace's state: the LoadTests and the controller's log.
+case_diagnostics() {
+  kn get loadtests -o yaml || true
+  kn logs -l app.kubernetes.io/component=controller --tail=80 || true
 }
-trap ltd_exit EXIT
+release_trap
 
 say "helm install $REL (2 agents, the http target with its access log on stdout)"
 helm_install_stampede --set agents.replicas=2 --set targets.http.enabled=true \

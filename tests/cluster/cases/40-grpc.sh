@@ -25,22 +25,9 @@ host_stampede_bin
 unset STAMPEDE_CONTROLLER STAMPEDE_TOKEN
 st() { timeout 180 "$STAMPEDE_BIN" "$@" --namespace "$NS"; }
 
-crd_preexisting=0
-if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
-grpc_exit() {
-  local rc=$?
-  trap - EXIT
-  if [ "$rc" != 0 ]; then
-    diagnostics
-    kn logs -l app.kubernetes.io/component=controller --tail=80 >&2 || true
-  fi
-  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
-  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
-  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap grpc_exit EXIT
+# On failure, besides the namespace's state: the controller's log.
+case_diagnostics() { kn logs -l app.kubernetes.io/component=controller --tail=80 || true; }
+release_trap
 
 say "helm install $REL (2 agents, the gRPC target)"
 helm_install_stampede --set agents.replicas=2 --set targets.grpc.enabled=true

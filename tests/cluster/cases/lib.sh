@@ -105,6 +105,36 @@ helm_uninstall_clean() {
   k get crd "$crd" >/dev/null || fail "the CRD $crd should be kept by helm uninstall (documented), but is gone"
 }
 
+# release_trap: for a case that installs the chart as release $REL (its CRD $CRD, its scratch directory $tmp), replaces
+# case_exit with release_exit. On exit: on failure the diagnostics, then the case's own `case_diagnostics` when it
+# defines one; always the case's `case_cleanup` when it defines one, the LoadTests deleted (and the finalizers of any a
+# failed run left dropped, so they cannot block the namespace), the release uninstalled, the CRD deleted when this case
+# created it (it is cluster-wide and the chart keeps it), the namespace, and $tmp.
+release_trap() {
+  crd_preexisting=0
+  if k get crd "$CRD" >/dev/null 2>&1; then crd_preexisting=1; fi
+  trap release_exit EXIT
+}
+
+release_exit() {
+  local rc=$? lt
+  trap - EXIT
+  if [ "$rc" != 0 ]; then
+    diagnostics
+    if declare -F case_diagnostics >/dev/null; then case_diagnostics >&2 || true; fi
+  fi
+  if declare -F case_cleanup >/dev/null; then case_cleanup || true; fi
+  timeout 60 "$KUBECTL" -n "$NS" delete loadtests --all --wait=false >/dev/null 2>&1 || true
+  timeout 120 "$HELM" uninstall "$REL" -n "$NS" --wait --timeout 100s >/dev/null 2>&1 || true
+  for lt in $(timeout 30 "$KUBECTL" -n "$NS" get loadtests -o name 2>/dev/null); do
+    timeout 30 "$KUBECTL" -n "$NS" patch "$lt" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  done
+  if [ "$crd_preexisting" = 0 ]; then timeout 60 "$KUBECTL" delete crd "$CRD" --ignore-not-found >/dev/null 2>&1 || true; fi
+  timeout 120 "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+  exit "$rc"
+}
+
 # host_stampede_bin: sets STAMPEDE_BIN, the stampede binary cases run on the host (default: the one images.sh packed,
 # from the cargo target directory, of profile STAMPEDE_IMAGE_PROFILE), and fails when it is not there.
 host_stampede_bin() {

@@ -3,7 +3,6 @@
 //! run refused before any load when the rows would run out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -154,15 +153,23 @@ session:
     )
 }
 
-fn run_cli(dir: &std::path::Path, name: &str, text: &str, agents: &str) -> (Option<i32>, String) {
+/// Runs `text` (saved as `NAME.yaml` in `dir`) with `stampede run --local` on `agents` agents,
+/// its report in `NAME.json`: the exit code and everything it printed.
+async fn run_cli(
+    dir: &std::path::Path,
+    name: &str,
+    text: &str,
+    agents: &str,
+) -> (Option<i32>, String) {
     let path = dir.join(format!("{name}.yaml"));
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
+    let out = tokio::process::Command::new(BIN)
         .args(["run", "--local", "--quiet", "--agents", agents, "--report"])
         .arg(dir.join(format!("{name}.json")))
         .arg(&path)
         .env("E2E_SESSION_KEY", "k-e2e")
         .output()
+        .await
         .unwrap();
     let text = format!(
         "{}{}",
@@ -181,12 +188,7 @@ async fn logins_carry_their_token_and_rows_split_exactly() {
     std::fs::write(dir.path().join("users.csv"), format!("id,name\n{rows}")).unwrap();
 
     let text = scenario(&server.url, "users.csv", "fail");
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "ok", &text, "3")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "ok", &text, "3").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
     let logins: Vec<_> = seen
@@ -214,12 +216,7 @@ async fn logins_carry_their_token_and_rows_split_exactly() {
     std::fs::write(dir.path().join("few.csv"), format!("id,name\n{short}")).unwrap();
     let before = server.seen().len();
     let text = scenario(&server.url, "few.csv", "fail");
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "few", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "few", &text, "2").await;
     assert_eq!(code, Some(2), "{out}");
     assert!(
         out.contains("119 rows, 120 arrivals: rows run out at t=2.0 s"),
@@ -242,12 +239,7 @@ async fn random_rows_are_drawn_from_the_seed_and_the_arrival() {
         "seed: 11\n{}",
         scenario(&server.url, "ten.csv", "fail").replace("order: shuffle", "order: random")
     );
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "random", &text, "3")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "random", &text, "3").await;
     assert_eq!(code, Some(0), "{out}");
     let mut got: BTreeMap<String, u64> = BTreeMap::new();
     for s in server
@@ -288,12 +280,7 @@ session:
 "#,
         server.url
     );
-    let (code, out) = tokio::task::spawn_blocking({
-        let (dir, text) = (dir.path().to_path_buf(), text.clone());
-        move || run_cli(&dir, "checks", &text, "1")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "checks", &text, "1").await;
     // No request succeeded (every login failed its extraction): a failed run, exit 2.
     assert_eq!(code, Some(2), "{out}");
     let r: stampede_core::report::Report =
@@ -306,12 +293,7 @@ session:
         r.totals.errors
     );
     let text = text.replace("json: /missing", "json: /token");
-    let (_, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "checks2", &text, "1")
-    })
-    .await
-    .unwrap();
+    let (_, out) = run_cli(dir.path(), "checks2", &text, "1").await;
     let r: stampede_core::report::Report =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("checks2.json")).unwrap())
             .unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -349,12 +331,7 @@ session:
 "#,
         server.url
     );
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "per-request", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "per-request", &text, "2").await;
     assert_eq!(code, Some(0), "{out}");
     let items: Vec<String> = server
         .seen()
@@ -380,12 +357,7 @@ session:
         )
     };
     let before = server.seen().len();
-    let (code, out) = tokio::task::spawn_blocking({
-        let (dir, text) = (dir.path().to_path_buf(), closed(&server.url));
-        move || run_cli(&dir, "per-connection", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "per-connection", &closed(&server.url), "2").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
     let mut by_conn: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
@@ -405,12 +377,7 @@ session:
 
     std::fs::write(dir.path().join("accounts.csv"), "u\na0\na1\na2\n").unwrap();
     let before = server.seen().len();
-    let (code, out) = tokio::task::spawn_blocking({
-        let (dir, text) = (dir.path().to_path_buf(), closed(&server.url));
-        move || run_cli(&dir, "few-accounts", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "few-accounts", &closed(&server.url), "2").await;
     assert_eq!(code, Some(2), "{out}");
     assert!(
         out.contains("data.accounts: 3 rows, 4 connections: rows run out at connection 4 of 4"),
@@ -443,12 +410,7 @@ session:
 "#,
         server.url
     );
-    let (code, out) = tokio::task::spawn_blocking({
-        let (dir, text) = (dir.path().to_path_buf(), text.clone());
-        move || run_cli(&dir, "setup", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "setup", &text, "2").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
     let logins: Vec<_> = seen.iter().filter(|s| s.path == "/api/login").collect();
@@ -483,12 +445,7 @@ session:
 
     let before = server.seen().len();
     let text = text.replace("/status: ok", "/status: denied");
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "setup-fails", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "setup-fails", &text, "2").await;
     assert_eq!(code, Some(2), "{out}");
     assert!(
         out.contains("setup[0] (login): check.json (status 200)"),
@@ -526,12 +483,7 @@ session:
 "#,
         server.url
     );
-    let (code, out) = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || run_cli(&dir, "setup-refresh", &text, "2")
-    })
-    .await
-    .unwrap();
+    let (code, out) = run_cli(dir.path(), "setup-refresh", &text, "2").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
     let logins = seen.iter().filter(|s| s.path == "/api/login").count();

@@ -386,19 +386,14 @@ session:
     assert_eq!(server.seen().len(), before, "no load was sent");
 }
 
-/// Setup steps run once per run before the load, outside the report: of two agents, one
-/// logs in, and every session of both sends that login's token; a setup that fails its check
-/// refuses the run before any session starts, naming the step.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn setup_runs_once_per_run_and_its_values_reach_every_session() {
-    let _quiet = QUIET.read().await;
-    let server = LoginServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
+/// A run of `duration` at 20 sessions/s whose setup logs in once and whose sessions send the
+/// token (and say which agent they ran on); `extra` goes before the setup steps.
+fn setup_scenario(url: &str, duration: &str, extra: &str) -> String {
+    format!(
         r#"name: setup
-target: {}
-phases: [ {{ duration: 1s, arrival_rate: 20 }} ]
-setup:
+target: {url}
+phases: [ {{ duration: {duration}, arrival_rate: 20 }} ]
+{extra}setup:
   - name: login
     http: {{ method: post, path: /login, body: 'key=${{env:E2E_SESSION_KEY}}' }}
     extract: {{ token: {{ json: /token }} }}
@@ -407,9 +402,19 @@ session:
   - name: me
     http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}', x-agent: '${{session.agent}}' }} }}
     check: {{ status: [200] }}
-"#,
-        server.url
-    );
+"#
+    )
+}
+
+/// Setup steps run once per run before the load, outside the report: of two agents, one
+/// logs in, and every session of both sends that login's token; a setup that fails its check
+/// refuses the run before any session starts, naming the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_runs_once_per_run_and_its_values_reach_every_session() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = setup_scenario(&server.url, "1s", "");
     let (code, out) = run_cli(dir.path(), "setup", &text, "2").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();
@@ -467,22 +472,7 @@ async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
     let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"name: setup-refresh
-target: {}
-phases: [ {{ duration: 3s, arrival_rate: 20 }} ]
-setup_refresh: 1s
-setup:
-  - name: login
-    http: {{ method: post, path: /login, body: 'key=${{env:E2E_SESSION_KEY}}' }}
-    extract: {{ token: {{ json: /token }} }}
-session:
-  - name: me
-    http: {{ path: /me, headers: {{ authorization: 'Bearer ${{setup.token}}', x-agent: '${{session.agent}}' }} }}
-    check: {{ status: [200] }}
-"#,
-        server.url
-    );
+    let text = setup_scenario(&server.url, "3s", "setup_refresh: 1s\n");
     let (code, out) = run_cli(dir.path(), "setup-refresh", &text, "2").await;
     assert_eq!(code, Some(0), "{out}");
     let seen = server.seen();

@@ -871,24 +871,25 @@ impl DynamicSend {
         let capture = !self.judge.is_empty();
         let mut out = std::mem::take(&mut vars.out);
         let mut reply = std::mem::take(&mut vars.reply);
-        let sent = if self.render(ctx, vars) {
-            req.frame(&vars.body, &mut out)
+        // A static payload goes out as the step framed it once; only a template is framed here.
+        let framed = if self.render(ctx, vars) {
+            req.frame(&vars.body, &mut out).map(|()| true)
         } else {
-            out.clear();
-            out.extend_from_slice(req.bytes());
-            Ok(())
+            Ok(false)
         };
-        let received = match sent {
-            Ok(()) => {
-                conn.exchange(&out, req, capture.then_some(&mut reply))
+        let exchanged = match framed {
+            Ok(rendered) => {
+                let bytes = if rendered { &out[..] } else { req.bytes() };
+                conn.exchange(bytes, req, capture.then_some(&mut reply))
                     .await
+                    .map(|received| (bytes.len() as u64, received))
             }
             Err(f) => Err(f),
         };
-        let sent = out.len() as u64;
         vars.out = out;
         vars.reply = reply;
-        Ok(self.outcome(sent, received?, vars))
+        let (sent, received) = exchanged?;
+        Ok(self.outcome(sent, received, vars))
     }
 
     /// One datagram.

@@ -226,13 +226,9 @@ impl Extract {
         (v.len() <= MAX_VALUE).then_some(v)
     }
 
-    /// Whether the value comes from the body alone, so a reply without a head (a tcp or udp
-    /// payload) can hold it.
-    pub fn reads_body_only(&self) -> bool {
-        self.needs_body()
-    }
-
-    /// Whether the body must be captured (header and cookie extractors need only the head).
+    /// Whether the value comes from the body (header and cookie extractors read only the
+    /// head): the body must be captured, and only such a value can come from a tcp or udp
+    /// reply, which is a payload without a head.
     pub fn needs_body(&self) -> bool {
         !matches!(self.from, Extractor::Header(_) | Extractor::Cookie(_))
     }

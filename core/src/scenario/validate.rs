@@ -626,7 +626,7 @@ pub(super) fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioE
             ))
         }
     };
-    if let Some((name, _)) = step.extract.iter().find(|(_, e)| !e.reads_body_only()) {
+    if let Some((name, _)) = step.extract.iter().find(|(_, e)| !e.needs_body()) {
         return Err(ScenarioError::invalid(
             format!("{at}.extract.{name}"),
             format!(

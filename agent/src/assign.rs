@@ -184,7 +184,8 @@ pub(crate) async fn prepare(
                 &w.effective_phases(false),
                 scenario.arrival,
                 w.seed(a.seed, several),
-            ),
+            )
+            .with_resolution(scenario.arrival_resolution()),
             mode,
             start: w.start,
             phases: w.phase_count(),

@@ -188,6 +188,15 @@ pub fn report_text(r: &Report) -> String {
         },
         None => format!("{} arrivals", r.arrival),
     };
+    // The closed model has no arrival times to round.
+    let model = match (&r.load, r.arrival_resolution_us) {
+        (Some(l), _) if l.rate.is_none() => model,
+        (_, 0) => format!("{model}, exact arrival times"),
+        (_, tick) => format!(
+            "{model}, arrivals in {} ticks",
+            stampede_core::duration::HumanDuration(std::time::Duration::from_micros(tick))
+        ),
+    };
     let _ = writeln!(
         o,
         "  duration {:.1}s (planned {:.1}s), {model}, seed {}, {} agent(s)",

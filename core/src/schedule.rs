@@ -94,6 +94,8 @@ pub struct Schedule {
     seed: u64,
     /// Poisson: depth of the tree whose leaves cover [0, total).
     depth: u32,
+    /// Arrival times are rounded down to a multiple of this (0: exact).
+    resolution_ns: u64,
 }
 
 impl Schedule {
@@ -122,7 +124,22 @@ impl Schedule {
             process,
             seed,
             depth,
+            resolution_ns: 0,
         }
+    }
+
+    /// Rounds every arrival's time down to a multiple of `tick` (a zero tick keeps them
+    /// exact). The arrivals of one tick are then due at one instant, so an agent sends them on
+    /// one wake-up instead of one each; none is due later than its exact time, the order and
+    /// the phase of each stay, and so do the counts.
+    pub fn with_resolution(mut self, tick: std::time::Duration) -> Self {
+        self.resolution_ns = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// The tick arrival times are rounded down to (zero: exact).
+    pub fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.resolution_ns)
     }
 
     /// Λ over the whole test: the expected number of arrivals.
@@ -419,9 +436,15 @@ impl Iterator for ScheduleIter<'_> {
         }
         let seg = &segs[self.segment];
         let t = seg.start_s + seg.invert(level - seg.cum0);
+        let exact = (t * 1e9).round() as u64;
+        let tick = self.schedule.resolution_ns;
         let arrival = Arrival {
             index: self.next_index,
-            at_ns: (t * 1e9).round() as u64,
+            at_ns: if tick > 1 {
+                exact - exact % tick
+            } else {
+                exact
+            },
             phase: self.segment as u32,
         };
         self.next_index += 1;
@@ -472,6 +495,35 @@ mod tests {
             times,
             vec![125_000_000, 375_000_000, 625_000_000, 875_000_000]
         );
+    }
+
+    /// A resolution moves each arrival to the start of its tick and nothing else: the same
+    /// arrivals, indexes and phases, in order, none later than exact and none a tick earlier.
+    #[test]
+    fn a_resolution_rounds_arrivals_down_to_their_tick() {
+        let phases = [phase(2.0, 3000.0, None), phase(1.0, 700.0, Some(5000.0))];
+        let tick = std::time::Duration::from_millis(1);
+        for process in [ArrivalProcess::Uniform, ArrivalProcess::Poisson] {
+            let exact: Vec<_> = Schedule::new(&phases, process, 3).iter().collect();
+            let ticked: Vec<_> = Schedule::new(&phases, process, 3)
+                .with_resolution(tick)
+                .iter()
+                .collect();
+            assert_eq!(exact.len(), ticked.len());
+            for (e, t) in exact.iter().zip(&ticked) {
+                assert_eq!((e.index, e.phase), (t.index, t.phase));
+                assert_eq!(t.at_ns % 1_000_000, 0);
+                assert!(t.at_ns <= e.at_ns && e.at_ns - t.at_ns < 1_000_000);
+            }
+            // 3,000/s in 1 ms ticks: three arrivals per tick, each tick sent at once.
+            let first_tick = ticked.iter().filter(|a| a.at_ns == 1_000_000).count();
+            if process == ArrivalProcess::Uniform {
+                assert_eq!(first_tick, 3);
+            }
+        }
+        let zero = Schedule::new(&phases, ArrivalProcess::Uniform, 0)
+            .with_resolution(std::time::Duration::ZERO);
+        assert!(zero.iter().any(|a| a.at_ns % 1_000_000 != 0));
     }
 
     #[test]

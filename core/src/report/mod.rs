@@ -291,6 +291,11 @@ pub struct Report {
     pub duration_s: f64,
     pub planned_duration_s: f64,
     pub arrival: String,
+    /// The tick arrival times were rounded down to (`arrival_resolution`), in microseconds:
+    /// the arrivals of one tick were sent together. 0: each at its exact time (and in reports
+    /// written before the setting existed).
+    #[serde(default)]
+    pub arrival_resolution_us: u64,
     pub seed: u64,
     /// Set for a closed or constant-rate load (absent for arrival phases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1010,6 +1015,8 @@ impl RunAccumulator {
             duration_s: meta.duration_s,
             planned_duration_s: scenario.duration().as_secs_f64(),
             arrival: format!("{:?}", scenario.arrival).to_lowercase(),
+            arrival_resolution_us: u64::try_from(scenario.arrival_resolution().as_micros())
+                .unwrap_or(u64::MAX),
             seed: self.plan.seed,
             load: scenario.load.as_ref().map(|l| LoadSummary {
                 model: match l.model {

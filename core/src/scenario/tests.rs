@@ -101,6 +101,31 @@ fn empty_phases_are_rejected() {
 }
 
 #[test]
+fn arrival_resolution_defaults_to_a_millisecond_and_is_bounded() {
+    let d = std::time::Duration::from_millis;
+    assert_eq!(
+        Scenario::from_yaml(DEMO).unwrap().arrival_resolution(),
+        d(1)
+    );
+    for (given, expect) in [
+        ("0s", d(0)),
+        ("0.25ms", std::time::Duration::from_micros(250)),
+        ("100ms", d(100)),
+    ] {
+        let s = Scenario::from_yaml(&format!("{DEMO}arrival_resolution: {given}\n")).unwrap();
+        assert_eq!(s.arrival_resolution(), expect, "{given}");
+    }
+    let e = err(&format!("{DEMO}arrival_resolution: 1s\n"));
+    assert_eq!(
+        e.to_string(),
+        "arrival_resolution: must be at most 100ms (0s times every arrival on its own)"
+    );
+    assert!(err(&format!("{DEMO}arrival_resolution: -1ms\n"))
+        .to_string()
+        .starts_with("arrival_resolution"));
+}
+
+#[test]
 fn loss_policy_parses() {
     let s = Scenario::from_yaml(&format!("{DEMO}on_agent_loss: {{ tolerate: 50 }}\n")).unwrap();
     assert_eq!(s.on_agent_loss, AgentLossPolicy::Tolerate(50.0));

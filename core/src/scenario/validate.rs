@@ -27,6 +27,12 @@ impl Scenario {
                 ));
             }
         }
+        if self.arrival_resolution() > super::MAX_ARRIVAL_RESOLUTION {
+            return Err(ScenarioError::invalid(
+                "arrival_resolution",
+                "must be at most 100ms (0s times every arrival on its own)",
+            ));
+        }
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }

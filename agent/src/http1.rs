@@ -218,6 +218,23 @@ impl Conn {
     pub async fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<Self, Failure> {
         Ok(Self::over(net::connect_http(addr, tls).await?))
     }
+
+    /// Whether the server's FIN has already reached the reactor: a server that closes
+    /// right after its response usually gets it into the same readiness event as the
+    /// response. Then the socket can be dropped at once, without the read that would only
+    /// see the end (a syscall per connection when every request opens one). Never waits.
+    pub fn closed_already(&self) -> bool {
+        use futures::FutureExt;
+        match &self.stream {
+            tokio_util::either::Either::Left(tcp) => tcp
+                .ready(tokio::io::Interest::READABLE)
+                .now_or_never()
+                .and_then(Result::ok)
+                .is_some_and(|r| r.is_read_closed()),
+            // TLS: the close_notify and the FIN are read through rustls.
+            tokio_util::either::Either::Right(_) => false,
+        }
+    }
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
@@ -574,6 +591,41 @@ mod tests {
                 .await
                 .unwrap();
         }
+    }
+
+    /// Once the reactor has seen the server's FIN, `closed_already` says so without a read;
+    /// while the server keeps the connection open, it says no and does not wait.
+    #[tokio::test]
+    async fn a_fin_already_seen_needs_no_read() {
+        let addr =
+            serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .await;
+        let mut c = Conn::connect(addr, None).await.unwrap();
+        c.request_as(&get(), true).await.unwrap();
+        let tokio_util::either::Either::Left(tcp) = &c.stream else {
+            panic!("plain TCP")
+        };
+        let ready = tcp.ready(tokio::io::Interest::READABLE).await.unwrap();
+        // What the server sent is read; what is left to see is the end.
+        assert!(ready.is_read_closed(), "{ready:?}");
+        assert!(c.closed_already());
+
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            let _ = done_rx.await;
+        });
+        let mut c = Conn::connect(addr, None).await.unwrap();
+        c.request_as(&get(), false).await.unwrap();
+        assert!(!c.closed_already());
+        drop(done_tx);
     }
 
     /// A connection holds a read buffer only while it reads: not while its request waits

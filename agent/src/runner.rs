@@ -1024,7 +1024,10 @@ const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// ephemeral ports.
 async fn close_after_server(conn: &mut Option<Tracked<'_>>, timeout: Duration) {
     if let Some(Link::Http1(c)) = conn.as_mut().map(|t| &mut t.conn) {
-        let _ = tokio::time::timeout(timeout.min(SERVER_CLOSE_WAIT), c.closed_by_server()).await;
+        if !c.closed_already() {
+            let wait = timeout.min(SERVER_CLOSE_WAIT);
+            let _ = tokio::time::timeout(wait, c.closed_by_server()).await;
+        }
     }
     *conn = None;
 }

@@ -1,0 +1,442 @@
+//! One session of a shard: its steps in order over one connection, each request timed from its
+//! due time (the arrival, then the end of the step before) and from its actual send, and the
+//! one exchange of a request over whichever link the target speaks.
+
+use std::time::Duration;
+
+use rand::Rng as _;
+use stampede_core::scenario::{status_error, ThinkTime};
+use stampede_core::stats::error_kind;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
+use crate::http1::Failure;
+
+pub(super) fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Pauses for a think time; a range draws from the session's own generator (seeded from the
+/// run seed and the arrival index, so a rerun pauses the same). False when stopped.
+pub(super) async fn think(
+    t: &ThinkTime,
+    rng: &mut Option<Box<rand_chacha::ChaCha8Rng>>,
+    (seed, index): (u64, u64),
+    stop: &CancellationToken,
+) -> bool {
+    let d = match *t {
+        ThinkTime::Fixed(d) => d.0,
+        ThinkTime::Range { min, max } => {
+            let span = max.0.saturating_sub(min.0);
+            let rng = rng
+                .get_or_insert_with(|| Box::new(stampede_core::template::think_rng(seed, index)));
+            min.0 + span.mul_f64(rng.random::<f64>())
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// Where and when a session runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct At {
+    /// When it should have started.
+    pub(super) intended: Instant,
+    pub(super) phase: u32,
+    /// Its global arrival index (its data rows and generated values).
+    pub(super) index: u64,
+    /// The global index of the connection it runs on (`per: connection` rows): with arrival
+    /// phases its own, `index`.
+    pub(super) connection: u64,
+    /// Its session type (index into [`RunSpec::types`]).
+    pub(super) kind: u32,
+}
+
+/// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
+/// it, so a closed or pooled connection survives from one session to the next). Returns false
+/// when the session was not started because its data rows ran out (`on_exhausted: stop`).
+pub(super) async fn session<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    at: At,
+    stop: &CancellationToken,
+    conn: &mut Option<Tracked<'a>>,
+) -> bool {
+    let At {
+        intended,
+        phase,
+        index,
+        connection,
+        kind,
+    } = at;
+    let Some(steps) = spec.types.get(kind as usize) else {
+        return true;
+    };
+    // A mix counts its sessions per type (the report's planned against achieved).
+    let count_type = |rec: &Recorder, f: fn(&mut stampede_core::stats::TypeCounts)| {
+        if let Some(base) = spec.count_types {
+            rec.with(phase, |s| {
+                f(s.counters.session_types.entry(base + kind).or_default())
+            });
+        }
+    };
+    let mut vars = match &spec.dynamic {
+        None => None,
+        Some(ctx) => match ctx.session(index, connection) {
+            Some(v) => Some(Box::new(v)),
+            None => {
+                rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+                return false;
+            }
+        },
+    };
+    // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
+    // session's future (10,000 connections are 10,000 of them), think time or not.
+    let mut rng = None;
+    let lag = Instant::now().saturating_duration_since(intended);
+    rec.with(phase, |s| s.record_start(us(lag)));
+    count_type(rec, |c| c.started += 1);
+    // The time the next request should have been sent: the arrival for the first request,
+    // then the end of the previous step.
+    let mut due = intended;
+    let mut ok = true;
+    'steps: for (i, step) in steps.iter().enumerate() {
+        match step {
+            StepPlan::Think(t) => {
+                if !think(t, &mut rng, (spec.seed, index), stop).await {
+                    return true;
+                }
+                due = Instant::now();
+            }
+            StepPlan::Http {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::HttpDynamic {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::Tcp {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::Udp {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            }
+            | StepPlan::Grpc {
+                ordinal,
+                repeat,
+                new_connection,
+                ..
+            } => {
+                for r in 0..*repeat {
+                    if *new_connection {
+                        *conn = None;
+                    }
+                    let last = last_on_connection(steps, i, r + 1 < *repeat);
+                    let sent = Instant::now();
+                    rec.with(phase, |s| s.counters.requests_started += 1);
+                    let deadline = sent + spec.request_timeout;
+                    // One timer for the connect and the request together.
+                    let result = tokio::select! {
+                        r = tokio::time::timeout_at(
+                            deadline,
+                            exchange(spec, rec, conn, step, &mut vars, last, deadline),
+                        ) => r,
+                        _ = stop.cancelled() => return true,
+                    };
+                    let result = result.unwrap_or_else(|_| {
+                        // A connection left mid-request cannot carry another one.
+                        let connected = conn.take().is_some();
+                        Err(Failure(if connected {
+                            error_kind::TIMEOUT
+                        } else {
+                            error_kind::CONNECT_TIMEOUT
+                        }))
+                    });
+                    let done = Instant::now();
+                    match result {
+                        Ok(answer) => {
+                            rec.with(phase, |s| {
+                                s.counters.bytes_sent += answer.sent;
+                                s.counters.bytes_received += answer.received;
+                                if answer.status != 0 {
+                                    s.counters.count_status(answer.status);
+                                }
+                                match answer.error {
+                                    None => {
+                                        s.record_success(*ordinal, us(done - due), us(done - sent))
+                                    }
+                                    Some(kind) => s.record_failure(*ordinal, kind),
+                                }
+                            });
+                            if !answer.keep_alive {
+                                close_after_server(conn, spec.request_timeout).await;
+                            }
+                            if answer.error.is_some() {
+                                ok = false;
+                                break 'steps;
+                            }
+                        }
+                        Err(Failure(kind)) => {
+                            rec.with(phase, |s| s.record_failure(*ordinal, kind));
+                            ok = false;
+                            break 'steps;
+                        }
+                    }
+                    due = done;
+                }
+            }
+        }
+    }
+    rec.with(phase, |s| {
+        if ok {
+            s.counters.sessions_completed += 1;
+        } else {
+            s.counters.sessions_failed += 1;
+        }
+    });
+    if ok {
+        count_type(rec, |c| c.completed += 1);
+    } else {
+        count_type(rec, |c| c.failed += 1);
+    }
+    true
+}
+
+/// Whether the request of step `i` is the last on its connection: the request after it (the
+/// step's next repeat when `repeating`, else the next request step, wrapping to the first for
+/// the session that follows on a kept connection) opens a new one. Such a request asks the
+/// server to close (see [`crate::http1::PreparedRequest`]).
+pub(super) fn last_on_connection(steps: &[StepPlan], i: usize, repeating: bool) -> bool {
+    let opens_new = |s: &StepPlan| match s {
+        StepPlan::Http { new_connection, .. }
+        | StepPlan::HttpDynamic { new_connection, .. }
+        | StepPlan::Tcp { new_connection, .. }
+        | StepPlan::Udp { new_connection, .. }
+        | StepPlan::Grpc { new_connection, .. } => Some(*new_connection),
+        StepPlan::Think(_) => None,
+    };
+    if repeating {
+        return opens_new(&steps[i]).unwrap_or(false);
+    }
+    let (head, tail) = steps.split_at(i + 1);
+    tail.iter().chain(head).find_map(opens_new).unwrap_or(false)
+}
+
+/// Most time given to a server that said it closes to do so.
+const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Drops a connection the server said it closes; an HTTP/1.1 one only after the server has
+/// closed (within the request timeout and [`SERVER_CLOSE_WAIT`]), so that the TIME_WAIT
+/// stays on the server's side and a connection per request does not use up the generator's
+/// ephemeral ports.
+async fn close_after_server(conn: &mut Option<Tracked<'_>>, timeout: Duration) {
+    if let Some(Link::Http1(c)) = conn.as_mut().map(|t| &mut t.conn) {
+        if !c.closed_already() {
+            let wait = timeout.min(SERVER_CLOSE_WAIT);
+            let _ = tokio::time::timeout(wait, c.closed_by_server()).await;
+        }
+    }
+    *conn = None;
+}
+
+/// What one request brought back.
+struct Answer<'s> {
+    sent: u64,
+    received: u64,
+    /// The error kind when the reply is not the expected one (HTTP: `status_NNN`; a dynamic
+    /// step's failed check or extraction).
+    error: Option<&'s str>,
+    /// The HTTP status code (0 for tcp and udp, which have none).
+    status: u16,
+    /// The connection may carry another request.
+    keep_alive: bool,
+}
+
+/// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
+/// (the request timeout); the UDP driver, which waits for a datagram, also takes it.
+#[allow(clippy::too_many_arguments)]
+async fn exchange<'a, 's>(
+    spec: &'s RunSpec,
+    rec: &'a Recorder,
+    conn: &mut Option<Tracked<'a>>,
+    step: &'s StepPlan,
+    vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+    last: bool,
+    deadline: Instant,
+) -> Result<Answer<'s>, Failure> {
+    if conn.is_none() {
+        // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
+        // inline it would make every session task that large for its whole life, though a
+        // kept-alive connection opens once.
+        let c = Box::pin(Link::open(&spec.target)).await?;
+        *conn = Some(rec.connections.track(c));
+    }
+    let Some(c) = conn.as_mut() else {
+        return Err(Failure(error_kind::CONNECT));
+    };
+    let result = match (&mut c.conn, step) {
+        (
+            Link::Http1(c),
+            StepPlan::Http {
+                request, expect, ..
+            },
+        ) => c.request_as(request, last).await.map(|resp| Answer {
+            sent: request.bytes(last).len() as u64,
+            received: resp.bytes_received,
+            error: status_error(expect.as_deref(), resp.status),
+            status: resp.status,
+            keep_alive: resp.keep_alive,
+        }),
+        // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
+        // session task (10,000 connections are 10,000 tasks); their own per-request costs
+        // (an h2 stream, a syscall per datagram) dwarf one allocation.
+        (
+            Link::H2(c),
+            StepPlan::Http {
+                h2: Some(request),
+                expect,
+                ..
+            },
+        ) => Box::pin(c.request(request)).await.map(|resp| Answer {
+            sent: request.len() as u64,
+            received: resp.bytes_received,
+            error: status_error(expect.as_deref(), resp.status),
+            status: resp.status,
+            keep_alive: true,
+        }),
+        // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
+        (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
+            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => Box::pin(step.http1(c, ctx, v)).await.map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            }
+        }
+        (Link::H2(c), StepPlan::HttpDynamic { step, .. }) => {
+            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => Box::pin(step.h2(c, ctx, v)).await.map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            }
+        }
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: None,
+                ..
+            },
+        ) => Box::pin(c.request(request))
+            .await
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: None,
+                ..
+            },
+        ) => Box::pin(c.request(request, deadline))
+            .await
+            .map(|received| Answer::raw(request.len() as u64, received)),
+        (
+            Link::Stream(c),
+            StepPlan::Tcp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => Box::pin(send.tcp(c, request, ctx, v))
+                .await
+                .map(Answer::from),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (
+            Link::Udp(c),
+            StepPlan::Udp {
+                request,
+                send: Some(send),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
+                .await
+                .map(Answer::from),
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (
+            Link::H2(c),
+            StepPlan::Grpc {
+                request,
+                dynamic: Some(d),
+                ..
+            },
+        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+            (Some(ctx), Some(v)) => {
+                Box::pin(d.call(c, request, ctx, v))
+                    .await
+                    .map(|(sent, reply)| Answer {
+                        sent,
+                        received: reply.received,
+                        error: reply.error,
+                        status: reply.status,
+                        keep_alive: true,
+                    })
+            }
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        },
+        (Link::H2(c), StepPlan::Grpc { request, .. }) => {
+            Box::pin(request.call(c)).await.map(|reply| Answer {
+                sent: request.len() as u64,
+                received: reply.received,
+                error: reply.error,
+                status: reply.status,
+                keep_alive: true,
+            })
+        }
+        // Validation ties the step kind to the target's scheme; this cannot happen.
+        _ => Err(Failure(error_kind::PROTOCOL)),
+    };
+    if result.is_err() {
+        *conn = None;
+    }
+    result
+}
+
+impl Answer<'_> {
+    /// A tcp or udp exchange: no status, the connection kept.
+    fn raw(sent: u64, received: u64) -> Self {
+        Self {
+            sent,
+            received,
+            error: None,
+            status: 0,
+            keep_alive: true,
+        }
+    }
+}
+
+impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
+    fn from(o: crate::dynamic::Outcome<'s>) -> Self {
+        Self {
+            sent: o.sent,
+            received: o.received,
+            error: o.error,
+            status: o.status,
+            keep_alive: o.keep_alive,
+        }
+    }
+}

@@ -1,0 +1,1006 @@
+//! [`RunAccumulator`]: every agent's per-interval, per-phase [`SparseStats`] added up per phase
+//! and per timeline interval (per agent only counters and the start lag), checked against the
+//! run before anything is added, and turned into the live snapshot and the final [`Report`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{
+    workloads, AgentReport, ConnectionsReport, Generator, Latency, LiveSnapshot, LoadSummary,
+    Percentiles, PhaseReport, Report, RunOutcome, SessionTotals, StepReport, TimelineRow, Totals,
+};
+use crate::hist::{self, HistError, SparseHist};
+use crate::plan::Plan;
+use crate::scenario::Scenario;
+use crate::stats::{Counters, SparseStats};
+/// Per agent the report needs only counters and the start-lag percentiles, so that is all
+/// that is kept (no response/service/step histograms per agent).
+#[derive(Debug, Clone)]
+struct AgentAcc {
+    id: String,
+    counters: Counters,
+    lag: SparseHist,
+    lost: bool,
+    clock_offset_us: i64,
+    /// The highest per-interval peak of open connections this agent reported.
+    peak_open: u64,
+    /// Highest interval this agent has reported as complete.
+    reported_through: Option<u64>,
+    /// Requests it started in closed loads' phases (which plan nothing: started is planned).
+    closed_started: u64,
+}
+
+/// Adds up a run's interval data.
+#[derive(Debug, Clone)]
+pub struct RunAccumulator {
+    plan: Plan,
+    interval_s: f64,
+    phases: Vec<SparseStats>,
+    agents: Vec<AgentAcc>,
+    /// Timeline intervals some live agent has not reported yet; at most [`MAX_OPEN_INTERVALS`].
+    /// Only counters, response and service time are kept (what a [`TimelineRow`] shows).
+    open: BTreeMap<u64, SparseStats>,
+    closed: Vec<TimelineRow>,
+    n_steps: usize,
+    /// Highest interval index the run can produce (duration, longest session and slack).
+    max_interval: u64,
+    /// The run's counters over every phase: the largest sums, checked before adding.
+    total_counters: Counters,
+    /// Per phase, whether it is a closed load's: no schedule, so planned requests are the
+    /// started ones.
+    closed_phases: Vec<bool>,
+    /// Session types of the run (a sample counts at most these).
+    n_types: usize,
+}
+
+/// Agent data that does not fit the run.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("agent index {0} is not part of the run")]
+    UnknownAgent(usize),
+    #[error("phase index {0} is not part of the scenario")]
+    UnknownPhase(u32),
+    #[error("too many request steps: {0}")]
+    TooManySteps(usize),
+    #[error("session type index {0} is not part of the scenario")]
+    UnknownSessionType(u32),
+    #[error("interval {got} is beyond the run's last possible interval {max}")]
+    IntervalOutOfRange { got: u64, max: u64 },
+    #[error("counters would overflow")]
+    CounterOverflow,
+    #[error(transparent)]
+    Hist(#[from] HistError),
+}
+
+/// Timeline intervals kept open waiting for a slow agent. Beyond this the oldest is closed
+/// (its late data then lands in a later row; the totals stay exact), so a silent agent
+/// cannot make the controller hold one merged interval per second of the run.
+pub const MAX_OPEN_INTERVALS: usize = 30;
+
+/// Intervals accepted past the run's planned end and its longest session.
+const INTERVAL_SLACK_S: f64 = 120.0;
+
+impl RunAccumulator {
+    pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
+        let n_steps = scenario.step_names().len();
+        let horizon_s = scenario.duration().as_secs_f64()
+            + crate::ports::worst_case_session(scenario).as_secs_f64()
+            + INTERVAL_SLACK_S;
+        Self {
+            phases: (0..scenario.effective_phases().len())
+                .map(|_| SparseStats {
+                    steps: vec![Default::default(); n_steps],
+                    ..SparseStats::default()
+                })
+                .collect(),
+            agents: agent_ids
+                .into_iter()
+                .map(|id| AgentAcc {
+                    id,
+                    counters: Counters::default(),
+                    lag: SparseHist::default(),
+                    lost: false,
+                    clock_offset_us: 0,
+                    peak_open: 0,
+                    reported_through: None,
+                    closed_started: 0,
+                })
+                .collect(),
+            plan,
+            interval_s,
+            open: BTreeMap::new(),
+            closed: Vec::new(),
+            n_steps,
+            closed_phases: scenario.closed_phases(),
+            n_types: scenario
+                .workload_views()
+                .iter()
+                .map(|w| w.types.len())
+                .sum(),
+            total_counters: Counters::default(),
+            max_interval: (horizon_s / interval_s.max(1e-3))
+                .ceil()
+                .min(u64::MAX as f64) as u64,
+        }
+    }
+
+    /// Highest interval index [`RunAccumulator::add`] accepts.
+    pub fn max_interval(&self) -> u64 {
+        self.max_interval
+    }
+
+    /// Number of phases (a Progress carries at most one sample per phase).
+    pub fn phase_count(&self) -> usize {
+        self.phases.len()
+    }
+
+    /// Approximate heap bytes held by the merged data (for budgets and tests).
+    pub fn heap_bytes(&self) -> usize {
+        let phases: usize = self.phases.iter().map(SparseStats::heap_bytes).sum();
+        let open: usize = self.open.values().map(SparseStats::heap_bytes).sum();
+        let agents: usize = self
+            .agents
+            .iter()
+            .map(|a| {
+                std::mem::size_of::<AgentAcc>()
+                    + a.id.capacity()
+                    + a.lag.heap_bytes()
+                    + a.counters.errors.len() * 64
+            })
+            .sum();
+        let closed: usize = self
+            .closed
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<TimelineRow>()
+                    + r.response_hist.capacity()
+                    + r.service_hist.capacity()
+                    + r.errors.len() * 64
+            })
+            .sum();
+        phases + open + agents + closed
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Adds one agent's data for one interval and phase.
+    /// Adds one agent's data for one interval and phase. Data that does not fit the run
+    /// (unknown agent or phase, too many steps, an interval past the run's end, counters that
+    /// would overflow) is refused whole, before anything is added.
+    pub fn add(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        phase: u32,
+        stats: &SparseStats,
+    ) -> Result<(), MergeError> {
+        self.check(agent, interval, phase, stats)?;
+        self.total_counters.add(&stats.counters);
+        self.phases[phase as usize].add(stats);
+        let closed = self
+            .closed_phases
+            .get(phase as usize)
+            .copied()
+            .unwrap_or(false);
+        let a = &mut self.agents[agent];
+        if closed {
+            a.closed_started = a
+                .closed_started
+                .saturating_add(stats.counters.requests_started);
+        }
+        a.counters.add(&stats.counters);
+        a.lag.add(&stats.lag);
+        a.peak_open = a.peak_open.max(stats.counters.peak_open_connections);
+        // Late data for an interval already closed goes into the last open or a new row;
+        // the totals above are exact either way.
+        let slot = match self.closed.last() {
+            Some(last) if interval <= last.interval => last.interval.saturating_add(1),
+            _ => interval,
+        };
+        // A timeline row needs only the counters and the two latency histograms.
+        let row = self.open.entry(slot).or_default();
+        row.counters.add(&stats.counters);
+        row.response.add(&stats.response);
+        row.service.add(&stats.service);
+        while self.open.len() > MAX_OPEN_INTERVALS {
+            if let Some((k, s)) = self.open.pop_first() {
+                let row = self.row(k, &s)?;
+                self.closed.push(row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything [`RunAccumulator::add`] refuses.
+    pub fn check(
+        &self,
+        agent: usize,
+        interval: u64,
+        phase: u32,
+        stats: &SparseStats,
+    ) -> Result<(), MergeError> {
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if phase as usize >= self.phases.len() {
+            return Err(MergeError::UnknownPhase(phase));
+        }
+        if stats.steps.len() > self.n_steps {
+            return Err(MergeError::TooManySteps(stats.steps.len()));
+        }
+        if let Some((&t, _)) = stats.counters.session_types.last_key_value() {
+            if t as usize >= self.n_types {
+                return Err(MergeError::UnknownSessionType(t));
+            }
+        }
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        // Every other sum (phase, agent, interval) is at most the run's total.
+        if !self.total_counters.fits(&stats.counters) {
+            return Err(MergeError::CounterOverflow);
+        }
+        Ok(())
+    }
+
+    /// Everything [`RunAccumulator::add_progress`] refuses: what [`RunAccumulator::check`]
+    /// refuses of any sample, and counters that fit one sample at a time but not all of them
+    /// together.
+    pub fn check_progress(
+        &self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        // A Progress without samples still names its agent and interval.
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        let mut sum = Counters::default();
+        for (phase, s) in samples {
+            self.check(agent, interval, *phase, s)?;
+            if !sum.fits(&s.counters) {
+                return Err(MergeError::CounterOverflow);
+            }
+            sum.add(&s.counters);
+        }
+        if !self.total_counters.fits(&sum) {
+            return Err(MergeError::CounterOverflow);
+        }
+        Ok(())
+    }
+
+    /// Merges one agent's Progress for `interval` (its samples, one per phase), whole or not
+    /// at all, then notes that the agent has reported through `interval`. A Progress
+    /// [`RunAccumulator::check_progress`] refuses changes nothing.
+    pub fn add_progress(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
+        self.check_progress(agent, interval, samples)?;
+        for (phase, s) in samples {
+            self.add(agent, interval, *phase, s)?;
+        }
+        self.reported_through(agent, interval)
+    }
+
+    /// Number of request steps (a sample carries at most this many).
+    pub fn step_count(&self) -> usize {
+        self.n_steps
+    }
+
+    /// Notes that `agent` has sent everything up to and including `interval`, and closes
+    /// the intervals every live agent has reported.
+    pub fn reported_through(&mut self, agent: usize, interval: u64) -> Result<(), MergeError> {
+        let a = self
+            .agents
+            .get_mut(agent)
+            .ok_or(MergeError::UnknownAgent(agent))?;
+        a.reported_through = Some(a.reported_through.map_or(interval, |r| r.max(interval)));
+        let horizon = self
+            .agents
+            .iter()
+            .filter(|a| !a.lost)
+            .map(|a| a.reported_through)
+            .min()
+            .flatten();
+        if let Some(h) = horizon {
+            self.close_through(Some(h))?;
+        }
+        Ok(())
+    }
+
+    pub fn set_clock_offset(&mut self, agent: usize, offset_us: i64) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.clock_offset_us = offset_us;
+        }
+    }
+
+    pub fn mark_lost(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.lost = true;
+        }
+    }
+
+    pub fn is_lost(&self, agent: usize) -> bool {
+        self.agents.get(agent).is_some_and(|a| a.lost)
+    }
+
+    /// Share of the planned requests that lost agents did not deliver, 0..=1.
+    pub fn lost_share(&self) -> f64 {
+        let total = self.plan.total_requests();
+        if total == 0 {
+            return 0.0;
+        }
+        let undelivered: u64 = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.lost)
+            .map(|(i, a)| {
+                self.agent_planned_requests(i)
+                    .saturating_sub(a.counters.requests_started)
+            })
+            .sum();
+        undelivered as f64 / total as f64
+    }
+
+    fn agent_planned_requests(&self, agent: usize) -> u64 {
+        let closed = self.agents.get(agent).map_or(0, |a| a.closed_started);
+        self.plan.agent_requests(agent).saturating_add(closed)
+    }
+
+    /// Planned requests so far: the sessions planned so far in each phase, as requests.
+    fn planned_so_far(&self) -> u64 {
+        self.phases.iter().enumerate().fold(0u64, |a, (i, p)| {
+            a.saturating_add(self.plan.requests_of(i, p.counters.sessions_planned))
+        })
+    }
+
+    fn close_through(&mut self, horizon: Option<u64>) -> Result<(), MergeError> {
+        let keys: Vec<u64> = self
+            .open
+            .keys()
+            .copied()
+            .filter(|k| horizon.is_none_or(|h| *k <= h))
+            .collect();
+        for k in keys {
+            if let Some(stats) = self.open.remove(&k) {
+                self.closed.push(self.row(k, &stats)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn row(&self, interval: u64, s: &SparseStats) -> Result<TimelineRow, MergeError> {
+        use base64::Engine as _;
+        let b64 = |h: &SparseHist| -> Result<String, HistError> {
+            Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode_sparse(h)?))
+        };
+        let r = Percentiles::of_sparse(&s.response);
+        Ok(TimelineRow {
+            interval,
+            t_s: interval as f64 * self.interval_s,
+            sessions_planned: s.counters.sessions_planned,
+            completed: s.counters.requests_completed,
+            failed: s.counters.requests_failed,
+            errors: s.counters.errors.clone(),
+            rps: s.counters.requests_completed as f64 / self.interval_s,
+            response_p50_us: r.p50_us,
+            response_p90_us: r.p90_us,
+            response_p99_us: r.p99_us,
+            response_max_us: r.max_us,
+            service_p99_us: Percentiles::of_sparse(&s.service).p99_us,
+            peak_open: s.counters.peak_open_connections,
+            connections_opened: s.counters.connections_opened,
+            response_hist: b64(&s.response)?,
+            service_hist: b64(&s.service)?,
+        })
+    }
+
+    /// The run's connection figures: opened is a plain sum; the peak is the largest
+    /// per-interval sum of agents' peaks, over the intervals in `timeline`, the closed rows and
+    /// the still-open ones (a live report has no timeline yet).
+    fn connections(&self, c: &Counters, timeline: &[TimelineRow]) -> ConnectionsReport {
+        let rows = timeline.iter().chain(&self.closed).map(|r| r.peak_open);
+        let open = self.open.values().map(|s| s.counters.peak_open_connections);
+        ConnectionsReport {
+            opened: c.connections_opened,
+            peak_open: rows.chain(open).max().unwrap_or(0),
+        }
+    }
+
+    /// Merged counters over every phase.
+    pub fn totals(&self) -> Result<SparseStats, MergeError> {
+        let mut t = SparseStats {
+            steps: vec![Default::default(); self.n_steps],
+            ..SparseStats::default()
+        };
+        for p in &self.phases {
+            t.add(p);
+        }
+        Ok(t)
+    }
+
+    /// A live view of the run so far.
+    pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
+        let t = self.totals()?;
+        let r = Percentiles::of_sparse(&t.response);
+        Ok(LiveSnapshot {
+            elapsed_s,
+            planned_so_far: self.planned_so_far(),
+            completed: t.counters.requests_completed,
+            failed: t.counters.requests_failed,
+            // Before the first interval closes, the average so far (not a misleading 0).
+            rps: self.closed.last().map_or_else(
+                || t.counters.requests_completed as f64 / elapsed_s.max(1e-3),
+                |row| row.rps,
+            ),
+            p50_us: r.p50_us,
+            p99_us: r.p99_us,
+            active_agents: self.agents.iter().filter(|a| !a.lost).count() as u32,
+            errors: t.counters.errors.clone(),
+        })
+    }
+
+    /// Builds the final report. `meta` carries what the accumulator does not know.
+    pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
+        self.close_through(None)?;
+        let timeline = std::mem::take(&mut self.closed);
+        let mut report = self.build(scenario, meta, timeline, false)?;
+        // The default error verdict, unless the user wrote a run-wide error_rate threshold.
+        if let (Some(limit), Ok(ts)) = (scenario.max_error_rate(), scenario.parsed_thresholds()) {
+            if !ts.iter().any(|t| t.is_run_error_rate()) {
+                let t = crate::threshold::Threshold::default_error_rate(limit);
+                report.thresholds.push(t.evaluate(&report));
+            }
+        }
+        report.judge_delivery();
+        Ok(report)
+    }
+
+    /// A report of the run so far, `elapsed_s` after T0, for live threshold evaluation
+    /// (`abort_on_fail`). It has no timeline, and "planned" means planned *so far*: the
+    /// sessions the agents have dispatched up to now (times requests per session), less the
+    /// requests still in flight, so `throughput >= 99% planned` compares what finished with
+    /// what could have finished. Throughputs divide by the time elapsed (within each phase).
+    pub fn live_report(&self, scenario: &Scenario, elapsed_s: f64) -> Result<Report, MergeError> {
+        let meta = ReportMeta {
+            duration_s: elapsed_s,
+            ..ReportMeta::default()
+        };
+        self.build(scenario, meta, Vec::new(), true)
+    }
+
+    fn build(
+        &self,
+        scenario: &Scenario,
+        meta: ReportMeta,
+        timeline: Vec<TimelineRow>,
+        live: bool,
+    ) -> Result<Report, MergeError> {
+        let totals_stats = self.totals()?;
+        let c = &totals_stats.counters;
+        let duration_s = meta.duration_s.max(1e-9);
+        // Per phase, planned (requests, sessions). A closed load has no schedule: what it
+        // started is what it planned, so the achieved ratio is completed over started. Live:
+        // planned so far, less what is still in flight (it cannot have finished yet).
+        let plan_sessions = self.plan.sessions_per_phase();
+        let plan_requests = self.plan.requests_per_phase();
+        let planned: Vec<(u64, u64)> = self
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let c = &s.counters;
+                if live {
+                    let in_flight = c
+                        .requests_started
+                        .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
+                    (
+                        self.plan
+                            .requests_of(i, c.sessions_planned)
+                            .saturating_sub(in_flight),
+                        c.sessions_planned,
+                    )
+                } else if self.closed_phases.get(i).copied().unwrap_or(false) {
+                    (c.requests_started, c.sessions_planned)
+                } else {
+                    (
+                        plan_requests.get(i).copied().unwrap_or(0),
+                        plan_sessions.get(i).copied().unwrap_or(0),
+                    )
+                }
+            })
+            .collect();
+        let (total_planned, sessions_planned) =
+            planned.iter().fold((0u64, 0u64), |(r, s), (pr, ps)| {
+                (r.saturating_add(*pr), s.saturating_add(*ps))
+            });
+
+        let starts = scenario.phase_starts();
+        let phases: Vec<PhaseReport> = scenario
+            .effective_phases()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let s = &self.phases[i];
+                let start_s = starts.get(i).copied().unwrap_or(0.0);
+                let d = p.duration.as_secs_f64();
+                // Live, a phase's rate counts only the part of it that has elapsed.
+                let rate_over = if live {
+                    (meta.duration_s - start_s).clamp(1e-9, d.max(1e-9))
+                } else {
+                    d
+                };
+                PhaseReport {
+                    index: i as u32,
+                    name: p.display_name(i),
+                    start_s,
+                    duration_s: d,
+                    planned: planned[i].0,
+                    started: s.counters.requests_started,
+                    completed: s.counters.requests_completed,
+                    failed: s.counters.requests_failed,
+                    errors: s.counters.errors.clone(),
+                    sessions_planned: planned[i].1,
+                    throughput_rps: s.counters.requests_completed as f64 / rate_over,
+                    latency: Latency::of(s),
+                }
+            })
+            .collect();
+
+        let steps = scenario
+            .step_names()
+            .into_iter()
+            .zip(&totals_stats.steps)
+            .map(|(name, s)| StepReport {
+                name,
+                completed: s.requests_completed,
+                failed: s.requests_failed,
+                errors: s.errors.clone(),
+                latency: Latency {
+                    response_time: Percentiles::of_sparse(&s.response),
+                    service_time: Percentiles::of_sparse(&s.service),
+                },
+            })
+            .collect();
+
+        let agents: Vec<AgentReport> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let planned = self.agent_planned_requests(i);
+                let lag = Percentiles::of_sparse(&a.lag);
+                AgentReport {
+                    id: a.id.clone(),
+                    shard: i as u32,
+                    planned,
+                    started: a.counters.requests_started,
+                    completed: a.counters.requests_completed,
+                    failed: a.counters.requests_failed,
+                    lost: a.lost,
+                    lost_share: if a.lost && total_planned > 0 {
+                        planned.saturating_sub(a.counters.requests_started) as f64
+                            / total_planned as f64
+                    } else {
+                        0.0
+                    },
+                    clock_offset_us: a.clock_offset_us,
+                    lag_p99_us: lag.p99_us,
+                    lag_max_us: lag.max_us,
+                    late_arrivals: a.counters.late_arrivals,
+                    peak_open: a.peak_open,
+                }
+            })
+            .collect();
+
+        let mut generator = generator_verdict(&totals_stats, c, &agents, meta.outcome);
+        if scenario.insecure_tls() {
+            generator
+                .warnings
+                .insert(0, INSECURE_TLS_WARNING.to_string());
+        }
+        let finished = c.requests_completed.saturating_add(c.requests_failed);
+        let report = Report {
+            run_id: meta.run_id,
+            scenario: scenario.name.clone(),
+            target: scenario
+                .target
+                .as_ref()
+                .map(|t| without_userinfo(t.as_str()))
+                .unwrap_or_default(),
+            outcome: meta.outcome,
+            message: meta.message,
+            started_at_unix_ms: meta.started_at_unix_ms,
+            duration_s: meta.duration_s,
+            planned_duration_s: scenario.duration().as_secs_f64(),
+            arrival: format!("{:?}", scenario.arrival).to_lowercase(),
+            arrival_resolution_us: u64::try_from(scenario.arrival_resolution().as_micros())
+                .unwrap_or(u64::MAX),
+            seed: self.plan.seed,
+            load: scenario.load.as_ref().map(|l| LoadSummary {
+                model: match l.model {
+                    crate::scenario::LoadModel::Closed => "closed".into(),
+                    crate::scenario::LoadModel::Constant => "constant".into(),
+                },
+                connections: l.connections,
+                rate: l.rate,
+                target_rps: l
+                    .rate
+                    .map(|r| r * self.plan.per_session.first().copied().unwrap_or(0.0)),
+                achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
+            }),
+            hist_spec: hist::SPEC,
+            totals: Totals {
+                planned: total_planned,
+                started: c.requests_started,
+                completed: c.requests_completed,
+                failed: c.requests_failed,
+                errors: c.errors.clone(),
+                error_count: c.error_count(),
+                error_rate: if finished > 0 {
+                    c.requests_failed as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                throughput_rps: c.requests_completed as f64 / duration_s,
+                achieved_ratio: if total_planned > 0 {
+                    c.requests_completed as f64 / total_planned as f64
+                } else {
+                    0.0
+                },
+                sessions: SessionTotals {
+                    planned: sessions_planned,
+                    started: c.sessions_started,
+                    completed: c.sessions_completed,
+                    failed: c.sessions_failed,
+                    dropped: c.dropped_arrivals,
+                },
+                bytes_sent: c.bytes_sent,
+                bytes_received: c.bytes_received,
+                status_codes: c.status_codes.clone(),
+                mean_response_bytes: if finished > 0 {
+                    c.bytes_received as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                mean_request_bytes: if c.requests_started > 0 {
+                    c.bytes_sent as f64 / c.requests_started as f64
+                } else {
+                    0.0
+                },
+            },
+            latency: Latency::of(&totals_stats),
+            generator,
+            connections: self.connections(c, &timeline),
+            workloads: workloads::reports(
+                scenario,
+                &self.plan,
+                &phases,
+                &self.phases,
+                &totals_stats,
+            ),
+            phases,
+            steps,
+            lost_share: self.lost_share(),
+            agents,
+            thresholds: Vec::new(),
+            threshold_abort: None,
+            timeline,
+        };
+        let mut report = report;
+        // Thresholds parsed when the scenario was validated; evaluate on the merged data.
+        if let Ok(ts) = scenario.parsed_thresholds() {
+            report.thresholds = crate::threshold::evaluate_all(&ts, &report);
+        }
+        Ok(report)
+    }
+}
+
+/// `scheme://user:password@host/path` without `user:password@`.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The report's first warning when a run did not verify the target's TLS certificate.
+pub const INSECURE_TLS_WARNING: &str =
+    "TLS certificate verification was OFF (tls.insecure_skip_verify): \
+     any certificate was accepted, so these results may come from whoever answered; \
+     use it only against your own self-signed test targets";
+
+/// Inputs of the final report the accumulator cannot know.
+#[derive(Debug, Clone, Default)]
+pub struct ReportMeta {
+    pub run_id: String,
+    pub outcome: RunOutcome,
+    pub message: Option<String>,
+    pub started_at_unix_ms: u64,
+    pub duration_s: f64,
+}
+
+/// How the generator kept up. Sessions that never started because the run was stopped
+/// (aborted, failed, an agent lost) are the stop's doing, not the generator's: they are
+/// reported as such and do not make the run "behind schedule".
+fn generator_verdict(
+    t: &SparseStats,
+    c: &Counters,
+    agents: &[AgentReport],
+    outcome: RunOutcome,
+) -> Generator {
+    let lag = Percentiles::of_sparse(&t.lag);
+    let mut warnings = Vec::new();
+    if c.late_arrivals > 0 {
+        warnings.push(format!(
+            "{} of {} sessions started more than {} ms late: the generator fell behind its schedule \
+             (response times still count from the intended start)",
+            c.late_arrivals,
+            c.sessions_started,
+            crate::stats::LATE_THRESHOLD_US / 1000
+        ));
+    }
+    let stopped = outcome != RunOutcome::Succeeded;
+    if c.dropped_arrivals > 0 {
+        warnings.push(if stopped {
+            format!(
+                "{} planned sessions were not started because the run stopped early ({})",
+                c.dropped_arrivals,
+                format!("{outcome:?}").to_lowercase()
+            )
+        } else {
+            format!(
+                "{} planned sessions were never started: the generator's in-flight cap was reached",
+                c.dropped_arrivals
+            )
+        });
+    }
+    if c.out_of_range > 0 {
+        warnings.push(format!(
+            "{} latencies fell outside the histogram range (1 µs to 1 h) and were recorded at its bounds",
+            c.out_of_range
+        ));
+    }
+    let by_id: HashMap<&str, &AgentReport> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    for a in by_id.values().filter(|a| a.lost) {
+        warnings.push(format!(
+            "agent {} was lost; {:.2}% of the planned load was not delivered",
+            a.id,
+            a.lost_share * 100.0
+        ));
+    }
+    warnings.sort();
+    let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
+        || (c.dropped_arrivals > 0 && !stopped);
+    Generator {
+        lag,
+        late_arrivals: c.late_arrivals,
+        dropped_arrivals: c.dropped_arrivals,
+        out_of_range: c.out_of_range,
+        behind_schedule: behind,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(connections: u32) -> Scenario {
+        let text = format!(
+            "name: c\ntarget: http://h:1\nload: {{ model: closed, connections: {connections}, duration: 3s }}\nsession:\n  - http: {{ path: / }}\n"
+        );
+        Scenario::from_yaml(&text).unwrap()
+    }
+
+    fn gauge(opened: u64, peak: u64) -> crate::stats::SparseStats {
+        let mut s = crate::stats::SparseStats::default();
+        s.counters.connections_opened = opened;
+        s.counters.peak_open_connections = peak;
+        s
+    }
+
+    #[test]
+    fn peak_open_is_the_max_over_intervals_of_the_sum_over_agents() {
+        let s = closed(300);
+        let plan = Plan::new(&s, 2, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+        // Interval 0: a ramps to 100, b to 50. Interval 1: a 120, b 90. Interval 2: a 10.
+        for (agent, interval, opened, peak) in [
+            (0, 0, 100, 100),
+            (1, 0, 50, 50),
+            (1, 1, 45, 90),
+            (0, 1, 25, 120),
+            (0, 2, 0, 10),
+        ] {
+            acc.add(agent, interval, 0, &gauge(opened, peak)).unwrap();
+        }
+        // Live (nothing closed yet): the open intervals count.
+        let live = acc.live_report(&s, 2.5).unwrap();
+        assert_eq!(live.connections.peak_open, 210);
+        acc.reported_through(0, 1).unwrap();
+        acc.reported_through(1, 1).unwrap();
+        assert_eq!(acc.live_report(&s, 2.5).unwrap().connections.peak_open, 210);
+
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(
+            r.connections,
+            ConnectionsReport {
+                opened: 220,
+                peak_open: 210
+            }
+        );
+        let rows: Vec<(u64, u64)> = r
+            .timeline
+            .iter()
+            .map(|t| (t.peak_open, t.connections_opened))
+            .collect();
+        assert_eq!(rows, [(150, 150), (210, 70), (10, 0)]);
+        let agents: Vec<u64> = r.agents.iter().map(|a| a.peak_open).collect();
+        assert_eq!(agents, [120, 90]);
+
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["connections"]["peak_open"], 210);
+        assert_eq!(json["timeline"][1]["peak_open"], 210);
+    }
+
+    #[test]
+    fn the_target_is_kept_without_credentials() {
+        assert_eq!(
+            without_userinfo("http://u:p@h:1/a@b"),
+            "http://h:1/a@b".to_string()
+        );
+        assert_eq!(without_userinfo("unix:///tmp/s"), "unix:///tmp/s");
+        let s = closed(2);
+        let plan = Plan::new(&s, 1, &[], 0).unwrap();
+        let acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(r.target, "http://h:1");
+    }
+
+    #[test]
+    fn reports_without_connection_figures_still_load() {
+        let mut json = serde_json::to_value(Report::default()).unwrap();
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("connections");
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back.connections, ConnectionsReport::default());
+    }
+
+    fn counted(completed: u64, failed: u64) -> crate::stats::SparseStats {
+        let mut s = crate::stats::SparseStats::default();
+        s.counters.requests_started = completed + failed;
+        s.counters.requests_completed = completed;
+        s.counters.requests_failed = failed;
+        if failed > 0 {
+            s.counters.errors.insert("connect_refused".into(), failed);
+        }
+        s
+    }
+
+    #[test]
+    fn a_progress_whose_samples_overflow_only_together_is_refused_whole() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 1, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+        let half = counted(u64::MAX / 2 + 1, 0);
+        assert!(acc.check(0, 0, 0, &half).is_ok());
+        let samples = [(0, half.clone()), (0, half)];
+        assert!(matches!(
+            acc.add_progress(0, 0, &samples),
+            Err(MergeError::CounterOverflow)
+        ));
+        assert_eq!(acc.totals().unwrap().counters, Counters::default());
+        acc.add_progress(0, 0, &samples[..1]).unwrap();
+        let t = acc.totals().unwrap().counters;
+        assert_eq!(t.requests_completed, u64::MAX / 2 + 1);
+        // The rest of what `check` refuses is refused whole too.
+        assert!(matches!(
+            acc.add_progress(1, 0, &samples[..1]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.add_progress(0, 0, &[(0, counted(1, 0)), (7, counted(1, 0))]),
+            Err(MergeError::UnknownPhase(7))
+        ));
+        // Without samples, the agent and the interval are still checked.
+        assert!(matches!(
+            acc.check_progress(1, 0, &[]),
+            Err(MergeError::UnknownAgent(1))
+        ));
+        assert!(matches!(
+            acc.check_progress(0, u64::MAX, &[]),
+            Err(MergeError::IntervalOutOfRange { .. })
+        ));
+        acc.add_progress(0, 1, &[]).unwrap();
+        assert_eq!(acc.totals().unwrap().counters, t);
+    }
+
+    /// Two agents each sending the largest bucket count the decoder accepts, for the same
+    /// interval: the merged row and the report still encode (they failed, and the run ended
+    /// `failed` without a report).
+    #[test]
+    fn the_largest_counts_agents_can_send_still_make_a_report() {
+        let s = closed(2);
+        let plan = Plan::new(&s, 2, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&s, plan, vec!["a".into(), "b".into()], 1.0);
+        let mut h = hist::new_histogram();
+        h.record_n(1_000, i64::MAX as u64).unwrap();
+        let huge = crate::stats::SparseStats {
+            response: hist::decode_sparse(&hist::encode_wire(&h).unwrap()).unwrap(),
+            ..counted(1, 0)
+        };
+        for agent in 0..2 {
+            acc.add_progress(agent, 0, &[(0, huge.clone())]).unwrap();
+        }
+        let r = acc.finish(&s, ReportMeta::default()).unwrap();
+        assert_eq!(r.timeline.len(), 1);
+        assert_eq!(r.totals.completed, 2);
+    }
+
+    #[test]
+    fn a_run_that_delivered_nothing_is_failed_and_errors_breach_the_default_verdict() {
+        let s = closed(2);
+        let run = |completed, failed| {
+            let plan = Plan::new(&s, 1, &[], 0).unwrap();
+            let mut acc = RunAccumulator::new(&s, plan, vec!["a".into()], 1.0);
+            acc.add(0, 0, 0, &counted(completed, failed)).unwrap();
+            acc.finish(&s, ReportMeta::default()).unwrap()
+        };
+        let none = run(0, 0);
+        assert_eq!(none.outcome, RunOutcome::Failed);
+        assert_eq!(none.message.as_deref(), Some("no request was sent"));
+        let refused = run(0, 40);
+        assert_eq!(refused.outcome, RunOutcome::Failed);
+        assert_eq!(
+            refused.message.as_deref(),
+            Some("no request succeeded: all 40 failed (connect_refused 40)")
+        );
+        // Some failures: the run succeeded, but the default error verdict (1%) breaches.
+        let some = run(90, 10);
+        assert_eq!(some.outcome, RunOutcome::Succeeded);
+        let v = some.thresholds.last().unwrap();
+        assert_eq!(v.expr, "error_rate < 1% (default)");
+        assert!(!v.passed);
+        assert!(run(1000, 1).thresholds_passed());
+        // A user's run-wide error_rate threshold replaces the default; `none` turns it off.
+        let mut own = s.clone();
+        own.thresholds = vec!["error_rate < 20%".into()];
+        let plan = Plan::new(&own, 1, &[], 0).unwrap();
+        let mut acc = RunAccumulator::new(&own, plan, vec!["a".into()], 1.0);
+        acc.add(0, 0, 0, &counted(90, 10)).unwrap();
+        let r = acc.finish(&own, ReportMeta::default()).unwrap();
+        assert_eq!(r.thresholds.len(), 1);
+        assert!(r.thresholds_passed());
+        let mut off = s.clone();
+        off.max_error_rate = Some("none".into());
+        assert_eq!(off.max_error_rate(), None);
+        off.max_error_rate = Some("5%".into());
+        assert_eq!(off.max_error_rate(), Some(0.05));
+        off.max_error_rate = Some("lots".into());
+        assert!(off
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_error_rate"));
+    }
+}

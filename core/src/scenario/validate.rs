@@ -30,7 +30,10 @@ impl Scenario {
         if self.arrival_resolution() > super::MAX_ARRIVAL_RESOLUTION {
             return Err(ScenarioError::invalid(
                 "arrival_resolution",
-                "must be at most 100ms (0s times every arrival on its own)",
+                format!(
+                    "must be at most {} (0s times every arrival on its own)",
+                    HumanDuration(super::MAX_ARRIVAL_RESOLUTION)
+                ),
             ));
         }
         if self.request_timeout.0.is_zero() {

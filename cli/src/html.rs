@@ -140,19 +140,6 @@ th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}\
  td,th{white-space:normal;padding:2px 4px} td.ci{white-space:nowrap} .legend{margin-left:0}\
  .chart{overflow-x:auto} .chart svg{max-width:none;width:640px}}";
 
-/// How the run was loaded: `closed model, 50 connections`, `constant 200/s over 50
-/// connections`, `arrival poisson`.
-pub(crate) fn load_model(r: &Report) -> String {
-    match &r.load {
-        Some(l) if l.model == "closed" => format!("closed model, {} connections", l.connections),
-        Some(l) => match l.rate {
-            Some(rate) => format!("{} {rate}/s over {} connections", l.model, l.connections),
-            None => format!("{} model, {} connections", l.model, l.connections),
-        },
-        None => format!("arrival {}", r.arrival),
-    }
-}
-
 pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -340,7 +327,7 @@ pub fn html(r: &Report) -> Result<String, String> {
         msg = r.message.as_deref().map(|m| format!(": {}", esc(m))).unwrap_or_default(),
         dur = r.duration_s,
         pdur = r.planned_duration_s,
-        model = esc(&load_model(r)),
+        model = esc(&r.load_description()),
         seed = r.seed,
         target = if r.target.is_empty() { String::new() } else { format!(", target <code>{}</code>", esc(&r.target)) },
     );
@@ -466,15 +453,21 @@ mod tests {
             }),
             ..Report::default()
         };
+        r.arrival_resolution_us = Some(1000);
         let page = html(&r).unwrap();
-        assert!(page.contains("constant 200/s over 10 connections"));
+        assert!(page.contains("constant model at 200/s over 10 connections, arrivals in 1ms ticks"));
         assert!(!page.contains("arrival uniform"));
         // Legends are HTML under the charts, not boxes drawn over the plot.
         assert_eq!(page.matches("<div class=\"legend\">").count(), 4);
-        r.load.as_mut().unwrap().model = "closed".into();
+        r.arrival_resolution_us = None;
+        r.load = Some(LoadSummary {
+            model: "closed".into(),
+            connections: 10,
+            ..LoadSummary::default()
+        });
         assert!(html(&r).unwrap().contains("closed model, 10 connections"));
         r.load = None;
         r.arrival = "poisson".into();
-        assert!(html(&r).unwrap().contains("arrival poisson"));
+        assert!(html(&r).unwrap().contains("poisson arrivals"));
     }
 }

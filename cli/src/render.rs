@@ -178,26 +178,7 @@ pub fn report_text(r: &Report) -> String {
         let _ = writeln!(o, "  {m}");
     }
     let t = &r.totals;
-    let model = match &r.load {
-        Some(l) => match l.rate {
-            Some(rate) => format!(
-                "{} model at {rate}/s over {} connections",
-                l.model, l.connections
-            ),
-            None => format!("{} model, {} connections", l.model, l.connections),
-        },
-        None => format!("{} arrivals", r.arrival),
-    };
-    // The closed model has no arrival times to round.
-    let tick = stampede_core::duration::HumanDuration(std::time::Duration::from_micros(
-        r.arrival_resolution_us,
-    ));
-    let model = match (&r.load, r.arrival_resolution_us) {
-        (Some(l), _) if l.rate.is_none() => model,
-        (_, 0) => format!("{model}, exact arrival times"),
-        (None, _) => format!("{model} in {tick} ticks"),
-        (Some(_), _) => format!("{model}, arrivals in {tick} ticks"),
-    };
+    let model = r.load_description();
     let _ = writeln!(
         o,
         "  duration {:.1}s (planned {:.1}s), {model}, seed {}, {} agent(s)",
@@ -389,46 +370,6 @@ mod tests {
         assert_eq!(us(812), "812µs");
         assert_eq!(us(5_210), "5.21ms");
         assert_eq!(us(1_200_000), "1.20s");
-    }
-
-    /// The model line says how arrival times were rounded, and says nothing of it for the
-    /// closed model, which has none.
-    #[test]
-    fn the_model_line_states_the_arrival_resolution() {
-        use stampede_core::report::LoadSummary;
-        let line = |load: Option<LoadSummary>, tick: u64| {
-            let r = Report {
-                arrival: "uniform".into(),
-                arrival_resolution_us: tick,
-                load,
-                ..Default::default()
-            };
-            report_text(&r)
-                .lines()
-                .nth(1)
-                .unwrap_or_default()
-                .to_string()
-        };
-        assert!(line(None, 1000).contains("uniform arrivals in 1ms ticks"));
-        assert!(line(None, 0).contains("uniform arrivals, exact arrival times"));
-        let constant = LoadSummary {
-            model: "constant".into(),
-            connections: 50,
-            rate: Some(5000.0),
-            ..Default::default()
-        };
-        let l = line(Some(constant), 250);
-        assert!(
-            l.contains("5000/s over 50 connections, arrivals in 0.25ms ticks"),
-            "{l}"
-        );
-        let closed = LoadSummary {
-            model: "closed".into(),
-            connections: 50,
-            ..Default::default()
-        };
-        let l = line(Some(closed), 1000);
-        assert!(!l.contains("tick") && !l.contains("exact"), "{l}");
     }
 
     #[test]

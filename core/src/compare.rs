@@ -32,7 +32,7 @@ mod noise;
 use noise::{by_phase, decode, report_figures, rows, scope_noise, window, Figures};
 
 use crate::hist::{self, HistError};
-use crate::report::{LoadSummary, Report, RunOutcome};
+use crate::report::{Report, RunOutcome};
 
 /// At most this many blocks of consecutive intervals per run and scope.
 pub const MAX_BLOCKS: usize = 40;
@@ -496,19 +496,6 @@ pub fn compare(base: &Report, new: &Report, opts: &Options) -> Result<Comparison
     })
 }
 
-fn load_text(r: &Report) -> String {
-    match &r.load {
-        Some(LoadSummary {
-            model,
-            connections,
-            rate: Some(rate),
-            ..
-        }) => format!("{model} {rate}/s over {connections} connections"),
-        Some(l) => format!("{} {} connections", l.model, l.connections),
-        None => format!("{} arrivals", r.arrival),
-    }
-}
-
 /// Why `base` and `new` may not be like for like (empty when they are).
 pub fn comparability(base: &Report, new: &Report) -> Vec<String> {
     let mut w = Vec::new();
@@ -521,7 +508,7 @@ pub fn comparability(base: &Report, new: &Report) -> Vec<String> {
     if !base.target.is_empty() && !new.target.is_empty() {
         differ("target", base.target.clone(), new.target.clone());
     }
-    differ("load", load_text(base), load_text(new));
+    differ("load", base.load_description(), new.load_description());
     differ(
         "planned duration",
         format!("{:.1}s", base.planned_duration_s),

@@ -151,7 +151,10 @@ async fn compare_two_real_runs_and_render_a_local_report() {
     );
     let page = std::fs::read_to_string(dir.path().join("slow.html")).unwrap();
     assert!(page.contains("<svg") && page.contains(&slow.report.run_id));
-    assert!(page.contains("arrival uniform"), "the load model is named");
+    assert!(
+        page.contains("uniform arrivals in 1ms ticks"),
+        "the load model and its arrival resolution are named"
+    );
     let csv = std::fs::read_to_string(dir.path().join("slow.csv")).unwrap();
     assert!(csv.lines().count() > 3, "{csv}");
     let hlog = std::fs::read_to_string(dir.path().join("slow.hlog")).unwrap();

@@ -122,7 +122,7 @@ async fn constant_rate_delivers_its_schedule() {
     assert_eq!(load.target_rps, Some(2000.0));
     // Arrival times in the default 1 ms ticks: 2,000/s over 2 agents is one arrival per
     // agent per tick, each sent when due.
-    assert_eq!(r.arrival_resolution_us, 1_000);
+    assert_eq!(r.arrival_resolution_us, Some(1_000));
     assert!(
         (load.achieved_rps - 2000.0).abs() <= 40.0,
         "{}",

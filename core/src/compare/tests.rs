@@ -216,6 +216,17 @@ fn unlike_runs_are_named() {
     }
     // A target known on one side only is not called different.
     assert!(!w.contains("target"), "{w}");
+    // Arrivals rounded to ticks against exact ones: the same load otherwise.
+    let (mut b, mut n) = (b.clone(), b.clone());
+    b.arrival_resolution_us = Some(1000);
+    n.arrival_resolution_us = Some(0);
+    let w = comparability(&b, &n).join("\n");
+    assert!(
+        w.contains("load differs: ")
+            && w.contains("in 1ms ticks (base)")
+            && w.contains("exact arrival times (new)"),
+        "{w}"
+    );
 }
 
 #[test]

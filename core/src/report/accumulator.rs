@@ -629,8 +629,9 @@ impl RunAccumulator {
             duration_s: meta.duration_s,
             planned_duration_s: scenario.duration().as_secs_f64(),
             arrival: format!("{:?}", scenario.arrival).to_lowercase(),
-            arrival_resolution_us: u64::try_from(scenario.arrival_resolution().as_micros())
-                .unwrap_or(u64::MAX),
+            arrival_resolution_us: (!scenario.is_closed()).then(|| {
+                u64::try_from(scenario.arrival_resolution().as_micros()).unwrap_or(u64::MAX)
+            }),
             seed: self.plan.seed,
             load: scenario.load.as_ref().map(|l| LoadSummary {
                 model: match l.model {

@@ -296,10 +296,11 @@ pub struct Report {
     pub planned_duration_s: f64,
     pub arrival: String,
     /// The tick arrival times were rounded down to (`arrival_resolution`), in microseconds:
-    /// the arrivals of one tick were sent together. 0: each at its exact time (and in reports
-    /// written before the setting existed).
-    #[serde(default)]
-    pub arrival_resolution_us: u64,
+    /// the arrivals of one tick were sent together. 0: each at its exact time. Absent when
+    /// the whole run is closed, which has no arrival times, and in reports written before
+    /// the setting existed (whose arrivals were exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_resolution_us: Option<u64>,
     pub seed: u64,
     /// Set for a closed or constant-rate load (absent for arrival phases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -385,6 +386,33 @@ impl Report {
     pub fn thresholds_passed(&self) -> bool {
         self.thresholds.iter().all(|t| t.passed)
     }
+
+    /// How the run was loaded, in the one wording the text and HTML reports show and
+    /// `compare` matches on: the model, its rate and connections, and how arrival times
+    /// were rounded (`uniform arrivals in 1ms ticks`, `constant model at 5000/s over 50
+    /// connections, exact arrival times`, `closed model, 50 connections`). The rounding is
+    /// part of it so that two runs that differ only there are not taken as like for like.
+    pub fn load_description(&self) -> String {
+        let model = match &self.load {
+            Some(l) => match l.rate {
+                Some(rate) => format!(
+                    "{} model at {rate}/s over {} connections",
+                    l.model, l.connections
+                ),
+                None => format!("{} model, {} connections", l.model, l.connections),
+            },
+            None => format!("{} arrivals", self.arrival),
+        };
+        let tick = |us| crate::duration::HumanDuration(std::time::Duration::from_micros(us));
+        match (self.arrival_resolution_us, &self.load) {
+            // The closed model has no arrival times to round (and reports from before the
+            // setting do not say).
+            (None, _) => model,
+            (Some(0), _) => format!("{model}, exact arrival times"),
+            (Some(us), None) => format!("{model} in {} ticks", tick(us)),
+            (Some(us), Some(_)) => format!("{model}, arrivals in {} ticks", tick(us)),
+        }
+    }
 }
 
 /// A small live view, sent while the run goes on.
@@ -400,4 +428,44 @@ pub struct LiveSnapshot {
     pub active_agents: u32,
     /// Failed requests so far, by error kind.
     pub errors: BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LoadSummary, Report};
+
+    /// The description says how arrival times were rounded, and says nothing of it for the
+    /// closed model, which has none.
+    #[test]
+    fn the_load_description_states_the_arrival_resolution() {
+        let text = |load: Option<LoadSummary>, tick: Option<u64>| {
+            Report {
+                arrival: "uniform".into(),
+                arrival_resolution_us: tick,
+                load,
+                ..Default::default()
+            }
+            .load_description()
+        };
+        assert_eq!(text(None, Some(1000)), "uniform arrivals in 1ms ticks");
+        assert_eq!(text(None, Some(0)), "uniform arrivals, exact arrival times");
+        // A report from before the setting says nothing of it.
+        assert_eq!(text(None, None), "uniform arrivals");
+        let constant = LoadSummary {
+            model: "constant".into(),
+            connections: 50,
+            rate: Some(5000.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            text(Some(constant), Some(250)),
+            "constant model at 5000/s over 50 connections, arrivals in 0.25ms ticks"
+        );
+        let closed = LoadSummary {
+            model: "closed".into(),
+            connections: 50,
+            ..Default::default()
+        };
+        assert_eq!(text(Some(closed), None), "closed model, 50 connections");
+    }
 }

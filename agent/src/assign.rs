@@ -204,7 +204,7 @@ pub(crate) async fn prepare(
         }));
     }
     let refresh = match (scenario.setup_refresh, &dynamic) {
-        (Some(every), Some(_)) if a.run_setup => Some(Arc::new(setup::Refresh {
+        (Some(every), Some(_)) => Some(Arc::new(setup::Refresh {
             scenario: Arc::new(scenario.clone()),
             target: setup_target,
             every: every.0,
@@ -220,6 +220,7 @@ pub(crate) async fn prepare(
         setup_values,
         context: dynamic,
         refresh,
+        runs_setup: a.run_setup,
     })
 }
 

@@ -17,6 +17,10 @@ struct ActiveRun {
     /// reordered older one is ignored).
     context: Option<Arc<crate::dynamic::Context>>,
     setup_generation: u64,
+    /// What a setup refresh needs (every agent of a refreshing run has it), and whether this
+    /// agent runs it: from the start when it ran the setup, or since a `TakeOverSetup`.
+    refresh: Option<Arc<crate::setup::Refresh>>,
+    refreshing: bool,
 }
 
 /// Stops a run, remembering why (the first reason given wins).
@@ -347,6 +351,8 @@ async fn handle(
                 lease: state.lease,
                 context: pending.spec.context.clone(),
                 setup_generation: 0,
+                refresh: pending.spec.refresh.clone(),
+                refreshing: false,
             });
             tokio::spawn(watchdog(
                 lease_deadline,
@@ -355,14 +361,12 @@ async fn handle(
                 state.lease,
                 s.run_id.clone(),
             ));
-            if let (Some(r), Some(ctx)) = (&pending.spec.refresh, &pending.spec.context) {
-                tokio::spawn(crate::setup::refresh(
-                    r.clone(),
-                    ctx.clone(),
-                    s.run_id.clone(),
-                    state.run_tx.clone(),
-                    stop.clone(),
-                ));
+            if pending.spec.runs_setup {
+                let from = crate::setup::RefreshFrom {
+                    generation: 0,
+                    at_once: false,
+                };
+                start_refresh(state, from);
             }
             state.load.spawn(runner::execute(
                 pending.spec,
@@ -421,6 +425,16 @@ async fn handle(
                 }
             }
         }
+        In::TakeOverSetup(t) => {
+            if state.active.as_ref().is_some_and(|a| a.run_id == t.run_id) {
+                tracing::warn!(run = %t.run_id, "the agent that ran the setup was lost; this agent refreshes it now");
+                let from = crate::setup::RefreshFrom {
+                    generation: t.generation,
+                    at_once: true,
+                };
+                start_refresh(state, from);
+            }
+        }
         In::ClockPing(p) => {
             let t2 = unix_ns();
             let pong = v1::ClockPong {
@@ -432,6 +446,28 @@ async fn handle(
             let _ = tx.send(msg(Out::ClockPong(pong))).await;
         }
     }
+}
+
+/// Starts the active run's setup refresh, once (a repeated
+/// `TakeOverSetup` changes nothing); it ends with the run.
+fn start_refresh(state: &mut AgentState, from: crate::setup::RefreshFrom) {
+    let Some(a) = state.active.as_mut().filter(|a| !a.refreshing) else {
+        return;
+    };
+    let (Some(r), Some(ctx)) = (&a.refresh, &a.context) else {
+        return;
+    };
+    a.refreshing = true;
+    // Values it refreshes follow the generation it starts from.
+    a.setup_generation = a.setup_generation.max(from.generation);
+    tokio::spawn(crate::setup::refresh(
+        r.clone(),
+        ctx.clone(),
+        a.run_id.clone(),
+        state.run_tx.clone(),
+        a.stop.clone(),
+        from,
+    ));
 }
 
 /// Whether `ack` (a whole run) covers the retained message `m`.

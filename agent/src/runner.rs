@@ -176,8 +176,11 @@ pub struct ShardRun {
     /// The run's dynamic context (shared by the workloads), where setup values that arrive in
     /// the Start or from a refresh are put.
     pub context: Option<Arc<crate::dynamic::Context>>,
-    /// When this agent runs the setup and the scenario refreshes it.
+    /// When the scenario refreshes its setup: what a refresh needs. Every agent holds it, so
+    /// that any can take over when the one that runs the setup is lost.
     pub refresh: Option<Arc<crate::setup::Refresh>>,
+    /// This agent ran the setup, so it refreshes from the start.
+    pub runs_setup: bool,
 }
 
 impl ShardRun {

@@ -8,6 +8,8 @@
 //! With `setup_refresh`, the same agent runs the steps again at that period while the load
 //! runs ([`refresh`]): new values apply to its own sessions at once and go to the controller,
 //! which forwards them to the other agents. A refresh that fails keeps the values before it.
+//! If that agent is lost mid-run, the controller names another (`TakeOverSetup`), which
+//! refreshes from then on: every agent is ready to, since each holds the scenario and target.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,18 +48,33 @@ pub struct Refresh {
     pub every: Duration,
 }
 
+/// Where a refresh loop starts: the agent that ran the setup starts at generation 0, one
+/// `every` after the start; one that takes over from a lost setup agent starts at once (the
+/// values it inherits may be near their end) after the newest generation the controller held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshFrom {
+    pub generation: u64,
+    pub at_once: bool,
+}
+
 /// Runs the setup again every `r.every` until `stop`: each success replaces the values of
-/// this agent's sessions (`ctx`) and is sent to the controller as generation 1, 2, ...;
-/// a failure is logged and changes nothing.
+/// this agent's sessions (`ctx`) and is sent to the controller as the next generation after
+/// `from.generation`; a failure is logged and changes nothing.
 pub async fn refresh(
     r: Arc<Refresh>,
     ctx: Arc<Context>,
     run_id: String,
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
+    from: RefreshFrom,
 ) {
-    let mut generation = 0u64;
-    let mut next = Instant::now() + r.every;
+    let mut generation = from.generation;
+    let mut next = Instant::now()
+        + if from.at_once {
+            Duration::ZERO
+        } else {
+            r.every
+        };
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}

@@ -8,7 +8,11 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{serve_until_dropped, Stop, BIN, QUIET};
+use stampede_cli::client;
+use stampede_cli::local::LocalCluster;
+use stampede_core::report::RunOutcome;
+
+use crate::{serve_until_dropped, spawn_agent, Proc, Stop, BIN, QUIET};
 
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
@@ -501,4 +505,85 @@ async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
     .unwrap();
     assert_eq!(r.totals.completed, 60, "refreshes are not in the report");
     assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+}
+
+/// The agent that runs and refreshes the setup is killed mid-run, with the loss tolerated:
+/// another agent takes the refresh over, at once, and the sessions of both survivors go on
+/// receiving tokens issued after the kill (a token that expires would otherwise fail every
+/// request for the rest of the run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_agent_takes_over_the_setup_refresh_when_its_agent_is_lost() {
+    let _quiet = QUIET.read().await;
+    let server = LoginServer::start().await;
+    let cluster = LocalCluster::start(0, None).await.unwrap();
+    let url = cluster.url();
+    // Sorted by id, a-1 is the first member: the one that runs the setup.
+    let mut agents: Vec<Proc> = ["a-1", "a-2", "a-3"]
+        .iter()
+        .map(|id| spawn_agent(&url, &cluster.agent_token, id))
+        .collect();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        cluster.controller.wait_for_agents(3),
+    )
+    .await
+    .expect("agents attach");
+    let text = setup_scenario(
+        &server.url,
+        "8s",
+        "setup_refresh: 1s\non_agent_loss: { tolerate: 50 }\n",
+    )
+    .replace("${env:E2E_SESSION_KEY}", "k-e2e");
+    let mut c = client::connect(&url, Some(&cluster.token)).await.unwrap();
+    let watch =
+        tokio::spawn(
+            async move { client::run_and_watch(&mut c, &text, Some(3), None, |_| {}).await },
+        );
+    let logins = |server: &LoginServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.path == "/api/login")
+            .count()
+    };
+    // Kill a-1 once it has logged in and refreshed once.
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while logins(&server) < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the setup agent refreshes");
+    drop(agents.remove(0)); // SIGKILL
+    let before = logins(&server);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
+        .await
+        .expect("run ends")
+        .unwrap()
+        .unwrap();
+    drop(agents);
+    cluster.stop().await;
+    assert_eq!(r.outcome, RunOutcome::Incomplete, "{:?}", r.message);
+    let after = logins(&server);
+    assert!(
+        after >= before + 2,
+        "the refresh went on after the setup agent was lost: {before} logins, then {after}"
+    );
+    let seen = server.seen();
+    for agent in ["1", "2"] {
+        let newest = seen
+            .iter()
+            .filter(|s| s.path == "/api/me" && s.headers["x-agent"] == agent)
+            .filter_map(|s| {
+                s.headers["authorization"]
+                    .strip_prefix("Bearer t-")?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max();
+        assert!(
+            newest.is_some_and(|n| n > before),
+            "agent {agent} sent a token issued after the kill: newest t-{newest:?}, {before} logins before it"
+        );
+    }
 }

@@ -209,6 +209,7 @@ pub(crate) fn start(
         agent_wait,
         threshold_abort: None,
         setup: v1::SetupValues::default(),
+        setup_agent: 0,
     };
     spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
@@ -306,6 +307,9 @@ struct Driver {
     /// The newest setup values (`setup:`), from the agent that runs the setup steps: sent to
     /// every agent in its Start, and again, refreshed, while the run goes on.
     setup: v1::SetupValues,
+    /// The member that refreshes the setup values: the first (it ran the setup), or the one
+    /// that took over when it was lost.
+    setup_agent: usize,
 }
 
 enum Failure {

@@ -27,11 +27,14 @@ impl Driver {
         }
     }
 
-    /// Refreshed setup values: taken only from the agent that runs the setup (the first
-    /// member), newer than the ones held and fitting the scenario, then handed to every other
-    /// agent still running. Values are never logged.
+    /// Refreshed setup values: taken only from the agent that refreshes the setup (the first
+    /// member, or the one that took over from it), newer than the ones held and fitting the
+    /// scenario, then handed to every other agent still running. Values are never logged.
     fn forward_setup(&mut self, members: &[Member], from: &str, v: v1::SetupValues) {
-        if members.first().is_none_or(|m| m.agent_id != from) {
+        if members
+            .get(self.setup_agent)
+            .is_none_or(|m| m.agent_id != from)
+        {
             tracing::warn!(run = %self.h.run_id, agent = %from, "setup values from an agent that does not run the setup; ignored");
             return;
         }
@@ -44,7 +47,11 @@ impl Driver {
         }
         self.setup = v;
         tracing::info!(run = %self.h.run_id, generation = self.setup.generation, "setup values refreshed");
-        for m in members.iter().skip(1).filter(|m| m.pending()) {
+        let others = members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| *i != self.setup_agent && m.pending());
+        for (_, m) in others {
             let msg = v1::ControllerMessage {
                 msg: Some(Out::SetupValues(self.setup.clone())),
             };
@@ -52,6 +59,36 @@ impl Driver {
                 tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, "could not pass on refreshed setup values");
             }
         }
+    }
+
+    /// The agent that refreshes the setup is lost and the run goes on: another member still
+    /// running (one whose stream is up, if any) takes the refresh over, so the others' values
+    /// (tokens that expire) do not go stale for the rest of the run.
+    fn hand_over_setup(&mut self, members: &[Member], lost: usize) {
+        if lost != self.setup_agent || self.scenario.setup_refresh.is_none() {
+            return;
+        }
+        let running = |m: &&Member| m.pending();
+        let Some(next) = members
+            .iter()
+            .position(|m| running(&m) && m.away_until.is_none())
+            .or_else(|| members.iter().position(|m| running(&m)))
+        else {
+            return;
+        };
+        let take = v1::TakeOverSetup {
+            run_id: self.h.run_id.clone(),
+            generation: self.setup.generation,
+        };
+        let msg = v1::ControllerMessage {
+            msg: Some(Out::TakeOverSetup(take)),
+        };
+        if members[next].tx.try_send(Ok(msg)).is_err() {
+            tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "could not hand the setup refresh over");
+            return;
+        }
+        self.setup_agent = next;
+        tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "the setup agent was lost; this agent refreshes the setup now");
     }
 
     /// Upper bound of one session's length: every request timing out, every think at max.
@@ -343,7 +380,7 @@ impl Driver {
 
     #[allow(clippy::too_many_arguments)]
     async fn agent_lost(
-        &self,
+        &mut self,
         members: &mut [Member],
         acc: &mut RunAccumulator,
         agent_id: &str,
@@ -382,6 +419,7 @@ impl Driver {
             }
             AgentLossPolicy::Tolerate(pct) => {
                 self.h.set_state("running", format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
+                self.hand_over_setup(members, i);
             }
         }
     }

@@ -5,9 +5,13 @@
 //! order; a templated scalar becomes a `field` operation (its number, type, presence and enum
 //! names); a nested message holding references becomes `begin`, its own fields, `end`.
 //!
-//! Templates fill scalar fields, singular or nested at any depth. A template inside a
-//! repeated field, a map, or a well-known type with a JSON form of its own (Timestamp,
-//! Duration, wrappers) is refused with the field named: give those as fixed values.
+//! Templates fill scalar fields, singular or nested at any depth, and the elements of
+//! repeated fields: a list is encoded element by element in its order, a fixed element as
+//! prost-reflect encodes it alone, a templated scalar as one occurrence of the field, a
+//! message holding references as `begin`..`end` (protobuf parsers merge the occurrences of a
+//! repeated field, packed or not, in order). A template inside a map, or a well-known type
+//! with a JSON form of its own (Timestamp, Duration, wrappers) is refused with the field
+//! named: give those as fixed values.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -99,6 +103,8 @@ fn object(
     let mut given: BTreeMap<u32, String> = BTreeMap::new();
     // Templated fields, by number: (field, key, path).
     let mut templated: Vec<(FieldDescriptor, String)> = Vec::new();
+    // The elements of repeated fields holding references, each list in its order.
+    let mut lists: Vec<(u32, Part)> = Vec::new();
     for (key, value) in obj {
         let path = join(at, key);
         let field = field_of(desc, key);
@@ -128,29 +134,22 @@ fn object(
             ));
         }
         if field.is_list() {
-            return Err((
-                path,
-                "templates are not supported in repeated fields: give the list as fixed values"
-                    .into(),
-            ));
-        }
-        if let Kind::Message(m) = field.kind() {
-            if m.full_name().starts_with("google.protobuf.") {
-                return Err((
-                    path,
-                    format!(
-                        "templates fill scalar fields; `{key}` is a {} (give it as a fixed value)",
-                        m.full_name()
-                    ),
-                ));
+            let Some(items) = value.as_array() else {
+                return Err((path, "is a repeated field: give a list".into()));
+            };
+            for (i, item) in items.iter().enumerate() {
+                let at_i = format!("{path}[{i}]");
+                if message.has_references_in(&at_i) {
+                    check_templated(&field, key, item, &at_i)?;
+                    lists.push((field.number(), Part::Templated(field.clone(), at_i, item)));
+                } else {
+                    let one = element(desc, key, literal(message, &at_i, item), at, i)?;
+                    lists.push((field.number(), Part::Bytes(one)));
+                }
             }
-            if !value.is_object() {
-                return Err((
-                    path,
-                    format!("is a {} message: give its fields as a map", m.full_name()),
-                ));
-            }
+            continue;
         }
+        check_templated(&field, key, value, &path)?;
         templated.push((field, path));
     }
     // Only one field of a oneof.
@@ -183,32 +182,37 @@ fn object(
             (f.number(), Part::Bytes(one.encode_to_vec()))
         })
         .collect();
-    parts.extend(
-        templated
-            .into_iter()
-            .map(|(f, path)| (f.number(), Part::Templated(f, path))),
-    );
+    parts.extend(templated.into_iter().map(|(f, path)| {
+        let value = obj
+            .get(f.json_name())
+            .or_else(|| obj.get(f.name()))
+            .unwrap_or(&Value::Null);
+        (f.number(), Part::Templated(f, path, value))
+    }));
+    parts.extend(lists);
+    // Stable: a list's elements keep their order under its one number.
     parts.sort_by_key(|(n, _)| *n);
     for (_, part) in parts {
         match part {
             Part::Bytes(bytes) => b.bytes(&bytes),
-            Part::Templated(f, path) => match f.kind() {
+            Part::Templated(f, path, value) => match f.kind() {
                 Kind::Message(m) => {
                     let empty = serde_json::Map::new();
-                    let inner = obj_at(obj, &f).unwrap_or(&empty);
+                    let inner = value.as_object().unwrap_or(&empty);
                     b.begin(f.number());
                     object(&m, inner, message, &path, depth + 1, b)?;
                     b.end();
                 }
                 kind => {
-                    let Some(value) = message.template_at(&path) else {
+                    let Some(template) = message.template_at(&path) else {
                         return Err((path, "a template fills a scalar field as a string".into()));
                     };
                     b.field(TemplatedField {
                         number: f.number(),
                         scalar: scalar(&kind),
-                        value: value.clone(),
-                        presence: f.supports_presence(),
+                        value: template.clone(),
+                        // A list's element is there even when it is zero or empty.
+                        presence: f.supports_presence() || f.is_list(),
                         enum_values: match &kind {
                             Kind::Enum(e) => e
                                 .values()
@@ -224,19 +228,61 @@ fn object(
     Ok(())
 }
 
-enum Part {
+/// One piece of a message's program: encoded fixed fields, or a field (or a list's element)
+/// holding references, with its path and the JSON given for it.
+enum Part<'v> {
     Bytes(Vec<u8>),
-    Templated(FieldDescriptor, String),
+    Templated(FieldDescriptor, String, &'v Value),
 }
 
-/// The object given for message field `f`.
-fn obj_at<'a>(
-    obj: &'a serde_json::Map<String, Value>,
-    f: &FieldDescriptor,
-) -> Option<&'a serde_json::Map<String, Value>> {
-    obj.get(f.json_name())
-        .or_else(|| obj.get(f.name()))
-        .and_then(Value::as_object)
+/// Refuses a reference where no template can go: in a well-known type, or in a message given
+/// as anything but a map of its fields.
+fn check_templated(
+    field: &FieldDescriptor,
+    key: &str,
+    value: &Value,
+    path: &str,
+) -> Result<(), FieldError> {
+    if let Kind::Message(m) = field.kind() {
+        if m.full_name().starts_with("google.protobuf.") {
+            return Err((
+                path.to_string(),
+                format!(
+                    "templates fill scalar fields; `{key}` is a {} (give it as a fixed value)",
+                    m.full_name()
+                ),
+            ));
+        }
+        if !value.is_object() {
+            return Err((
+                path.to_string(),
+                format!("is a {} message: give its fields as a map", m.full_name()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Element `i` of repeated field `key`, fixed, encoded alone (its error names element `i`).
+fn element(
+    desc: &MessageDescriptor,
+    key: &str,
+    item: Value,
+    at: &str,
+    i: usize,
+) -> Result<Vec<u8>, FieldError> {
+    let mut one = serde_json::Map::new();
+    one.insert(key.to_string(), Value::Array(vec![item]));
+    decode(desc, Value::Object(one), at)
+        .map(|m| m.encode_to_vec())
+        .map_err(|(path, why)| {
+            let first = format!("{}[0]", join(at, key));
+            let path = match path.strip_prefix(&first) {
+                Some(rest) => format!("{}[{i}]{rest}", join(at, key)),
+                None => path,
+            };
+            (path, why)
+        })
 }
 
 /// `value` (at `path`) with its plain-text templates replaced by their text.
@@ -300,6 +346,7 @@ message All {
   sfixed64 sx64 = 12; bool b = 13; string s = 14; bytes by = 15; Color color = 16;
   optional int64 maybe = 17; Inner inner = 18; repeated string tags = 19;
   oneof pick { string left = 20; int32 right = 21; }
+  repeated Inner items = 22; repeated uint32 nums = 23;
 }
 message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
 "#;
@@ -480,6 +527,43 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
 
     fn rendered_set(obj: &mut Value, path: &str, value: Value) {
         set(obj, path, value);
+    }
+
+    /// Templates in lists: each element in its place, fixed ones beside them, scalars (zero
+    /// included) and messages, decoded by prost-reflect into the message the rendered JSON
+    /// gives.
+    #[test]
+    fn templates_fill_the_elements_of_repeated_fields_in_order() {
+        let desc = desc();
+        let written = serde_json::json!({
+            "tags": ["a", "${d.t}", "c", "${d.empty}"],
+            "nums": [7, "${d.zero}", "${d.n}", 9],
+            "items": [{ "note": "fixed" }, { "note": "${d.t}", "n": 2 }, { "deeper": { "n": "${d.n}" } }],
+            "s": "${d.t}"
+        });
+        let rendered = serde_json::json!({
+            "tags": ["a", "bee", "c", ""],
+            "nums": [7, 0, 300, 9],
+            "items": [{ "note": "fixed" }, { "note": "bee", "n": 2 }, { "deeper": { "n": 300 } }],
+            "s": "bee"
+        });
+        let texts = BTreeMap::from([
+            ("${d.t}", "bee"),
+            ("${d.empty}", ""),
+            ("${d.zero}", "0"),
+            ("${d.n}", "300"),
+        ]);
+        let program = compile(&desc, &GrpcMessage::new(written)).unwrap();
+        let enc = Encoder::new(&program).unwrap();
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        enc.encode_frame(&mut out, &mut scratch, &mut |i, buf| {
+            let t = enc.templates()[i].to_string();
+            buf.extend_from_slice(texts[t.as_str()].as_bytes());
+        })
+        .unwrap();
+        let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
+        let want = decode(&desc, rendered, "").unwrap();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -148,7 +148,15 @@ pub struct Outcome {
 /// Runs the search; returns the exit code (0: a sustainable rate was found, 1: not even the
 /// first step held, 2: a step could not run).
 pub async fn command(a: CapacityArgs) -> Result<i32> {
-    let (_, base) = client::read_scenario_with(&a.scenario, Scenario::from_yaml_loadless)?;
+    let (_, mut base) = client::read_scenario_with(&a.scenario, Scenario::from_yaml_loadless)?;
+    // gRPC calls are encoded once, here, as for `run`: every step submits them as they are.
+    let dir = match a.scenario.parent() {
+        Some(p) if a.scenario.as_os_str() != "-" => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    crate::grpc::resolve(&mut base, &dir)
+        .await
+        .with_context(|| format!("{}", a.scenario.display()))?;
     for (i, slo) in a.slos.iter().enumerate() {
         Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}"))?;
     }

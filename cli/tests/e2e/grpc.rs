@@ -226,3 +226,65 @@ async fn templated_messages_carry_each_sessions_values() {
     assert_eq!(uuids.len(), 36, "one UUID per call");
     assert_eq!(per_id, (1..=9).map(|id| (id, 4)).collect());
 }
+
+/// `stampede capacity` over a gRPC target: the schema is resolved from `proto_files` once,
+/// before the first step, and every step's calls reach the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_search_resolves_the_grpc_schema() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = grpc_target().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cap.yaml");
+    // No phases: the search supplies the load.
+    std::fs::write(
+        &path,
+        format!(
+            "name: e2e-grpc-cap\ntarget: {url}\ngrpc: {{ proto_files: [{PROTO}] }}\nsession:\n{ECHO_WORK}"
+        ),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .arg("capacity")
+        .arg(&path)
+        .args(["--local", "--agents", "1", "--slo", "p99 < 2s"])
+        .args(["--start", "20", "--step", "20", "--max", "40"])
+        .args(["--step-duration", "1s", "--output", "json", "--quiet"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["sustainable_rate"], 40.0, "{v}");
+    // Each session calls Echo then Work: 20, then 40 sessions a second, for 1 s each.
+    assert_eq!(server.calls("Echo", "ok"), 60, "{v}");
+    assert_eq!(server.calls("Work", "ok"), 60, "{v}");
+}
+
+/// A scenario submitted with its gRPC calls not encoded (what a LoadTest with `proto_files`
+/// would send) is refused at submission, naming the call, instead of failing in the agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_call_that_is_not_encoded_is_refused_naming_it() {
+    let _quiet = QUIET.read().await;
+    let cluster = stampede_cli::local::LocalCluster::start(1, None)
+        .await
+        .unwrap();
+    let text = scenario(
+        "grpc://127.0.0.1:9",
+        &format!("{{ proto_files: [{PROTO}] }}"),
+        ECHO_WORK,
+    );
+    let mut c = stampede_cli::client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let e = stampede_cli::client::submit(&mut c, &text, Some(1), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    cluster.stop().await;
+    assert!(
+        e.contains("session[0].grpc: the call is not encoded"),
+        "{e}"
+    );
+}

@@ -292,6 +292,20 @@ fn invalid(path: impl Into<String>, reason: impl Into<String>) -> ScenarioError 
     }
 }
 
+/// The path of the first gRPC call that is not encoded (`session[0].grpc`): a submitted
+/// scenario must carry every call's frame, since neither the controller nor the agents hold a
+/// schema (only the CLI compiles `proto_files` or asks the target's reflection).
+pub fn first_unresolved(s: &Scenario) -> Option<String> {
+    s.step_lists().into_iter().find_map(|(path, steps)| {
+        steps.iter().enumerate().find_map(|(i, st)| {
+            st.grpc
+                .as_ref()
+                .filter(|g| !g.is_resolved())
+                .map(|_| format!("{path}[{i}].grpc"))
+        })
+    })
+}
+
 /// Every gRPC call of the scenario with its field path (`session[2].grpc`): the CLI's
 /// resolution fills their frames.
 pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = (String, &mut GrpcCall)> {

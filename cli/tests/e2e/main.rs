@@ -96,6 +96,35 @@ impl Drop for Proc {
     }
 }
 
+/// A local controller with no agents of its own and child-process agents `ids` attached to
+/// it (each can be killed on its own: drop its [`Proc`]).
+pub async fn cluster_with_agents(ids: &[&str]) -> (stampede_cli::local::LocalCluster, Vec<Proc>) {
+    let cluster = stampede_cli::local::LocalCluster::start(0, None)
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let agents = ids
+        .iter()
+        .map(|id| spawn_agent(&url, &cluster.agent_token, id))
+        .collect();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        cluster.controller.wait_for_agents(ids.len()),
+    )
+    .await
+    .expect("agents attach");
+    (cluster, agents)
+}
+
+/// The report of the run `watch` follows (`client::run_and_watch` on a task), within a minute.
+pub async fn report_of(watch: tokio::task::JoinHandle<anyhow::Result<Report>>) -> Report {
+    tokio::time::timeout(Duration::from_secs(60), watch)
+        .await
+        .expect("run ends")
+        .unwrap()
+        .unwrap()
+}
+
 pub fn spawn_agent(controller: &str, token: &str, id: &str) -> Proc {
     let child = Command::new(BIN)
         .args([

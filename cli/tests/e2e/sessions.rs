@@ -9,10 +9,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use stampede_cli::client;
-use stampede_cli::local::LocalCluster;
 use stampede_core::report::RunOutcome;
 
-use crate::{serve_until_dropped, spawn_agent, Proc, Stop, BIN, QUIET};
+use crate::{serve_until_dropped, Stop, BIN, QUIET};
 
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
@@ -515,19 +514,9 @@ async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
 async fn another_agent_takes_over_the_setup_refresh_when_its_agent_is_lost() {
     let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
-    let cluster = LocalCluster::start(0, None).await.unwrap();
-    let url = cluster.url();
     // Sorted by id, a-1 is the first member: the one that runs the setup.
-    let mut agents: Vec<Proc> = ["a-1", "a-2", "a-3"]
-        .iter()
-        .map(|id| spawn_agent(&url, &cluster.agent_token, id))
-        .collect();
-    tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        cluster.controller.wait_for_agents(3),
-    )
-    .await
-    .expect("agents attach");
+    let (cluster, mut agents) = crate::cluster_with_agents(&["a-1", "a-2", "a-3"]).await;
+    let url = cluster.url();
     let text = setup_scenario(
         &server.url,
         "8s",
@@ -556,11 +545,7 @@ async fn another_agent_takes_over_the_setup_refresh_when_its_agent_is_lost() {
     .expect("the setup agent refreshes");
     drop(agents.remove(0)); // SIGKILL
     let before = logins(&server);
-    let r = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
-        .await
-        .expect("run ends")
-        .unwrap()
-        .unwrap();
+    let r = crate::report_of(watch).await;
     drop(agents);
     cluster.stop().await;
     assert_eq!(r.outcome, RunOutcome::Incomplete, "{:?}", r.message);

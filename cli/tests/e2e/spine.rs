@@ -8,7 +8,9 @@ use stampede_cli::client::{self, Live};
 use stampede_cli::local::LocalCluster;
 use stampede_core::report::{Report, RunOutcome};
 
-use crate::{run, scenario, spawn_agent, spawn_controller, Proc, Target, BIN, QUIET};
+use crate::{
+    cluster_with_agents, run, scenario, spawn_agent, spawn_controller, Proc, Target, BIN, QUIET,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_merge_exactly_and_measure_the_delay() {
@@ -78,18 +80,8 @@ async fn ramp_phases_plan_the_integral_of_their_rate() {
 /// Runs 3 child-process agents, kills one mid-run, and returns the report.
 async fn run_killing_one_agent(policy: &str) -> (Report, String) {
     let target = Target::start(1).await;
-    let cluster = LocalCluster::start(0, None).await.unwrap();
+    let (cluster, mut agents) = cluster_with_agents(&["a-1", "a-2", "a-3"]).await;
     let url = cluster.url();
-    let mut agents: Vec<Proc> = ["a-1", "a-2", "a-3"]
-        .iter()
-        .map(|id| spawn_agent(&url, &cluster.agent_token, id))
-        .collect();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        cluster.controller.wait_for_agents(3),
-    )
-    .await
-    .expect("agents attach");
     let text = scenario(
         &target.url,
         "  - { duration: 6s, arrival_rate: 60 }\n",
@@ -110,11 +102,7 @@ async fn run_killing_one_agent(policy: &str) -> (Report, String) {
     .expect("load started");
     let victim = agents.remove(1);
     drop(victim); // SIGKILL
-    let r = tokio::time::timeout(Duration::from_secs(60), watch)
-        .await
-        .expect("run ends")
-        .unwrap()
-        .unwrap();
+    let r = crate::report_of(watch).await;
     drop(agents);
     cluster.stop().await;
     (r, "a-2".to_string())

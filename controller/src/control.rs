@@ -216,7 +216,9 @@ pub(crate) fn submit(
     // gRPC messages are encoded by the CLI against the schema; nobody here holds one.
     if let Some(path) = stampede_core::grpc::first_unresolved(&scenario) {
         return Err(ControllerError::Invalid(format!(
-            "{path}: the call is not encoded: the CLI encodes gRPC messages against the schema              (`stampede run`, `stampede capacity`); a LoadTest cannot use proto_files or              reflection yet"
+            "{path}: the call is not encoded: the CLI encodes gRPC messages against the schema \
+             (`stampede run`, `stampede capacity`); a LoadTest cannot use proto_files or \
+             reflection yet"
         )));
     }
     let max = inner

@@ -284,7 +284,11 @@ async fn a_submitted_call_that_is_not_encoded_is_refused_naming_it() {
         .to_string();
     cluster.stop().await;
     assert!(
-        e.contains("session[0].grpc: the call is not encoded"),
+        e.contains(
+            "session[0].grpc: the call is not encoded: the CLI encodes gRPC messages against the \
+             schema (`stampede run`, `stampede capacity`); a LoadTest cannot use proto_files or \
+             reflection yet"
+        ),
         "{e}"
     );
 }

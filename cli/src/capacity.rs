@@ -150,11 +150,8 @@ pub struct Outcome {
 pub async fn command(a: CapacityArgs) -> Result<i32> {
     let (_, mut base) = client::read_scenario_with(&a.scenario, Scenario::from_yaml_loadless)?;
     // gRPC calls are encoded once, here, as for `run`: every step submits them as they are.
-    let dir = match a.scenario.parent() {
-        Some(p) if a.scenario.as_os_str() != "-" => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    crate::grpc::resolve(&mut base, &dir)
+    let dir = a.scenario.parent().unwrap_or(std::path::Path::new("."));
+    crate::grpc::resolve(&mut base, dir)
         .await
         .with_context(|| format!("{}", a.scenario.display()))?;
     for (i, slo) in a.slos.iter().enumerate() {

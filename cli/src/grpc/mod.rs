@@ -31,10 +31,7 @@ const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the scenario has gRPC steps whose frames (or programs) are still to be made.
 pub fn needs_resolution(s: &Scenario) -> bool {
-    s.step_lists()
-        .into_iter()
-        .flat_map(|(_, steps)| steps.iter())
-        .any(|st| st.grpc.as_ref().is_some_and(|g| !g.is_resolved()))
+    stampede_core::grpc::first_unresolved(s).is_some()
 }
 
 /// Resolves the schema (files or reflection) and encodes every gRPC step's message. Returns

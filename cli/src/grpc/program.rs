@@ -101,8 +101,8 @@ fn object(
     }
     let mut fixed = serde_json::Map::new();
     let mut given: BTreeMap<u32, String> = BTreeMap::new();
-    // Templated fields, by number: (field, key, path).
-    let mut templated: Vec<(FieldDescriptor, String)> = Vec::new();
+    // Templated fields: (field, path, the JSON given for it).
+    let mut templated: Vec<(FieldDescriptor, String, &Value)> = Vec::new();
     // The elements of repeated fields holding references, each list in its order.
     let mut lists: Vec<(u32, Part)> = Vec::new();
     for (key, value) in obj {
@@ -150,10 +150,10 @@ fn object(
             continue;
         }
         check_templated(&field, key, value, &path)?;
-        templated.push((field, path));
+        templated.push((field, path, value));
     }
     // Only one field of a oneof.
-    for (f, path) in &templated {
+    for (f, path, _) in &templated {
         if let Some(o) = f.containing_oneof() {
             let others: BTreeSet<&str> = o
                 .fields()
@@ -182,13 +182,11 @@ fn object(
             (f.number(), Part::Bytes(one.encode_to_vec()))
         })
         .collect();
-    parts.extend(templated.into_iter().map(|(f, path)| {
-        let value = obj
-            .get(f.json_name())
-            .or_else(|| obj.get(f.name()))
-            .unwrap_or(&Value::Null);
-        (f.number(), Part::Templated(f, path, value))
-    }));
+    parts.extend(
+        templated
+            .into_iter()
+            .map(|(f, path, value)| (f.number(), Part::Templated(f, path, value))),
+    );
     parts.extend(lists);
     // Stable: a list's elements keep their order under its one number.
     parts.sort_by_key(|(n, _)| *n);

@@ -68,11 +68,10 @@ impl Driver {
         if lost != self.setup_agent || self.scenario.setup_refresh.is_none() {
             return;
         }
-        let running = |m: &&Member| m.pending();
         let Some(next) = members
             .iter()
-            .position(|m| running(&m) && m.away_until.is_none())
-            .or_else(|| members.iter().position(|m| running(&m)))
+            .position(|m| m.pending() && m.away_until.is_none())
+            .or_else(|| members.iter().position(Member::pending))
         else {
             return;
         };

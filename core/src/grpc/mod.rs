@@ -274,7 +274,7 @@ pub(crate) fn check_scenario(s: &Scenario) -> Result<(), ScenarioError> {
         }
         None => {
             // The submitted form carries the frames; a file needs a schema to make them.
-            match steps().position(|st| st.grpc.as_ref().is_some_and(|g| !g.is_resolved())) {
+            match first_unresolved(s) {
                 Some(_) => Err(invalid(
                     "grpc",
                     "grpc steps need the schema: grpc: { proto_files: [...] } or grpc: { reflection: true }",

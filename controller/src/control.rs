@@ -213,12 +213,13 @@ pub(crate) fn submit(
              a config_map or secret is read only for a LoadTest)"
         )));
     }
-    // gRPC messages are encoded by the CLI against the schema; nobody here holds one.
+    // gRPC messages are encoded against the schema before submission: by the CLI, or for a
+    // LoadTest by its reconciler from `grpc.config_map`. Nothing here holds a schema.
     if let Some(path) = stampede_core::grpc::first_unresolved(&scenario) {
         return Err(ControllerError::Invalid(format!(
             "{path}: the call is not encoded: the CLI encodes gRPC messages against the schema \
-             (`stampede run`, `stampede capacity`); a LoadTest cannot use proto_files or \
-             reflection yet"
+             (`stampede run`, `stampede capacity`), and a LoadTest's reconciler against the \
+             .proto files of its grpc.config_map"
         )));
     }
     let max = inner

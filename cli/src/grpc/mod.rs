@@ -1,24 +1,20 @@
-//! The schema of a scenario's gRPC steps, resolved once here and nowhere else: `.proto` files
-//! compiled with protox (no `protoc`), or the target's server reflection service
-//! (`grpc.reflection.v1`). Each step's message (protobuf JSON) is checked against its method's
-//! input type, with errors that name the field, and encoded once into the step's frame
-//! (`stampede_core::grpc::GrpcCall::frame`), or, when its fields hold references, compiled
-//! into the call's encoding program (`program`). The controller and the agents only ever see
-//! that frame or program: no descriptor leaves the CLI.
-
-mod program;
+//! The schema of a scenario's gRPC steps, resolved once here before submission: `.proto` files
+//! beside the scenario, or the target's server reflection service (`grpc.reflection.v1`), the
+//! one network client of the schema. Checking and encoding the messages against it is
+//! `stampede_grpc_schema`'s, shared with the controller (which compiles a LoadTest's files from
+//! a ConfigMap).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use prost_reflect::prost::Message as _;
 use prost_reflect::prost_types::FileDescriptorProto;
 use prost_reflect::DescriptorPool;
-use stampede_core::grpc::{self, GrpcCall};
 use stampede_core::protocol::Transport;
 use stampede_core::Scenario;
+use stampede_grpc_schema::SchemaError;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
@@ -44,7 +40,7 @@ pub async fn resolve(s: &mut Scenario, base: &Path) -> Result<bool> {
         Some(o) if o.reflection => reflect(s).await?,
         _ => compile(s, base)?,
     };
-    encode_all(s, &pool)?;
+    stampede_grpc_schema::encode_all(s, &pool)?;
     Ok(true)
 }
 
@@ -55,40 +51,14 @@ pub fn resolve_files(s: &mut Scenario, base: &Path) -> Result<bool> {
         return Ok(false);
     }
     let pool = compile(s, base)?;
-    encode_all(s, &pool)?;
+    stampede_grpc_schema::encode_all(s, &pool)?;
     Ok(true)
 }
 
-/// Compiles `grpc.proto_files` (relative to `base`); imports are looked up beside each file
-/// and in `grpc.import_paths`.
+/// Compiles `grpc.proto_files` from beside the scenario file.
 fn compile(s: &Scenario, base: &Path) -> Result<DescriptorPool> {
-    let Some(o) = s.grpc.as_ref() else {
-        bail!(
-            "grpc: give the schema: grpc: {{ proto_files: [...] }} or grpc: {{ reflection: true }}"
-        );
-    };
-    let files: Vec<PathBuf> = o.proto_files.iter().map(|f| base.join(f)).collect();
-    let mut includes: Vec<PathBuf> = Vec::new();
-    for dir in files
-        .iter()
-        .map(|f| f.parent().unwrap_or(Path::new(".")).to_path_buf())
-        .chain(o.import_paths.iter().map(|p| base.join(p)))
-    {
-        if !includes.contains(&dir) {
-            includes.push(dir);
-        }
-    }
-    let mut compiler = protox::Compiler::new(&includes).context("grpc.proto_files")?;
-    compiler.include_imports(true);
-    for (f, path) in o.proto_files.iter().zip(&files) {
-        if !path.is_file() {
-            bail!("grpc.proto_files: cannot read `{}`", path.display());
-        }
-        compiler
-            .open_file(path)
-            .map_err(|e| anyhow!("grpc.proto_files: `{f}`: {e}"))?;
-    }
-    Ok(compiler.descriptor_pool())
+    let options = s.grpc.as_ref().ok_or(SchemaError::NoSchema)?;
+    Ok(stampede_grpc_schema::compile_files(options, base)?)
 }
 
 /// Asks the target's reflection service for the files that define every called service.
@@ -200,84 +170,6 @@ async fn ask(
     }
 }
 
-/// Encodes every gRPC step's message with `pool` (or compiles its program), then checks the
-/// scenario again.
-fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<()> {
-    for (path, call) in grpc::calls_mut(s) {
-        match encode(call, pool).map_err(|(field, why)| anyhow!("{path}.{field}: {why}"))? {
-            Encoded::Frame(bytes) => {
-                call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
-            }
-            Encoded::Program(p) => call.program = Some(p),
-        }
-    }
-    s.validate().map_err(|e| anyhow!("{e}"))
-}
-
-/// What the CLI makes of a call's message.
-enum Encoded {
-    /// A message without references: encoded once, framed.
-    Frame(Vec<u8>),
-    /// A message with references: the program agents render per call.
-    Program(stampede_core::grpc::MessageProgram),
-}
-
-/// The call's frame or program, or `(field, reason)`.
-fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, String)> {
-    let (service, method) = call.parts().ok_or_else(|| {
-        (
-            "method".to_string(),
-            format!("`{}` is not package.Service/Method", call.method),
-        )
-    })?;
-    let svc = pool.get_service_by_name(service).ok_or_else(|| {
-        let known: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
-        (
-            "method".to_string(),
-            format!(
-                "no service `{service}` in the schema (it has: {})",
-                known.join(", ")
-            ),
-        )
-    })?;
-    let m = svc.methods().find(|m| m.name() == method).ok_or_else(|| {
-        let known: Vec<String> = svc.methods().map(|m| m.name().to_string()).collect();
-        (
-            "method".to_string(),
-            format!(
-                "service `{service}` has no method `{method}` (it has: {})",
-                known.join(", ")
-            ),
-        )
-    })?;
-    if m.is_client_streaming() || m.is_server_streaming() {
-        return Err((
-            "method".to_string(),
-            format!(
-                "`{}` is a streaming method: only unary calls are supported",
-                call.method
-            ),
-        ));
-    }
-    let named = |(f, why): (String, String)| {
-        let field = if f.is_empty() {
-            "message".to_string()
-        } else {
-            format!("message.{f}")
-        };
-        (field, why)
-    };
-    if call.message.has_references() {
-        return program::compile(&m.input(), &call.message)
-            .map(Encoded::Program)
-            .map_err(named);
-    }
-    let message = program::decode(&m.input(), call.message.literal_json(), "").map_err(named)?;
-    grpc::frame(&message.encode_to_vec())
-        .map(Encoded::Frame)
-        .map_err(|why| ("message".to_string(), why))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,53 +223,9 @@ message Order { int64 id = 1; }
     }
 
     #[test]
-    fn bad_messages_and_methods_name_the_field() {
-        let (dir, s) = pool();
-        for (method, message, want) in [
-            ("shop.v1.Orders/Get", r#"{"id": "x"}"#, "session[0].grpc.message.id: "),
-            ("shop.v1.Orders/Get", r#"{"idd": 1}"#, "session[0].grpc.message: "),
-            ("shop.v1.Orders/Get", r#"{"inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
-            ("shop.v1.Orders/Get", r#"{"codes": [1, -2]}"#, "session[0].grpc.message.codes[1]: "),
-            ("shop.v1.Orders/Get", r#"{"codes": [1, "${session.index}", -2]}"#, "session[0].grpc.message.codes[2]: "),
-            ("shop.v1.Orders/Get", r#"{"codes": "${session.index}"}"#, "session[0].grpc.message.codes: is a repeated field: give a list"),
-            ("shop.v1.Orders/Get", r#"{"inner": {"at": "${now.iso}"}}"#, "session[0].grpc.message.inner.at: templates fill scalar fields; `at` is a google.protobuf.Timestamp"),
-            ("shop.v1.Orders/Get", r#"{"inner": {"nope": "${uuid()}"}}"#, "session[0].grpc.message.inner.nope: `shop.v1.Inner` has no field `nope`"),
-            ("shop.v1.Orders/Get", r#"{"id": "${uuid()}", "inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
-            ("shop.v1.Orders/Nope", "{}", "session[0].grpc.method: service `shop.v1.Orders` has no method `Nope` (it has: Get, Watch)"),
-            ("shop.v1.Carts/Get", "{}", "session[0].grpc.method: no service `shop.v1.Carts`"),
-            ("shop.v1.Orders/Watch", "{}", "streaming"),
-        ] {
-            let mut s = s.clone();
-            let g = s.session[0].grpc.as_mut().unwrap();
-            g.method = method.into();
-            g.message = serde_json::from_str::<serde_json::Value>(message).unwrap().into();
-            let e = resolve_files(&mut s, dir.path()).unwrap_err().to_string();
-            assert!(e.contains(want), "{message}: {e}");
-        }
-        let mut missing = s.clone();
-        missing.grpc.as_mut().unwrap().proto_files = vec!["nope.proto".into()];
-        let e = resolve_files(&mut missing, dir.path())
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("grpc.proto_files: cannot read"), "{e}");
-        std::fs::write(
-            dir.path().join("protos/bad.proto"),
-            "syntax = \"proto3\";\nmessage {",
-        )
-        .unwrap();
-        let mut bad = s.clone();
-        bad.grpc.as_mut().unwrap().proto_files = vec!["protos/bad.proto".into()];
-        let e = resolve_files(&mut bad, dir.path()).unwrap_err().to_string();
-        assert!(
-            e.starts_with("grpc.proto_files: `protos/bad.proto`: "),
-            "{e}"
-        );
-    }
-
-    #[test]
     fn reflection_waits_for_the_target() {
         let (dir, mut s) = pool();
-        s.grpc = Some(grpc::GrpcOptions {
+        s.grpc = Some(stampede_core::grpc::GrpcOptions {
             reflection: true,
             ..Default::default()
         });

@@ -286,8 +286,8 @@ async fn a_submitted_call_that_is_not_encoded_is_refused_naming_it() {
     assert!(
         e.contains(
             "session[0].grpc: the call is not encoded: the CLI encodes gRPC messages against the \
-             schema (`stampede run`, `stampede capacity`); a LoadTest cannot use proto_files or \
-             reflection yet"
+             schema (`stampede run`, `stampede capacity`), and a LoadTest's reconciler against \
+             the .proto files of its grpc.config_map"
         ),
         "{e}"
     );

@@ -94,7 +94,7 @@ pub(crate) async fn resolve(
 }
 
 /// The object's keys and bytes, `None` when it does not exist.
-async fn fetch(
+pub(super) async fn fetch(
     client: &kube::Client,
     namespace: &str,
     kind: ObjectKind,

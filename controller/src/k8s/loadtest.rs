@@ -20,7 +20,9 @@
 //! looked at again with a growing delay, its message and its `DataReady` condition (reason
 //! `Missing`) naming the field and the object, and a `DataMissing` event published; then it
 //! fails with the same words. Nothing retries in silence, and nothing waits forever. An object
-//! that cannot work (a bad format, a read the Role forbids, a `file:`) fails at once.
+//! that cannot work (a bad format, a read the Role forbids, a `file:`) fails at once. The
+//! `.proto` files of `grpc.config_map` are read the same way, and the gRPC calls encoded
+//! against them (`super::protos`); a file that does not compile fails at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -215,6 +217,20 @@ async fn reconcile(lt: Arc<LoadTest>, ctx: Arc<Ctx>) -> Result<Action, KubeError
     }
 }
 
+/// What a LoadTest's scenario names in ConfigMaps and Secrets, read into it: its data rows,
+/// then the `.proto` files its gRPC calls are encoded against. `Ok(Some(summary))` says what
+/// was read.
+async fn read_inputs(
+    client: &kube::Client,
+    namespace: &str,
+    scenario: &mut stampede_core::Scenario,
+) -> Result<Option<String>, DataFailure> {
+    let data = super::data::resolve(client, namespace, scenario).await?;
+    let grpc = super::protos::resolve(client, namespace, scenario).await?;
+    let read: Vec<String> = data.into_iter().chain(grpc).collect();
+    Ok((!read.is_empty()).then(|| read.join("; ")))
+}
+
 /// A new LoadTest: read its data from ConfigMaps and Secrets, validate, hold the finalizer,
 /// submit the run, record Pending.
 async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
@@ -231,7 +247,7 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
     // Checked before the data is read too, so a broken scenario is not told only after
     // waiting for its ConfigMap; its columns are checked once the rows are in.
     let read = match scenario.validate() {
-        Ok(()) => Ok(super::data::resolve(&ctx.client, &namespace, &mut scenario).await),
+        Ok(()) => Ok(read_inputs(&ctx.client, &namespace, &mut scenario).await),
         Err(e) => Err(("Invalid", format!("scenario: {e}"))),
     };
     let submitted = match read {

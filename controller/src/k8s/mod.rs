@@ -7,12 +7,14 @@
 //!   subresource when a run asks for more agents than are attached, and back after the run when
 //!   `--scale-down-after` is set.
 //! - [`loadtest`]: reconciles `LoadTest` resources with `kube::runtime::Controller`; `data`
-//!   reads a LoadTest's `config_map:` / `secret:` data sources before it is submitted.
+//!   reads a LoadTest's `config_map:` / `secret:` data sources and `protos` compiles the
+//!   `.proto` files of its `grpc.config_map` and encodes its gRPC calls, before it is submitted.
 
 pub mod crd;
 mod data;
 pub mod loadtest;
 pub mod pods;
+mod protos;
 pub mod scale;
 
 use std::sync::Arc;

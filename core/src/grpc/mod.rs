@@ -43,12 +43,14 @@ pub const MAX_MESSAGE: usize = 4 << 20;
 /// The gRPC message prefix: a compression flag and a 4-byte big-endian length.
 pub const PREFIX: usize = 5;
 
-/// Where the CLI finds the schema of the scenario's gRPC calls.
+/// Where the schema of the scenario's gRPC calls is found: by the CLI, beside the scenario
+/// file or from the target; for a LoadTest, by the controller, in a ConfigMap.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcOptions {
     /// `.proto` files, relative to the scenario file, compiled by the CLI (no `protoc`
-    /// needed). Imports are looked up beside each file and in `import_paths`.
+    /// needed). Imports are looked up beside each file and in `import_paths`. In a LoadTest,
+    /// each is read from `config_map`, by its base name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proto_files: Vec<String>,
     /// More folders (relative to the scenario file) to look up imports in.
@@ -58,6 +60,13 @@ pub struct GrpcOptions {
     /// the run is submitted, instead of `proto_files`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reflection: bool,
+    /// For a LoadTest: the ConfigMap (in the LoadTest's namespace) holding `proto_files` and
+    /// what they import, one key per file named by its base name, as `kubectl create
+    /// configmap NAME --from-file=DIR` makes it. The controller compiles them; the CLI reads
+    /// `proto_files` from beside the scenario file and ignores this, so one scenario serves
+    /// both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
 }
 
 /// One unary call: a step `grpc: { method, message, metadata }`.
@@ -100,6 +109,17 @@ impl GrpcOptions {
             )),
             _ if self.proto_files.iter().any(|f| f.trim().is_empty()) => {
                 Err(("proto_files", "a file name is empty".into()))
+            }
+            (true, true) if self.config_map.is_some() => Err((
+                "config_map",
+                "holds proto_files: give proto_files, not reflection: true".into(),
+            )),
+            _ if self
+                .config_map
+                .as_ref()
+                .is_some_and(|c| c.trim().is_empty()) =>
+            {
+                Err(("config_map", "the ConfigMap's name is empty".into()))
             }
             _ => Ok(()),
         }
@@ -591,6 +611,13 @@ mod tests {
             call,
         ))
         .unwrap();
+        let s = Scenario::from_yaml(&doc(
+            "grpc://h:1",
+            "grpc: { proto_files: [protos/a.proto], config_map: protos }\n",
+            call,
+        ))
+        .unwrap();
+        assert_eq!(s.grpc.unwrap().config_map.as_deref(), Some("protos"));
         for (target, grpc, step, path, why) in [
             (
                 "http://h:1",
@@ -607,6 +634,20 @@ mod tests {
                 call,
                 "grpc.reflection",
                 "not both",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { reflection: true, config_map: protos }\n",
+                call,
+                "grpc.config_map",
+                "holds proto_files",
+            ),
+            (
+                "grpc://h:1",
+                "grpc: { proto_files: [a.proto], config_map: ' ' }\n",
+                call,
+                "grpc.config_map",
+                "name is empty",
             ),
             (
                 "grpc://h:1",

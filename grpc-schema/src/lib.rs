@@ -1,0 +1,344 @@
+//! A scenario's gRPC steps checked and encoded against their schema, once, before the run is
+//! submitted: each step's message (protobuf JSON) is checked against its method's input type,
+//! with errors that name the field, and encoded into the step's frame
+//! (`stampede_core::grpc::GrpcCall::frame`), or, when its fields hold references, compiled into
+//! the call's descriptor-free encoding program (`program`). Agents only ever see that frame or
+//! program: no descriptor travels with a run.
+//!
+//! Two callers hold a schema. The CLI compiles `grpc.proto_files` from beside the scenario file
+//! ([`compile_files`]) or asks the target's reflection service (its own module, the one with a
+//! network client). The controller compiles a LoadTest's `.proto` files from the ConfigMap
+//! `grpc.config_map` names ([`compile_sources`]), since a LoadTest has no files beside it.
+
+mod program;
+mod sources;
+
+use std::path::{Path, PathBuf};
+
+use prost_reflect::prost::Message as _;
+use prost_reflect::DescriptorPool;
+use stampede_core::grpc::program::MessageProgram;
+use stampede_core::grpc::{self, GrpcCall, GrpcOptions};
+use stampede_core::{Scenario, ScenarioError};
+
+pub use sources::{key_of, Sources};
+
+/// Why a scenario's gRPC steps could not be encoded; every message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The scenario has gRPC steps but no `grpc:` options saying where the schema is.
+    #[error(
+        "grpc: give the schema: grpc: {{ proto_files: [...] }} or grpc: {{ reflection: true }}"
+    )]
+    NoSchema,
+    /// A `proto_files` entry is not a readable file.
+    #[error("grpc.proto_files: cannot read `{0}`")]
+    Unreadable(String),
+    /// A `.proto` file (or one it imports) does not compile.
+    #[error("grpc.proto_files: `{file}`: {why}")]
+    Compile { file: String, why: String },
+    /// A call's method or message does not fit the schema: `path` is the call
+    /// (`session[0].grpc`), `field` the part of it (`method`, `message.inner.note`).
+    #[error("{path}.{field}: {why}")]
+    Call {
+        path: String,
+        field: String,
+        why: String,
+    },
+    /// The scenario with its calls encoded does not validate.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+}
+
+/// Compiles `grpc.proto_files`, relative to `base` (the scenario file's folder); imports are
+/// looked up beside each file and in `grpc.import_paths`.
+pub fn compile_files(options: &GrpcOptions, base: &Path) -> Result<DescriptorPool, SchemaError> {
+    let files: Vec<PathBuf> = options.proto_files.iter().map(|f| base.join(f)).collect();
+    let mut includes: Vec<PathBuf> = Vec::new();
+    for dir in files
+        .iter()
+        .map(|f| f.parent().unwrap_or(Path::new(".")).to_path_buf())
+        .chain(options.import_paths.iter().map(|p| base.join(p)))
+    {
+        if !includes.contains(&dir) {
+            includes.push(dir);
+        }
+    }
+    let mut compiler = protox::Compiler::new(&includes).map_err(|e| SchemaError::Compile {
+        file: String::new(),
+        why: e.to_string(),
+    })?;
+    compiler.include_imports(true);
+    for (f, path) in options.proto_files.iter().zip(&files) {
+        if !path.is_file() {
+            return Err(SchemaError::Unreadable(path.display().to_string()));
+        }
+        compiler.open_file(path).map_err(|e| SchemaError::Compile {
+            file: f.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    Ok(compiler.descriptor_pool())
+}
+
+/// Compiles `grpc.proto_files` from `sources` (a ConfigMap's files): every file, named or
+/// imported, is the source whose key is its base name ([`key_of`]), as
+/// `kubectl create configmap NAME --from-file=DIR` names them.
+pub fn compile_sources(
+    options: &GrpcOptions,
+    sources: Sources,
+) -> Result<DescriptorPool, SchemaError> {
+    if let Some(f) = options
+        .proto_files
+        .iter()
+        .find(|f| !sources.contains(key_of(f)))
+    {
+        return Err(SchemaError::Unreadable(f.clone()));
+    }
+    let mut compiler = protox::Compiler::with_file_resolver(sources);
+    compiler.include_imports(true);
+    for f in &options.proto_files {
+        compiler.open_file(f).map_err(|e| SchemaError::Compile {
+            file: f.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    Ok(compiler.descriptor_pool())
+}
+
+/// Encodes every gRPC call of `s` with `pool` (a frame, or a program for a message holding
+/// references), then checks the scenario again. Returns how many calls were encoded.
+pub fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<usize, SchemaError> {
+    let mut n = 0;
+    for (path, call) in grpc::calls_mut(s) {
+        match encode(call, pool).map_err(|(field, why)| SchemaError::Call {
+            path: path.clone(),
+            field,
+            why,
+        })? {
+            Encoded::Frame(bytes) => {
+                call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
+            }
+            Encoded::Program(p) => call.program = Some(p),
+        }
+        n += 1;
+    }
+    s.validate()?;
+    Ok(n)
+}
+
+/// What a call's message becomes.
+enum Encoded {
+    /// A message without references: encoded once, framed.
+    Frame(Vec<u8>),
+    /// A message with references: the program agents render per call.
+    Program(MessageProgram),
+}
+
+/// The call's frame or program, or `(field, reason)`.
+fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, String)> {
+    let (service, method) = call.parts().ok_or_else(|| {
+        (
+            "method".to_string(),
+            format!("`{}` is not package.Service/Method", call.method),
+        )
+    })?;
+    let svc = pool.get_service_by_name(service).ok_or_else(|| {
+        let known: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
+        (
+            "method".to_string(),
+            format!(
+                "no service `{service}` in the schema (it has: {})",
+                known.join(", ")
+            ),
+        )
+    })?;
+    let m = svc.methods().find(|m| m.name() == method).ok_or_else(|| {
+        let known: Vec<String> = svc.methods().map(|m| m.name().to_string()).collect();
+        (
+            "method".to_string(),
+            format!(
+                "service `{service}` has no method `{method}` (it has: {})",
+                known.join(", ")
+            ),
+        )
+    })?;
+    if m.is_client_streaming() || m.is_server_streaming() {
+        return Err((
+            "method".to_string(),
+            format!(
+                "`{}` is a streaming method: only unary calls are supported",
+                call.method
+            ),
+        ));
+    }
+    let named = |(f, why): (String, String)| {
+        let field = if f.is_empty() {
+            "message".to_string()
+        } else {
+            format!("message.{f}")
+        };
+        (field, why)
+    };
+    if call.message.has_references() {
+        return program::compile(&m.input(), &call.message)
+            .map(Encoded::Program)
+            .map_err(named);
+    }
+    let message = program::decode(&m.input(), call.message.literal_json(), "").map_err(named)?;
+    grpc::frame(&message.encode_to_vec())
+        .map(Encoded::Frame)
+        .map_err(|why| ("message".to_string(), why))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    const PROTO: &str = r#"
+syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+import "shop/v1/common.proto";
+service Orders {
+  rpc Get(GetRequest) returns (Order);
+  rpc Watch(GetRequest) returns (stream Order);
+}
+message GetRequest { int64 id = 1; bool verbose = 2; Inner inner = 3; repeated uint32 codes = 4; Page page = 5; }
+message Inner { string note = 1; google.protobuf.Timestamp at = 2; }
+message Order { int64 id = 1; }
+"#;
+
+    const COMMON: &str =
+        "syntax = \"proto3\";\npackage shop.v1;\nmessage Page { uint32 size = 1; }\n";
+
+    /// The schema in files: `protos/shop.proto`, importing `shop/v1/common.proto` from
+    /// `protos/include`.
+    fn files() -> (tempfile::TempDir, Scenario) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("protos/include/shop/v1")).unwrap();
+        std::fs::write(dir.path().join("protos/shop.proto"), PROTO).unwrap();
+        std::fs::write(
+            dir.path().join("protos/include/shop/v1/common.proto"),
+            COMMON,
+        )
+        .unwrap();
+        let s = Scenario::from_yaml(
+            "name: g\ntarget: grpc://127.0.0.1:1\n\
+             grpc: { proto_files: [protos/shop.proto], import_paths: [protos/include] }\n\
+             phases: [{ duration: 1s, arrival_rate: 1 }]\n\
+             session:\n  - grpc: { method: shop.v1.Orders/Get, message: { id: 7, inner: { note: hi, at: \"2024-01-01T00:00:00Z\" } } }\n",
+        )
+        .unwrap();
+        (dir, s)
+    }
+
+    fn frame(s: &Scenario) -> Vec<u8> {
+        s.session[0]
+            .grpc
+            .as_ref()
+            .unwrap()
+            .frame_bytes()
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn files_compile_and_messages_are_framed() {
+        let (dir, mut s) = files();
+        let pool = compile_files(s.grpc.as_ref().unwrap(), dir.path()).unwrap();
+        assert_eq!(encode_all(&mut s, &pool).unwrap(), 1);
+        let frame = frame(&s);
+        // id = 7 (field 1, varint), then inner (field 3, length-delimited).
+        assert_eq!(&frame[5..7], [0x08, 7]);
+        assert_eq!(frame[7], 0x1a);
+        assert_eq!(
+            u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize,
+            frame.len() - 5
+        );
+    }
+
+    /// A ConfigMap made with `kubectl create configmap --from-file` holds `shop.proto` and
+    /// `common.proto`: the file named `protos/shop.proto` and the import
+    /// `shop/v1/common.proto` are read by their base names, the well-known type comes with
+    /// protox, and the frame is the one the files give.
+    #[test]
+    fn sources_are_read_by_base_name_and_encode_as_the_files_do() {
+        let (dir, mut from_files) = files();
+        let pool = compile_files(from_files.grpc.as_ref().unwrap(), dir.path()).unwrap();
+        encode_all(&mut from_files, &pool).unwrap();
+        let (_, mut s) = files();
+        let sources = || {
+            Sources::new(BTreeMap::from([
+                ("shop.proto".to_string(), PROTO.to_string()),
+                ("common.proto".to_string(), COMMON.to_string()),
+            ]))
+        };
+        let pool = compile_sources(s.grpc.as_ref().unwrap(), sources()).unwrap();
+        encode_all(&mut s, &pool).unwrap();
+        assert_eq!(frame(&s), frame(&from_files));
+
+        let options = |files: &[&str]| GrpcOptions {
+            proto_files: files.iter().map(|f| f.to_string()).collect(),
+            ..Default::default()
+        };
+        let e = compile_sources(&options(&["protos/orders.proto"]), sources()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "grpc.proto_files: cannot read `protos/orders.proto`"
+        );
+        let only_shop = Sources::new(BTreeMap::from([("shop.proto".into(), PROTO.into())]));
+        let e = compile_sources(&options(&["shop.proto"]), only_shop).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.starts_with("grpc.proto_files: `shop.proto`: ") && e.contains("shop/v1/common.proto"),
+            "{e}"
+        );
+        assert_eq!(key_of("a/b/c.proto"), "c.proto");
+        assert_eq!(key_of("c.proto"), "c.proto");
+    }
+
+    #[test]
+    fn bad_messages_and_methods_name_the_field() {
+        let (dir, s) = files();
+        let pool = compile_files(s.grpc.as_ref().unwrap(), dir.path()).unwrap();
+        for (method, message, want) in [
+            ("shop.v1.Orders/Get", r#"{"id": "x"}"#, "session[0].grpc.message.id: "),
+            ("shop.v1.Orders/Get", r#"{"idd": 1}"#, "session[0].grpc.message: "),
+            ("shop.v1.Orders/Get", r#"{"inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
+            ("shop.v1.Orders/Get", r#"{"codes": [1, -2]}"#, "session[0].grpc.message.codes[1]: "),
+            ("shop.v1.Orders/Get", r#"{"codes": [1, "${session.index}", -2]}"#, "session[0].grpc.message.codes[2]: "),
+            ("shop.v1.Orders/Get", r#"{"codes": "${session.index}"}"#, "session[0].grpc.message.codes: is a repeated field: give a list"),
+            ("shop.v1.Orders/Get", r#"{"inner": {"at": "${now.iso}"}}"#, "session[0].grpc.message.inner.at: templates fill scalar fields; `at` is a google.protobuf.Timestamp"),
+            ("shop.v1.Orders/Get", r#"{"inner": {"nope": "${uuid()}"}}"#, "session[0].grpc.message.inner.nope: `shop.v1.Inner` has no field `nope`"),
+            ("shop.v1.Orders/Get", r#"{"id": "${uuid()}", "inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
+            ("shop.v1.Orders/Nope", "{}", "session[0].grpc.method: service `shop.v1.Orders` has no method `Nope` (it has: Get, Watch)"),
+            ("shop.v1.Carts/Get", "{}", "session[0].grpc.method: no service `shop.v1.Carts`"),
+            ("shop.v1.Orders/Watch", "{}", "streaming"),
+        ] {
+            let mut s = s.clone();
+            let g = s.session[0].grpc.as_mut().unwrap();
+            g.method = method.into();
+            g.message = serde_json::from_str::<serde_json::Value>(message).unwrap().into();
+            let e = encode_all(&mut s, &pool).unwrap_err().to_string();
+            assert!(e.contains(want), "{message}: {e}");
+        }
+        let mut options = s.grpc.clone().unwrap();
+        options.proto_files = vec!["nope.proto".into()];
+        let e = compile_files(&options, dir.path()).unwrap_err().to_string();
+        assert!(e.starts_with("grpc.proto_files: cannot read"), "{e}");
+        std::fs::write(
+            dir.path().join("protos/bad.proto"),
+            "syntax = \"proto3\";\nmessage {",
+        )
+        .unwrap();
+        options.proto_files = vec!["protos/bad.proto".into()];
+        let e = compile_files(&options, dir.path()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("grpc.proto_files: `protos/bad.proto`: "),
+            "{e}"
+        );
+    }
+}

@@ -9,14 +9,18 @@
 //! repeated fields: a list is encoded element by element in its order, a fixed element as
 //! prost-reflect encodes it alone, a templated scalar as one occurrence of the field, a
 //! message holding references as `begin`..`end` (protobuf parsers merge the occurrences of a
-//! repeated field, packed or not, in order). A template inside a map, or a well-known type
-//! with a JSON form of its own (Timestamp, Duration, wrappers) is refused with the field
-//! named: give those as fixed values.
+//! repeated field, packed or not, in order). A map is encoded entry by entry, as protobuf
+//! encodes it (each entry a nested message of its key and value): a fixed entry as
+//! prost-reflect encodes it alone, an entry whose value holds references as `begin`, its key,
+//! its value, `end`. A well-known type with a JSON form of its own (Timestamp, Duration,
+//! wrappers) holding a template is refused with the field named: give those as fixed values.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use prost_reflect::prost::Message as _;
-use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor};
+use prost_reflect::{
+    DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value as ReflectValue,
+};
 use serde_json::Value;
 use stampede_core::grpc::message::join;
 use stampede_core::grpc::program::{
@@ -127,11 +131,23 @@ fn object(
             return Err((path, format!("`{}` has no field `{key}`", desc.full_name())));
         };
         if field.is_map() {
-            return Err((
-                path,
-                "templates are not supported in map fields: give the map's entries as fixed values"
-                    .into(),
-            ));
+            let Some(entries) = value.as_object() else {
+                return Err((path, "is a map field: give its entries as a map".into()));
+            };
+            for (k, v) in entries {
+                let at_k = join(&path, k);
+                let part = if message.has_references_in(&at_k) {
+                    entry(&field, k, v, at_k)?
+                } else {
+                    let mut one = serde_json::Map::new();
+                    one.insert(k.clone(), literal(message, &at_k, v));
+                    let mut map = serde_json::Map::new();
+                    map.insert(key.clone(), Value::Object(one));
+                    Part::Bytes(decode(desc, Value::Object(map), at)?.encode_to_vec())
+                };
+                lists.push((field.number(), part));
+            }
+            continue;
         }
         if field.is_list() {
             let Some(items) = value.as_array() else {
@@ -193,44 +209,130 @@ fn object(
     for (_, part) in parts {
         match part {
             Part::Bytes(bytes) => b.bytes(&bytes),
-            Part::Templated(f, path, value) => match f.kind() {
-                Kind::Message(m) => {
-                    let empty = serde_json::Map::new();
-                    let inner = value.as_object().unwrap_or(&empty);
-                    b.begin(f.number());
-                    object(&m, inner, message, &path, depth + 1, b)?;
-                    b.end();
-                }
-                kind => {
-                    let Some(template) = message.template_at(&path) else {
-                        return Err((path, "a template fills a scalar field as a string".into()));
-                    };
-                    b.field(TemplatedField {
-                        number: f.number(),
-                        scalar: scalar(&kind),
-                        value: template.clone(),
-                        // A list's element is there even when it is zero or empty.
-                        presence: f.supports_presence() || f.is_list(),
-                        enum_values: match &kind {
-                            Kind::Enum(e) => e
-                                .values()
-                                .map(|v| (v.name().to_string(), v.number()))
-                                .collect(),
-                            _ => BTreeMap::new(),
-                        },
-                    });
-                }
-            },
+            Part::Templated(f, path, value) => {
+                // A list's element is there even when it is zero or empty.
+                let presence = f.supports_presence() || f.is_list();
+                templated_field(&f, presence, &path, value, message, depth, b)?;
+            }
+            Part::Entry {
+                map,
+                key,
+                value,
+                path,
+                json,
+            } => {
+                b.begin(map);
+                b.bytes(&key);
+                // An entry's value is written even when it is zero or empty, as protobuf
+                // runtimes write it.
+                templated_field(&value, true, &path, json, message, depth, b)?;
+                b.end();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A field holding references: a nested message as `begin`, its fields, `end`; a scalar as
+/// the template its value renders into.
+fn templated_field(
+    f: &FieldDescriptor,
+    presence: bool,
+    path: &str,
+    value: &Value,
+    message: &GrpcMessage,
+    depth: usize,
+    b: &mut ProgramBuilder,
+) -> Result<(), FieldError> {
+    match f.kind() {
+        Kind::Message(m) => {
+            let empty = serde_json::Map::new();
+            let inner = value.as_object().unwrap_or(&empty);
+            b.begin(f.number());
+            object(&m, inner, message, path, depth + 1, b)?;
+            b.end();
+        }
+        kind => {
+            let Some(template) = message.template_at(path) else {
+                return Err((
+                    path.to_string(),
+                    "a template fills a scalar field as a string".into(),
+                ));
+            };
+            b.field(TemplatedField {
+                number: f.number(),
+                scalar: scalar(&kind),
+                value: template.clone(),
+                presence,
+                enum_values: match &kind {
+                    Kind::Enum(e) => e
+                        .values()
+                        .map(|v| (v.name().to_string(), v.number()))
+                        .collect(),
+                    _ => BTreeMap::new(),
+                },
+            });
         }
     }
     Ok(())
 }
 
 /// One piece of a message's program: encoded fixed fields, or a field (or a list's element)
-/// holding references, with its path and the JSON given for it.
+/// holding references, with its path and the JSON given for it, or a map entry whose value
+/// holds references.
 enum Part<'v> {
     Bytes(Vec<u8>),
     Templated(FieldDescriptor, String, &'v Value),
+    /// An entry of map field `map`: its key encoded, its value field with references.
+    Entry {
+        map: u32,
+        key: Vec<u8>,
+        value: FieldDescriptor,
+        path: String,
+        json: &'v Value,
+    },
+}
+
+/// The entry `k` of map field `map` (at `path`), whose value `v` holds references: the key
+/// (a JSON object's key, always text) read as the map's key type and encoded once.
+fn entry<'v>(
+    map: &FieldDescriptor,
+    k: &str,
+    v: &'v Value,
+    path: String,
+) -> Result<Part<'v>, FieldError> {
+    let Kind::Message(entry) = map.kind() else {
+        return Err((path, "is not a map field".into()));
+    };
+    let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+    check_templated(&value_field, k, v, &path)?;
+    let bad = |ty: &str| (path.clone(), format!("the key `{k}` is not a {ty}"));
+    let key = match key_field.kind() {
+        Kind::String => ReflectValue::String(k.to_string()),
+        Kind::Bool => ReflectValue::Bool(k.parse().map_err(|_| bad("bool"))?),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            ReflectValue::I32(k.parse().map_err(|_| bad("32-bit integer"))?)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+            ReflectValue::I64(k.parse().map_err(|_| bad("64-bit integer"))?)
+        }
+        Kind::Uint32 | Kind::Fixed32 => {
+            ReflectValue::U32(k.parse().map_err(|_| bad("32-bit unsigned integer"))?)
+        }
+        Kind::Uint64 | Kind::Fixed64 => {
+            ReflectValue::U64(k.parse().map_err(|_| bad("64-bit unsigned integer"))?)
+        }
+        other => return Err((path, format!("a map key cannot be a {other:?}"))),
+    };
+    let mut one = DynamicMessage::new(entry.clone());
+    one.set_field(&key_field, key);
+    Ok(Part::Entry {
+        map: map.number(),
+        key: one.encode_to_vec(),
+        value: value_field,
+        path,
+        json: v,
+    })
 }
 
 /// Refuses a reference where no template can go: in a well-known type, or in a message given
@@ -345,6 +447,7 @@ message All {
   optional int64 maybe = 17; Inner inner = 18; repeated string tags = 19;
   oneof pick { string left = 20; int32 right = 21; }
   repeated Inner items = 22; repeated uint32 nums = 23;
+  map<string, string> labels = 24; map<int32, Inner> byid = 25; map<bool, uint32> flags = 26;
 }
 message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
 "#;
@@ -562,6 +665,71 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
         let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
         let want = decode(&desc, rendered, "").unwrap();
         assert_eq!(got, want);
+    }
+
+    /// Templates in map values: each entry a message of its key and value, fixed entries beside
+    /// templated ones, keys read as the map's key type, scalar values (zero and empty
+    /// included) and message values; decoded by prost-reflect into the message the rendered
+    /// JSON gives.
+    #[test]
+    fn templates_fill_the_values_of_map_entries() {
+        let desc = desc();
+        let written = serde_json::json!({
+            "labels": { "a": "fixed", "b": "${d.t}", "c": "${d.empty}" },
+            "byid": { "7": { "note": "${d.t}", "n": 1 }, "-3": { "n": 4 } },
+            "flags": { "true": "${d.zero}", "false": "${d.n}" },
+            "s": "${d.t}"
+        });
+        let rendered = serde_json::json!({
+            "labels": { "a": "fixed", "b": "bee", "c": "" },
+            "byid": { "7": { "note": "bee", "n": 1 }, "-3": { "n": 4 } },
+            "flags": { "true": 0, "false": 300 },
+            "s": "bee"
+        });
+        let texts = BTreeMap::from([
+            ("${d.t}", "bee"),
+            ("${d.empty}", ""),
+            ("${d.zero}", "0"),
+            ("${d.n}", "300"),
+        ]);
+        let program = compile(&desc, &GrpcMessage::new(written)).unwrap();
+        let enc = Encoder::new(&program).unwrap();
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        enc.encode_frame(&mut out, &mut scratch, &mut |i, buf| {
+            let t = enc.templates()[i].to_string();
+            buf.extend_from_slice(texts[t.as_str()].as_bytes());
+        })
+        .unwrap();
+        let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
+        let want = decode(&desc, rendered, "").unwrap();
+        assert_eq!(got, want);
+
+        for (msg, at, why) in [
+            (
+                serde_json::json!({ "byid": { "x": { "note": "${d.t}" } } }),
+                "byid.x",
+                "the key `x` is not a 32-bit integer",
+            ),
+            (
+                serde_json::json!({ "flags": { "yes": "${d.n}" } }),
+                "flags.yes",
+                "the key `yes` is not a bool",
+            ),
+            (
+                serde_json::json!({ "labels": "${d.t}" }),
+                "labels",
+                "is a map field: give its entries as a map",
+            ),
+            (
+                serde_json::json!({ "byid": { "1": "${d.t}" } }),
+                "byid.1",
+                "give its fields as a map",
+            ),
+        ] {
+            let (path, reason) = compile(&desc, &GrpcMessage::new(msg.clone())).unwrap_err();
+            assert_eq!(path, at, "{msg}: {reason}");
+            assert!(reason.contains(why), "{msg}: {reason}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use stampede_core::grpc::program::MessageProgram;
 use stampede_core::grpc::{self, GrpcCall, GrpcOptions};
 use stampede_core::{Scenario, ScenarioError};
 
-pub use sources::{key_of, Sources};
+pub use sources::{brace_depth, key_of, Sources, MAX_BRACE_DEPTH};
 
 /// Why a scenario's gRPC steps could not be encoded; every message names the field.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,9 @@ pub enum SchemaError {
     /// A `proto_files` entry is not a readable file.
     #[error("grpc.proto_files: cannot read `{0}`")]
     Unreadable(String),
+    /// The folders to look up imports in are not usable.
+    #[error("grpc.import_paths: {0}")]
+    Includes(String),
     /// A `.proto` file (or one it imports) does not compile.
     #[error("grpc.proto_files: `{file}`: {why}")]
     Compile { file: String, why: String },
@@ -64,10 +67,8 @@ pub fn compile_files(options: &GrpcOptions, base: &Path) -> Result<DescriptorPoo
             includes.push(dir);
         }
     }
-    let mut compiler = protox::Compiler::new(&includes).map_err(|e| SchemaError::Compile {
-        file: String::new(),
-        why: e.to_string(),
-    })?;
+    let mut compiler =
+        protox::Compiler::new(&includes).map_err(|e| SchemaError::Includes(e.to_string()))?;
     compiler.include_imports(true);
     for (f, path) in options.proto_files.iter().zip(&files) {
         if !path.is_file() {
@@ -83,7 +84,9 @@ pub fn compile_files(options: &GrpcOptions, base: &Path) -> Result<DescriptorPoo
 
 /// Compiles `grpc.proto_files` from `sources` (a ConfigMap's files): every file, named or
 /// imported, is the source whose key is its base name ([`key_of`]), as
-/// `kubectl create configmap NAME --from-file=DIR` names them.
+/// `kubectl create configmap NAME --from-file=DIR` names them. A source nesting braces past
+/// [`MAX_BRACE_DEPTH`] is refused before it is parsed: these sources come from the cluster,
+/// and the compiler runs in the controller.
 pub fn compile_sources(
     options: &GrpcOptions,
     sources: Sources,
@@ -94,6 +97,12 @@ pub fn compile_sources(
         .find(|f| !sources.contains(key_of(f)))
     {
         return Err(SchemaError::Unreadable(f.clone()));
+    }
+    if let Some(key) = sources.deeper_than(MAX_BRACE_DEPTH) {
+        return Err(SchemaError::Compile {
+            file: key.to_string(),
+            why: format!("braces nest more than {MAX_BRACE_DEPTH} deep"),
+        });
     }
     let mut compiler = protox::Compiler::with_file_resolver(sources);
     compiler.include_imports(true);
@@ -298,6 +307,40 @@ message Order { int64 id = 1; }
         );
         assert_eq!(key_of("a/b/c.proto"), "c.proto");
         assert_eq!(key_of("c.proto"), "c.proto");
+    }
+
+    /// Braces are counted outside comments and strings; a source nesting them past the limit
+    /// (an option value of a type that holds itself, nested to overflow the parser's stack)
+    /// is refused before it is parsed.
+    #[test]
+    fn sources_nesting_braces_too_deep_are_refused_unparsed() {
+        assert_eq!(brace_depth("message A { message B { } } message C {}"), 2);
+        assert_eq!(
+            brace_depth("// {{{{\n/* {{{ */ message A { string s = 1 [default = \"{{\\\"{\"]; }"),
+            1
+        );
+        assert_eq!(brace_depth("option (x) = { a: '{' b { c: 1 } };"), 2);
+        let deep = format!(
+            "syntax = \"proto2\";\nimport \"google/protobuf/descriptor.proto\";\n\
+             message R {{ optional R r = 1; }}\n\
+             extend google.protobuf.MessageOptions {{ optional R rec = 50000; }}\n\
+             message M {{ option (rec) = {{ {}{} }}; }}\n",
+            "r { ".repeat(MAX_BRACE_DEPTH),
+            "} ".repeat(MAX_BRACE_DEPTH)
+        );
+        let options = GrpcOptions {
+            proto_files: vec!["deep.proto".into()],
+            ..Default::default()
+        };
+        let e = compile_sources(
+            &options,
+            Sources::new(BTreeMap::from([("deep.proto".into(), deep)])),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("grpc.proto_files: `deep.proto`: braces nest more than {MAX_BRACE_DEPTH} deep")
+        );
     }
 
     #[test]

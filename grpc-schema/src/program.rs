@@ -630,6 +630,29 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
         set(obj, path, value);
     }
 
+    /// Compiles `written`, renders it with `${d.t}` = `bee`, `${d.empty}` = ``, `${d.zero}` =
+    /// `0` and `${d.n}` = `300`, and checks that prost-reflect decodes it into the message
+    /// `rendered` gives.
+    fn renders_as(desc: &MessageDescriptor, written: Value, rendered: Value) {
+        let texts = BTreeMap::from([
+            ("${d.t}", "bee"),
+            ("${d.empty}", ""),
+            ("${d.zero}", "0"),
+            ("${d.n}", "300"),
+        ]);
+        let program = compile(desc, &GrpcMessage::new(written)).unwrap();
+        let enc = Encoder::new(&program).unwrap();
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        enc.encode_frame(&mut out, &mut scratch, &mut |i, buf| {
+            let t = enc.templates()[i].to_string();
+            buf.extend_from_slice(texts[t.as_str()].as_bytes());
+        })
+        .unwrap();
+        let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
+        let want = decode(desc, rendered, "").unwrap();
+        assert_eq!(got, want);
+    }
+
     /// Templates in lists: each element in its place, fixed ones beside them, scalars (zero
     /// included) and messages, decoded by prost-reflect into the message the rendered JSON
     /// gives.
@@ -648,23 +671,7 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
             "items": [{ "note": "fixed" }, { "note": "bee", "n": 2 }, { "deeper": { "n": 300 } }],
             "s": "bee"
         });
-        let texts = BTreeMap::from([
-            ("${d.t}", "bee"),
-            ("${d.empty}", ""),
-            ("${d.zero}", "0"),
-            ("${d.n}", "300"),
-        ]);
-        let program = compile(&desc, &GrpcMessage::new(written)).unwrap();
-        let enc = Encoder::new(&program).unwrap();
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        enc.encode_frame(&mut out, &mut scratch, &mut |i, buf| {
-            let t = enc.templates()[i].to_string();
-            buf.extend_from_slice(texts[t.as_str()].as_bytes());
-        })
-        .unwrap();
-        let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
-        let want = decode(&desc, rendered, "").unwrap();
-        assert_eq!(got, want);
+        renders_as(&desc, written, rendered);
     }
 
     /// Templates in map values: each entry a message of its key and value, fixed entries beside
@@ -686,23 +693,7 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
             "flags": { "true": 0, "false": 300 },
             "s": "bee"
         });
-        let texts = BTreeMap::from([
-            ("${d.t}", "bee"),
-            ("${d.empty}", ""),
-            ("${d.zero}", "0"),
-            ("${d.n}", "300"),
-        ]);
-        let program = compile(&desc, &GrpcMessage::new(written)).unwrap();
-        let enc = Encoder::new(&program).unwrap();
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        enc.encode_frame(&mut out, &mut scratch, &mut |i, buf| {
-            let t = enc.templates()[i].to_string();
-            buf.extend_from_slice(texts[t.as_str()].as_bytes());
-        })
-        .unwrap();
-        let got = DynamicMessage::decode(desc.clone(), &out[5..]).unwrap();
-        let want = decode(&desc, rendered, "").unwrap();
-        assert_eq!(got, want);
+        renders_as(&desc, written, rendered);
 
         for (msg, at, why) in [
             (

@@ -30,9 +30,12 @@ impl Sources {
         self.files.contains_key(key)
     }
 
-    /// The keys, for messages that say what there is.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.files.keys().map(String::as_str)
+    /// The key of the first source whose braces nest deeper than `limit`.
+    pub fn deeper_than(&self, limit: usize) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|(_, text)| brace_depth(text) > limit)
+            .map(|(k, _)| k.as_str())
     }
 }
 
@@ -40,6 +43,59 @@ impl Sources {
 /// name.
 pub fn key_of(name: &str) -> &str {
     name.rsplit(['/', '\\']).next().unwrap_or(name)
+}
+
+/// Deepest `{` nesting a source may have. protobuf nests messages at most 31 deep; option
+/// values in text format add a few more. protox bounds the nesting of declarations, but the
+/// text-format value of an option whose type holds itself is parsed recursively, so a
+/// ConfigMap written to nest it a million deep would overflow the controller's stack.
+pub const MAX_BRACE_DEPTH: usize = 64;
+
+/// The deepest `{` nesting of a `.proto` source, braces in comments and string literals
+/// not counted.
+pub fn brace_depth(source: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut star = false;
+                for c in chars.by_ref() {
+                    if star && c == '/' {
+                        break;
+                    }
+                    star = c == '*';
+                }
+            }
+            '"' | '\'' => {
+                while let Some(x) = chars.next() {
+                    match x {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '\n' => break,
+                        x if x == c => break,
+                        _ => {}
+                    }
+                }
+            }
+            '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 impl FileResolver for Sources {

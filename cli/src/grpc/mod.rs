@@ -176,25 +176,19 @@ mod tests {
 
     const PROTO: &str = r#"
 syntax = "proto3";
-package shop.v1;
-import "google/protobuf/timestamp.proto";
-service Orders {
-  rpc Get(GetRequest) returns (Order);
-  rpc Watch(GetRequest) returns (stream Order);
-}
-message GetRequest { int64 id = 1; bool verbose = 2; Inner inner = 3; repeated uint32 codes = 4; }
-message Inner { string note = 1; google.protobuf.Timestamp at = 2; }
-message Order { int64 id = 1; }
+package t.v1;
+service Items { rpc Get(Item) returns (Item); }
+message Item { int64 id = 1; string note = 2; }
 "#;
 
     fn pool() -> (tempfile::TempDir, Scenario) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("protos")).unwrap();
-        std::fs::write(dir.path().join("protos/shop.proto"), PROTO).unwrap();
+        std::fs::write(dir.path().join("protos/items.proto"), PROTO).unwrap();
         let s = Scenario::from_yaml(
-            "name: g\ntarget: grpc://127.0.0.1:1\ngrpc: { proto_files: [protos/shop.proto] }\n\
+            "name: g\ntarget: grpc://127.0.0.1:1\ngrpc: { proto_files: [protos/items.proto] }\n\
              phases: [{ duration: 1s, arrival_rate: 1 }]\n\
-             session:\n  - grpc: { method: shop.v1.Orders/Get, message: { id: 7, inner: { note: hi, at: \"2024-01-01T00:00:00Z\" } } }\n",
+             session:\n  - grpc: { method: t.v1.Items/Get, message: { id: 7, note: hi } }\n",
         )
         .unwrap();
         (dir, s)
@@ -211,9 +205,9 @@ message Order { int64 id = 1; }
             .frame_bytes()
             .unwrap()
             .unwrap();
-        // id = 7 (field 1, varint), then inner (field 3, length-delimited).
+        // id = 7 (field 1, varint), then note (field 2, length-delimited).
         assert_eq!(&frame[5..7], [0x08, 7]);
-        assert_eq!(frame[7], 0x1a);
+        assert_eq!(&frame[7..11], [0x12, 2, b'h', b'i']);
         assert_eq!(
             u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize,
             frame.len() - 5

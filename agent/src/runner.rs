@@ -283,11 +283,24 @@ pub async fn execute(
 
     let mut queues = Vec::new();
     let mut loops = Vec::new();
+    let mut connections = Vec::new();
     for spec in &run.workloads {
-        let (arrivals, queue) = start_workload(spec, &rec, &tracker, t0, &stop);
+        let (arrivals, queue) = start_workload(spec, &rec, &tracker, t0, &stop, &mut connections);
         loops.extend(arrivals);
         queues.extend(queue);
     }
+    // A stop aborts the connection tasks of the closed and constant models. They live for
+    // the whole run and do not wait on the stop themselves: that would lock the token's one
+    // waiter list at every poll of every connection, on every core.
+    let aborter = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            for task in connections {
+                task.abort();
+            }
+        })
+    };
     for arrivals in loops {
         if arrivals.await.is_err() {
             tracing::error!("an arrival loop panicked; stopping the run");
@@ -296,6 +309,7 @@ pub async fn execute(
     }
     tracker.close();
     tracker.wait().await;
+    aborter.abort();
     for slots in queues {
         // Stopped early: slots still queued were never started.
         for (_, phase, _, _) in slots.close_and_take() {
@@ -335,13 +349,15 @@ pub async fn execute(
 }
 
 /// Starts one workload's load from `t0` plus its start offset: its arrival loop (open and
-/// constant models, on a thread of its own) and its connections (closed and constant).
+/// constant models, on a thread of its own) and its connections (closed and constant), whose
+/// tasks go to `tasks` for a stop to abort.
 fn start_workload(
     spec: &Arc<RunSpec>,
     rec: &Arc<Recorder>,
     tracker: &TaskTracker,
     t0: Instant,
     stop: &CancellationToken,
+    tasks: &mut Vec<tokio::task::AbortHandle>,
 ) -> (Option<tokio::task::JoinHandle<()>>, Option<Arc<SlotQueue>>) {
     let t0 = t0 + spec.start;
     // The arrival loop is a task paced by a timerfd (`arrivals`): tokio's timer has
@@ -371,7 +387,12 @@ fn start_workload(
                             connection: a.index,
                             kind,
                         };
-                        session(&spec, &rec, at, &stop, &mut conn).await;
+                        // One wait on the stop per session, not per request.
+                        tokio::select! {
+                            biased;
+                            _ = stop.cancelled() => {}
+                            _ = session(&spec, &rec, at, &stop, &mut conn) => {}
+                        }
                         drop(conn);
                     }));
                 })
@@ -388,7 +409,7 @@ fn start_workload(
             for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                 let stripe = (first + c as u64, total.max(1));
-                if streams > 1 {
+                let task = if streams > 1 {
                     tracker.spawn(closed_streams(
                         spec,
                         rec,
@@ -396,7 +417,7 @@ fn start_workload(
                         stripe,
                         streams,
                         stop,
-                    ));
+                    ))
                 } else {
                     tracker.spawn(closed_connection(
                         spec,
@@ -405,8 +426,9 @@ fn start_workload(
                         t0 + duration,
                         stripe,
                         stop,
-                    ));
-                }
+                    ))
+                };
+                tasks.push(task.abort_handle());
             }
             None
         }
@@ -419,11 +441,12 @@ fn start_workload(
             for c in 0..connections as u64 {
                 let (rec, spec, stop, slots) =
                     (rec.clone(), spec.clone(), stop.clone(), slots.clone());
-                if streams > 1 {
-                    tracker.spawn(pooled_streams(spec, rec, slots, first + c, streams, stop));
+                let task = if streams > 1 {
+                    tracker.spawn(pooled_streams(spec, rec, slots, first + c, streams, stop))
                 } else {
-                    tracker.spawn(pooled_connection(spec, rec, slots, first + c, stop));
-                }
+                    tracker.spawn(pooled_connection(spec, rec, slots, first + c, stop))
+                };
+                tasks.push(task.abort_handle());
             }
             queue = Some(slots.clone());
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
@@ -649,14 +672,8 @@ async fn pooled_loop<'a>(
     mut conn: Option<Tracked<'a>>,
     stop: &CancellationToken,
 ) {
-    loop {
-        let next = tokio::select! {
-            m = slots.pop() => m,
-            _ = stop.cancelled() => None,
-        };
-        let Some((intended, phase, index, kind)) = next else {
-            break;
-        };
+    // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
+    while let Some((intended, phase, index, kind)) = slots.pop().await {
         let at = At {
             intended,
             phase,
@@ -678,6 +695,77 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// A stop ends a closed or a constant load at once while every request hangs: their
+    /// connection tasks, which do not wait on the stop themselves, are aborted rather than
+    /// left to the request timeout. The target accepts four connections, reads a request on
+    /// each and never answers (a blocking thread, which holds the paused clock still).
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_hanging_connections_at_once() {
+        use super::{execute, RunEnd};
+        use stampede_proto::v1;
+        use std::io::Read;
+        use tokio::time::Instant;
+        for load in [
+            "{ model: closed, connections: 4, duration: 30s }",
+            "{ model: constant, rate: 50, connections: 4, duration: 30s }",
+        ] {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let held = tokio::task::spawn_blocking(move || {
+                (0..4)
+                    .map(|_| {
+                        let (mut s, _) = listener.accept().unwrap();
+                        let mut request = [0u8; 16];
+                        s.read_exact(&mut request).unwrap();
+                        s
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let scenario = format!(
+                "name: hang\ntarget: http://{addr}\nrequest_timeout: 60s\nload: {load}\n\
+                 session:\n  - http: {{ path: / }}\n"
+            );
+            let assign = v1::Assign {
+                run_id: "r".into(),
+                scenario,
+                shard_index: 0,
+                shard_count: 1,
+                seed: 1,
+                interval_ms: 1000,
+                ..Default::default()
+            };
+            let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
+            let run = crate::assign::prepare(&cfg, &assign, Default::default())
+                .await
+                .unwrap();
+            let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
+            let stop = tokio_util::sync::CancellationToken::new();
+            let run = tokio::spawn(execute(Arc::new(run), Instant::now(), out, stop.clone()));
+            let held = held.await.unwrap();
+            let stopped = Instant::now();
+            stop.cancel();
+            assert_eq!(run.await.unwrap(), RunEnd::Stopped, "{load}");
+            assert!(
+                stopped.elapsed() < Duration::from_millis(100),
+                "{load}: stopped after {:?}",
+                stopped.elapsed()
+            );
+            // Four requests were in flight, and none of them ended.
+            let (mut started, mut ended) = (0, 0);
+            while let Ok(m) = messages.try_recv() {
+                if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
+                    for ph in &p.samples {
+                        let c = ph.counters.as_ref().unwrap();
+                        started += c.requests_started;
+                        ended += c.requests_completed + c.requests_failed;
+                    }
+                }
+            }
+            assert_eq!((started, ended), (4, 0), "{load}");
+            drop(held);
+        }
+    }
 
     /// A think time drawn from a range depends on the run seed and the arrival index only:
     /// a rerun pauses the same, whatever ran before.

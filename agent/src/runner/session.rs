@@ -149,15 +149,14 @@ pub(super) async fn session<'a>(
                     let sent = Instant::now();
                     rec.with(phase, |s| s.counters.requests_started += 1);
                     let deadline = sent + spec.request_timeout;
-                    // One timer for the connect and the request together.
-                    let result = tokio::select! {
-                        r = tokio::time::timeout_at(
-                            deadline,
-                            exchange(spec, rec, conn, step, &mut vars, last, deadline),
-                        ) => r,
-                        _ = stop.cancelled() => return true,
-                    };
-                    let result = result.unwrap_or_else(|_| {
+                    // One timer for the connect and the request together. No wait on the
+                    // stop here: the caller drops the session when the run stops.
+                    let result = tokio::time::timeout_at(
+                        deadline,
+                        exchange(spec, rec, conn, step, &mut vars, last, deadline),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
                         // A connection left mid-request cannot carry another one.
                         let connected = conn.take().is_some();
                         Err(Failure(if connected {

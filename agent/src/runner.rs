@@ -479,10 +479,8 @@ async fn closed_connection(
     (index, stride): (u64, u64),
     stop: CancellationToken,
 ) {
-    tokio::select! {
-        _ = tokio::time::sleep_until(t0) => {}
-        _ = stop.cancelled() => return,
-    }
+    // A stop before `t0` aborts this task like any other time (`execute`).
+    tokio::time::sleep_until(t0).await;
     // The loop inline, not through `closed_loop`: this future exists once per connection
     // for the whole run, and nesting would hold the arguments twice.
     let mut conn = None;
@@ -543,10 +541,8 @@ async fn closed_streams(
     streams: u64,
     stop: CancellationToken,
 ) {
-    tokio::select! {
-        _ = tokio::time::sleep_until(t0) => {}
-        _ = stop.cancelled() => return,
-    }
+    // A stop before `t0` aborts this task like any other time (`execute`).
+    tokio::time::sleep_until(t0).await;
     let link = open_shared(&spec, &rec).await;
     let loops = (0..streams).map(|s| {
         let conn = stream_handle(link.as_ref(), &rec);

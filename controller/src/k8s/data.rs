@@ -57,17 +57,8 @@ pub(crate) async fn resolve(
         if fetched.contains_key(&id) {
             continue;
         }
-        let object = fetch(client, namespace, *kind, name).await.map_err(|e| {
-            let field = format!("data.{source}.{}", kind.field());
-            let what = format!("{kind} {namespace}/{name}");
-            match e {
-                kube::Error::Api(s) if s.is_forbidden() => DataFailure::Invalid(format!(
-                    "{field}: the controller may not read {what} (forbidden: its Role grants get on \
-                     configmaps and secrets in its own namespace only)"
-                )),
-                other => DataFailure::Missing(format!("{field}: reading {what}: {other}")),
-            }
-        })?;
+        let field = format!("data.{source}.{}", kind.field());
+        let object = fetch(client, namespace, *kind, name, &field).await?;
         fetched.insert(id, object);
     }
     let mut read = Vec::with_capacity(wanted.len());
@@ -93,8 +84,30 @@ pub(crate) async fn resolve(
     Ok(Some(read.join("; ")))
 }
 
-/// The object's keys and bytes, `None` when it does not exist.
+/// The object's keys and bytes, `None` when it does not exist. A read the Role forbids cannot
+/// work ([`DataFailure::Invalid`]); any other failure may pass ([`DataFailure::Missing`]).
+/// `field` is the scenario field that names the object, for the messages.
 pub(super) async fn fetch(
+    client: &kube::Client,
+    namespace: &str,
+    kind: ObjectKind,
+    name: &str,
+    field: &str,
+) -> Result<Option<ObjectData>, DataFailure> {
+    get(client, namespace, kind, name).await.map_err(|e| {
+        let what = format!("{kind} {namespace}/{name}");
+        match e {
+            kube::Error::Api(s) if s.is_forbidden() => DataFailure::Invalid(format!(
+                "{field}: the controller may not read {what} (forbidden: its Role grants get on \
+                 configmaps and secrets in its own namespace only)"
+            )),
+            other => DataFailure::Missing(format!("{field}: reading {what}: {other}")),
+        }
+    })
+}
+
+/// One GET of the object: its keys and bytes.
+async fn get(
     client: &kube::Client,
     namespace: &str,
     kind: ObjectKind,

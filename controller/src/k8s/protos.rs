@@ -51,25 +51,24 @@ pub(crate) async fn resolve(
         )));
     };
     let what = format!("configmap {namespace}/{name}");
-    let object = super::data::fetch(client, namespace, ObjectKind::ConfigMap, name)
-        .await
-        .map_err(|e| match e {
-            kube::Error::Api(s) if s.is_forbidden() => DataFailure::Invalid(format!(
-                "grpc.config_map: the controller may not read {what} (forbidden: its Role grants \
-                 get on configmaps in its own namespace only)"
-            )),
-            other => DataFailure::Missing(format!("grpc.config_map: reading {what}: {other}")),
-        })?
-        .ok_or_else(|| {
-            DataFailure::Missing(format!(
-                "grpc.config_map: {}",
-                ObjectError::NotFound {
-                    kind: ObjectKind::ConfigMap,
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                }
-            ))
-        })?;
+    let object = super::data::fetch(
+        client,
+        namespace,
+        ObjectKind::ConfigMap,
+        name,
+        "grpc.config_map",
+    )
+    .await?
+    .ok_or_else(|| {
+        DataFailure::Missing(format!(
+            "grpc.config_map: {}",
+            ObjectError::NotFound {
+                kind: ObjectKind::ConfigMap,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }
+        ))
+    })?;
     if let Some(f) = options
         .proto_files
         .iter()

@@ -1,237 +1,34 @@
-//! Runs one shard: walks the whole-test schedule, starts the sessions this shard owns at their
-//! intended times, records both latencies per request, and ships interval data. What one
-//! session does is in `session`; what the sessions record, and how an interval is shipped, in
-//! `recorder`; this module holds the compiled plan and the load models that start sessions.
+//! Runs one shard: starts each workload's load model from one T0 (the open model's sessions
+//! at their intended times, the closed and constant models' connection tasks), ships interval
+//! data, and stops it all when told. The compiled plan is in `plan`; the connection tasks of
+//! the closed and constant models in `models`; what one session does in `session`; what the
+//! sessions record, and how an interval is shipped, in `recorder`.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use stampede_core::scenario::ThinkTime;
-use stampede_core::schedule::Schedule;
-use stampede_core::shard::ShardFilter;
 use stampede_proto::v1;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::http1::{Conn, Failure, PreparedRequest};
-use crate::pool::{Closer, RateSlot, Refused, SlotQueue};
-use crate::stream::{FramedRequest, StreamConn};
-use crate::udp::{DatagramRequest, UdpConn};
+use crate::pool::{Closer, SlotQueue};
 
+mod models;
+mod plan;
 mod recorder;
 mod session;
 
+use models::{
+    closed_connection, closed_streams, enqueue, pooled_connection, pooled_streams, MAX_QUEUED_SLOTS,
+};
+pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
 pub use recorder::Recorder;
 use recorder::{empty_buffers, final_interval, interval_index, progress, InFlight};
 #[cfg(test)]
 use session::{last_on_connection, think};
 use session::{session, At};
-
-/// A step compiled for the hot path.
-#[derive(Debug, Clone)]
-pub enum StepPlan {
-    Http {
-        /// Ordinal among request steps (the per-step breakdown index).
-        ordinal: usize,
-        request: PreparedRequest,
-        /// The same request for HTTP/2 (set when the target speaks h2c).
-        h2: Option<crate::h2::H2Request>,
-        expect: Option<Vec<u16>>,
-        repeat: u32,
-        new_connection: bool,
-    },
-    /// An HTTP request rendered per session (templates, cookies), or whose response is
-    /// captured (extract, check): see [`crate::dynamic`].
-    HttpDynamic {
-        ordinal: usize,
-        step: Arc<crate::dynamic::DynamicHttp>,
-        repeat: u32,
-        new_connection: bool,
-    },
-    /// A framed request/response over the session's TCP or Unix stream.
-    Tcp {
-        ordinal: usize,
-        request: FramedRequest,
-        /// The payload rendered per session (a template) or the reply read (extract, check).
-        send: Option<Arc<crate::dynamic::DynamicSend>>,
-        repeat: u32,
-        new_connection: bool,
-    },
-    /// A datagram and its reply over the session's UDP socket.
-    Udp {
-        ordinal: usize,
-        request: DatagramRequest,
-        /// The payload rendered per session (a template) or the reply read (extract, check).
-        send: Option<Arc<crate::dynamic::DynamicSend>>,
-        repeat: u32,
-        new_connection: bool,
-    },
-    /// A unary gRPC call (its frame encoded by the CLI) over the session's HTTP/2 connection.
-    Grpc {
-        ordinal: usize,
-        request: crate::grpc::GrpcRequest,
-        /// The call's templated message or metadata, rendered per call.
-        dynamic: Option<Arc<crate::grpc::DynamicCall>>,
-        repeat: u32,
-        new_connection: bool,
-    },
-    Think(ThinkTime),
-}
-
-/// Where the target is, resolved once per run; the scheme picks the driver.
-#[derive(Debug, Clone)]
-pub enum Endpoint {
-    /// `http://`: HTTP/1.1 over TCP; `https://`: over TLS.
-    Http(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
-    /// `http_version: "2"`: h2c with prior knowledge over `http://`, h2 by ALPN over `https://`.
-    H2(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
-    /// `tcp://`: framed request/response over TCP.
-    Tcp(SocketAddr),
-    /// `unix:///path`: framed request/response over a Unix stream socket.
-    Unix(std::path::PathBuf),
-    /// `udp://`: datagrams.
-    Udp(SocketAddr),
-}
-
-/// A session's connection, whatever the transport.
-#[derive(Debug)]
-pub enum Link {
-    Http1(Conn),
-    H2(crate::h2::H2Conn),
-    Stream(StreamConn),
-    Udp(UdpConn),
-}
-
-impl Link {
-    /// Another handle on this connection for a concurrent session: HTTP/2 only (its
-    /// sessions run on streams of their own); `None` for transports that carry one exchange
-    /// at a time.
-    pub(crate) fn share(&self) -> Option<Link> {
-        match self {
-            Link::H2(c) => Some(Link::H2(c.clone())),
-            _ => None,
-        }
-    }
-
-    /// The HTTP/1.1 connect is inline and the h2 one boxed: every connection of a large
-    /// closed run connects at once, and this future's size is then paid per connection.
-    pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
-        Ok(match endpoint {
-            Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
-            Endpoint::H2(a, tls) => {
-                Link::H2(Box::pin(crate::h2::H2Conn::connect(*a, tls.as_deref())).await?)
-            }
-            Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
-            Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
-            Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),
-        })
-    }
-}
-
-/// How a shard generates load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Open model: each owned arrival of the schedule starts a new session.
-    Arrivals,
-    /// Closed model: this many connections, each looping the session back to back until
-    /// `duration` after T0. This shard's connections are `first..first + connections` of
-    /// `total`; connection `c`'s `k`-th session has index `c + k × total` (its data row).
-    Closed {
-        connections: usize,
-        duration: Duration,
-        first: u64,
-        total: u64,
-        /// Sessions running at once on each connection (HTTP/2 streams; 1 otherwise).
-        streams: u64,
-    },
-    /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
-    /// on the first free connection of a pool of this many. A slot that finds every
-    /// connection busy waits in a queue; its response time still counts from its slot. The
-    /// pool's connections are `first..first + connections` of the run's (their data rows);
-    /// each runs `streams` slots at once (HTTP/2 streams; 1 otherwise).
-    Constant {
-        connections: usize,
-        first: u64,
-        streams: u64,
-    },
-}
-
-/// This agent's part of a run: one [`RunSpec`] per workload, started together from one T0,
-/// recording into one recorder (global phase and step indexes).
-#[derive(Debug, Clone)]
-pub struct ShardRun {
-    pub run_id: String,
-    pub interval: Duration,
-    /// Phases of the run, all workloads together.
-    pub phases: usize,
-    /// Request steps of the run, all workloads and session types together.
-    pub steps: usize,
-    pub workloads: Vec<Arc<RunSpec>>,
-    /// The values of the setup steps, when this agent ran them: sent in its Ready.
-    pub setup_values: Vec<String>,
-    /// The run's dynamic context (shared by the workloads), where setup values that arrive in
-    /// the Start or from a refresh are put.
-    pub context: Option<Arc<crate::dynamic::Context>>,
-    /// When the scenario refreshes its setup: what a refresh needs. Every agent holds it, so
-    /// that any can take over when the one that runs the setup is lost.
-    pub refresh: Option<Arc<crate::setup::Refresh>>,
-    /// This agent ran the setup, so it refreshes from the start.
-    pub runs_setup: bool,
-}
-
-impl ShardRun {
-    /// Planned sessions of this shard, all workloads together.
-    pub fn planned(&self) -> u64 {
-        self.workloads
-            .iter()
-            .flat_map(|w| &w.planned)
-            .fold(0u64, |a, p| a.saturating_add(*p))
-    }
-}
-
-/// Everything needed to run one workload of a shard.
-#[derive(Debug, Clone)]
-pub struct RunSpec {
-    pub schedule: Schedule,
-    /// Which of the workload's arrivals this shard runs; `None` when it runs none (a
-    /// constant load with fewer connections than agents gives its slots only to the agents
-    /// holding its connections).
-    pub filter: Option<ShardFilter>,
-    pub target: Endpoint,
-    /// The steps of each session type (one for a `session:`), request steps numbered in the
-    /// run's global step order.
-    pub types: Vec<Vec<StepPlan>>,
-    /// Which type each session runs: the mix's table, read at this shard's (or, closed, this
-    /// connection's) offset plus its own session count.
-    pub mix: stampede_core::workload::Mix,
-    /// Where this shard's arrivals start in the mix's table.
-    pub mix_offset: u64,
-    /// Global index of the first session type, when sessions are counted per type (a mix);
-    /// `None` for a single session.
-    pub count_types: Option<u32>,
-    pub request_timeout: Duration,
-    /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
-    pub capacity: usize,
-    pub mode: Mode,
-    /// When this workload starts, after T0.
-    pub start: Duration,
-    /// Number of this workload's phases (its own, or 1 for a closed/constant load).
-    pub phases: usize,
-    /// Global index of its first phase (what the recorder and the report index by).
-    pub phase_base: u32,
-    /// This shard's planned sessions per phase (arithmetic, [`stampede_core::plan::Plan::shard_sessions`]):
-    /// what a stop leaves undone is this minus what was handled, never a walk of the rest.
-    pub planned: Vec<u64>,
-    /// Data rows and variables of dynamic steps; `None` when every step is static, and then
-    /// sessions carry no variables at all.
-    pub dynamic: Option<Arc<crate::dynamic::Context>>,
-    /// The run's seed: with the arrival index, it seeds a session's think times.
-    pub seed: u64,
-}
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,6 +179,7 @@ fn start_workload(
                         let mut conn = None;
                         let at = At {
                             intended,
+                            plan: false,
                             phase: a.phase,
                             index: a.index,
                             connection: a.index,
@@ -464,222 +262,6 @@ fn start_workload(
         }
     };
     (arrivals, queue)
-}
-
-/// One connection of a closed load: runs the session back to back, keeping the connection
-/// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
-/// connection's global index and the stride between its sessions' indexes (the number of
-/// connections); with a mix, the connection's `k`-th session runs the type at `k` plus the
-/// connection's own offset in the table.
-async fn closed_connection(
-    spec: Arc<RunSpec>,
-    rec: Arc<Recorder>,
-    t0: Instant,
-    end: Instant,
-    (index, stride): (u64, u64),
-    stop: CancellationToken,
-) {
-    // A stop before `t0` aborts this task like any other time (`execute`).
-    tokio::time::sleep_until(t0).await;
-    // The loop inline, not through `closed_loop`: this future exists once per connection
-    // for the whole run, and nesting would hold the arguments twice.
-    let mut conn = None;
-    let offset = spec.mix.offset(index, stride);
-    let mut own = 0u64;
-    while let Some(at) = next_closed(
-        &spec,
-        &rec,
-        end,
-        (index, stride),
-        index,
-        (offset, own),
-        &stop,
-    ) {
-        if !session(&spec, &rec, at, &stop, &mut conn).await {
-            break;
-        }
-        own += 1;
-    }
-    drop(conn);
-}
-
-/// The next session of a closed stripe (its `own`-th, with index `first + own × stride`),
-/// counted as planned; `None` once `end` has passed or the run stopped.
-fn next_closed(
-    spec: &RunSpec,
-    rec: &Recorder,
-    end: Instant,
-    (first, stride): (u64, u64),
-    connection: u64,
-    (offset, own): (u64, u64),
-    stop: &CancellationToken,
-) -> Option<At> {
-    let now = Instant::now();
-    if now >= end || stop.is_cancelled() {
-        return None;
-    }
-    let phase = spec.phase_base;
-    rec.with(phase, |s| s.counters.sessions_planned += 1);
-    Some(At {
-        intended: now,
-        phase,
-        index: first + own * stride,
-        connection,
-        kind: spec.mix.pick(offset.wrapping_add(own)),
-    })
-}
-
-/// One connection of a closed load carrying `streams` sessions at once (HTTP/2): opened
-/// once and counted once; stream `s` of connection `c` of `C` runs the sessions of the
-/// virtual stripe `c·streams + s` of `C·streams` (its indexes and its place in the mix),
-/// with connection `c`'s data rows. A stream whose connection fails opens one of its own.
-async fn closed_streams(
-    spec: Arc<RunSpec>,
-    rec: Arc<Recorder>,
-    (t0, end): (Instant, Instant),
-    (connection, total): (u64, u64),
-    streams: u64,
-    stop: CancellationToken,
-) {
-    // A stop before `t0` aborts this task like any other time (`execute`).
-    tokio::time::sleep_until(t0).await;
-    let link = open_shared(&spec, &rec).await;
-    let loops = (0..streams).map(|s| {
-        let conn = stream_handle(link.as_ref(), &rec);
-        let stripe = (connection * streams + s, total * streams);
-        closed_loop(&spec, &rec, end, stripe, connection, conn, &stop)
-    });
-    futures::future::join_all(loops).await;
-    drop(link);
-}
-
-/// Opens the connection that several streams share, counted once; `None` when it cannot be
-/// opened now (each stream then opens its own, and its session records why).
-async fn open_shared<'a>(spec: &RunSpec, rec: &'a Recorder) -> Option<Tracked<'a>> {
-    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(&spec.target)))
-        .await
-        .ok()?
-        .ok()?;
-    Some(rec.connections.track(link))
-}
-
-/// A handle for one stream on the shared connection `link` (not counted again); `None`
-/// when there is none, and the stream then opens a connection of its own.
-fn stream_handle<'a>(link: Option<&Tracked<'a>>, rec: &'a Recorder) -> Option<Tracked<'a>> {
-    link.and_then(|l| l.conn.share())
-        .map(|l| rec.connections.shared(l))
-}
-
-/// The loop of [`closed_connection`]: sessions back to back on `conn` (opened on first use
-/// when `None`) until `end`, the `k`-th with index `index + k × stride`.
-async fn closed_loop<'a>(
-    spec: &RunSpec,
-    rec: &'a Recorder,
-    end: Instant,
-    (index, stride): (u64, u64),
-    connection: u64,
-    mut conn: Option<Tracked<'a>>,
-    stop: &CancellationToken,
-) {
-    let offset = spec.mix.offset(index, stride);
-    let mut own = 0u64;
-    while let Some(at) = next_closed(
-        spec,
-        rec,
-        end,
-        (index, stride),
-        connection,
-        (offset, own),
-        stop,
-    ) {
-        if !session(spec, rec, at, stop, &mut conn).await {
-            break;
-        }
-        own += 1;
-    }
-    drop(conn);
-}
-
-/// Most constant-rate slots waiting for a free connection. Slots queue while every connection
-/// is busy; against a target that stalls, they would pile up at the scheduled rate (1e6/s for
-/// a minute is 2 GB). Past this bound (about 24 MiB of slots, seconds of backlog at any rate a
-/// pool keeps up with) a slot is dropped and counted, and the report shows the generator fell
-/// behind.
-const MAX_QUEUED_SLOTS: usize = 1 << 20;
-
-/// Queues `slot` for the pool; false when it was dropped (queue full, or the pool is gone).
-/// Warns once per run when the queue first overflows.
-fn enqueue(slots: &SlotQueue, slot: RateSlot, warned: &mut bool) -> bool {
-    match slots.push(slot) {
-        Ok(()) => true,
-        Err(Refused::Full) => {
-            if !*warned {
-                *warned = true;
-                tracing::warn!(
-                    queued = slots.bound(),
-                    "every connection is busy and the slot queue is full: dropping slots (counted as dropped arrivals)"
-                );
-            }
-            false
-        }
-        Err(Refused::Closed) => false,
-    }
-}
-
-/// One connection of a constant-rate pool (the run's connection `connection`): takes the next
-/// due slot from the shared queue and runs the session for it, from the slot's intended time.
-async fn pooled_connection(
-    spec: Arc<RunSpec>,
-    rec: Arc<Recorder>,
-    slots: Arc<SlotQueue>,
-    connection: u64,
-    stop: CancellationToken,
-) {
-    pooled_loop(&spec, &rec, &slots, connection, None, &stop).await;
-}
-
-/// One connection of a constant-rate pool carrying `streams` slots at once (HTTP/2): opened
-/// once and counted once, each stream taking slots from the queue like a connection of its
-/// own. A stream whose connection fails opens one of its own.
-async fn pooled_streams(
-    spec: Arc<RunSpec>,
-    rec: Arc<Recorder>,
-    slots: Arc<SlotQueue>,
-    connection: u64,
-    streams: u64,
-    stop: CancellationToken,
-) {
-    let link = open_shared(&spec, &rec).await;
-    let loops = (0..streams).map(|_| {
-        let conn = stream_handle(link.as_ref(), &rec);
-        pooled_loop(&spec, &rec, &slots, connection, conn, &stop)
-    });
-    futures::future::join_all(loops).await;
-    drop(link);
-}
-
-/// The loop of [`pooled_connection`]: the next due slot's session on `conn` (opened on first
-/// use when `None`), until the queue closes or the run stops.
-async fn pooled_loop<'a>(
-    spec: &RunSpec,
-    rec: &'a Recorder,
-    slots: &SlotQueue,
-    connection: u64,
-    mut conn: Option<Tracked<'a>>,
-    stop: &CancellationToken,
-) {
-    // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
-    while let Some((intended, phase, index, kind)) = slots.pop().await {
-        let at = At {
-            intended,
-            phase,
-            index,
-            connection,
-            kind,
-        };
-        session(spec, rec, at, stop, &mut conn).await;
-    }
-    drop(conn);
 }
 
 /// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.
@@ -767,6 +349,93 @@ mod tests {
             );
             drop(held);
         }
+    }
+
+    /// A closed session is counted as planned and started in the lock its first request's
+    /// start takes, and as ended in the lock its last result takes: two recorder locks per
+    /// request, with the same counts as before. The target answers three sessions of two
+    /// requests (`/a`, then `/b`) on one kept-alive connection, 200 200, 200 500, 500, then
+    /// holds the fourth session's first request until the run stops.
+    #[tokio::test(start_paused = true)]
+    async fn closed_sessions_are_counted_in_the_locks_of_their_requests() {
+        use super::execute;
+        use stampede_proto::v1;
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::task::spawn_blocking(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let mut out = s;
+            for status in [200, 200, 200, 500, 500, 0] {
+                // A request without a body: its head ends at the empty line.
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 0 && !line.ends_with("\r\n\r\n") {}
+                if status == 0 {
+                    break;
+                }
+                write!(out, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").unwrap();
+            }
+            out
+        });
+        let scenario = format!(
+            "name: count\ntarget: http://{addr}\nrequest_timeout: 60s\n\
+             load: {{ model: closed, connections: 1, duration: 30s }}\n\
+             session:\n  - http: {{ path: /a }}\n  - http: {{ path: /b }}\n"
+        );
+        let assign = v1::Assign {
+            run_id: "r".into(),
+            scenario,
+            shard_index: 0,
+            shard_count: 1,
+            seed: 1,
+            interval_ms: 1000,
+            ..Default::default()
+        };
+        let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
+        let run = crate::assign::prepare(&cfg, &assign, Default::default())
+            .await
+            .unwrap();
+        let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
+        let stop = tokio_util::sync::CancellationToken::new();
+        super::recorder::TAKES.with(|t| t.set(0));
+        let task = tokio::spawn(execute(
+            Arc::new(run),
+            tokio::time::Instant::now(),
+            out,
+            stop.clone(),
+        ));
+        let held = held.await.unwrap();
+        stop.cancel();
+        task.await.unwrap();
+        let mut c = v1::Counters::default();
+        while let Ok(m) = messages.try_recv() {
+            if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
+                for s in p.samples {
+                    let s = s.counters.unwrap();
+                    c.sessions_planned += s.sessions_planned;
+                    c.sessions_started += s.sessions_started;
+                    c.sessions_completed += s.sessions_completed;
+                    c.sessions_failed += s.sessions_failed;
+                    c.requests_started += s.requests_started;
+                    c.requests_completed += s.requests_completed;
+                    c.requests_failed += s.requests_failed;
+                }
+            }
+        }
+        let counts = [
+            c.sessions_planned,
+            c.sessions_started,
+            c.sessions_completed,
+            c.sessions_failed,
+            c.requests_started,
+            c.requests_completed,
+            c.requests_failed,
+        ];
+        assert_eq!(counts, [4, 4, 1, 2, 6, 3, 2]);
+        // Five requests ended (two locks each) and one hangs (its start's lock).
+        assert_eq!(super::recorder::TAKES.with(|t| t.get()), 11);
+        drop(held);
     }
 
     /// A think time drawn from a range depends on the run seed and the arrival index only:

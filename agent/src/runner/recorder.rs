@@ -39,6 +39,13 @@ pub struct Recorder {
     pub connections: crate::net::ConnGauge,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times [`Recorder::with`] took the lock on this thread (what the sessions'
+    /// tests count, on their one-thread runtime).
+    pub(super) static TAKES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl Recorder {
     pub fn new(phases: usize, steps: usize) -> Self {
         Self {
@@ -58,6 +65,8 @@ impl Recorder {
     /// Applies `f` to the phase's stats.
     #[inline]
     pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut Stats) -> R) -> Option<R> {
+        #[cfg(test)]
+        TAKES.with(|t| t.set(t.get() + 1));
         let mut slots = self.lock();
         let slot = slots.get_mut(phase as usize)?;
         Some(f(slot.get_or_insert_with(|| {

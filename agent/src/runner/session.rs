@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::Rng as _;
 use stampede_core::scenario::{status_error, ThinkTime};
-use stampede_core::stats::error_kind;
+use stampede_core::stats::{error_kind, Stats};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +45,9 @@ pub(super) async fn think(
 pub(super) struct At {
     /// When it should have started.
     pub(super) intended: Instant,
+    /// Counted as planned when it starts: the closed model plans a session as it starts it
+    /// (and counts both in one lock); the open models count theirs at the arrival.
+    pub(super) plan: bool,
     pub(super) phase: u32,
     /// Its global arrival index (its data rows and generated values).
     pub(super) index: u64,
@@ -71,24 +74,29 @@ pub(super) async fn session<'a>(
         index,
         connection,
         kind,
+        plan,
     } = at;
     let Some(steps) = spec.types.get(kind as usize) else {
+        // Not a type of this run (cannot happen): shown as planned and dropped.
+        rec.with(phase, |s| {
+            if plan {
+                s.counters.sessions_planned += 1;
+            }
+            s.counters.dropped_arrivals += 1;
+        });
         return true;
-    };
-    // A mix counts its sessions per type (the report's planned against achieved).
-    let count_type = |rec: &Recorder, f: fn(&mut stampede_core::stats::TypeCounts)| {
-        if let Some(base) = spec.count_types {
-            rec.with(phase, |s| {
-                f(s.counters.session_types.entry(base + kind).or_default())
-            });
-        }
     };
     let mut vars = match &spec.dynamic {
         None => None,
         Some(ctx) => match ctx.session(index, connection) {
             Some(v) => Some(Box::new(v)),
             None => {
-                rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+                rec.with(phase, |s| {
+                    if plan {
+                        s.counters.sessions_planned += 1;
+                    }
+                    s.counters.dropped_arrivals += 1;
+                });
                 return false;
             }
         },
@@ -97,15 +105,22 @@ pub(super) async fn session<'a>(
     // session's future (10,000 connections are 10,000 of them), think time or not.
     let mut rng = None;
     let lag = Instant::now().saturating_duration_since(intended);
-    rec.with(phase, |s| s.record_start(us(lag)));
-    count_type(rec, |c| c.started += 1);
+    let mut tally = Tally {
+        plan,
+        start: Some(us(lag)),
+        kind: spec.count_types.map(|base| base + kind),
+        ended: false,
+    };
+    let last_step = steps.len().saturating_sub(1);
     // The time the next request should have been sent: the arrival for the first request,
     // then the end of the previous step.
     let mut due = intended;
-    let mut ok = true;
-    'steps: for (i, step) in steps.iter().enumerate() {
+    for (i, step) in steps.iter().enumerate() {
         match step {
             StepPlan::Think(t) => {
+                if tally.start.is_some() {
+                    rec.with(phase, |s| tally.open(s));
+                }
                 if !think(t, &mut rng, (spec.seed, index), stop).await {
                     return true;
                 }
@@ -147,7 +162,10 @@ pub(super) async fn session<'a>(
                     }
                     let last = last_on_connection(steps, i, r + 1 < *repeat);
                     let sent = Instant::now();
-                    rec.with(phase, |s| s.counters.requests_started += 1);
+                    rec.with(phase, |s| {
+                        tally.open(s);
+                        s.counters.requests_started += 1;
+                    });
                     let deadline = sent + spec.request_timeout;
                     // One timer for the connect and the request together. No wait on the
                     // stop here: the caller drops the session when the run stops.
@@ -168,6 +186,8 @@ pub(super) async fn session<'a>(
                     let done = Instant::now();
                     match result {
                         Ok(answer) => {
+                            let fails = answer.error.is_some();
+                            let ends = fails || (i == last_step && r + 1 == *repeat);
                             rec.with(phase, |s| {
                                 s.counters.bytes_sent += answer.sent;
                                 s.counters.bytes_received += answer.received;
@@ -180,19 +200,23 @@ pub(super) async fn session<'a>(
                                     }
                                     Some(kind) => s.record_failure(*ordinal, kind),
                                 }
+                                if ends {
+                                    tally.close(s, !fails);
+                                }
                             });
                             if !answer.keep_alive {
                                 close_after_server(conn, spec.request_timeout).await;
                             }
-                            if answer.error.is_some() {
-                                ok = false;
-                                break 'steps;
+                            if fails {
+                                return true;
                             }
                         }
                         Err(Failure(kind)) => {
-                            rec.with(phase, |s| s.record_failure(*ordinal, kind));
-                            ok = false;
-                            break 'steps;
+                            rec.with(phase, |s| {
+                                s.record_failure(*ordinal, kind);
+                                tally.close(s, false);
+                            });
+                            return true;
                         }
                     }
                     due = done;
@@ -200,19 +224,62 @@ pub(super) async fn session<'a>(
             }
         }
     }
-    rec.with(phase, |s| {
-        if ok {
-            s.counters.sessions_completed += 1;
-        } else {
-            s.counters.sessions_failed += 1;
-        }
-    });
-    if ok {
-        count_type(rec, |c| c.completed += 1);
-    } else {
-        count_type(rec, |c| c.failed += 1);
+    // A session that ends on a think time (or has no steps) ends here.
+    if !tally.ended {
+        rec.with(phase, |s| tally.close(s, true));
     }
     true
+}
+
+/// What a session counts at its start (planned, where the closed model plans it as it starts
+/// it; started, with its lag; its type's start) and at its end (completed or failed), folded
+/// into the recorder locks its first and last requests take anyway: a session of one request
+/// takes the lock twice, not five times.
+struct Tally {
+    plan: bool,
+    /// The start lag (µs) until the start is counted.
+    start: Option<u64>,
+    /// The mix's type index, when the run counts sessions per type.
+    kind: Option<u32>,
+    ended: bool,
+}
+
+impl Tally {
+    /// Counts the start, once.
+    fn open(&mut self, s: &mut Stats) {
+        let Some(lag) = self.start.take() else {
+            return;
+        };
+        if self.plan {
+            s.counters.sessions_planned += 1;
+        }
+        s.record_start(lag);
+        if let Some(k) = self.kind {
+            s.counters.session_types.entry(k).or_default().started += 1;
+        }
+    }
+
+    /// Counts the end (and the start, if it was not yet), once.
+    fn close(&mut self, s: &mut Stats, ok: bool) {
+        self.open(s);
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let t = self
+            .kind
+            .map(|k| s.counters.session_types.entry(k).or_default());
+        if ok {
+            if let Some(t) = t {
+                t.completed += 1;
+            }
+            s.counters.sessions_completed += 1;
+        } else {
+            if let Some(t) = t {
+                t.failed += 1;
+            }
+            s.counters.sessions_failed += 1;
+        }
+    }
 }
 
 /// Whether the request of step `i` is the last on its connection: the request after it (the

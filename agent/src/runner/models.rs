@@ -1,0 +1,212 @@
+//! The connection tasks of the closed and constant models: each runs its sessions back to
+//! back on one connection (closed) or takes the next due slot from the pool's queue
+//! (constant), alone or as several HTTP/2 streams on one shared connection. They live for the
+//! whole run and do not wait on the stop: `execute` aborts them.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::session::{session, At};
+use super::{Link, Recorder, RunSpec, Tracked};
+use crate::pool::{RateSlot, Refused, SlotQueue};
+
+/// One connection of a closed load: runs the session back to back, keeping the connection
+/// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
+/// connection's global index and the stride between its sessions' indexes (the number of
+/// connections); with a mix, the connection's `k`-th session runs the type at `k` plus the
+/// connection's own offset in the table.
+pub(super) async fn closed_connection(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    t0: Instant,
+    end: Instant,
+    (index, stride): (u64, u64),
+    stop: CancellationToken,
+) {
+    // A stop before `t0` aborts this task like any other time (`execute`).
+    tokio::time::sleep_until(t0).await;
+    // The loop inline, not through `closed_loop`: this future exists once per connection
+    // for the whole run, and nesting would hold the arguments twice.
+    let mut conn = None;
+    let offset = spec.mix.offset(index, stride);
+    let mut own = 0u64;
+    while let Some(at) = next_closed(&spec, end, (index, stride), index, (offset, own), &stop) {
+        if !session(&spec, &rec, at, &stop, &mut conn).await {
+            break;
+        }
+        own += 1;
+    }
+    drop(conn);
+}
+
+/// The next session of a closed stripe (its `own`-th, with index `first + own × stride`),
+/// to be counted as planned when it starts; `None` once `end` has passed or the run stopped.
+fn next_closed(
+    spec: &RunSpec,
+    end: Instant,
+    (first, stride): (u64, u64),
+    connection: u64,
+    (offset, own): (u64, u64),
+    stop: &CancellationToken,
+) -> Option<At> {
+    let now = Instant::now();
+    if now >= end || stop.is_cancelled() {
+        return None;
+    }
+    Some(At {
+        intended: now,
+        plan: true,
+        phase: spec.phase_base,
+        index: first + own * stride,
+        connection,
+        kind: spec.mix.pick(offset.wrapping_add(own)),
+    })
+}
+
+/// One connection of a closed load carrying `streams` sessions at once (HTTP/2): opened
+/// once and counted once; stream `s` of connection `c` of `C` runs the sessions of the
+/// virtual stripe `c·streams + s` of `C·streams` (its indexes and its place in the mix),
+/// with connection `c`'s data rows. A stream whose connection fails opens one of its own.
+pub(super) async fn closed_streams(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    (t0, end): (Instant, Instant),
+    (connection, total): (u64, u64),
+    streams: u64,
+    stop: CancellationToken,
+) {
+    // A stop before `t0` aborts this task like any other time (`execute`).
+    tokio::time::sleep_until(t0).await;
+    let link = open_shared(&spec, &rec).await;
+    let loops = (0..streams).map(|s| {
+        let conn = stream_handle(link.as_ref(), &rec);
+        let stripe = (connection * streams + s, total * streams);
+        closed_loop(&spec, &rec, end, stripe, connection, conn, &stop)
+    });
+    futures::future::join_all(loops).await;
+    drop(link);
+}
+
+/// Opens the connection that several streams share, counted once; `None` when it cannot be
+/// opened now (each stream then opens its own, and its session records why).
+async fn open_shared<'a>(spec: &RunSpec, rec: &'a Recorder) -> Option<Tracked<'a>> {
+    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(&spec.target)))
+        .await
+        .ok()?
+        .ok()?;
+    Some(rec.connections.track(link))
+}
+
+/// A handle for one stream on the shared connection `link` (not counted again); `None`
+/// when there is none, and the stream then opens a connection of its own.
+fn stream_handle<'a>(link: Option<&Tracked<'a>>, rec: &'a Recorder) -> Option<Tracked<'a>> {
+    link.and_then(|l| l.conn.share())
+        .map(|l| rec.connections.shared(l))
+}
+
+/// The loop of [`closed_connection`]: sessions back to back on `conn` (opened on first use
+/// when `None`) until `end`, the `k`-th with index `index + k × stride`.
+async fn closed_loop<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    end: Instant,
+    (index, stride): (u64, u64),
+    connection: u64,
+    mut conn: Option<Tracked<'a>>,
+    stop: &CancellationToken,
+) {
+    let offset = spec.mix.offset(index, stride);
+    let mut own = 0u64;
+    while let Some(at) = next_closed(spec, end, (index, stride), connection, (offset, own), stop) {
+        if !session(spec, rec, at, stop, &mut conn).await {
+            break;
+        }
+        own += 1;
+    }
+    drop(conn);
+}
+
+/// Most constant-rate slots waiting for a free connection. Slots queue while every connection
+/// is busy; against a target that stalls, they would pile up at the scheduled rate (1e6/s for
+/// a minute is 2 GB). Past this bound (about 24 MiB of slots, seconds of backlog at any rate a
+/// pool keeps up with) a slot is dropped and counted, and the report shows the generator fell
+/// behind.
+pub(super) const MAX_QUEUED_SLOTS: usize = 1 << 20;
+
+/// Queues `slot` for the pool; false when it was dropped (queue full, or the pool is gone).
+/// Warns once per run when the queue first overflows.
+pub(super) fn enqueue(slots: &SlotQueue, slot: RateSlot, warned: &mut bool) -> bool {
+    match slots.push(slot) {
+        Ok(()) => true,
+        Err(Refused::Full) => {
+            if !*warned {
+                *warned = true;
+                tracing::warn!(
+                    queued = slots.bound(),
+                    "every connection is busy and the slot queue is full: dropping slots (counted as dropped arrivals)"
+                );
+            }
+            false
+        }
+        Err(Refused::Closed) => false,
+    }
+}
+
+/// One connection of a constant-rate pool (the run's connection `connection`): takes the next
+/// due slot from the shared queue and runs the session for it, from the slot's intended time.
+pub(super) async fn pooled_connection(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    slots: Arc<SlotQueue>,
+    connection: u64,
+    stop: CancellationToken,
+) {
+    pooled_loop(&spec, &rec, &slots, connection, None, &stop).await;
+}
+
+/// One connection of a constant-rate pool carrying `streams` slots at once (HTTP/2): opened
+/// once and counted once, each stream taking slots from the queue like a connection of its
+/// own. A stream whose connection fails opens one of its own.
+pub(super) async fn pooled_streams(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    slots: Arc<SlotQueue>,
+    connection: u64,
+    streams: u64,
+    stop: CancellationToken,
+) {
+    let link = open_shared(&spec, &rec).await;
+    let loops = (0..streams).map(|_| {
+        let conn = stream_handle(link.as_ref(), &rec);
+        pooled_loop(&spec, &rec, &slots, connection, conn, &stop)
+    });
+    futures::future::join_all(loops).await;
+    drop(link);
+}
+
+/// The loop of [`pooled_connection`]: the next due slot's session on `conn` (opened on first
+/// use when `None`), until the queue closes or the run stops.
+async fn pooled_loop<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    slots: &SlotQueue,
+    connection: u64,
+    mut conn: Option<Tracked<'a>>,
+    stop: &CancellationToken,
+) {
+    // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
+    while let Some((intended, phase, index, kind)) = slots.pop().await {
+        let at = At {
+            intended,
+            plan: false,
+            phase,
+            index,
+            connection,
+            kind,
+        };
+        session(spec, rec, at, stop, &mut conn).await;
+    }
+    drop(conn);
+}

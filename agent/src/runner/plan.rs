@@ -1,0 +1,217 @@
+//! The compiled plan of a shard: each session type's steps ready for the hot path, the
+//! resolved target, the load model, and the workloads of one shard run. Built once by
+//! `assign` from a checked scenario; read, never changed, while the load runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_core::scenario::ThinkTime;
+use stampede_core::schedule::Schedule;
+use stampede_core::shard::ShardFilter;
+
+use crate::http1::{Conn, Failure, PreparedRequest};
+use crate::stream::{FramedRequest, StreamConn};
+use crate::udp::{DatagramRequest, UdpConn};
+
+/// A step compiled for the hot path.
+#[derive(Debug, Clone)]
+pub enum StepPlan {
+    Http {
+        /// Ordinal among request steps (the per-step breakdown index).
+        ordinal: usize,
+        request: PreparedRequest,
+        /// The same request for HTTP/2 (set when the target speaks h2c).
+        h2: Option<crate::h2::H2Request>,
+        expect: Option<Vec<u16>>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    /// An HTTP request rendered per session (templates, cookies), or whose response is
+    /// captured (extract, check): see [`crate::dynamic`].
+    HttpDynamic {
+        ordinal: usize,
+        step: Arc<crate::dynamic::DynamicHttp>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    /// A framed request/response over the session's TCP or Unix stream.
+    Tcp {
+        ordinal: usize,
+        request: FramedRequest,
+        /// The payload rendered per session (a template) or the reply read (extract, check).
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    /// A datagram and its reply over the session's UDP socket.
+    Udp {
+        ordinal: usize,
+        request: DatagramRequest,
+        /// The payload rendered per session (a template) or the reply read (extract, check).
+        send: Option<Arc<crate::dynamic::DynamicSend>>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    /// A unary gRPC call (its frame encoded by the CLI) over the session's HTTP/2 connection.
+    Grpc {
+        ordinal: usize,
+        request: crate::grpc::GrpcRequest,
+        /// The call's templated message or metadata, rendered per call.
+        dynamic: Option<Arc<crate::grpc::DynamicCall>>,
+        repeat: u32,
+        new_connection: bool,
+    },
+    Think(ThinkTime),
+}
+
+/// Where the target is, resolved once per run; the scheme picks the driver.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// `http://`: HTTP/1.1 over TCP; `https://`: over TLS.
+    Http(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
+    /// `http_version: "2"`: h2c with prior knowledge over `http://`, h2 by ALPN over `https://`.
+    H2(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
+    /// `tcp://`: framed request/response over TCP.
+    Tcp(SocketAddr),
+    /// `unix:///path`: framed request/response over a Unix stream socket.
+    Unix(std::path::PathBuf),
+    /// `udp://`: datagrams.
+    Udp(SocketAddr),
+}
+
+/// A session's connection, whatever the transport.
+#[derive(Debug)]
+pub enum Link {
+    Http1(Conn),
+    H2(crate::h2::H2Conn),
+    Stream(StreamConn),
+    Udp(UdpConn),
+}
+
+impl Link {
+    /// Another handle on this connection for a concurrent session: HTTP/2 only (its
+    /// sessions run on streams of their own); `None` for transports that carry one exchange
+    /// at a time.
+    pub(crate) fn share(&self) -> Option<Link> {
+        match self {
+            Link::H2(c) => Some(Link::H2(c.clone())),
+            _ => None,
+        }
+    }
+
+    /// The HTTP/1.1 connect is inline and the h2 one boxed: every connection of a large
+    /// closed run connects at once, and this future's size is then paid per connection.
+    pub(crate) async fn open(endpoint: &Endpoint) -> Result<Self, Failure> {
+        Ok(match endpoint {
+            Endpoint::Http(a, tls) => Link::Http1(Conn::connect(*a, tls.as_deref()).await?),
+            Endpoint::H2(a, tls) => {
+                Link::H2(Box::pin(crate::h2::H2Conn::connect(*a, tls.as_deref())).await?)
+            }
+            Endpoint::Tcp(a) => Link::Stream(StreamConn::connect_tcp(*a).await?),
+            Endpoint::Unix(p) => Link::Stream(StreamConn::connect_unix(p).await?),
+            Endpoint::Udp(a) => Link::Udp(UdpConn::connect(*a).await?),
+        })
+    }
+}
+
+/// How a shard generates load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Open model: each owned arrival of the schedule starts a new session.
+    Arrivals,
+    /// Closed model: this many connections, each looping the session back to back until
+    /// `duration` after T0. This shard's connections are `first..first + connections` of
+    /// `total`; connection `c`'s `k`-th session has index `c + k × total` (its data row).
+    Closed {
+        connections: usize,
+        duration: Duration,
+        first: u64,
+        total: u64,
+        /// Sessions running at once on each connection (HTTP/2 streams; 1 otherwise).
+        streams: u64,
+    },
+    /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
+    /// on the first free connection of a pool of this many. A slot that finds every
+    /// connection busy waits in a queue; its response time still counts from its slot. The
+    /// pool's connections are `first..first + connections` of the run's (their data rows);
+    /// each runs `streams` slots at once (HTTP/2 streams; 1 otherwise).
+    Constant {
+        connections: usize,
+        first: u64,
+        streams: u64,
+    },
+}
+
+/// This agent's part of a run: one [`RunSpec`] per workload, started together from one T0,
+/// recording into one recorder (global phase and step indexes).
+#[derive(Debug, Clone)]
+pub struct ShardRun {
+    pub run_id: String,
+    pub interval: Duration,
+    /// Phases of the run, all workloads together.
+    pub phases: usize,
+    /// Request steps of the run, all workloads and session types together.
+    pub steps: usize,
+    pub workloads: Vec<Arc<RunSpec>>,
+    /// The values of the setup steps, when this agent ran them: sent in its Ready.
+    pub setup_values: Vec<String>,
+    /// The run's dynamic context (shared by the workloads), where setup values that arrive in
+    /// the Start or from a refresh are put.
+    pub context: Option<Arc<crate::dynamic::Context>>,
+    /// When the scenario refreshes its setup: what a refresh needs. Every agent holds it, so
+    /// that any can take over when the one that runs the setup is lost.
+    pub refresh: Option<Arc<crate::setup::Refresh>>,
+    /// This agent ran the setup, so it refreshes from the start.
+    pub runs_setup: bool,
+}
+
+impl ShardRun {
+    /// Planned sessions of this shard, all workloads together.
+    pub fn planned(&self) -> u64 {
+        self.workloads
+            .iter()
+            .flat_map(|w| &w.planned)
+            .fold(0u64, |a, p| a.saturating_add(*p))
+    }
+}
+
+/// Everything needed to run one workload of a shard.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub schedule: Schedule,
+    /// Which of the workload's arrivals this shard runs; `None` when it runs none (a
+    /// constant load with fewer connections than agents gives its slots only to the agents
+    /// holding its connections).
+    pub filter: Option<ShardFilter>,
+    pub target: Endpoint,
+    /// The steps of each session type (one for a `session:`), request steps numbered in the
+    /// run's global step order.
+    pub types: Vec<Vec<StepPlan>>,
+    /// Which type each session runs: the mix's table, read at this shard's (or, closed, this
+    /// connection's) offset plus its own session count.
+    pub mix: stampede_core::workload::Mix,
+    /// Where this shard's arrivals start in the mix's table.
+    pub mix_offset: u64,
+    /// Global index of the first session type, when sessions are counted per type (a mix);
+    /// `None` for a single session.
+    pub count_types: Option<u32>,
+    pub request_timeout: Duration,
+    /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
+    pub capacity: usize,
+    pub mode: Mode,
+    /// When this workload starts, after T0.
+    pub start: Duration,
+    /// Number of this workload's phases (its own, or 1 for a closed/constant load).
+    pub phases: usize,
+    /// Global index of its first phase (what the recorder and the report index by).
+    pub phase_base: u32,
+    /// This shard's planned sessions per phase (arithmetic, [`stampede_core::plan::Plan::shard_sessions`]):
+    /// what a stop leaves undone is this minus what was handled, never a walk of the rest.
+    pub planned: Vec<u64>,
+    /// Data rows and variables of dynamic steps; `None` when every step is static, and then
+    /// sessions carry no variables at all.
+    pub dynamic: Option<Arc<crate::dynamic::Context>>,
+    /// The run's seed: with the arrival index, it seeds a session's think times.
+    pub seed: u64,
+}

@@ -2,8 +2,9 @@
 //! swapped out and encoded as one Progress message per interval, outside the lock the sessions
 //! take.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use stampede_core::stats::Stats;
@@ -30,43 +31,101 @@ impl Drop for InFlight<'_> {
 /// only when its phase first records something and freed at the first flush that finds it
 /// empty: a run of 100 phases × 20 steps holds the one or two phases running now (twice, for
 /// the double buffer), not 100.
+///
+/// The lock is striped, and the stripes cost memory only where there is contention. A
+/// thread records into the first stripe until it once finds it held; from then on it records
+/// into a spill stripe of its own (threads draw them in turn). An agent on one core, or one
+/// whose workers seldom meet, fills (and allocates) the first stripe only; on a many-core
+/// agent the workers that would have queued on one lock move apart, each to its own line.
+/// The ticker swaps the first stripe out and merges the others into it.
 #[derive(Debug)]
 pub struct Recorder {
-    active: Mutex<Vec<Slot>>,
+    stripes: Box<[Stripe]>,
     steps: usize,
     pub in_flight: AtomicUsize,
     /// Connections open, their per-interval peak and how many were opened.
     pub connections: crate::net::ConnGauge,
 }
 
+/// One lock of the recorder, on a cache line of its own (workers on other stripes do not
+/// invalidate it).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Stripe(Mutex<Vec<Slot>>);
+
+impl Stripe {
+    fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
+        // A panic while holding the lock cannot leave the counters half-written in a way
+        // that matters more than losing the run's data, so keep going.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Most stripes a recorder has, whatever the cores.
+const MAX_STRIPES: usize = 64;
+
+/// Hands each thread its spill stripe, in turn.
+static NEXT_SPILL: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's turn from [`NEXT_SPILL`], drawn on its first contended record; from then
+    /// on it records into that spill stripe.
+    static SPILL: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
 #[cfg(test)]
 thread_local! {
-    /// How many times [`Recorder::with`] took the lock on this thread (what the sessions'
+    /// How many times [`Recorder::with`] took a lock on this thread (what the sessions'
     /// tests count, on their one-thread runtime).
     pub(super) static TAKES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl Recorder {
+    /// A recorder with a stripe per core this process may run on.
     pub fn new(phases: usize, steps: usize) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_stripes(phases, steps, cores)
+    }
+
+    /// A recorder with `stripes` locks (at least 1, at most [`MAX_STRIPES`]): what the
+    /// recorder benchmark compares.
+    pub fn with_stripes(phases: usize, steps: usize, stripes: usize) -> Self {
         Self {
-            active: Mutex::new(empty_buffers(phases)),
+            stripes: (0..stripes.clamp(1, MAX_STRIPES))
+                .map(|_| Stripe(Mutex::new(empty_buffers(phases))))
+                .collect(),
             steps,
             in_flight: AtomicUsize::new(0),
             connections: crate::net::ConnGauge::default(),
         }
     }
 
+    /// This thread's stripe: the first until the thread finds it held once, then its spill
+    /// stripe for good (waited for when another thread shares it).
     fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
-        // A panic while holding the lock cannot leave the counters half-written in a way
-        // that matters more than losing the run's data, so keep going.
-        self.active.lock().unwrap_or_else(|p| p.into_inner())
+        #[cfg(test)]
+        TAKES.with(|t| t.set(t.get() + 1));
+        let spills = self.stripes.len() - 1;
+        let turn = SPILL.with(Cell::get);
+        if let (Some(t), true) = (turn, spills > 0) {
+            return self.stripes[1 + t % spills].lock();
+        }
+        let first = &self.stripes[0];
+        match first.0.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) if spills == 0 => first.lock(),
+            Err(TryLockError::WouldBlock) => {
+                let t = NEXT_SPILL.fetch_add(1, Ordering::Relaxed);
+                SPILL.with(|s| s.set(Some(t)));
+                self.stripes[1 + t % spills].lock()
+            }
+        }
     }
 
     /// Applies `f` to the phase's stats.
     #[inline]
     pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut Stats) -> R) -> Option<R> {
-        #[cfg(test)]
-        TAKES.with(|t| t.set(t.get() + 1));
         let mut slots = self.lock();
         let slot = slots.get_mut(phase as usize)?;
         Some(f(slot.get_or_insert_with(|| {
@@ -75,16 +134,33 @@ impl Recorder {
     }
 
     /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
-    /// in `spare`, with the interval's connection figures in one phase's stats (connections
-    /// belong to no phase; one sample carries them so that phases never add up one peak twice):
-    /// the first phase that recorded, or phase 0 when none did.
+    /// in `spare`: the first stripe's, with what the other stripes hold merged in (they are
+    /// reset, and their empty slots freed), and the interval's connection figures in one
+    /// phase's stats (connections belong to no phase; one sample carries them so that phases
+    /// never add up one peak twice): the first phase that recorded, or phase 0 when none did.
     pub fn swap(&self, spare: &mut Vec<Slot>) {
-        std::mem::swap(&mut *self.lock(), spare);
+        std::mem::swap(&mut *self.stripes[0].lock(), spare);
+        let steps = self.steps;
+        for stripe in &self.stripes[1..] {
+            let mut slots = stripe.lock();
+            for (from, into) in slots.iter_mut().zip(spare.iter_mut()) {
+                match from {
+                    Some(s) if !s.is_empty() => {
+                        let into = into.get_or_insert_with(|| Box::new(Stats::with_steps(steps)));
+                        if let Err(e) = into.add(s) {
+                            // Every stats of a run has the same histograms: cannot happen.
+                            tracing::error!(error = %e, "an interval's stripe did not merge");
+                        }
+                        s.reset();
+                    }
+                    _ => *from = None,
+                }
+            }
+        }
         let (opened, peak) = self.connections.take_interval();
         if opened == 0 && peak == 0 {
             return;
         }
-        let steps = self.steps;
         let carrier = match spare.iter().position(Option::is_some) {
             Some(i) => spare.get_mut(i),
             None => spare.first_mut(),
@@ -96,9 +172,12 @@ impl Recorder {
         }
     }
 
-    /// Phases holding an allocated [`Stats`] in the active buffer.
+    /// Phases holding an allocated [`Stats`] in the active buffers, all stripes together.
     pub fn allocated(&self) -> usize {
-        self.lock().iter().filter(|s| s.is_some()).count()
+        self.stripes
+            .iter()
+            .map(|s| s.lock().iter().filter(|s| s.is_some()).count())
+            .sum()
     }
 }
 
@@ -154,4 +233,41 @@ pub(super) fn final_interval(elapsed: Duration, interval: Duration, next: u64) -
 pub(super) fn interval_index(t0: Instant, interval: Duration) -> u64 {
     let elapsed = Instant::now().saturating_duration_since(t0);
     (elapsed.as_nanos() / interval.as_nanos().max(1)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{empty_buffers, Recorder};
+
+    /// A record that finds the first stripe held goes to a spill stripe instead of waiting,
+    /// and its thread keeps to that stripe; the swap merges it into the interval, resets it,
+    /// and frees it at the first swap that finds it empty. Uncontended records never
+    /// allocate a spill stripe.
+    #[test]
+    fn a_contended_record_spills_and_is_merged_at_the_swap() {
+        let rec = Recorder::with_stripes(2, 1, 4);
+        rec.with(1, |s| s.record_success(0, 100, 90));
+        assert_eq!(rec.allocated(), 1, "uncontended: the first stripe only");
+        {
+            let _held = rec.stripes[0].lock();
+            rec.with(1, |s| s.record_success(0, 300, 200));
+            rec.with(0, |s| s.counters.sessions_planned += 2);
+        }
+        // The first stripe is free again, but this thread now records into its spill.
+        rec.with(1, |s| s.record_success(0, 500, 400));
+        assert_eq!(rec.allocated(), 3, "phase 1 twice, phase 0 in the spill");
+        let mut spare = empty_buffers(2);
+        rec.swap(&mut spare);
+        let one = spare[1].as_ref().unwrap();
+        assert_eq!(one.counters.requests_completed, 3);
+        assert_eq!(one.response.len(), 3);
+        assert_eq!(one.response.max(), 500);
+        assert_eq!(spare[0].as_ref().unwrap().counters.sessions_planned, 2);
+        // The spill stripe is reset, not freed, after it had data; freed once found empty.
+        assert_eq!(rec.allocated(), 2);
+        let mut again = empty_buffers(2);
+        rec.swap(&mut again);
+        assert!(again.iter().all(Option::is_none), "nothing recorded since");
+        assert_eq!(rec.allocated(), 0);
+    }
 }

@@ -274,6 +274,23 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    /// The whole of `scenario` prepared as this agent's one shard, as an `Assign` would.
+    async fn one_shard(scenario: String) -> super::ShardRun {
+        let assign = stampede_proto::v1::Assign {
+            run_id: "r".into(),
+            scenario,
+            shard_index: 0,
+            shard_count: 1,
+            seed: 1,
+            interval_ms: 1000,
+            ..Default::default()
+        };
+        let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
+        crate::assign::prepare(&cfg, &assign, Default::default())
+            .await
+            .unwrap()
+    }
+
     /// A stop ends a closed, a constant or an open load at once while every request hangs:
     /// the connection tasks of the first two, which do not wait on the stop themselves, are
     /// aborted, and open-model sessions wait on it once each, rather than being left to the
@@ -306,19 +323,7 @@ mod tests {
                 "name: hang\ntarget: http://{addr}\nrequest_timeout: 60s\n{load}\n\
                  session:\n  - http: {{ path: / }}\n"
             );
-            let assign = v1::Assign {
-                run_id: "r".into(),
-                scenario,
-                shard_index: 0,
-                shard_count: 1,
-                seed: 1,
-                interval_ms: 1000,
-                ..Default::default()
-            };
-            let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
-            let run = crate::assign::prepare(&cfg, &assign, Default::default())
-                .await
-                .unwrap();
+            let run = one_shard(scenario).await;
             let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
             let stop = tokio_util::sync::CancellationToken::new();
             let run = tokio::spawn(execute(Arc::new(run), Instant::now(), out, stop.clone()));
@@ -383,19 +388,7 @@ mod tests {
              load: {{ model: closed, connections: 1, duration: 30s }}\n\
              session:\n  - http: {{ path: /a }}\n  - http: {{ path: /b }}\n"
         );
-        let assign = v1::Assign {
-            run_id: "r".into(),
-            scenario,
-            shard_index: 0,
-            shard_count: 1,
-            seed: 1,
-            interval_ms: 1000,
-            ..Default::default()
-        };
-        let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
-        let run = crate::assign::prepare(&cfg, &assign, Default::default())
-            .await
-            .unwrap();
+        let run = one_shard(scenario).await;
         let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
         let stop = tokio_util::sync::CancellationToken::new();
         super::recorder::TAKES.with(|t| t.set(0));

@@ -21,7 +21,7 @@ pub enum StepPlan {
         /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
         request: PreparedRequest,
-        /// The same request for HTTP/2 (set when the target speaks h2c).
+        /// The same request for HTTP/2 (set when the target speaks HTTP/2: h2c, or h2 over TLS).
         h2: Option<crate::h2::H2Request>,
         expect: Option<Vec<u16>>,
         repeat: u32,

@@ -155,14 +155,15 @@ fn default_request_timeout() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(10))
 }
 
-/// HTTP version of an `http://` target.
+/// HTTP version of an `http://` or `https://` target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum HttpVersion {
     /// HTTP/1.1 with keep-alive.
     #[default]
     #[serde(rename = "1.1")]
     Http11,
-    /// HTTP/2 over cleartext TCP with prior knowledge (h2c).
+    /// HTTP/2: over `http://` cleartext with prior knowledge (h2c), over `https://`
+    /// negotiated by ALPN (h2).
     #[serde(rename = "2")]
     Http2,
 }

@@ -186,8 +186,8 @@ async fn agents_stop_within_two_seconds_when_the_controller_dies() {
     )
     .await
     .expect("load started");
-    drop(controller); // SIGKILL: no goodbye to the agents
-                      // The measured window: the bound is 2 s.
+    // SIGKILL: no goodbye to the agents. Load must stop within 2 s of it.
+    drop(controller);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let at_2s = target.requests();
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -3,7 +3,7 @@
 //! [`RunAccumulator`] (in `accumulator`) takes every agent's per-interval, per-phase
 //! [`SparseStats`] and adds them up per phase and per timeline interval (per agent only
 //! counters and the start lag). Addition commutes, so the order in which agents report cannot
-//! change the result. This module is [`Report`], the JSON contract (README, issue 2 §8), and the
+//! change the result. This module is [`Report`], the JSON contract (README, "The JSON report"), and the
 //! figures it is made of; `workloads` reports each workload apart.
 
 use std::collections::BTreeMap;

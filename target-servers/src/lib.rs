@@ -1,7 +1,7 @@
 //! Target servers that Stampede capacity tests run against.
 //!
-//! * [`http`]: an HTTP/1.1 + h2c server with CPU-work, delay, payload-size and echo routes, Prometheus
-//!   metrics on `/metrics`, and `/healthz` / `/readyz`.
+//! * [`http`]: an HTTP/1.1 and HTTP/2 server (h2c, or over TLS with [`tls`]) with CPU-work, delay,
+//!   payload-size and echo routes, Prometheus metrics on `/metrics`, and `/healthz` / `/readyz`.
 //! * [`login`]: a raw-TCP request/response login service (length-delimited JSON frames, see the crate
 //!   README for the wire format).
 //! * [`echo`]: ping-pong servers over TCP (length- or newline-delimited), UDP and Unix sockets.

@@ -111,7 +111,8 @@ pub struct LoadTestSummary {
     pub completed: u64,
     pub failed: u64,
     pub error_rate: f64,
-    /// Errors by kind (connect, read, write, timeout, reset, refused, status, …).
+    /// Errors by kind: `connect_refused`, `connect_timeout`, `timeout`, `reset`, `tls`,
+    /// `protocol`, `status_503` and the rest of `stampede_core::stats::error_kind`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
     pub p50_ms: f64,

@@ -115,7 +115,7 @@ app.kubernetes.io/component: {{ .component }}
       key: {{ .Values.auth.secretKey }}
 {{- end -}}
 
-{{/* Pod-level settings of every pod: image pull secrets, no API token unless asked, the security context. */}}
+{{/* The controller's and the targets' pod security context (podSecurityContext); the agents' adds its port-range sysctl to the same values. */}}
 {{- define "stampede.podSecurityContext" -}}
 {{- toYaml .Values.podSecurityContext -}}
 {{- end -}}

@@ -76,14 +76,18 @@ pub(super) async fn session<'a>(
         kind,
         plan,
     } = at;
-    let Some(steps) = spec.types.get(kind as usize) else {
-        // Not a type of this run (cannot happen): shown as planned and dropped.
+    // A session that cannot start: planned (where the closed model plans it) and dropped.
+    let dropped = || {
         rec.with(phase, |s| {
             if plan {
                 s.counters.sessions_planned += 1;
             }
             s.counters.dropped_arrivals += 1;
-        });
+        })
+    };
+    let Some(steps) = spec.types.get(kind as usize) else {
+        // Not a type of this run (cannot happen).
+        dropped();
         return true;
     };
     let mut vars = match &spec.dynamic {
@@ -91,12 +95,7 @@ pub(super) async fn session<'a>(
         Some(ctx) => match ctx.session(index, connection) {
             Some(v) => Some(Box::new(v)),
             None => {
-                rec.with(phase, |s| {
-                    if plan {
-                        s.counters.sessions_planned += 1;
-                    }
-                    s.counters.dropped_arrivals += 1;
-                });
+                dropped();
                 return false;
             }
         },

@@ -106,9 +106,11 @@ impl Recorder {
         #[cfg(test)]
         TAKES.with(|t| t.set(t.get() + 1));
         let spills = self.stripes.len() - 1;
-        let turn = SPILL.with(Cell::get);
-        if let (Some(t), true) = (turn, spills > 0) {
-            return self.stripes[1 + t % spills].lock();
+        // One stripe (an agent on one core): no thread-local to read.
+        if spills > 0 {
+            if let Some(t) = SPILL.with(Cell::get) {
+                return self.stripes[1 + t % spills].lock();
+            }
         }
         let first = &self.stripes[0];
         match first.0.try_lock() {

@@ -1,7 +1,7 @@
 //! Runs one shard: starts each workload's load model from one T0 (the open model's sessions
 //! at their intended times, the closed and constant models' connection tasks), ships interval
 //! data, and stops it all when told. The compiled plan is in `plan`; the connection tasks of
-//! the closed and constant models in `models`; what one session does in `session`; what the
+//! the closed and constant models in `models`; what one session does in `session`; a connection's request timer in `deadline`; what the
 //! sessions record, and how an interval is shipped, in `recorder`.
 
 use std::sync::atomic::Ordering;
@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::pool::{Closer, SlotQueue};
 
+mod deadline;
 mod models;
 mod plan;
 mod recorder;
@@ -28,7 +29,7 @@ pub use recorder::Recorder;
 use recorder::{empty_buffers, final_interval, interval_index, progress, InFlight};
 #[cfg(test)]
 use session::{last_on_connection, think};
-use session::{session, At};
+use session::{session, At, Line};
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +177,8 @@ fn start_workload(
                         // Released however the session ends, a panic included: a lost
                         // slot would shrink the capacity for the rest of the run.
                         let _slot = InFlight(&rec);
-                        let mut conn = None;
+                        let sleep = std::pin::pin!(tokio::time::sleep_until(intended));
+                        let mut line = Line::new(None, sleep);
                         let at = At {
                             intended,
                             plan: false,
@@ -189,9 +191,9 @@ fn start_workload(
                         tokio::select! {
                             biased;
                             _ = stop.cancelled() => {}
-                            _ = session(&spec, &rec, at, &stop, &mut conn) => {}
+                            _ = session(&spec, &rec, at, &stop, &mut line) => {}
                         }
-                        drop(conn);
+                        drop(line);
                     }));
                 })
                 .await

@@ -3,12 +3,13 @@
 //! (constant), alone or as several HTTP/2 streams on one shared connection. They live for the
 //! whole run and do not wait on the stop: `execute` aborts them.
 
+use std::pin::pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::session::{session, At};
+use super::session::{session, At, Ended, Line};
 use super::{Link, Recorder, RunSpec, Tracked};
 use crate::pool::{RateSlot, Refused, SlotQueue};
 
@@ -26,32 +27,42 @@ pub(super) async fn closed_connection(
     stop: CancellationToken,
 ) {
     // A stop before `t0` aborts this task like any other time (`execute`).
-    tokio::time::sleep_until(t0).await;
+    let mut sleep = pin!(tokio::time::sleep_until(t0));
+    sleep.as_mut().await;
     // The loop inline, not through `closed_loop`: this future exists once per connection
     // for the whole run, and nesting would hold the arguments twice.
-    let mut conn = None;
+    let mut line = Line::new(None, sleep);
     let offset = spec.mix.offset(index, stride);
     let mut own = 0u64;
-    while let Some(at) = next_closed(&spec, end, (index, stride), index, (offset, own), &stop) {
-        if !session(&spec, &rec, at, &stop, &mut conn).await {
-            break;
+    let mut now = Instant::now();
+    while let Some(at) = next_closed(
+        &spec,
+        (now, end),
+        (index, stride),
+        index,
+        (offset, own),
+        &stop,
+    ) {
+        match session(&spec, &rec, at, &stop, &mut line).await {
+            Ended::Ran(t) => now = t,
+            Ended::Exhausted => break,
         }
         own += 1;
     }
-    drop(conn);
+    drop(line);
 }
 
 /// The next session of a closed stripe (its `own`-th, with index `first + own × stride`),
-/// to be counted as planned when it starts; `None` once `end` has passed or the run stopped.
+/// due `now` (when the one before it ended) and counted as planned when it starts; `None`
+/// once `end` has passed or the run stopped.
 fn next_closed(
     spec: &RunSpec,
-    end: Instant,
+    (now, end): (Instant, Instant),
     (first, stride): (u64, u64),
     connection: u64,
     (offset, own): (u64, u64),
     stop: &CancellationToken,
 ) -> Option<At> {
-    let now = Instant::now();
     if now >= end || stop.is_cancelled() {
         return None;
     }
@@ -83,7 +94,7 @@ pub(super) async fn closed_streams(
     let loops = (0..streams).map(|s| {
         let conn = stream_handle(link.as_ref(), &rec);
         let stripe = (connection * streams + s, total * streams);
-        closed_loop(&spec, &rec, end, stripe, connection, conn, &stop)
+        closed_loop(&spec, &rec, (t0, end), stripe, connection, conn, &stop)
     });
     futures::future::join_all(loops).await;
     drop(link);
@@ -111,21 +122,32 @@ fn stream_handle<'a>(link: Option<&Tracked<'a>>, rec: &'a Recorder) -> Option<Tr
 async fn closed_loop<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
-    end: Instant,
+    (t0, end): (Instant, Instant),
     (index, stride): (u64, u64),
     connection: u64,
-    mut conn: Option<Tracked<'a>>,
+    conn: Option<Tracked<'a>>,
     stop: &CancellationToken,
 ) {
+    let sleep = pin!(tokio::time::sleep_until(t0));
+    let mut line = Line::new(conn, sleep);
     let offset = spec.mix.offset(index, stride);
     let mut own = 0u64;
-    while let Some(at) = next_closed(spec, end, (index, stride), connection, (offset, own), stop) {
-        if !session(spec, rec, at, stop, &mut conn).await {
-            break;
+    let mut now = Instant::now();
+    while let Some(at) = next_closed(
+        spec,
+        (now, end),
+        (index, stride),
+        connection,
+        (offset, own),
+        stop,
+    ) {
+        match session(spec, rec, at, stop, &mut line).await {
+            Ended::Ran(t) => now = t,
+            Ended::Exhausted => break,
         }
         own += 1;
     }
-    drop(conn);
+    drop(line);
 }
 
 /// Most constant-rate slots waiting for a free connection. Slots queue while every connection
@@ -193,9 +215,11 @@ async fn pooled_loop<'a>(
     rec: &'a Recorder,
     slots: &SlotQueue,
     connection: u64,
-    mut conn: Option<Tracked<'a>>,
+    conn: Option<Tracked<'a>>,
     stop: &CancellationToken,
 ) {
+    let sleep = pin!(tokio::time::sleep_until(Instant::now()));
+    let mut line = Line::new(conn, sleep);
     // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
         let at = At {
@@ -206,7 +230,7 @@ async fn pooled_loop<'a>(
             connection,
             kind,
         };
-        session(spec, rec, at, stop, &mut conn).await;
+        session(spec, rec, at, stop, &mut line).await;
     }
-    drop(conn);
+    drop(line);
 }

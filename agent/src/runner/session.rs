@@ -10,6 +10,7 @@ use stampede_core::stats::{error_kind, Stats};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::deadline::RequestTimer;
 use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 
@@ -58,16 +59,46 @@ pub(super) struct At {
     pub(super) kind: u32,
 }
 
-/// One virtual client: runs the steps over `conn` (opened on first use; the caller keeps
-/// it, so a closed or pooled connection survives from one session to the next). Returns false
-/// when the session was not started because its data rows ran out (`on_exhausted: stop`).
+/// How a session ended, for the loop that runs the next one on its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// It ran (to its end, to a failure, or to the stop), and this is the last time it read
+    /// from the clock: when the next session of a closed connection is due.
+    Ran(Instant),
+    /// It was not started: its data rows ran out (`on_exhausted: stop`).
+    Exhausted,
+}
+
+/// What a connection task lends each of its sessions in turn: the connection (opened on
+/// first use and kept, so that a closed or pooled connection survives from one session to
+/// the next) and its request timer.
+pub(super) struct Line<'a, 't> {
+    pub(super) conn: Option<Tracked<'a>>,
+    pub(super) timer: RequestTimer<'t>,
+}
+
+impl<'a, 't> Line<'a, 't> {
+    /// A line over `conn` (`None`: opened by the first request), its timer in `sleep`.
+    pub(super) fn new(
+        conn: Option<Tracked<'a>>,
+        sleep: std::pin::Pin<&'t mut tokio::time::Sleep>,
+    ) -> Self {
+        Self {
+            conn,
+            timer: RequestTimer::new(sleep),
+        }
+    }
+}
+
+/// One virtual client: runs the steps over `line`'s connection.
 pub(super) async fn session<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
     at: At,
     stop: &CancellationToken,
-    conn: &mut Option<Tracked<'a>>,
-) -> bool {
+    line: &mut Line<'a, '_>,
+) -> Ended {
+    let Line { conn, timer } = line;
     let At {
         intended,
         phase,
@@ -88,7 +119,7 @@ pub(super) async fn session<'a>(
     let Some(steps) = spec.types.get(kind as usize) else {
         // Not a type of this run (cannot happen).
         dropped();
-        return true;
+        return Ended::Ran(intended);
     };
     let mut vars = match &spec.dynamic {
         None => None,
@@ -96,32 +127,33 @@ pub(super) async fn session<'a>(
             Some(v) => Some(Box::new(v)),
             None => {
                 dropped();
-                return false;
+                return Ended::Exhausted;
             }
         },
     };
     // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
     // session's future (10,000 connections are 10,000 of them), think time or not.
     let mut rng = None;
-    let lag = Instant::now().saturating_duration_since(intended);
     let mut tally = Tally {
         plan,
-        start: Some(us(lag)),
+        intended,
+        opened: false,
         kind: spec.count_types.map(|base| base + kind),
         ended: false,
     };
     let last_step = steps.len().saturating_sub(1);
     // The time the next request should have been sent: the arrival for the first request,
-    // then the end of the previous step.
+    // then the end of the previous step. It is also the last time read from the clock.
     let mut due = intended;
     for (i, step) in steps.iter().enumerate() {
         match step {
             StepPlan::Think(t) => {
-                if tally.start.is_some() {
-                    rec.with(phase, |s| tally.open(s));
+                if !tally.opened {
+                    let now = Instant::now();
+                    rec.with(phase, |s| tally.open(s, now));
                 }
                 if !think(t, &mut rng, (spec.seed, index), stop).await {
-                    return true;
+                    return Ended::Ran(due);
                 }
                 due = Instant::now();
             }
@@ -160,20 +192,19 @@ pub(super) async fn session<'a>(
                         *conn = None;
                     }
                     let last = last_on_connection(steps, i, r + 1 < *repeat);
+                    // The session's start lag is counted from its first send, so a closed
+                    // request reads the clock twice: here and at its end.
                     let sent = Instant::now();
                     rec.with(phase, |s| {
-                        tally.open(s);
+                        tally.open(s, sent);
                         s.counters.requests_started += 1;
                     });
                     let deadline = sent + spec.request_timeout;
                     // One timer for the connect and the request together. No wait on the
                     // stop here: the caller drops the session when the run stops.
-                    let result = tokio::time::timeout_at(
-                        deadline,
-                        exchange(spec, rec, conn, step, &mut vars, last, deadline),
-                    )
-                    .await
-                    .unwrap_or_else(|_| {
+                    let request = exchange(spec, rec, conn, step, &mut vars, last, deadline);
+                    let answered = timer.within(deadline, std::pin::pin!(request)).await;
+                    let result = answered.unwrap_or_else(|| {
                         // A connection left mid-request cannot carry another one.
                         let connected = conn.take().is_some();
                         Err(Failure(if connected {
@@ -200,22 +231,29 @@ pub(super) async fn session<'a>(
                                     Some(kind) => s.record_failure(*ordinal, kind),
                                 }
                                 if ends {
-                                    tally.close(s, !fails);
+                                    tally.close(s, !fails, done);
                                 }
                             });
                             if !answer.keep_alive {
                                 close_after_server(conn, spec.request_timeout).await;
                             }
-                            if fails {
-                                return true;
+                            if ends {
+                                // Closing the connection (and waiting for the server's FIN)
+                                // takes time of its own: the session ends after it.
+                                let end = if answer.keep_alive {
+                                    done
+                                } else {
+                                    Instant::now()
+                                };
+                                return Ended::Ran(end);
                             }
                         }
                         Err(Failure(kind)) => {
                             rec.with(phase, |s| {
                                 s.record_failure(*ordinal, kind);
-                                tally.close(s, false);
+                                tally.close(s, false, done);
                             });
-                            return true;
+                            return Ended::Ran(done);
                         }
                     }
                     due = done;
@@ -225,9 +263,9 @@ pub(super) async fn session<'a>(
     }
     // A session that ends on a think time (or has no steps) ends here.
     if !tally.ended {
-        rec.with(phase, |s| tally.close(s, true));
+        rec.with(phase, |s| tally.close(s, true, due));
     }
-    true
+    Ended::Ran(due)
 }
 
 /// What a session counts at its start (planned, where the closed model plans it as it starts
@@ -236,31 +274,33 @@ pub(super) async fn session<'a>(
 /// takes the lock twice, not five times.
 struct Tally {
     plan: bool,
-    /// The start lag (µs) until the start is counted.
-    start: Option<u64>,
+    /// When the session should have started: its start lag counts from here.
+    intended: Instant,
+    /// The start is counted.
+    opened: bool,
     /// The mix's type index, when the run counts sessions per type.
     kind: Option<u32>,
     ended: bool,
 }
 
 impl Tally {
-    /// Counts the start, once.
-    fn open(&mut self, s: &mut Stats) {
-        let Some(lag) = self.start.take() else {
+    /// Counts the start, once, as at `now`.
+    fn open(&mut self, s: &mut Stats, now: Instant) {
+        if std::mem::replace(&mut self.opened, true) {
             return;
-        };
+        }
         if self.plan {
             s.counters.sessions_planned += 1;
         }
-        s.record_start(lag);
+        s.record_start(us(now.saturating_duration_since(self.intended)));
         if let Some(k) = self.kind {
             s.counters.session_types.entry(k).or_default().started += 1;
         }
     }
 
-    /// Counts the end (and the start, if it was not yet), once.
-    fn close(&mut self, s: &mut Stats, ok: bool) {
-        self.open(s);
+    /// Counts the end (and the start, as at `now`, if it was not yet), once.
+    fn close(&mut self, s: &mut Stats, ok: bool, now: Instant) {
+        self.open(s, now);
         if std::mem::replace(&mut self.ended, true) {
             return;
         }

@@ -277,7 +277,7 @@ mod tests {
     use std::time::Duration;
 
     /// The whole of `scenario` prepared as this agent's one shard, as an `Assign` would.
-    async fn one_shard(scenario: String) -> super::ShardRun {
+    pub(super) async fn one_shard(scenario: String) -> super::ShardRun {
         let assign = stampede_proto::v1::Assign {
             run_id: "r".into(),
             scenario,

@@ -1,6 +1,7 @@
 //! One session of a shard: its steps in order over one connection, each request timed from its
-//! due time (the arrival, then the end of the step before) and from its actual send, and the
-//! one exchange of a request over whichever link the target speaks.
+//! due time (the arrival, then the end of the step before) and from its actual send (after the
+//! connect, when it opened one), and the one exchange of a request over whichever link the
+//! target speaks.
 
 use std::time::Duration;
 
@@ -192,17 +193,27 @@ pub(super) async fn session<'a>(
                         *conn = None;
                     }
                     let last = last_on_connection(steps, i, r + 1 < *repeat);
-                    // The session's start lag is counted from its first send, so a closed
-                    // request reads the clock twice: here and at its end.
-                    let sent = Instant::now();
+                    // The session's start lag is counted from its first request's start, so
+                    // a request on an open connection reads the clock twice: here and at its
+                    // end (a connect adds one, at its end).
+                    let started = Instant::now();
                     rec.with(phase, |s| {
-                        tally.open(s, sent);
+                        tally.open(s, started);
                         s.counters.requests_started += 1;
                     });
-                    let deadline = sent + spec.request_timeout;
+                    let deadline = started + spec.request_timeout;
                     // One timer for the connect and the request together. No wait on the
                     // stop here: the caller drops the session when the run stops.
-                    let request = exchange(spec, rec, conn, step, &mut vars, last, deadline);
+                    let mut sent = started;
+                    let request = exchange(
+                        spec,
+                        rec,
+                        conn,
+                        step,
+                        &mut vars,
+                        (last, deadline),
+                        &mut sent,
+                    );
                     let answered = timer.within(deadline, std::pin::pin!(request)).await;
                     let result = answered.unwrap_or_else(|| {
                         // A connection left mid-request cannot carry another one.
@@ -372,7 +383,10 @@ struct Answer<'s> {
 }
 
 /// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
-/// (the request timeout); the UDP driver, which waits for a datagram, also takes it.
+/// (the request timeout); the UDP driver, which waits for a datagram, also takes it. `sent`
+/// is when the request was sent: a connect (with its handshake) moves it to the connect's
+/// end, so that the service time is the exchange's alone, as wrk, wrk2 and k6 time theirs;
+/// the response time, from the due time, keeps the connect.
 #[allow(clippy::too_many_arguments)]
 async fn exchange<'a, 's>(
     spec: &'s RunSpec,
@@ -380,8 +394,8 @@ async fn exchange<'a, 's>(
     conn: &mut Option<Tracked<'a>>,
     step: &'s StepPlan,
     vars: &mut Option<Box<crate::dynamic::SessionVars>>,
-    last: bool,
-    deadline: Instant,
+    (last, deadline): (bool, Instant),
+    sent: &mut Instant,
 ) -> Result<Answer<'s>, Failure> {
     if conn.is_none() {
         // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
@@ -389,6 +403,7 @@ async fn exchange<'a, 's>(
         // kept-alive connection opens once.
         let c = Box::pin(Link::open(&spec.target)).await?;
         *conn = Some(rec.connections.track(c));
+        *sent = Instant::now();
     }
     let Some(c) = conn.as_mut() else {
         return Err(Failure(error_kind::CONNECT));
@@ -543,5 +558,104 @@ impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
             status: o.status,
             keep_alive: o.keep_alive,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::time::Instant;
+
+    use super::{session, At, Ended, Line};
+    use crate::runner::Recorder;
+
+    /// How long the target holds each TLS handshake.
+    const HANDSHAKE: Duration = Duration::from_millis(300);
+
+    /// An HTTPS target that takes [`HANDSHAKE`] to complete a handshake (it moves the paused
+    /// clock on by that much), then answers every request at once, on one connection.
+    async fn slow_handshake_target() -> std::net::SocketAddr {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let chain = vec![CertificateDer::from(cert.cert.der().to_vec())];
+        let key = PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::time::advance(HANDSHAKE).await;
+            let tls = acceptor.accept(tcp).await.unwrap();
+            let (read, mut write) = tokio::io::split(tls);
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.is_empty() {
+                    write
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+        addr
+    }
+
+    /// A request that opens its connection counts the connect (here a TLS handshake that the
+    /// target holds 300 ms) in its response time only: the service time is the exchange's
+    /// alone, as wrk and k6 time theirs. The session's second request, on the open
+    /// connection, has neither.
+    #[tokio::test(start_paused = true)]
+    async fn the_connect_counts_in_the_response_time_only() {
+        // A blocking task keeps the paused clock from jumping ahead on its own while the real
+        // sockets are in flight: only the target moves it.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let holder = tokio::task::spawn_blocking(move || held.recv());
+        let addr = slow_handshake_target().await;
+        let scenario = format!(
+            "name: connect\ntarget: https://{addr}\ntls: {{ insecure_skip_verify: true }}\n\
+             request_timeout: 10s\nload: {{ model: closed, connections: 1, duration: 10s }}\n\
+             session:\n  - http: {{ path: /a }}\n  - http: {{ path: /b }}\n"
+        );
+        let run = crate::runner::tests::one_shard(scenario).await;
+        let spec = run.workloads[0].clone();
+        let rec = Recorder::new(run.phases, run.steps);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let t0 = Instant::now();
+        let at = At {
+            intended: t0,
+            plan: true,
+            phase: 0,
+            index: 0,
+            connection: 0,
+            kind: 0,
+        };
+        let timer = std::pin::pin!(tokio::time::sleep_until(t0));
+        let mut line = Line::new(None, timer);
+        let ended = session(&spec, &rec, at, &stop, &mut line).await;
+        assert_eq!(ended, Ended::Ran(t0 + HANDSHAKE));
+        // The paused clock moves only for the target's wait: every other time is 0 µs, which
+        // the histograms keep as their lowest value, 1 µs.
+        let handshake = HANDSHAKE.as_micros() as u64;
+        rec.with(0, |s| {
+            assert_eq!(s.counters.requests_completed, 2);
+            let (first, second) = (&s.steps[0], &s.steps[1]);
+            assert!(first.response.equivalent(first.response.max(), handshake));
+            assert_eq!(first.service.max(), 1);
+            assert_eq!(second.response.max(), 1);
+            assert_eq!(second.service.max(), 1);
+        })
+        .unwrap();
+        drop(release);
+        let _ = holder.await;
     }
 }

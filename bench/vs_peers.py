@@ -2,7 +2,8 @@
 """The driver of bench/vs-peers.sh (run that: it builds the binary and installs nginx and wrk).
 
 Every generator runs pinned to LOAD_CPU, the target to SERVER_CPU, one after the other against the
-same target in the same run, REPS times; the table gives medians and the ratios to wrk and oha.
+same target in the same run, REPS times (in reversed order every other repeat); the table gives
+medians, the ratios of the medians to wrk and oha, and the ratios to wrk within each repeat.
 
 Generators: Stampede as `run --local` (controller and agent in one process, what users run on one
 machine: the process's CPU and peak RSS from /usr/bin/time) and as a separate agent process
@@ -15,6 +16,10 @@ Cases:
   constant     5,000 requests/s over 50 connections: generator CPU per request
   newconn      a new connection per request, 50 at a time: connections/s, p99, TIME_WAIT sides
   conns        10,000 concurrent keep-alive connections: peak RSS
+
+Latency: "p99 ms" is each tool's own headline p99 (Stampede's response time, from the intended
+send, the connect included; oha and hey include the connect too); "send p99" is Stampede's service
+time, from the request's actual send, after any connect: what wrk times.
 
 Which side was the limit: the core whose process used >= 90 % of it over the run (target or
 generator); "neither" when both had room (latency-bound, or a rate was asked for).
@@ -113,9 +118,9 @@ def scenario(tag, port, load, new_connection=False):
 
 def report_metrics(path):
     d = json.loads(Path(path).read_text())
-    t, rt = d["totals"], d["latency"]["response_time"]
+    t, rt, st = d["totals"], d["latency"]["response_time"], d["latency"]["service_time"]
     return {"requests": t["completed"], "rps": t["throughput_rps"], "p99": rt["p99_us"] / 1000,
-            "errors": sum(t["errors"].values())}
+            "svc_p99": st["p99_us"] / 1000, "errors": sum(t["errors"].values())}
 
 
 def stampede_local(tag, port, load, new_connection=False):
@@ -233,7 +238,9 @@ def target_pids(port):
 def run_case(case, results):
     gens, port = runners(case)
     for rep in range(1, REPS + 1):
-        for name, fn in gens:
+        # The order reverses every repeat, so that a machine drifting over the series does not
+        # favour whichever tool always runs first.
+        for name, fn in (gens if rep % 2 else gens[::-1]):
             tag = f"{case}-{name}-r{rep}"
             tp = target_pids(port)
             t0, w0 = ticks(tp), time.time()
@@ -278,10 +285,12 @@ def table(results):
         rs = [r for r in results if r["case"] == case]
         tools = list(dict.fromkeys(r["tool"] for r in rs))
         by = {t: med([f(r) for r in rs if r["tool"] == t]) for t in tools}
-        lines.append(f"\n{case}: {title} (median of {REPS}; ratio: > 1 is better for the row)")
+        one = {(r["tool"], r["rep"]): f(r) for r in rs}
+        lines.append(f"\n{case}: {title} (median of {REPS}; ratio: > 1 is better for the row; "
+                     f"paired: the ratio within each repeat, median [lowest-highest])")
         extra = "  TIME_WAIT gen/target" if case == "newconn" else ""
-        lines.append(f"  {'generator':16} {title:>14} {'/ wrk':>7} {'/ oha':>7} {'req/s':>9} {'p99 ms':>8} "
-                     f"{'gen CPU%':>8} {'tgt CPU%':>8}  limit{extra}")
+        lines.append(f"  {'generator':16} {title:>14} {'/ wrk':>7} {'/ oha':>7} {'paired / wrk':>18} "
+                     f"{'req/s':>9} {'p99 ms':>8} {'send p99':>8} {'gen CPU%':>8} {'tgt CPU%':>8}  limit{extra}")
         for t in tools:
             tr = [r for r in rs if r["tool"] == t]
             v = by[t]
@@ -291,13 +300,22 @@ def table(results):
                 if v is None or not p:
                     return "-"
                 return f"{(v / p if higher else p / v):.2f}"
+            def paired(peer):
+                # Runs of one repeat are minutes apart at most: their ratio cancels the drift of
+                # the machine that a ratio of medians over the whole series keeps.
+                pairs = [(one.get((t, k)), one.get((peer, k))) for k in range(1, REPS + 1)]
+                xs = sorted((a / b if higher else b / a) for a, b in pairs if a and b)
+                if not xs or t == peer:
+                    return "-"
+                return f"{statistics.median(xs):.2f} [{xs[0]:.2f}-{xs[-1]:.2f}]"
             gen, tgt = med([r["gen_cpu_pct"] for r in tr]), med([r["target_cpu_pct"] for r in tr])
             limit = "generator" if gen >= 90 else "target" if tgt >= 90 else "neither"
             tw = ""
             if case == "newconn":
                 tw = f"  {med([r['tw_client'] for r in tr]):.0f}/{med([r['tw_server'] for r in tr]):.0f}"
             lines.append(f"  {t:16} {v if v is not None else float('nan'):14.1f} {ratio('wrk'):>7} {ratio('oha'):>7} "
-                         f"{med([r['rps'] for r in tr]):9.0f} {med([r['p99'] for r in tr]) or 0:8.2f} "
+                         f"{paired('wrk'):>18} {med([r['rps'] for r in tr]):9.0f} {med([r['p99'] for r in tr]) or 0:8.2f} "
+                         f"{med([r.get('svc_p99') for r in tr]) or float('nan'):8.2f} "
                          f"{gen:8.0f} {tgt:8.0f}  {limit}{tw}")
     return "\n".join(lines)
 

@@ -14,14 +14,16 @@ use stampede_core::scenario::HttpRequest;
 use stampede_core::stats::error_kind;
 use stampede_core::template::Template;
 
+mod head;
+
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
 use crate::tls::{Io, TlsClient};
+use head::{Body, Head};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
-const MAX_HEADERS: usize = 64;
 /// A read buffer starts this small and doubles when a response needs more, up to
 /// [`READ_CHUNK`] a step.
 const INITIAL_BUF: usize = 1024;
@@ -155,6 +157,18 @@ pub trait Sink {
     fn body(&mut self, chunk: &[u8]);
 }
 
+impl<S: Sink> Sink for &mut S {
+    const KEEP: bool = S::KEEP;
+    #[inline(always)]
+    fn header(&mut self, name: &str, value: &[u8]) {
+        (**self).header(name, value)
+    }
+    #[inline(always)]
+    fn body(&mut self, chunk: &[u8]) {
+        (**self).body(chunk)
+    }
+}
+
 /// Keeps nothing: the discard path.
 pub struct Discard;
 
@@ -249,18 +263,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
 
     /// Sends one request and reads the whole response.
     pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
-        self.exchange(req.bytes(false), req.head, &mut Discard)
-            .await
+        self.exchange(req.bytes(false), req.head, Discard).await
     }
 
     /// Sends one request, in its closing form when `last` (see [`PreparedRequest`]), and
-    /// reads the whole response.
-    pub async fn request_as(
-        &mut self,
-        req: &PreparedRequest,
+    /// reads the whole response. The exchange's own future, not one that wraps it: it is
+    /// part of every HTTP/1.1 connection task's future.
+    pub fn request_as<'c>(
+        &'c mut self,
+        req: &'c PreparedRequest,
         last: bool,
-    ) -> Result<Response, Failure> {
-        self.exchange(req.bytes(last), req.head, &mut Discard).await
+    ) -> impl std::future::Future<Output = Result<Response, Failure>> + use<'c, T> {
+        self.exchange(req.bytes(last), req.head, Discard)
     }
 
     /// Waits for the server to close after a response that said it would (`Connection:
@@ -278,60 +292,77 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         give_buffer(std::mem::take(&mut self.buf));
     }
 
-    /// Sends the bytes of one request and reads the whole response into `sink`.
-    pub async fn exchange<S: Sink>(
-        &mut self,
-        request: &[u8],
-        head: bool,
-        sink: &mut S,
-    ) -> Result<Response, Failure> {
-        self.buf.clear();
-        self.stream
-            .write_all(request)
-            .await
-            .map_err(|e| io_failure(&e, true))?;
-        let mut received = 0u64;
-        let (status, keep_alive, body, head_len) = loop {
-            match self.parse_head(head, &mut Discard)? {
-                // An interim answer (100 Continue, 103 Early Hints) precedes the real one on
-                // the same connection: skip it, or the next request would read this one's
-                // answer. 101 would switch protocols, which no step asks for.
-                Some((101, ..)) => return Err(Failure(error_kind::PROTOCOL)),
-                Some((s, _, _, n)) if (100..200).contains(&s) => {
-                    self.buf.advance(n);
-                    received += n as u64;
-                    continue;
-                }
-                Some(parsed) => {
-                    // The final head, parsed again into a keeping sink (capturing steps only).
-                    if S::KEEP {
-                        self.parse_head(head, sink)?;
+    /// Sends the bytes of one request and reads the whole response into `sink` (a
+    /// [`Discard`], or `&mut` a [`Capture`]). An async block, not an `async fn`, whose future
+    /// would hold its arguments twice.
+    #[allow(clippy::manual_async_fn)] // the arguments held once: see above
+    pub fn exchange<'c, S: Sink + 'c>(
+        &'c mut self,
+        request: &'c [u8],
+        head_request: bool,
+        mut sink: S,
+    ) -> impl std::future::Future<Output = Result<Response, Failure>> + use<'c, S, T> {
+        async move {
+            self.buf.clear();
+            self.stream
+                .write_all(request)
+                .await
+                .map_err(|e| io_failure(&e, true))?;
+            let mut received = 0u64;
+            let final_head = loop {
+                // Nothing is read yet after the write: no head to look for.
+                let parsed = if self.buf.is_empty() {
+                    None
+                } else {
+                    head::parse(&self.buf, head_request, &mut Discard)?
+                };
+                match parsed {
+                    // An interim answer (100 Continue, 103 Early Hints) precedes the real one on
+                    // the same connection: skip it, or the next request would read this one's
+                    // answer. 101 would switch protocols, which no step asks for.
+                    Some(Head { status: 101, .. }) => return Err(Failure(error_kind::PROTOCOL)),
+                    Some(h) if (100..200).contains(&h.status) => {
+                        self.buf.advance(h.len);
+                        received += h.len as u64;
+                        continue;
                     }
-                    break parsed;
+                    Some(h) => {
+                        // The final head, parsed again into a keeping sink (capturing steps only).
+                        if S::KEEP {
+                            head::parse(&self.buf, head_request, &mut sink)?;
+                        }
+                        break h;
+                    }
+                    None => {}
                 }
-                None => {}
-            }
-            if self.buf.len() >= MAX_HEAD {
-                return Err(Failure(error_kind::PROTOCOL));
-            }
-            self.fill().await?;
-        };
-        received += head_len as u64;
-        self.buf.advance(head_len);
-        received += match body {
-            Body::None => 0,
-            Body::Length(n) => self.skip_exact(n, sink).await?,
-            Body::Chunked => self.skip_chunked(sink).await?,
-            Body::UntilClose => self.skip_to_close(sink).await?,
-        };
-        // Anything past the response (a server that answers more than it was asked) is
-        // dropped here, as the next request's `clear` did before.
-        give_buffer(std::mem::take(&mut self.buf));
-        Ok(Response {
-            status,
-            keep_alive: keep_alive && !matches!(body, Body::UntilClose),
-            bytes_received: received,
-        })
+                if self.buf.len() >= MAX_HEAD {
+                    return Err(Failure(error_kind::PROTOCOL));
+                }
+                self.fill().await?;
+            };
+            let Head {
+                status,
+                keep_alive,
+                body,
+                len,
+            } = final_head;
+            received += len as u64;
+            self.buf.advance(len);
+            received += match body {
+                Body::None => 0,
+                Body::Length(n) => self.skip_exact(n, &mut sink).await?,
+                Body::Chunked => Box::pin(self.skip_chunked(&mut sink)).await?,
+                Body::UntilClose => Box::pin(self.skip_to_close(&mut sink)).await?,
+            };
+            // Anything past the response (a server that answers more than it was asked) is
+            // dropped here, as the next request's `clear` did before.
+            give_buffer(std::mem::take(&mut self.buf));
+            Ok(Response {
+                status,
+                keep_alive: keep_alive && !matches!(body, Body::UntilClose),
+                bytes_received: received,
+            })
+        }
     }
 
     /// Reads more of the response. A connection without a buffer takes one only when there is
@@ -360,68 +391,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             Ok(n) => Ok(n),
             Err(e) => Err(io_failure(&e, false)),
         }
-    }
-
-    fn parse_head<S: Sink>(
-        &self,
-        head_request: bool,
-        sink: &mut S,
-    ) -> Result<Option<(u16, bool, Body, usize)>, Failure> {
-        // Left uninitialised: filling 64 empty headers (2 KiB) cost as much as parsing a
-        // small response's head.
-        let mut headers = [std::mem::MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut []);
-        let n = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-            &mut resp,
-            &self.buf,
-            &mut headers,
-        ) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(Failure(error_kind::PROTOCOL)),
-        };
-        let status = resp.code.unwrap_or(0);
-        let mut keep_alive = resp.version == Some(1);
-        let mut length = None;
-        let mut chunked = false;
-        for h in resp.headers.iter() {
-            sink.header(h.name, h.value);
-            if h.name.eq_ignore_ascii_case("content-length") {
-                let v = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok());
-                match v {
-                    Some(v) if length.is_none_or(|l| l == v) => length = Some(v),
-                    _ => return Err(Failure(error_kind::PROTOCOL)),
-                }
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = h
-                    .value
-                    .windows(7)
-                    .any(|w| w.eq_ignore_ascii_case(b"chunked"));
-            } else if h.name.eq_ignore_ascii_case("connection") {
-                if h.value.windows(5).any(|w| w.eq_ignore_ascii_case(b"close")) {
-                    keep_alive = false;
-                } else if h
-                    .value
-                    .windows(10)
-                    .any(|w| w.eq_ignore_ascii_case(b"keep-alive"))
-                {
-                    keep_alive = true;
-                }
-            }
-        }
-        let body = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
-        {
-            Body::None
-        } else if chunked {
-            Body::Chunked
-        } else if let Some(l) = length {
-            Body::Length(l)
-        } else {
-            Body::UntilClose
-        };
-        Ok(Some((status, keep_alive, body, n)))
     }
 
     /// Reads exactly `n` body bytes into `sink`.
@@ -509,14 +478,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             }
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Body {
-    None,
-    Length(u64),
-    Chunked,
-    UntilClose,
 }
 
 #[cfg(test)]

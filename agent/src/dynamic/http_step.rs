@@ -229,7 +229,7 @@ impl DynamicHttp {
             conn.exchange(&vars.out, self.head, &mut vars.capture)
                 .await?
         } else {
-            conn.exchange(&vars.out, self.head, &mut Discard).await?
+            conn.exchange(&vars.out, self.head, Discard).await?
         };
         let error = self.verdict(resp.status, vars);
         Ok(Outcome {

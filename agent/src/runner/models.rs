@@ -3,6 +3,7 @@
 //! (constant), alone or as several HTTP/2 streams on one shared connection. They live for the
 //! whole run and do not wait on the stop: `execute` aborts them.
 
+use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 
@@ -18,38 +19,43 @@ use crate::pool::{RateSlot, Refused, SlotQueue};
 /// connection's global index and the stride between its sessions' indexes (the number of
 /// connections); with a mix, the connection's `k`-th session runs the type at `k` plus the
 /// connection's own offset in the table.
-pub(super) async fn closed_connection(
+#[allow(clippy::manual_async_fn)] // the arguments held once: see the body
+pub(super) fn closed_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
     t0: Instant,
     end: Instant,
     (index, stride): (u64, u64),
     stop: CancellationToken,
-) {
-    // A stop before `t0` aborts this task like any other time (`execute`).
-    let mut sleep = pin!(tokio::time::sleep_until(t0));
-    sleep.as_mut().await;
-    // The loop inline, not through `closed_loop`: this future exists once per connection
-    // for the whole run, and nesting would hold the arguments twice.
-    let mut line = Line::new(None, sleep);
-    let offset = spec.mix.offset(index, stride);
-    let mut own = 0u64;
-    let mut now = Instant::now();
-    while let Some(at) = next_closed(
-        &spec,
-        (now, end),
-        (index, stride),
-        index,
-        (offset, own),
-        &stop,
-    ) {
-        match session(&spec, &rec, at, &stop, &mut line).await {
-            Ended::Ran(t) => now = t,
-            Ended::Exhausted => break,
+) -> impl Future<Output = ()> {
+    // An async block, not an `async fn`: an async fn's future holds its arguments twice (as
+    // passed and as moved into its body), and this future exists once per connection for
+    // the whole run.
+    async move {
+        // A stop before `t0` aborts this task like any other time (`execute`).
+        let mut sleep = pin!(tokio::time::sleep_until(t0));
+        sleep.as_mut().await;
+        // The loop inline, not through `closed_loop`: nesting would hold the arguments twice.
+        let mut line = Line::new(None, sleep);
+        let offset = spec.mix.offset(index, stride);
+        let mut own = 0u64;
+        let mut now = Instant::now();
+        while let Some(at) = next_closed(
+            &spec,
+            (now, end),
+            (index, stride),
+            index,
+            (offset, own),
+            &stop,
+        ) {
+            match session(&spec, &rec, at, &stop, &mut line).await {
+                Ended::Ran(t) => now = t,
+                Ended::Exhausted => break,
+            }
+            own += 1;
         }
-        own += 1;
+        drop(line);
     }
-    drop(line);
 }
 
 /// The next session of a closed stripe (its `own`-th, with index `first + own × stride`),

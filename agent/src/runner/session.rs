@@ -91,192 +91,199 @@ impl<'a, 't> Line<'a, 't> {
     }
 }
 
-/// One virtual client: runs the steps over `line`'s connection.
-pub(super) async fn session<'a>(
-    spec: &RunSpec,
+/// One virtual client: runs the steps over `line`'s connection. An async block, not an
+/// `async fn`, whose future would hold its arguments twice: it is part of every connection
+/// task's future.
+#[allow(clippy::manual_async_fn)] // the arguments held once: see above
+pub(super) fn session<'a, 's, 'l, 't>(
+    spec: &'s RunSpec,
     rec: &'a Recorder,
     at: At,
-    stop: &CancellationToken,
-    line: &mut Line<'a, '_>,
-) -> Ended {
-    let Line { conn, timer } = line;
-    let At {
-        intended,
-        phase,
-        index,
-        connection,
-        kind,
-        plan,
-    } = at;
-    // A session that cannot start: planned (where the closed model plans it) and dropped.
-    let dropped = || {
-        rec.with(phase, |s| {
-            if plan {
-                s.counters.sessions_planned += 1;
-            }
-            s.counters.dropped_arrivals += 1;
-        })
-    };
-    let Some(steps) = spec.types.get(kind as usize) else {
-        // Not a type of this run (cannot happen).
-        dropped();
-        return Ended::Ran(intended);
-    };
-    let mut vars = match &spec.dynamic {
-        None => None,
-        Some(ctx) => match ctx.session(index, connection) {
-            Some(v) => Some(Box::new(v)),
-            None => {
-                dropped();
-                return Ended::Exhausted;
-            }
-        },
-    };
-    // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
-    // session's future (10,000 connections are 10,000 of them), think time or not.
-    let mut rng = None;
-    let mut tally = Tally {
-        plan,
-        intended,
-        opened: false,
-        kind: spec.count_types.map(|base| base + kind),
-        ended: false,
-    };
-    let last_step = steps.len().saturating_sub(1);
-    // The time the next request should have been sent: the arrival for the first request,
-    // then the end of the previous step. It is also the last time read from the clock.
-    let mut due = intended;
-    for (i, step) in steps.iter().enumerate() {
-        match step {
-            StepPlan::Think(t) => {
-                if !tally.opened {
-                    let now = Instant::now();
-                    rec.with(phase, |s| tally.open(s, now));
+    stop: &'s CancellationToken,
+    line: &'l mut Line<'a, 't>,
+) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't> {
+    async move {
+        let Line { conn, timer } = line;
+        let At {
+            intended,
+            phase,
+            index,
+            connection,
+            kind,
+            plan,
+        } = at;
+        // A session that cannot start: planned (where the closed model plans it) and dropped.
+        let dropped = || {
+            rec.with(phase, |s| {
+                if plan {
+                    s.counters.sessions_planned += 1;
                 }
-                if !think(t, &mut rng, (spec.seed, index), stop).await {
-                    return Ended::Ran(due);
+                s.counters.dropped_arrivals += 1;
+            })
+        };
+        let Some(steps) = spec.types.get(kind as usize) else {
+            // Not a type of this run (cannot happen).
+            dropped();
+            return Ended::Ran(intended);
+        };
+        let mut vars = match &spec.dynamic {
+            None => None,
+            Some(ctx) => match ctx.session(index, connection) {
+                Some(v) => Some(Box::new(v)),
+                None => {
+                    dropped();
+                    return Ended::Exhausted;
                 }
-                due = Instant::now();
-            }
-            StepPlan::Http {
-                ordinal,
-                repeat,
-                new_connection,
-                ..
-            }
-            | StepPlan::HttpDynamic {
-                ordinal,
-                repeat,
-                new_connection,
-                ..
-            }
-            | StepPlan::Tcp {
-                ordinal,
-                repeat,
-                new_connection,
-                ..
-            }
-            | StepPlan::Udp {
-                ordinal,
-                repeat,
-                new_connection,
-                ..
-            }
-            | StepPlan::Grpc {
-                ordinal,
-                repeat,
-                new_connection,
-                ..
-            } => {
-                for r in 0..*repeat {
-                    if *new_connection {
-                        *conn = None;
+            },
+        };
+        // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
+        // session's future (10,000 connections are 10,000 of them), think time or not.
+        let mut rng = None;
+        let mut tally = Tally {
+            plan,
+            intended,
+            opened: false,
+            kind: spec.count_types.map(|base| base + kind),
+            ended: false,
+        };
+        let last_step = steps.len().saturating_sub(1);
+        // The time the next request should have been sent: the arrival for the first request,
+        // then the end of the previous step. It is also the last time read from the clock.
+        let mut due = intended;
+        for (i, step) in steps.iter().enumerate() {
+            match step {
+                StepPlan::Think(t) => {
+                    if !tally.opened {
+                        let now = Instant::now();
+                        rec.with(phase, |s| tally.open(s, now));
                     }
-                    let last = last_on_connection(steps, i, r + 1 < *repeat);
-                    // The session's start lag is counted from its first request's start, so
-                    // a request on an open connection reads the clock twice: here and at its
-                    // end (a connect adds one, at its end).
-                    let started = Instant::now();
-                    rec.with(phase, |s| {
-                        tally.open(s, started);
-                        s.counters.requests_started += 1;
-                    });
-                    let deadline = started + spec.request_timeout;
-                    // One timer for the connect and the request together. No wait on the
-                    // stop here: the caller drops the session when the run stops.
-                    let mut sent = started;
-                    let request = exchange(
-                        spec,
-                        rec,
-                        conn,
-                        step,
-                        &mut vars,
-                        (last, deadline),
-                        &mut sent,
-                    );
-                    let answered = timer.within(deadline, std::pin::pin!(request)).await;
-                    let result = answered.unwrap_or_else(|| {
-                        // A connection left mid-request cannot carry another one.
-                        let connected = conn.take().is_some();
-                        Err(Failure(if connected {
-                            error_kind::TIMEOUT
-                        } else {
-                            error_kind::CONNECT_TIMEOUT
-                        }))
-                    });
-                    let done = Instant::now();
-                    match result {
-                        Ok(answer) => {
-                            let fails = answer.error.is_some();
-                            let ends = fails || (i == last_step && r + 1 == *repeat);
-                            rec.with(phase, |s| {
-                                s.counters.bytes_sent += answer.sent;
-                                s.counters.bytes_received += answer.received;
-                                if answer.status != 0 {
-                                    s.counters.count_status(answer.status);
-                                }
-                                match answer.error {
-                                    None => {
-                                        s.record_success(*ordinal, us(done - due), us(done - sent))
+                    if !think(t, &mut rng, (spec.seed, index), stop).await {
+                        return Ended::Ran(due);
+                    }
+                    due = Instant::now();
+                }
+                StepPlan::Http {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
+                }
+                | StepPlan::HttpDynamic {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
+                }
+                | StepPlan::Tcp {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
+                }
+                | StepPlan::Udp {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
+                }
+                | StepPlan::Grpc {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
+                } => {
+                    for r in 0..*repeat {
+                        if *new_connection {
+                            *conn = None;
+                        }
+                        let last = last_on_connection(steps, i, r + 1 < *repeat);
+                        // The session's start lag is counted from its first request's start, so
+                        // a request on an open connection reads the clock twice: here and at its
+                        // end (a connect adds one, at its end).
+                        let started = Instant::now();
+                        rec.with(phase, |s| {
+                            tally.open(s, started);
+                            s.counters.requests_started += 1;
+                        });
+                        let deadline = started + spec.request_timeout;
+                        // One timer for the connect and the request together. No wait on the
+                        // stop here: the caller drops the session when the run stops.
+                        let mut sent = started;
+                        let request = exchange(
+                            spec,
+                            rec,
+                            conn,
+                            step,
+                            &mut vars,
+                            (last, deadline),
+                            &mut sent,
+                        );
+                        let answered = timer.within(deadline, std::pin::pin!(request)).await;
+                        let result = answered.unwrap_or_else(|| {
+                            // A connection left mid-request cannot carry another one.
+                            let connected = conn.take().is_some();
+                            Err(Failure(if connected {
+                                error_kind::TIMEOUT
+                            } else {
+                                error_kind::CONNECT_TIMEOUT
+                            }))
+                        });
+                        let done = Instant::now();
+                        match result {
+                            Ok(answer) => {
+                                let fails = answer.error.is_some();
+                                let ends = fails || (i == last_step && r + 1 == *repeat);
+                                rec.with(phase, |s| {
+                                    s.counters.bytes_sent += answer.sent;
+                                    s.counters.bytes_received += answer.received;
+                                    if answer.status != 0 {
+                                        s.counters.count_status(answer.status);
                                     }
-                                    Some(kind) => s.record_failure(*ordinal, kind),
+                                    match answer.error {
+                                        None => s.record_success(
+                                            *ordinal,
+                                            us(done - due),
+                                            us(done - sent),
+                                        ),
+                                        Some(kind) => s.record_failure(*ordinal, kind),
+                                    }
+                                    if ends {
+                                        tally.close(s, !fails, done);
+                                    }
+                                });
+                                if !answer.keep_alive {
+                                    close_after_server(conn, spec.request_timeout).await;
                                 }
                                 if ends {
-                                    tally.close(s, !fails, done);
+                                    // Closing the connection (and waiting for the server's FIN)
+                                    // takes time of its own: the session ends after it.
+                                    let end = if answer.keep_alive {
+                                        done
+                                    } else {
+                                        Instant::now()
+                                    };
+                                    return Ended::Ran(end);
                                 }
-                            });
-                            if !answer.keep_alive {
-                                close_after_server(conn, spec.request_timeout).await;
                             }
-                            if ends {
-                                // Closing the connection (and waiting for the server's FIN)
-                                // takes time of its own: the session ends after it.
-                                let end = if answer.keep_alive {
-                                    done
-                                } else {
-                                    Instant::now()
-                                };
-                                return Ended::Ran(end);
+                            Err(Failure(kind)) => {
+                                rec.with(phase, |s| {
+                                    s.record_failure(*ordinal, kind);
+                                    tally.close(s, false, done);
+                                });
+                                return Ended::Ran(done);
                             }
                         }
-                        Err(Failure(kind)) => {
-                            rec.with(phase, |s| {
-                                s.record_failure(*ordinal, kind);
-                                tally.close(s, false, done);
-                            });
-                            return Ended::Ran(done);
-                        }
+                        due = done;
                     }
-                    due = done;
                 }
             }
         }
+        // A session that ends on a think time (or has no steps) ends here.
+        if !tally.ended {
+            rec.with(phase, |s| tally.close(s, true, due));
+        }
+        Ended::Ran(due)
     }
-    // A session that ends on a think time (or has no steps) ends here.
-    if !tally.ended {
-        rec.with(phase, |s| tally.close(s, true, due));
-    }
-    Ended::Ran(due)
 }
 
 /// What a session counts at its start (planned, where the closed model plans it as it starts
@@ -387,153 +394,159 @@ struct Answer<'s> {
 /// is when the request was sent: a connect (with its handshake) moves it to the connect's
 /// end, so that the service time is the exchange's alone, as wrk, wrk2 and k6 time theirs;
 /// the response time, from the due time, keeps the connect.
+///
+/// An async block, not an `async fn` (whose future would hold its arguments twice): it is
+/// part of every connection task's future.
 #[allow(clippy::too_many_arguments)]
-async fn exchange<'a, 's>(
+#[allow(clippy::manual_async_fn)] // the arguments held once: see above
+fn exchange<'a, 's, 'c, 'v>(
     spec: &'s RunSpec,
     rec: &'a Recorder,
-    conn: &mut Option<Tracked<'a>>,
+    conn: &'c mut Option<Tracked<'a>>,
     step: &'s StepPlan,
-    vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+    vars: &'v mut Option<Box<crate::dynamic::SessionVars>>,
     (last, deadline): (bool, Instant),
-    sent: &mut Instant,
-) -> Result<Answer<'s>, Failure> {
-    if conn.is_none() {
-        // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
-        // inline it would make every session task that large for its whole life, though a
-        // kept-alive connection opens once.
-        let c = Box::pin(Link::open(&spec.target)).await?;
-        *conn = Some(rec.connections.track(c));
-        *sent = Instant::now();
-    }
-    let Some(c) = conn.as_mut() else {
-        return Err(Failure(error_kind::CONNECT));
-    };
-    let result = match (&mut c.conn, step) {
-        (
-            Link::Http1(c),
-            StepPlan::Http {
-                request, expect, ..
-            },
-        ) => c.request_as(request, last).await.map(|resp| Answer {
-            sent: request.bytes(last).len() as u64,
-            received: resp.bytes_received,
-            error: status_error(expect.as_deref(), resp.status),
-            status: resp.status,
-            keep_alive: resp.keep_alive,
-        }),
-        // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
-        // session task (10,000 connections are 10,000 tasks); their own per-request costs
-        // (an h2 stream, a syscall per datagram) dwarf one allocation.
-        (
-            Link::H2(c),
-            StepPlan::Http {
-                h2: Some(request),
-                expect,
-                ..
-            },
-        ) => Box::pin(c.request(request)).await.map(|resp| Answer {
-            sent: request.len() as u64,
-            received: resp.bytes_received,
-            error: status_error(expect.as_deref(), resp.status),
-            status: resp.status,
-            keep_alive: true,
-        }),
-        // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
-        (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
-            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-                (Some(ctx), Some(v)) => Box::pin(step.http1(c, ctx, v)).await.map(Answer::from),
-                _ => Err(Failure(error_kind::PROTOCOL)),
-            }
+    sent: &'c mut Instant,
+) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
+    async move {
+        if conn.is_none() {
+            // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
+            // inline it would make every session task that large for its whole life, though a
+            // kept-alive connection opens once.
+            let c = Box::pin(Link::open(&spec.target)).await?;
+            *conn = Some(rec.connections.track(c));
+            *sent = Instant::now();
         }
-        (Link::H2(c), StepPlan::HttpDynamic { step, .. }) => {
-            match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-                (Some(ctx), Some(v)) => Box::pin(step.h2(c, ctx, v)).await.map(Answer::from),
-                _ => Err(Failure(error_kind::PROTOCOL)),
-            }
-        }
-        (
-            Link::Stream(c),
-            StepPlan::Tcp {
-                request,
-                send: None,
-                ..
-            },
-        ) => Box::pin(c.request(request))
-            .await
-            .map(|received| Answer::raw(request.len() as u64, received)),
-        (
-            Link::Udp(c),
-            StepPlan::Udp {
-                request,
-                send: None,
-                ..
-            },
-        ) => Box::pin(c.request(request, deadline))
-            .await
-            .map(|received| Answer::raw(request.len() as u64, received)),
-        (
-            Link::Stream(c),
-            StepPlan::Tcp {
-                request,
-                send: Some(send),
-                ..
-            },
-        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-            (Some(ctx), Some(v)) => Box::pin(send.tcp(c, request, ctx, v))
-                .await
-                .map(Answer::from),
-            _ => Err(Failure(error_kind::PROTOCOL)),
-        },
-        (
-            Link::Udp(c),
-            StepPlan::Udp {
-                request,
-                send: Some(send),
-                ..
-            },
-        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-            (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
-                .await
-                .map(Answer::from),
-            _ => Err(Failure(error_kind::PROTOCOL)),
-        },
-        (
-            Link::H2(c),
-            StepPlan::Grpc {
-                request,
-                dynamic: Some(d),
-                ..
-            },
-        ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
-            (Some(ctx), Some(v)) => {
-                Box::pin(d.call(c, request, ctx, v))
-                    .await
-                    .map(|(sent, reply)| Answer {
-                        sent,
-                        received: reply.received,
-                        error: reply.error,
-                        status: reply.status,
-                        keep_alive: true,
-                    })
-            }
-            _ => Err(Failure(error_kind::PROTOCOL)),
-        },
-        (Link::H2(c), StepPlan::Grpc { request, .. }) => {
-            Box::pin(request.call(c)).await.map(|reply| Answer {
+        let Some(c) = conn.as_mut() else {
+            return Err(Failure(error_kind::CONNECT));
+        };
+        let result = match (&mut c.conn, step) {
+            (
+                Link::Http1(c),
+                StepPlan::Http {
+                    request, expect, ..
+                },
+            ) => c.request_as(request, last).await.map(|resp| Answer {
+                sent: request.bytes(last).len() as u64,
+                received: resp.bytes_received,
+                error: status_error(expect.as_deref(), resp.status),
+                status: resp.status,
+                keep_alive: resp.keep_alive,
+            }),
+            // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
+            // session task (10,000 connections are 10,000 tasks); their own per-request costs
+            // (an h2 stream, a syscall per datagram) dwarf one allocation.
+            (
+                Link::H2(c),
+                StepPlan::Http {
+                    h2: Some(request),
+                    expect,
+                    ..
+                },
+            ) => Box::pin(c.request(request)).await.map(|resp| Answer {
                 sent: request.len() as u64,
-                received: reply.received,
-                error: reply.error,
-                status: reply.status,
+                received: resp.bytes_received,
+                error: status_error(expect.as_deref(), resp.status),
+                status: resp.status,
                 keep_alive: true,
-            })
+            }),
+            // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
+            (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
+                match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                    (Some(ctx), Some(v)) => Box::pin(step.http1(c, ctx, v)).await.map(Answer::from),
+                    _ => Err(Failure(error_kind::PROTOCOL)),
+                }
+            }
+            (Link::H2(c), StepPlan::HttpDynamic { step, .. }) => {
+                match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                    (Some(ctx), Some(v)) => Box::pin(step.h2(c, ctx, v)).await.map(Answer::from),
+                    _ => Err(Failure(error_kind::PROTOCOL)),
+                }
+            }
+            (
+                Link::Stream(c),
+                StepPlan::Tcp {
+                    request,
+                    send: None,
+                    ..
+                },
+            ) => Box::pin(c.request(request))
+                .await
+                .map(|received| Answer::raw(request.len() as u64, received)),
+            (
+                Link::Udp(c),
+                StepPlan::Udp {
+                    request,
+                    send: None,
+                    ..
+                },
+            ) => Box::pin(c.request(request, deadline))
+                .await
+                .map(|received| Answer::raw(request.len() as u64, received)),
+            (
+                Link::Stream(c),
+                StepPlan::Tcp {
+                    request,
+                    send: Some(send),
+                    ..
+                },
+            ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => Box::pin(send.tcp(c, request, ctx, v))
+                    .await
+                    .map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            },
+            (
+                Link::Udp(c),
+                StepPlan::Udp {
+                    request,
+                    send: Some(send),
+                    ..
+                },
+            ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => Box::pin(send.udp(c, request, deadline, ctx, v))
+                    .await
+                    .map(Answer::from),
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            },
+            (
+                Link::H2(c),
+                StepPlan::Grpc {
+                    request,
+                    dynamic: Some(d),
+                    ..
+                },
+            ) => match (spec.dynamic.as_ref(), vars.as_deref_mut()) {
+                (Some(ctx), Some(v)) => {
+                    Box::pin(d.call(c, request, ctx, v))
+                        .await
+                        .map(|(sent, reply)| Answer {
+                            sent,
+                            received: reply.received,
+                            error: reply.error,
+                            status: reply.status,
+                            keep_alive: true,
+                        })
+                }
+                _ => Err(Failure(error_kind::PROTOCOL)),
+            },
+            (Link::H2(c), StepPlan::Grpc { request, .. }) => {
+                Box::pin(request.call(c)).await.map(|reply| Answer {
+                    sent: request.len() as u64,
+                    received: reply.received,
+                    error: reply.error,
+                    status: reply.status,
+                    keep_alive: true,
+                })
+            }
+            // Validation ties the step kind to the target's scheme; this cannot happen.
+            _ => Err(Failure(error_kind::PROTOCOL)),
+        };
+        if result.is_err() {
+            *conn = None;
         }
-        // Validation ties the step kind to the target's scheme; this cannot happen.
-        _ => Err(Failure(error_kind::PROTOCOL)),
-    };
-    if result.is_err() {
-        *conn = None;
+        result
     }
-    result
 }
 
 impl Answer<'_> {

@@ -186,6 +186,7 @@ fn start_workload(
                             index: a.index,
                             connection: a.index,
                             kind,
+                            fresh: false,
                         };
                         // One wait on the stop per session, not per request.
                         tokio::select! {

@@ -79,6 +79,7 @@ fn next_closed(
         index: first + own * stride,
         connection,
         kind: spec.mix.pick(offset.wrapping_add(own)),
+        fresh: true,
     })
 }
 
@@ -235,6 +236,7 @@ async fn pooled_loop<'a>(
             index,
             connection,
             kind,
+            fresh: false,
         };
         session(spec, rec, at, stop, &mut line).await;
     }

@@ -58,6 +58,10 @@ pub(super) struct At {
     pub(super) connection: u64,
     /// Its session type (index into [`RunSpec::types`]).
     pub(super) kind: u32,
+    /// `intended` is the clock's latest reading and nothing has been awaited since (a closed
+    /// connection's next session, due when the one before it ended): its first request takes
+    /// it as its send time instead of reading the clock again.
+    pub(super) fresh: bool,
 }
 
 /// How a session ended, for the loop that runs the next one on its connection.
@@ -111,6 +115,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
             connection,
             kind,
             plan,
+            fresh,
         } = at;
         // A session that cannot start: planned (where the closed model plans it) and dropped.
         let dropped = || {
@@ -150,6 +155,9 @@ pub(super) fn session<'a, 's, 'l, 't>(
         // The time the next request should have been sent: the arrival for the first request,
         // then the end of the previous step. It is also the last time read from the clock.
         let mut due = intended;
+        // The clock's latest reading while nothing has been awaited since it was taken: the
+        // next request's send time, without reading the clock again.
+        let mut clock = fresh.then_some(intended);
         for (i, step) in steps.iter().enumerate() {
             match step {
                 StepPlan::Think(t) => {
@@ -161,6 +169,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         return Ended::Ran(due);
                     }
                     due = Instant::now();
+                    clock = Some(due);
                 }
                 StepPlan::Http {
                     ordinal,
@@ -197,10 +206,11 @@ pub(super) fn session<'a, 's, 'l, 't>(
                             *conn = None;
                         }
                         let last = last_on_connection(steps, i, r + 1 < *repeat);
-                        // The session's start lag is counted from its first request's start, so
-                        // a request on an open connection reads the clock twice: here and at its
-                        // end (a connect adds one, at its end).
-                        let started = Instant::now();
+                        // The session's start lag is counted from its first request's start. A
+                        // request on an open connection reads the clock once, at its end: it is
+                        // sent at the end of the one before it, or of the session before it on
+                        // a closed connection (a connect adds a reading, at its end).
+                        let started = clock.take().unwrap_or_else(Instant::now);
                         rec.with(phase, |s| {
                             tally.open(s, started);
                             s.counters.requests_started += 1;
@@ -264,6 +274,9 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     };
                                     return Ended::Ran(end);
                                 }
+                                // Waiting for the server's FIN awaited: the next request reads
+                                // the clock.
+                                clock = answer.keep_alive.then_some(done);
                             }
                             Err(Failure(kind)) => {
                                 rec.with(phase, |s| {
@@ -651,6 +664,7 @@ mod tests {
             index: 0,
             connection: 0,
             kind: 0,
+            fresh: false,
         };
         let timer = std::pin::pin!(tokio::time::sleep_until(t0));
         let mut line = Line::new(None, timer);

@@ -20,6 +20,11 @@ pub struct Cli {
     /// Log format: text, or json (the default in a cluster).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "STAMPEDE_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// Threads that run this process's work (the load, in `run --local` and `agent`): one per
+    /// CPU it may use by default; with one (as on one CPU), all on the main thread, which costs
+    /// the load less than a multi-thread runtime's one worker.
+    #[arg(long, global = true, env = "STAMPEDE_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
     #[command(flatten)]
     pub tls: crate::security::ClientTls,
     #[command(subcommand)]

@@ -9,7 +9,8 @@ use stampede_cli::local::LocalCluster;
 use stampede_core::report::{Report, RunOutcome};
 
 use crate::{
-    cluster_with_agents, run, scenario, spawn_agent, spawn_controller, Proc, Target, BIN, QUIET,
+    cli_run_local_via, cluster_with_agents, run, scenario, spawn_agent, spawn_controller, Proc,
+    Target, BIN, QUIET,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,6 +48,48 @@ async fn three_agents_merge_exactly_and_measure_the_delay() {
     let again = client::get_report(&mut c, &r.run_id).await.unwrap();
     assert_eq!(again.totals.completed, 300);
     cluster.stop().await;
+}
+
+/// `--threads 1`, what a process on one CPU gets by default, runs the CLI, the embedded
+/// agent's load and its ticker on the main thread (a current-thread runtime): a closed run
+/// and an open one count exactly what the target served, and the open one its whole plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_run_on_one_thread_counts_what_was_served() {
+    let _quiet = QUIET.read().await;
+    let target = Target::start(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let closed = format!(
+        "name: one-thread\ntarget: {}\nload: {{ model: closed, connections: 8, duration: 2s }}\n\
+         session:\n  - http: {{ method: GET, path: /data }}\n",
+        target.url
+    );
+    let open = scenario(&target.url, "  - { duration: 2s, arrival_rate: 100 }\n", "");
+    let path = dir.path().to_path_buf();
+    let runs = tokio::task::spawn_blocking(move || {
+        [("closed", closed), ("open", open)].map(|(name, text)| {
+            let mut cmd = Command::new(BIN);
+            cmd.args(["--threads", "1"]);
+            cli_run_local_via(cmd, &path, name, &text)
+        })
+    })
+    .await
+    .unwrap();
+    let [closed, open] = runs;
+    for r in [&closed, &open] {
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        assert!(r.report.totals.errors.is_empty(), "{:?}", r.report.totals);
+    }
+    assert!(
+        closed.report.totals.completed > 100,
+        "{:?}",
+        closed.report.totals
+    );
+    assert_eq!(open.report.totals.planned, 200);
+    assert_eq!(open.report.totals.completed, 200);
+    assert_eq!(
+        target.requests(),
+        closed.report.totals.completed + open.report.totals.completed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

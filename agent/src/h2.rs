@@ -154,7 +154,7 @@ impl H2Conn {
         addr: SocketAddr,
         tls: Option<&crate::tls::TlsClient>,
     ) -> Result<Self, Failure> {
-        let stream = net::connect_http(addr, tls).await?;
+        let stream = net::connect_http(&addr, tls).await?;
         let (send, conn) = h2::client::handshake(stream)
             .await
             .map_err(|e| h2_failure(&e))?;

@@ -229,8 +229,12 @@ pub struct Conn<T = Io> {
 
 impl Conn {
     /// Connects to `addr`, over TLS when `tls` is given (the handshake is part of connecting).
-    pub async fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<Self, Failure> {
-        Ok(Self::over(net::connect_http(addr, tls).await?))
+    #[allow(clippy::manual_async_fn)] // the arguments held once (net::connect_tcp)
+    pub fn connect<'a>(
+        addr: &'a SocketAddr,
+        tls: Option<&'a TlsClient>,
+    ) -> impl std::future::Future<Output = Result<Self, Failure>> + use<'a> {
+        async move { Ok(Self::over(net::connect_http(addr, tls).await?)) }
     }
 
     /// Whether the server's FIN has already reached the reactor: a server that closes
@@ -509,12 +513,12 @@ mod tests {
     #[tokio::test]
     async fn reads_content_length_and_chunked_bodies() {
         let addr = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").await;
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (200, true));
 
         let addr = serve_once(b"HTTP/1.1 404 NF\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n").await;
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (404, false));
     }
@@ -551,7 +555,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nokand some more",
         ] {
             let addr = serve_once(reply).await;
-            let mut c = Conn::connect(addr, None).await.unwrap();
+            let mut c = Conn::connect(&addr, None).await.unwrap();
             let r = c.request_as(&get(), true).await.unwrap();
             assert_eq!((r.status, r.keep_alive), (200, false));
             tokio::time::timeout(std::time::Duration::from_secs(5), c.closed_by_server())
@@ -567,7 +571,7 @@ mod tests {
         let addr =
             serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
                 .await;
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         c.request_as(&get(), true).await.unwrap();
         let tokio_util::either::Either::Left(tcp) = &c.stream else {
             panic!("plain TCP")
@@ -589,7 +593,7 @@ mod tests {
                 .await;
             let _ = done_rx.await;
         });
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         c.request_as(&get(), false).await.unwrap();
         assert!(!c.closed_already());
         drop(done_tx);
@@ -611,7 +615,7 @@ mod tests {
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 .await;
         });
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         assert_eq!(c.buf.capacity(), 0);
         let req = get();
         {
@@ -638,12 +642,12 @@ mod tests {
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok",
         )
         .await;
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         let r = c.request(&get()).await.unwrap();
         assert_eq!(r.status, 201);
         assert_eq!(r.bytes_received, 110);
         let addr = serve_once(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n").await;
-        let mut c = Conn::connect(addr, None).await.unwrap();
+        let mut c = Conn::connect(&addr, None).await.unwrap();
         assert_eq!(
             c.request(&get()).await.unwrap_err(),
             Failure(error_kind::PROTOCOL)
@@ -662,7 +666,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffe\r\n",
         ] {
             let addr = serve_once(reply).await;
-            let mut c = Conn::connect(addr, None).await.unwrap();
+            let mut c = Conn::connect(&addr, None).await.unwrap();
             let e = c.request(&get()).await.unwrap_err();
             assert!(
                 matches!(e.0, error_kind::PROTOCOL | error_kind::RESET),
@@ -677,7 +681,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         drop(l);
         assert_eq!(
-            Conn::connect(addr, None).await.unwrap_err(),
+            Conn::connect(&addr, None).await.unwrap_err(),
             Failure(error_kind::CONNECT_REFUSED)
         );
     }

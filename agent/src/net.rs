@@ -2,6 +2,7 @@
 //! addresses and socket options apply to all of them) and how socket errors map to the
 //! report's error kinds.
 
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -54,22 +55,23 @@ fn next_source(dest: &SocketAddr) -> Option<IpAddr> {
         .copied()
 }
 
-/// Connects from `source`: IP_BIND_ADDRESS_NO_PORT before bind, so the bind reserves no port
-/// and the kernel picks it at connect time per 4-tuple (each source address gets the whole
-/// ephemeral range for each destination).
-async fn connect_from(source: IpAddr, addr: SocketAddr) -> io::Result<TcpStream> {
+/// A socket for `addr`, bound to the next source address when the agent has any (with
+/// IP_BIND_ADDRESS_NO_PORT before the bind, so the bind reserves no port and the kernel picks
+/// it at connect time per 4-tuple: each source address gets the whole ephemeral range for
+/// each destination).
+fn socket_for(addr: &SocketAddr) -> io::Result<TcpSocket> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
-    {
+    if let Some(source) = next_source(addr) {
         use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
         // Best effort: without it (old kernels) bind picks the port, with a smaller budget.
         let _ = setsockopt(&socket, IpBindAddressNoPort, &true);
+        socket.bind(SocketAddr::new(source, 0))?;
     }
-    socket.bind(SocketAddr::new(source, 0))?;
-    socket.connect(addr).await
+    Ok(socket)
 }
 
 /// The connections a run holds open (every transport: one count per TCP, TLS, HTTP/1.1, h2
@@ -175,30 +177,43 @@ pub fn io_failure(e: &io::Error, writing: bool) -> Failure {
 /// Opens a TCP connection to `addr` with the options a load generator wants (no Nagle).
 /// With source addresses set ([`set_source_addresses`]) it binds from the next one of the
 /// destination's family.
-pub async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, Failure> {
-    let stream = match next_source(&addr) {
-        Some(source) => connect_from(source, addr).await,
-        None => TcpStream::connect(addr).await,
+///
+/// A function returning an async block, whose one await is the socket's connect: every
+/// connection's first request holds this future while it connects (a closed run of 10,000
+/// connections holds 10,000 at once on one thread), and nested `async fn`s each held their
+/// arguments again around it.
+#[allow(clippy::manual_async_fn)] // the arguments held once: see above
+pub fn connect_tcp(
+    addr: &SocketAddr,
+) -> impl Future<Output = Result<TcpStream, Failure>> + use<'_> {
+    async move {
+        let socket = socket_for(addr).map_err(|e| connect_failure(&e))?;
+        let stream = socket
+            .connect(*addr)
+            .await
+            .map_err(|e| connect_failure(&e))?;
+        // Latency matters more than packet count for a load generator.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
     }
-    .map_err(|e| connect_failure(&e))?;
-    // Latency matters more than packet count for a load generator.
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
 }
 
 /// Opens a connection to an HTTP target: TCP, then the TLS handshake when `tls` is given.
-pub async fn connect_http(
-    addr: SocketAddr,
-    tls: Option<&crate::tls::TlsClient>,
-) -> Result<crate::tls::Io, Failure> {
-    use tokio_util::either::Either;
-    let tcp = connect_tcp(addr).await?;
-    Ok(match tls {
-        None => Either::Left(tcp),
-        // Boxed: the handshake's future is a kilobyte, and inline it would make every plain
-        // connect (10,000 at once at the start of a large closed run) that large too.
-        Some(t) => Either::Right(Box::new(Box::pin(t.handshake(tcp)).await?)),
-    })
+#[allow(clippy::manual_async_fn)] // the arguments held once: see connect_tcp
+pub fn connect_http<'a>(
+    addr: &'a SocketAddr,
+    tls: Option<&'a crate::tls::TlsClient>,
+) -> impl Future<Output = Result<crate::tls::Io, Failure>> + use<'a> {
+    async move {
+        use tokio_util::either::Either;
+        let tcp = connect_tcp(addr).await?;
+        Ok(match tls {
+            None => Either::Left(tcp),
+            // Boxed: the handshake's future is a kilobyte, and inline it would make every
+            // plain connect (10,000 at once at the start of a large closed run) that large too.
+            Some(t) => Either::Right(Box::new(Box::pin(t.handshake(tcp)).await?)),
+        })
+    }
 }
 
 /// Opens a Unix stream connection to `path` (local targets only).

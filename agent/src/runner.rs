@@ -616,9 +616,10 @@ mod future_size {
     /// connections are 10,000 of them, so what its future holds across awaits (the connect,
     /// a TLS or h2 handshake, a think-time generator, a chunked body's reader) is boxed or
     /// kept out, and this keeps it that way. tokio aligns a task to 128 bytes: the release
-    /// build's future of 880 bytes makes a task of 1,024 (it was 1,088 and 1,280 while the
+    /// build's future of 896 bytes makes a task of 1,024 (it was 1,088 and 1,280 while the
     /// connection task, `session` and its `exchange` were `async fn`s, which hold their
-    /// arguments twice).
+    /// arguments twice). The connect's future (release: 176 bytes, was 376) is boxed, but
+    /// all of a run's connections hold one at once while they connect.
     #[test]
     #[allow(unreachable_code)]
     fn a_connection_task_stays_small() {
@@ -635,6 +636,7 @@ mod future_size {
         let connect = size_of_future(&|| super::Link::open(unreachable!()));
         eprintln!("closed connection task {task} B, connect {connect} B");
         assert!(task <= 960, "a closed connection's future is {task} bytes");
-        assert!(connect <= 512, "connecting takes {connect} bytes");
+        // Held by every connection at once while a large closed run connects.
+        assert!(connect <= 256, "connecting takes {connect} bytes");
     }
 }

@@ -204,7 +204,7 @@ pub struct StreamConn {
 
 impl StreamConn {
     pub async fn connect_tcp(addr: std::net::SocketAddr) -> Result<Self, Failure> {
-        Ok(Self::new(Socket::Tcp(net::connect_tcp(addr).await?)))
+        Ok(Self::new(Socket::Tcp(net::connect_tcp(&addr).await?)))
     }
 
     pub async fn connect_unix(path: &Path) -> Result<Self, Failure> {

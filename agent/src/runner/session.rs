@@ -274,8 +274,8 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     };
                                     return Ended::Ran(end);
                                 }
-                                // Waiting for the server's FIN awaited: the next request reads
-                                // the clock.
+                                // After a wait for the server's FIN the reading is stale: the
+                                // next request reads the clock again.
                                 clock = answer.keep_alive.then_some(done);
                             }
                             Err(Failure(kind)) => {

@@ -78,23 +78,34 @@ impl SlotQueue {
         Ok(())
     }
 
-    /// The oldest slot, waiting for one; `None` once the queue is closed and empty.
+    /// The oldest slot, waiting for one; `None` once the queue is closed and empty. A slot
+    /// already queued is taken without registering as a waiter, so a connection woken for a
+    /// slot takes it with one lock; only one that finds the queue empty registers with the
+    /// `Notify` (which takes the `Notify`'s own lock to register and again to unregister).
     pub async fn pop(&self) -> Option<RateSlot> {
         loop {
+            if let Some(taken) = self.take() {
+                return taken;
+            }
             let notified = self.ready.notified();
             tokio::pin!(notified);
-            // Registered before looking, so a push or close in between is not missed.
+            // Registered before looking again, so a push or close in between is not missed.
             notified.as_mut().enable();
-            {
-                let mut q = self.lock();
-                if let Some(s) = q.slots.pop_front() {
-                    return Some(s);
-                }
-                if q.closed {
-                    return None;
-                }
+            if let Some(taken) = self.take() {
+                return taken;
             }
             notified.await;
+        }
+    }
+
+    /// What the queue gives now: `Some(Some(slot))`, `Some(None)` once it is closed and
+    /// empty, `None` when the caller must wait.
+    fn take(&self) -> Option<Option<RateSlot>> {
+        let mut q = self.lock();
+        match q.slots.pop_front() {
+            Some(s) => Some(Some(s)),
+            None if q.closed => Some(None),
+            None => None,
         }
     }
 
@@ -141,6 +152,30 @@ mod tests {
         assert_eq!(q.push(slot), Err(Refused::Full));
         assert_eq!(q.close_and_take().len(), 4);
         assert_eq!(q.push(slot), Err(Refused::Closed));
+    }
+
+    /// A slot pushed while no connection waits leaves a permit in the `Notify`; a connection
+    /// that then takes the slot without waiting leaves that permit behind. The next connection
+    /// to wait is woken by it at once, finds nothing, waits again, and still gets the next slot.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_taken_without_waiting_loses_no_later_slot() {
+        let q = SlotQueue::new(8);
+        let t = Instant::now();
+        q.push((t, 0, 1, 0)).unwrap();
+        assert_eq!(q.pop().await.map(|s| s.2), Some(1));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.pop().await.map(|s| s.2) }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            !waiter.is_finished(),
+            "a left-over permit must not end a wait on an empty queue"
+        );
+        q.push((t, 0, 2, 0)).unwrap();
+        assert_eq!(waiter.await.unwrap(), Some(2));
+        drop(Closer(q.clone()));
+        assert_eq!(q.pop().await, None);
     }
 
     /// Slots go out oldest first, each to exactly one waiting connection, and every waiter

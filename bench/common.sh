@@ -1,6 +1,6 @@
 # Shared by every benchmark script (source it): `root` (the repository), `work` (a temporary
 # directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
-# ticks per second) and small readers: wait_port PORT, cpu_ticks PID...
+# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., median (of stdin's lines).
 
 root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
 work=$(mktemp -d)
@@ -33,3 +33,7 @@ cpu_ticks() {
     done
     echo "$total"
 }
+
+# median: the median of the numbers on standard input, one per line (the mean of the middle
+# two when there is an even count).
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

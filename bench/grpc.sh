@@ -107,8 +107,6 @@ PY
     esac
 }
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-
 echo "targets on cpu $SERVER_CPU; generators on cpu $LOAD_CPU; closed load, $CONNECTIONS connections, $DURATION per run, $REPS runs per case"
 for rep in $(seq 1 "$REPS"); do
     for c in "${CASES[@]}"; do

@@ -73,7 +73,6 @@ for rep in $(seq 1 "$REPS"); do
     done
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-m=$(median "${mingen_us[@]}")
-s=$(median "${stampede_us[@]}")
+m=$(printf '%s\n' "${mingen_us[@]}" | median)
+s=$(printf '%s\n' "${stampede_us[@]}" | median)
 echo "median: mingen $m us, stampede $s us of CPU per request ($(awk -v s="$s" -v m="$m" 'BEGIN { printf "%.2f", s / m }')x; $RATE/s over $CONNS connections, ${DURATION_S} s runs)"

@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -69,7 +68,7 @@ int main(int argc, char **argv) {
     timerfd_settime(tfd, 0, &ts, NULL);
     struct epoll_event tev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
     epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev);
-    long sent = 0, done = 0, backlog = 0, ticks = 0;
+    long sent = 0, done = 0, backlog = 0;
     double carry = 0, per_tick = rate / 1000.0, t0 = now_s(), c0 = cpu_s();
     char buf[8192];
     struct epoll_event evs[256];
@@ -79,7 +78,6 @@ int main(int argc, char **argv) {
             if (evs[e].data.u64 == UINT64_MAX) {
                 uint64_t x;
                 if (read(tfd, &x, sizeof x) != sizeof x) continue;
-                ticks += (long)x;
                 carry += per_tick * (double)x;
                 backlog += (long)carry;
                 carry -= (long)carry;

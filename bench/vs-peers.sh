@@ -17,7 +17,8 @@
 #
 # Usage: bench/vs-peers.sh [CASE ...]
 # Environment: DURATION (10), REPS (3), SERVER_CPU (0), LOAD_CPU (1), NGINX_PORT (18090),
-# FAST_PORT (18091), CTL_PORT (17990), OUT (where the raw results go, JSON lines).
+# FAST_PORT (18091), CTL_PORT (17990), OUT (where the raw results go, JSON lines), STAMPEDE_BIN
+# (a prebuilt binary instead of the release build, e.g. bench/pgo.sh's).
 # Needs nginx, wrk and /usr/bin/time (installed from Debian when missing); oha (cargo install
 # oha), hey (Debian) and vegeta are used when on PATH. Loopback only; not part of CI; every
 # process it starts is stopped by PID on exit. A machine busy with other work skews the
@@ -33,8 +34,12 @@ command -v taskset >/dev/null && [ -x /usr/bin/time ] || {
 # 10,000 connections need descriptors on both sides (20,000 is this machine's ceiling).
 ulimit -n 20000
 
-cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
-BIN="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
+if [ -n "${STAMPEDE_BIN:-}" ]; then
+    BIN=$STAMPEDE_BIN
+else
+    cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
+    BIN="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
+fi
 NGINX_PORT=${NGINX_PORT:-18090}
 FAST_PORT=${FAST_PORT:-18091}
 CTL_PORT=${CTL_PORT:-17990}

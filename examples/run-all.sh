@@ -4,7 +4,7 @@
 #   examples/run-all.sh [NAME ...]        (default: all; a release build is made first)
 # Each target is started here and stopped by PID when its example is done.
 set -euo pipefail
-root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
 BIN="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
 work=$(mktemp -d)

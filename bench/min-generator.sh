@@ -4,7 +4,8 @@
 # timerfd, one send and one recv per request, nothing else) and `stampede run --local --agents 1`
 # at the same rate over the same keep-alive connections, against `stampede target http`, the
 # two alternated REPS times. Prints each run's CPU per answered request and the medians: what
-# Stampede's tasks, timers, parsing and histograms cost above the syscalls both make.
+# Stampede's tasks, timers, parsing and histograms cost above the syscalls both make. RATE=0
+# compares the closed loop instead (each connection's next request sent on its answer).
 #
 # The target runs pinned to SERVER_CPU, both generators to LOAD_CPU.
 # Environment: RATE (5000), CONNS (50), DURATION_S (5), REPS (3), SERVER_CPU (0), LOAD_CPU (1),
@@ -34,12 +35,17 @@ RUST_LOG=warn taskset -c "$SERVER_CPU" "$BIN" target http --listen "127.0.0.1:$H
 pids+=($!)
 wait_port "$HTTP_PORT"
 
+if [ "$RATE" = 0 ]; then
+    load="{ model: closed, connections: $CONNS, duration: ${DURATION_S}s }"
+else
+    load="{ model: constant, rate: $RATE, connections: $CONNS, duration: ${DURATION_S}s }"
+fi
 cat >"$work/constant.yaml" <<YAML
 name: min-generator
 target: http://127.0.0.1:$HTTP_PORT
 agents: 1
 request_timeout: 10s
-load: { model: constant, rate: $RATE, connections: $CONNS, duration: ${DURATION_S}s }
+load: $load
 session:
   - http: { method: GET, path: / }
 YAML
@@ -75,4 +81,5 @@ done
 
 m=$(printf '%s\n' "${mingen_us[@]}" | median)
 s=$(printf '%s\n' "${stampede_us[@]}" | median)
-echo "median: mingen $m us, stampede $s us of CPU per request ($(awk -v s="$s" -v m="$m" 'BEGIN { printf "%.2f", s / m }')x; $RATE/s over $CONNS connections, ${DURATION_S} s runs)"
+what=$([ "$RATE" = 0 ] && echo "closed" || echo "$RATE/s")
+echo "median: mingen $m us, stampede $s us of CPU per request ($(awk -v s="$s" -v m="$m" 'BEGIN { printf "%.2f", s / m }')x; $what over $CONNS connections, ${DURATION_S} s runs)"

@@ -1,11 +1,12 @@
-/* The least a constant-rate HTTP/1.1 generator can do, as a floor for Stampede's constant case
+/* The least an HTTP/1.1 generator can do, as a floor for Stampede's constant and closed cases
  * (bench/min-generator.sh, docs/efficiency.md): RATE requests per second in 1 ms ticks over
  * CONNS keep-alive connections to 127.0.0.1:PORT. One epoll set holds a timerfd that fires every
  * millisecond and every socket; at each tick the tick's arrivals go out on idle connections
  * (one send each), and each readable socket is read once (one recv: the target's answers are
- * small and arrive in one segment on loopback). No tasks, no timers, no histograms, no parsing.
- * Prints the requests sent and answered and the process's CPU per answered request
- * (getrusage). Usage: mingen PORT RATE CONNS SECONDS */
+ * small and arrive in one segment on loopback). RATE 0 is the closed loop instead: no timer,
+ * and each answer's connection sends its next request at once. No tasks, no timers, no
+ * histograms, no parsing. Prints the requests sent and answered and the process's CPU per
+ * answered request (getrusage). Usage: mingen PORT RATE CONNS SECONDS */
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -38,7 +39,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int port = atoi(argv[1]), rate = atoi(argv[2]), n = atoi(argv[3]), secs = atoi(argv[4]);
-    if (port <= 0 || port > 65535 || rate <= 0 || n <= 0 || n > 1000 || secs <= 0) {
+    if (port <= 0 || port > 65535 || rate < 0 || n <= 0 || n > 1000 || secs <= 0) {
         fprintf(stderr, "mingen: bad arguments\n");
         return 2;
     }
@@ -63,12 +64,24 @@ int main(int argc, char **argv) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)i};
         epoll_ctl(ep, EPOLL_CTL_ADD, fd[i], &ev);
     }
-    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    struct itimerspec ts = {.it_interval = {0, 1000000}, .it_value = {0, 1000000}};
-    timerfd_settime(tfd, 0, &ts, NULL);
-    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
-    epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev);
     long sent = 0, done = 0, backlog = 0;
+    int tfd = -1;
+    if (rate > 0) {
+        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct itimerspec ts = {.it_interval = {0, 1000000}, .it_value = {0, 1000000}};
+        timerfd_settime(tfd, 0, &ts, NULL);
+        struct epoll_event tev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+        epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev);
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (send(fd[i], req, reqlen, 0) != reqlen) {
+                perror("mingen: send");
+                return 1;
+            }
+            busy[i] = 1;
+            sent++;
+        }
+    }
     double carry = 0, per_tick = rate / 1000.0, t0 = now_s(), c0 = cpu_s();
     char buf[8192];
     struct epoll_event evs[256];
@@ -96,6 +109,14 @@ int main(int argc, char **argv) {
                 if (recv(fd[i], buf, sizeof buf, 0) > 0 && busy[i]) {
                     busy[i] = 0;
                     done++;
+                    if (rate == 0) {
+                        if (send(fd[i], req, reqlen, 0) != reqlen) {
+                            perror("mingen: send");
+                            return 1;
+                        }
+                        busy[i] = 1;
+                        sent++;
+                    }
                 }
             }
         }

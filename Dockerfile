@@ -5,10 +5,11 @@
 # The release profile (root Cargo.toml) links with fat LTO and one codegen unit and strips the
 # debug info, so the binary every agent pulls is about 24 MB (it was 154 MB with line tables);
 # for profiles, build `--profile profiling` instead (the same code with line tables).
-# By default the binary is also profile-guided (bench/pgo.sh: an instrumented build runs a
-# minute of load and every example against the project's own targets on the build's loopback,
-# then the release build uses that profile; 6-10 % less generator CPU per request, see
-# docs/efficiency.md). It costs a second release build; `--build-arg PGO=0` skips it.
+# By default the binary is also profile-guided (bench/pgo.sh: an instrumented build runs a few
+# minutes of load and every example against the project's own targets on the build's loopback,
+# then the release build uses that profile: about 5-10 % less CPU per request in the closed and
+# constant cases, see docs/efficiency.md). It costs a second release build; `--build-arg PGO=0`
+# skips it.
 
 FROM rust:1.95-bookworm AS build
 ARG PGO=1

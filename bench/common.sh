@@ -2,7 +2,8 @@
 # directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
 # ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., median (of stdin's lines).
 
-root=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+# The repository, found from this file rather than by git: an image build has no .git.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d)
 pids=()
 cleanup() {

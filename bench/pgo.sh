@@ -14,21 +14,12 @@
 # ports 8080, 8443, 7000-7002, 50051 and PGO_PORT (18095) free on 127.0.0.1. Two release builds:
 # about 20 minutes on 2 cores. Nothing is sent anywhere but loopback.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 target=${CARGO_TARGET_DIR:-$root/target}
 out=${1:-$target/pgo/stampede}
 port=${PGO_PORT:-18095}
 prof=$target/pgo/profiles
-work=$(mktemp -d)
-target_pid=
-cleanup() {
-    if [ -n "$target_pid" ]; then
-        kill "$target_pid" 2>/dev/null || true
-        wait "$target_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata=$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata
@@ -50,10 +41,8 @@ rm -f "$prof"/*.profraw
 echo "=== training: three load shapes against stampede target http on 127.0.0.1:$port"
 RUST_LOG=warn "$gen" target http --listen "127.0.0.1:$port" >"$work/target.log" 2>&1 &
 target_pid=$!
-for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-    sleep 0.1
-done
+pids+=("$target_pid")
+wait_port "$port"
 shape() { # NAME LOAD [STEP-OPTIONS]
     cat >"$work/$1.yaml" <<EOF
 name: pgo-$1
@@ -70,9 +59,9 @@ EOF
 shape closed "{ model: closed, connections: 50, duration: 5s }"
 shape constant "{ model: constant, rate: 5000, connections: 50, duration: 5s }"
 shape newconn "{ model: closed, connections: 50, duration: 5s }" "new_connection: true"
+# Stopped before the examples, by SIGTERM: it exits cleanly, which writes its profile.
 kill "$target_pid"
 wait "$target_pid" 2>/dev/null || true
-target_pid=
 
 echo "=== training: examples/run-all.sh"
 # A threshold an instrumented binary misses still leaves its counts in the profile.

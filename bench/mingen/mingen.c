@@ -33,6 +33,17 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* Sends the request on an idle connection and marks it busy; a failed or short send (of a few
+ * dozen bytes, on loopback) means the target is gone, and ends the program. */
+static void fire(int fd, int *busy, long *sent, const char *req, int reqlen) {
+    if (send(fd, req, reqlen, 0) != reqlen) {
+        perror("mingen: send");
+        exit(1);
+    }
+    *busy = 1;
+    (*sent)++;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: mingen PORT RATE CONNS SECONDS\n");
@@ -73,14 +84,7 @@ int main(int argc, char **argv) {
         struct epoll_event tev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
         epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev);
     } else {
-        for (int i = 0; i < n; i++) {
-            if (send(fd[i], req, reqlen, 0) != reqlen) {
-                perror("mingen: send");
-                return 1;
-            }
-            busy[i] = 1;
-            sent++;
-        }
+        for (int i = 0; i < n; i++) fire(fd[i], &busy[i], &sent, req, reqlen);
     }
     double carry = 0, per_tick = rate / 1000.0, t0 = now_s(), c0 = cpu_s();
     char buf[8192];
@@ -96,12 +100,7 @@ int main(int argc, char **argv) {
                 carry -= (long)carry;
                 for (int i = 0; i < n && backlog > 0; i++) {
                     if (busy[i]) continue;
-                    if (send(fd[i], req, reqlen, 0) != reqlen) {
-                        perror("mingen: send");
-                        return 1;
-                    }
-                    busy[i] = 1;
-                    sent++;
+                    fire(fd[i], &busy[i], &sent, req, reqlen);
                     backlog--;
                 }
             } else {
@@ -109,14 +108,7 @@ int main(int argc, char **argv) {
                 if (recv(fd[i], buf, sizeof buf, 0) > 0 && busy[i]) {
                     busy[i] = 0;
                     done++;
-                    if (rate == 0) {
-                        if (send(fd[i], req, reqlen, 0) != reqlen) {
-                            perror("mingen: send");
-                            return 1;
-                        }
-                        busy[i] = 1;
-                        sent++;
-                    }
+                    if (rate == 0) fire(fd[i], &busy[i], &sent, req, reqlen);
                 }
             }
         }

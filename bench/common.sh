@@ -1,6 +1,7 @@
 # Shared by every benchmark script (source it): `root` (the repository), `work` (a temporary
 # directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
-# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., median (of stdin's lines).
+# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., median (of stdin's lines),
+# stampede_bin.
 
 # The repository, found from this file rather than by git: an image build has no .git.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,3 +39,14 @@ cpu_ticks() {
 # median: the median of the numbers on standard input, one per line (the mean of the middle
 # two when there is an even count).
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# stampede_bin: the path of the binary to measure: STAMPEDE_BIN when set (a prebuilt one, e.g.
+# bench/pgo.sh's), else the release build of this checkout, built first.
+stampede_bin() {
+    if [ -n "${STAMPEDE_BIN:-}" ]; then
+        echo "$STAMPEDE_BIN"
+    else
+        cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
+        echo "${CARGO_TARGET_DIR:-$root/target}/release/stampede"
+    fi
+}

@@ -22,12 +22,7 @@ HTTP_PORT=${HTTP_PORT:-18093}
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
 
-if [ -n "${STAMPEDE_BIN:-}" ]; then
-    BIN=$STAMPEDE_BIN
-else
-    cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
-    BIN="$root/target/release/stampede"
-fi
+BIN=$(stampede_bin)
 cc -O2 -o "$work/mingen" "$root/bench/mingen/mingen.c"
 
 RUST_LOG=warn taskset -c "$SERVER_CPU" "$BIN" target http --listen "127.0.0.1:$HTTP_PORT" \

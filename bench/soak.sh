@@ -27,11 +27,7 @@ if not m: sys.exit('duration: a number followed by ms, s, m or h')
 print(int(float(m.group(1))*{'ms':0.001,'s':1,'m':60,'h':3600}[m.group(2)]))" "$duration")
 [ "$secs" -ge 60 ] || { echo "soak: run at least 1m" >&2; exit 2; }
 
-if [ -z "${STAMPEDE_BIN:-}" ]; then
-    (cd "$root" && cargo build --release -q -p stampede --bin stampede)
-    STAMPEDE_BIN=${CARGO_TARGET_DIR:-$root/target}/release/stampede
-fi
-bin=$STAMPEDE_BIN
+bin=$(stampede_bin)
 export STAMPEDE_TOKEN=soak-user-$RANDOM$RANDOM STAMPEDE_AGENT_TOKEN=soak-agent-$RANDOM$RANDOM
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }

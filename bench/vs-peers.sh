@@ -34,12 +34,7 @@ command -v taskset >/dev/null && [ -x /usr/bin/time ] || {
 # 10,000 connections need descriptors on both sides (20,000 is this machine's ceiling).
 ulimit -n 20000
 
-if [ -n "${STAMPEDE_BIN:-}" ]; then
-    BIN=$STAMPEDE_BIN
-else
-    cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
-    BIN="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
-fi
+BIN=$(stampede_bin)
 NGINX_PORT=${NGINX_PORT:-18090}
 FAST_PORT=${FAST_PORT:-18091}
 CTL_PORT=${CTL_PORT:-17990}

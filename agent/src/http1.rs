@@ -318,7 +318,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                 let parsed = if self.buf.is_empty() {
                     None
                 } else {
-                    head::parse(&self.buf, head_request, &mut Discard)?
+                    head::parse_framing(&self.buf, head_request)?
                 };
                 match parsed {
                     // An interim answer (100 Continue, 103 Early Hints) precedes the real one on

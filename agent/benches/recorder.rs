@@ -15,14 +15,14 @@ use stampede_agent::runner::Recorder;
 
 fn request(rec: &Recorder, i: u64) {
     rec.with(0, |s| {
-        s.counters.sessions_planned += 1;
+        s.counters_mut().sessions_planned += 1;
         s.record_start(1 + i % 7);
-        s.counters.requests_started += 1;
+        s.counters_mut().requests_started += 1;
     });
     rec.with(0, |s| {
-        s.counters.count_status(200);
+        s.counters_mut().count_status(200);
         s.record_success(0, 100 + i % 5_000, 90 + i % 4_000);
-        s.counters.sessions_completed += 1;
+        s.counters_mut().sessions_completed += 1;
     });
 }
 
@@ -39,7 +39,7 @@ fn run(stripes: usize, threads: usize, records: u64) -> (f64, f64) {
                 std::thread::sleep(Duration::from_millis(100));
                 rec.swap(&mut spare);
                 for s in spare.iter_mut().flatten() {
-                    total += s.counters.requests_completed;
+                    total += s.counters().requests_completed;
                     s.reset();
                 }
             }
@@ -48,7 +48,7 @@ fn run(stripes: usize, threads: usize, records: u64) -> (f64, f64) {
                 + spare
                     .iter()
                     .flatten()
-                    .map(|s| s.counters.requests_completed)
+                    .map(|s| s.counters().requests_completed)
                     .sum::<u64>()
         })
     };

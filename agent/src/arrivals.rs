@@ -199,7 +199,7 @@ pub async fn run(
             phase: a.phase + spec.phase_base,
             ..a
         };
-        rec.with(a.phase, |s| s.counters.sessions_planned += 1);
+        rec.with(a.phase, |s| s.counters_mut().sessions_planned += 1);
         let kind = spec.mix.pick(spec.mix_offset.wrapping_add(own));
         own += 1;
         dispatch(a, intended, kind);
@@ -211,7 +211,7 @@ pub async fn run(
             let left = planned.saturating_sub(*done);
             if left > 0 {
                 rec.with(spec.phase_base + phase as u32, |s| {
-                    s.counters.dropped_arrivals += left
+                    s.counters_mut().dropped_arrivals += left
                 });
             }
         }

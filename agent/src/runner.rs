@@ -111,7 +111,7 @@ pub async fn execute(
     for slots in queues {
         // Stopped early: slots still queued were never started.
         for (_, phase, _, _) in slots.close_and_take() {
-            rec.with(phase, |s| s.counters.dropped_arrivals += 1);
+            rec.with(phase, |s| s.counters_mut().dropped_arrivals += 1);
         }
     }
     ticker_stop.cancel();
@@ -168,7 +168,7 @@ fn start_workload(
             Some(tokio::spawn(async move {
                 crate::arrivals::run(&spec, &rec, t0, &stop, |a, intended, kind| {
                     if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
-                        rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                        rec.with(a.phase, |s| s.counters_mut().dropped_arrivals += 1);
                         return;
                     }
                     rec.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -257,7 +257,7 @@ fn start_workload(
                 let mut warned = false;
                 crate::arrivals::run(&spec, &rec, t0, &stop, |a, intended, kind| {
                     if !enqueue(&slots.0, (intended, a.phase, a.index, kind), &mut warned) {
-                        rec.with(a.phase, |s| s.counters.dropped_arrivals += 1);
+                        rec.with(a.phase, |s| s.counters_mut().dropped_arrivals += 1);
                     }
                 })
                 .await;
@@ -493,7 +493,7 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// A run of 100 phases × 20 request steps: only the phases that record hold a `Stats`
+    /// A run of 100 phases × 20 request steps: only the phases that record hold an `IntervalStats`
     /// (each is 43 dense histograms, 7.7 MiB), and they are freed after their last flush,
     /// so the recorder holds at most three phases per buffer (the running one, the previous
     /// one finishing, one awaiting its freeing flush), not 100 × 2 × 7.7 MiB = 1.5 GiB.

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::hist::{self, HistError, Recorded, SparseHist};
 
+mod interval;
+pub use interval::IntervalStats;
+
 /// Error kinds, as counted in reports (design.md §3.7).
 pub mod error_kind {
     pub const CONNECT_REFUSED: &str = "connect_refused";

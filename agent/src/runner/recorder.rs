@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use stampede_core::stats::Stats;
+use stampede_core::stats::IntervalStats;
 use stampede_proto::convert::sample_to_wire;
 use stampede_proto::v1;
 use tokio::time::Instant;
 
 /// One phase's interval stats, allocated when the phase first records something.
-pub(super) type Slot = Option<Box<Stats>>;
+pub(super) type Slot = Option<Box<IntervalStats>>;
 
 /// One session's place in [`Recorder::in_flight`], given back on drop.
 pub(super) struct InFlight<'a>(pub(super) &'a Recorder);
@@ -24,10 +24,10 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The interval recorder: a [`Stats`] per phase, double-buffered so the ticker encodes
-/// outside the lock.
+/// The interval recorder: an [`IntervalStats`] per phase, double-buffered so the ticker
+/// settles and encodes outside the lock.
 ///
-/// A `Stats` is (3 + 2 × request steps) dense histograms of 184 KiB, so a slot is allocated
+/// An `IntervalStats` is (3 + 2 × request steps) dense histograms of 184 KiB, so a slot is allocated
 /// only when its phase first records something and freed at the first flush that finds it
 /// empty: a run of 100 phases × 20 steps holds the one or two phases running now (twice, for
 /// the double buffer), not 100.
@@ -127,11 +127,11 @@ impl Recorder {
 
     /// Applies `f` to the phase's stats.
     #[inline]
-    pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut Stats) -> R) -> Option<R> {
+    pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut IntervalStats) -> R) -> Option<R> {
         let mut slots = self.lock();
         let slot = slots.get_mut(phase as usize)?;
         Some(f(slot.get_or_insert_with(|| {
-            Box::new(Stats::with_steps(self.steps))
+            Box::new(IntervalStats::with_steps(self.steps))
         })))
     }
 
@@ -148,7 +148,8 @@ impl Recorder {
             for (from, into) in slots.iter_mut().zip(spare.iter_mut()) {
                 match from {
                     Some(s) if !s.is_empty() => {
-                        let into = into.get_or_insert_with(|| Box::new(Stats::with_steps(steps)));
+                        let into =
+                            into.get_or_insert_with(|| Box::new(IntervalStats::with_steps(steps)));
                         if let Err(e) = into.add(s) {
                             // Every stats of a run has the same histograms: cannot happen.
                             tracing::error!(error = %e, "an interval's stripe did not merge");
@@ -168,13 +169,14 @@ impl Recorder {
             None => spare.first_mut(),
         };
         if let Some(slot) = carrier {
-            let s = slot.get_or_insert_with(|| Box::new(Stats::with_steps(steps)));
-            s.counters.connections_opened += opened;
-            s.counters.peak_open_connections = s.counters.peak_open_connections.max(peak);
+            let s = slot.get_or_insert_with(|| Box::new(IntervalStats::with_steps(steps)));
+            s.counters_mut().connections_opened += opened;
+            s.counters_mut().peak_open_connections =
+                s.counters_mut().peak_open_connections.max(peak);
         }
     }
 
-    /// Phases holding an allocated [`Stats`] in the active buffers, all stripes together.
+    /// Phases holding an allocated [`IntervalStats`] in the active buffers, all stripes together.
     pub fn allocated(&self) -> usize {
         self.stripes
             .iter()
@@ -196,16 +198,24 @@ pub(super) fn progress(
     filled: &mut [Slot],
     open: u64,
 ) -> v1::AgentMessage {
+    // Settled here, outside the sessions' lock: the steps' histograms are added into the
+    // run-wide ones once per interval (see `IntervalStats`), not recorded with every request.
     let samples = filled
-        .iter()
+        .iter_mut()
         .enumerate()
-        .filter_map(|(phase, s)| Some((phase, s.as_deref()?)))
+        .filter_map(|(phase, s)| Some((phase, s.as_deref_mut()?)))
         .filter(|(_, s)| !s.is_empty())
-        .filter_map(|(phase, s)| match sample_to_wire(phase as u32, s) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::error!(error = %e, "dropping an interval sample that cannot be encoded");
-                None
+        .filter_map(|(phase, s)| {
+            match s
+                .settle()
+                .map_err(|e| e.to_string())
+                .and_then(|s| sample_to_wire(phase as u32, s).map_err(|e| e.to_string()))
+            {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::error!(error = %e, "dropping an interval sample that cannot be encoded");
+                    None
+                }
             }
         })
         .collect();
@@ -253,18 +263,18 @@ mod tests {
         {
             let _held = rec.stripes[0].lock();
             rec.with(1, |s| s.record_success(0, 300, 200));
-            rec.with(0, |s| s.counters.sessions_planned += 2);
+            rec.with(0, |s| s.counters_mut().sessions_planned += 2);
         }
         // The first stripe is free again, but this thread now records into its spill.
         rec.with(1, |s| s.record_success(0, 500, 400));
         assert_eq!(rec.allocated(), 3, "phase 1 twice, phase 0 in the spill");
         let mut spare = empty_buffers(2);
         rec.swap(&mut spare);
-        let one = spare[1].as_ref().unwrap();
+        let one = spare[1].as_mut().unwrap().settle().unwrap();
         assert_eq!(one.counters.requests_completed, 3);
         assert_eq!(one.response.len(), 3);
         assert_eq!(one.response.max(), 500);
-        assert_eq!(spare[0].as_ref().unwrap().counters.sessions_planned, 2);
+        assert_eq!(spare[0].as_ref().unwrap().counters().sessions_planned, 2);
         // The spill stripe is reset, not freed, after it had data; freed once found empty.
         assert_eq!(rec.allocated(), 2);
         let mut again = empty_buffers(2);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::Rng as _;
 use stampede_core::scenario::{status_error, ThinkTime};
-use stampede_core::stats::{error_kind, Stats};
+use stampede_core::stats::{error_kind, IntervalStats};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -121,9 +121,9 @@ pub(super) fn session<'a, 's, 'l, 't>(
         let dropped = || {
             rec.with(phase, |s| {
                 if plan {
-                    s.counters.sessions_planned += 1;
+                    s.counters_mut().sessions_planned += 1;
                 }
-                s.counters.dropped_arrivals += 1;
+                s.counters_mut().dropped_arrivals += 1;
             })
         };
         let Some(steps) = spec.types.get(kind as usize) else {
@@ -213,7 +213,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         let started = clock.take().unwrap_or_else(Instant::now);
                         rec.with(phase, |s| {
                             tally.open(s, started);
-                            s.counters.requests_started += 1;
+                            s.counters_mut().requests_started += 1;
                         });
                         let deadline = started + spec.request_timeout;
                         // One timer for the connect and the request together. No wait on the
@@ -244,10 +244,10 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 let fails = answer.error.is_some();
                                 let ends = fails || (i == last_step && r + 1 == *repeat);
                                 rec.with(phase, |s| {
-                                    s.counters.bytes_sent += answer.sent;
-                                    s.counters.bytes_received += answer.received;
+                                    s.counters_mut().bytes_sent += answer.sent;
+                                    s.counters_mut().bytes_received += answer.received;
                                     if answer.status != 0 {
-                                        s.counters.count_status(answer.status);
+                                        s.counters_mut().count_status(answer.status);
                                     }
                                     match answer.error {
                                         None => s.record_success(
@@ -316,38 +316,38 @@ struct Tally {
 
 impl Tally {
     /// Counts the start, once, as at `now`.
-    fn open(&mut self, s: &mut Stats, now: Instant) {
+    fn open(&mut self, s: &mut IntervalStats, now: Instant) {
         if std::mem::replace(&mut self.opened, true) {
             return;
         }
         if self.plan {
-            s.counters.sessions_planned += 1;
+            s.counters_mut().sessions_planned += 1;
         }
         s.record_start(us(now.saturating_duration_since(self.intended)));
         if let Some(k) = self.kind {
-            s.counters.session_types.entry(k).or_default().started += 1;
+            s.counters_mut().session_types.entry(k).or_default().started += 1;
         }
     }
 
     /// Counts the end (and the start, as at `now`, if it was not yet), once.
-    fn close(&mut self, s: &mut Stats, ok: bool, now: Instant) {
+    fn close(&mut self, s: &mut IntervalStats, ok: bool, now: Instant) {
         self.open(s, now);
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
         let t = self
             .kind
-            .map(|k| s.counters.session_types.entry(k).or_default());
+            .map(|k| s.counters_mut().session_types.entry(k).or_default());
         if ok {
             if let Some(t) = t {
                 t.completed += 1;
             }
-            s.counters.sessions_completed += 1;
+            s.counters_mut().sessions_completed += 1;
         } else {
             if let Some(t) = t {
                 t.failed += 1;
             }
-            s.counters.sessions_failed += 1;
+            s.counters_mut().sessions_failed += 1;
         }
     }
 }
@@ -674,6 +674,7 @@ mod tests {
         // the histograms keep as their lowest value, 1 µs.
         let handshake = HANDSHAKE.as_micros() as u64;
         rec.with(0, |s| {
+            let s = s.settle().unwrap();
             assert_eq!(s.counters.requests_completed, 2);
             let (first, second) = (&s.steps[0], &s.steps[1]);
             assert!(first.response.equivalent(first.response.max(), handshake));

@@ -8,7 +8,8 @@
 # Environment: DURATION (5), SERVER_CPU (0), LOAD_CPU (1), NGINX_PORT (18090), OUT (the
 # directory for perf.data and the flame graph; default a temporary one, removed on exit),
 # BIN (a stampede binary to profile instead of building `--profile profiling`: release code
-# with line tables). Needs perf (apt-get install linux-perf). Loopback only.
+# with line tables), TOOL (stampede, or wrk for the same case side by side: closed, newconn
+# and conns; wrk has no constant rate). Needs perf (apt-get install linux-perf). Loopback only.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 CASE=${1:-closed}
@@ -17,10 +18,15 @@ SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 NGINX_PORT=${NGINX_PORT:-18090}
 OUT=${OUT:-$work}
+TOOL=${TOOL:-stampede}
 mkdir -p "$OUT"
 command -v perf >/dev/null || { echo "perf is not installed (apt-get install linux-perf)" >&2; exit 2; }
+case $TOOL/$CASE in
+stampede/* | wrk/closed | wrk/newconn | wrk/conns) ;;
+*) echo "TOOL=$TOOL cannot run the $CASE case" >&2; exit 2 ;;
+esac
 ulimit -n 20000
-if [ -z "${BIN:-}" ]; then
+if [ "$TOOL" = stampede ] && [ -z "${BIN:-}" ]; then
     cargo build --profile profiling -q -p stampede --manifest-path "$root/Cargo.toml"
     BIN="${CARGO_TARGET_DIR:-$root/target}/profiling/stampede"
 fi
@@ -48,22 +54,37 @@ taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.lo
 pids+=($!)
 wait_port "$NGINX_PORT"
 
-run() { taskset -c "$LOAD_CPU" "$@" "$BIN" run "$work/case.yaml" --local --agents 1 --quiet --report "$work/report.json" >/dev/null; }
-completed() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["totals"]["completed"])' "$work/report.json"; }
+if [ "$TOOL" = wrk ]; then
+    # The same load as the scenario: one thread, the same connections, the server asked to
+    # close after each response in the newconn case.
+    close=()
+    [ "$CASE" = newconn ] && close=(-H "Connection: close")
+    run() { taskset -c "$LOAD_CPU" "$@" wrk -t1 -c"$conns" -d"${DURATION}s" "${close[@]}" "http://127.0.0.1:$NGINX_PORT/" >"$work/wrk.out"; }
+    completed() { awk '/requests in/ {print $1}' "$work/wrk.out"; }
+else
+    run() { taskset -c "$LOAD_CPU" "$@" "$BIN" run "$work/case.yaml" --local --agents 1 --quiet --report "$work/report.json" >/dev/null; }
+    completed() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["totals"]["completed"])' "$work/report.json"; }
+fi
 
 run perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -o "$work/stat.csv"
 n=$(completed)
-echo "== $CASE: $n requests; per request:"
+echo "== $TOOL $CASE: $n requests; per request:"
 awk -F, -v n="$n" '$3 == "task-clock" {printf "  CPU            %8.2f us\n", $1 * 1000 / n}
     $3 == "context-switches" {printf "  context switch %8.2f\n", $1 / n}
     $3 ~ /sys_enter/ {printf "  syscalls       %8.2f\n", $1 / n}' "$work/stat.csv"
 
 run perf record -q -F 2000 -g -o "$OUT/perf.data"
+# `head` closes the pipe before perf has written everything: under pipefail that is not a
+# failure of the script.
+top() { perf report -i "$OUT/perf.data" --no-children --sort "$1" --stdio -g none 2>/dev/null | grep '%' | head -"$2" || true; }
 echo "== CPU by object"
-perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -6
+top dso 6
 echo "== top symbols (self)"
-perf report -i "$OUT/perf.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep '%' | head -25
+top sym 25
 if command -v inferno-collapse-perf >/dev/null && command -v inferno-flamegraph >/dev/null; then
-    perf script -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf | inferno-flamegraph >"$OUT/$CASE.svg"
-    echo "flame graph: $OUT/$CASE.svg"
+    us=$(awk -F, -v n="$n" '$3 == "task-clock" {printf "%.2f", $1 * 1000 / n}' "$work/stat.csv")
+    # Frames narrower than a pixel are left out: the graph stays small enough to keep in docs/.
+    perf script -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf |
+        inferno-flamegraph --minwidth 1 --title "$TOOL, $CASE: $us us of CPU per request" >"$OUT/$TOOL-$CASE.svg"
+    echo "flame graph: $OUT/$TOOL-$CASE.svg"
 fi

@@ -9,7 +9,8 @@
 # directory for perf.data and the flame graph; default a temporary one, removed on exit),
 # BIN (a stampede binary to profile instead of building `--profile profiling`: release code
 # with line tables), TOOL (stampede, or wrk for the same case side by side: closed, newconn
-# and conns; wrk has no constant rate). Needs perf (apt-get install linux-perf). Loopback only.
+# and conns; wrk has no constant rate), FLAME_STATIC (set: the flame graph without its script,
+# as docs/flame keeps it). Needs perf (apt-get install linux-perf). Loopback only.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 CASE=${1:-closed}
@@ -87,4 +88,17 @@ if command -v inferno-collapse-perf >/dev/null && command -v inferno-flamegraph 
     perf script -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf |
         inferno-flamegraph --minwidth 1 --title "$TOOL, $CASE: $us us of CPU per request" >"$OUT/$TOOL-$CASE.svg"
     echo "flame graph: $OUT/$TOOL-$CASE.svg"
+    if [ -n "${FLAME_STATIC:-}" ]; then
+        # The form kept in docs/flame: the picture and each frame's tooltip, without the
+        # generator's script (zoom and search) or its comments.
+        python3 - "$OUT/$TOOL-$CASE.svg" <<'PY'
+import re, sys
+path = sys.argv[1]
+svg = open(path).read()
+svg = re.sub(r"<script.*?</script>|<!--.*?-->", "", svg, flags=re.S)
+svg = svg.replace(' onload="init(evt)"', "")
+svg = re.sub(r'<text id="(unzoom|search|matched)"[^>]*>[^<]*</text>', "", svg)
+open(path, "w").write(svg)
+PY
+    fi
 fi

@@ -19,6 +19,20 @@ pub(super) fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A request's response time (from `due`) and service time (from `sent`) in µs at `done`. A
+/// request sent when it was due (on a kept connection, at the end of the one before it) has
+/// one latency: the clock is subtracted once, not twice.
+#[inline]
+fn latencies(done: Instant, due: Instant, sent: Instant) -> (u64, u64) {
+    let response = us(done - due);
+    let service = if sent == due {
+        response
+    } else {
+        us(done - sent)
+    };
+    (response, service)
+}
+
 /// Pauses for a think time; a range draws from the session's own generator (seeded from the
 /// run seed and the arrival index, so a rerun pauses the same). False when stopped.
 pub(super) async fn think(
@@ -250,11 +264,10 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         s.counters_mut().count_status(answer.status);
                                     }
                                     match answer.error {
-                                        None => s.record_success(
-                                            *ordinal,
-                                            us(done - due),
-                                            us(done - sent),
-                                        ),
+                                        None => {
+                                            let (response, service) = latencies(done, due, sent);
+                                            s.record_success(*ordinal, response, service)
+                                        }
                                         Some(kind) => s.record_failure(*ordinal, kind),
                                     }
                                     if ends {
@@ -323,7 +336,13 @@ impl Tally {
         if self.plan {
             s.counters_mut().sessions_planned += 1;
         }
-        s.record_start(us(now.saturating_duration_since(self.intended)));
+        // Started when due (a kept connection's next session): no lag, and no subtraction.
+        let lag = if now == self.intended {
+            0
+        } else {
+            us(now.saturating_duration_since(self.intended))
+        };
+        s.record_start(lag);
         if let Some(k) = self.kind {
             s.counters_mut().session_types.entry(k).or_default().started += 1;
         }
@@ -596,8 +615,19 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio::time::Instant;
 
-    use super::{session, At, Ended, Line};
+    use super::{latencies, session, At, Ended, Line};
     use crate::runner::Recorder;
+
+    /// A request sent when due has one latency, subtracted once; one sent later (after a
+    /// connect) has a service time shorter than its response time by the wait.
+    #[test]
+    fn a_request_sent_when_due_has_one_latency_and_a_late_one_two() {
+        let due = Instant::now();
+        let done = due + Duration::from_micros(1_500);
+        assert_eq!(latencies(done, due, due), (1_500, 1_500));
+        let sent = due + Duration::from_micros(400);
+        assert_eq!(latencies(done, due, sent), (1_500, 1_100));
+    }
 
     /// How long the target holds each TLS handshake.
     const HANDSHAKE: Duration = Duration::from_millis(300);

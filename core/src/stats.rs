@@ -291,11 +291,34 @@ impl Stats {
     /// Records one successful request of request-step `step`.
     #[inline]
     pub fn record_success(&mut self, step: usize, response_us: u64, service_us: u64) {
+        self.record_success_in(step, response_us, service_us, true);
+    }
+
+    /// Records one successful request into its step's histograms and, when `run_wide` (or
+    /// when `step` is not one of the run's), into the run-wide ones: [`IntervalStats`] leaves
+    /// those to its settle. Out-of-range values are counted once per histogram pair.
+    #[inline]
+    pub(crate) fn record_success_in(
+        &mut self,
+        step: usize,
+        response_us: u64,
+        service_us: u64,
+        run_wide: bool,
+    ) {
+        let out = |r: Recorded| u64::from(r == Recorded::OutOfRange);
+        let pair = |response: &mut Histogram<u64>, service: &mut Histogram<u64>| {
+            out(hist::record(response, response_us)) + out(hist::record(service, service_us))
+        };
         self.counters.requests_completed += 1;
-        self.record_latency(step, response_us, service_us);
+        let mut oor = None;
         if let Some(s) = self.steps.get_mut(step) {
             s.requests_completed += 1;
+            oor = Some(pair(&mut s.response, &mut s.service));
         }
+        if run_wide || oor.is_none() {
+            oor = Some(pair(&mut self.response, &mut self.service));
+        }
+        self.counters.out_of_range += oor.unwrap_or(0);
     }
 
     /// Records one failed request of request-step `step`.
@@ -312,21 +335,6 @@ impl Stats {
                 }
             }
         }
-    }
-
-    fn record_latency(&mut self, step: usize, response_us: u64, service_us: u64) {
-        let mut oor = 0;
-        if hist::record(&mut self.response, response_us) == Recorded::OutOfRange {
-            oor += 1;
-        }
-        if hist::record(&mut self.service, service_us) == Recorded::OutOfRange {
-            oor += 1;
-        }
-        if let Some(s) = self.steps.get_mut(step) {
-            hist::record(&mut s.response, response_us);
-            hist::record(&mut s.service, service_us);
-        }
-        self.counters.out_of_range += oor;
     }
 
     /// Records the start of a session `lag_us` behind its intended time.

@@ -170,9 +170,9 @@ impl Recorder {
         };
         if let Some(slot) = carrier {
             let s = slot.get_or_insert_with(|| Box::new(IntervalStats::with_steps(steps)));
-            s.counters_mut().connections_opened += opened;
-            s.counters_mut().peak_open_connections =
-                s.counters_mut().peak_open_connections.max(peak);
+            let c = s.counters_mut();
+            c.connections_opened += opened;
+            c.peak_open_connections = c.peak_open_connections.max(peak);
         }
     }
 

@@ -11,7 +11,7 @@
 use hdrhistogram::Histogram;
 
 use super::{Counters, StepStats};
-use crate::hist::{self, HistError, Recorded};
+use crate::hist::{self, HistError};
 use crate::stats::Stats;
 
 /// [`Stats`] being recorded, whose run-wide response and service histograms may still lack
@@ -46,22 +46,8 @@ impl IntervalStats {
     /// only, until settled.
     #[inline]
     pub fn record_success(&mut self, step: usize, response_us: u64, service_us: u64) {
-        if self.settled {
-            return self.stats.record_success(step, response_us, service_us);
-        }
-        let s = &mut self.stats;
-        s.counters.requests_completed += 1;
-        let (response, service) = match s.steps.get_mut(step) {
-            Some(st) => {
-                st.requests_completed += 1;
-                (&mut st.response, &mut st.service)
-            }
-            // Not a request step of the run (cannot happen): into the run-wide ones directly.
-            None => (&mut s.response, &mut s.service),
-        };
-        let out = |r: Recorded| u64::from(r == Recorded::OutOfRange);
-        let oor = out(hist::record(response, response_us)) + out(hist::record(service, service_us));
-        s.counters.out_of_range += oor;
+        self.stats
+            .record_success_in(step, response_us, service_us, self.settled);
     }
 
     /// Records one failed request of request-step `step` (no latency: nothing deferred).

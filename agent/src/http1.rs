@@ -237,6 +237,25 @@ impl Conn {
         async move { Ok(Self::over(net::connect_http(addr, tls).await?)) }
     }
 
+    /// Connects to `addr` over plain TCP and sends `first` with the connect when it has
+    /// completed at once ([`net::connect_tcp_sending`]): the connection, how many bytes of
+    /// `first` are sent, and when the connect was known complete.
+    #[allow(clippy::manual_async_fn)] // the arguments held once (net::connect_tcp)
+    pub fn connect_sending<'a>(
+        addr: &'a SocketAddr,
+        first: &'a [u8],
+    ) -> impl std::future::Future<Output = Result<(Self, usize, tokio::time::Instant), Failure>> + use<'a>
+    {
+        async move {
+            let o = net::connect_tcp_sending(addr, first).await?;
+            Ok((
+                Self::over(tokio_util::either::Either::Left(o.stream)),
+                o.sent,
+                o.at,
+            ))
+        }
+    }
+
     /// Whether the server's FIN has already reached the reactor: a server that closes
     /// right after its response usually gets it into the same readiness event as the
     /// response. Then the socket can be dropped at once, without the read that would only
@@ -272,13 +291,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
 
     /// Sends one request, in its closing form when `last` (see [`PreparedRequest`]), and
     /// reads the whole response. The exchange's own future, not one that wraps it: it is
-    /// part of every HTTP/1.1 connection task's future.
+    /// part of every HTTP/1.1 connection task's future. The first `ahead` bytes have already
+    /// been sent, with the connect ([`Conn::connect_sending`]).
     pub fn request_as<'c>(
         &'c mut self,
         req: &'c PreparedRequest,
         last: bool,
+        ahead: usize,
     ) -> impl std::future::Future<Output = Result<Response, Failure>> + use<'c, T> {
-        self.exchange(req.bytes(last), req.head, Discard)
+        let rest = req.bytes(last).get(ahead..).unwrap_or_default();
+        self.exchange(rest, req.head, Discard)
     }
 
     /// Waits for the server to close after a response that said it would (`Connection:
@@ -523,6 +545,38 @@ mod tests {
         assert_eq!((r.status, r.keep_alive), (404, false));
     }
 
+    /// A request that left with the connect is not written again: the server sees it once.
+    #[tokio::test]
+    async fn a_request_sent_with_the_connect_is_sent_once() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.ends_with(b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request is complete");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .await
+                .unwrap();
+            // Anything else the client writes before it closes.
+            while let Ok(n @ 1..) = s.read(&mut buf).await {
+                seen.extend_from_slice(&buf[..n]);
+            }
+            seen
+        });
+        let req = get();
+        let (mut c, ahead, _) = Conn::connect_sending(&addr, req.bytes(true)).await.unwrap();
+        assert_eq!(ahead, req.bytes(true).len());
+        let r = c.request_as(&req, true, ahead).await.unwrap();
+        assert_eq!((r.status, r.keep_alive), (200, false));
+        drop(c);
+        assert_eq!(server.await.unwrap(), req.bytes(true));
+    }
+
     #[test]
     fn the_closing_form_adds_one_connection_header() {
         let req = get();
@@ -556,7 +610,7 @@ mod tests {
         ] {
             let addr = serve_once(reply).await;
             let mut c = Conn::connect(&addr, None).await.unwrap();
-            let r = c.request_as(&get(), true).await.unwrap();
+            let r = c.request_as(&get(), true, 0).await.unwrap();
             assert_eq!((r.status, r.keep_alive), (200, false));
             tokio::time::timeout(std::time::Duration::from_secs(5), c.closed_by_server())
                 .await
@@ -572,7 +626,7 @@ mod tests {
             serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
                 .await;
         let mut c = Conn::connect(&addr, None).await.unwrap();
-        c.request_as(&get(), true).await.unwrap();
+        c.request_as(&get(), true, 0).await.unwrap();
         let tokio_util::either::Either::Left(tcp) = &c.stream else {
             panic!("plain TCP")
         };
@@ -594,7 +648,7 @@ mod tests {
             let _ = done_rx.await;
         });
         let mut c = Conn::connect(&addr, None).await.unwrap();
-        c.request_as(&get(), false).await.unwrap();
+        c.request_as(&get(), false, 0).await.unwrap();
         assert!(!c.closed_already());
         drop(done_tx);
     }

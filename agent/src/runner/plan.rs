@@ -121,6 +121,43 @@ impl Link {
     }
 }
 
+/// A link [`Link::open_sending`] opened, and how much of the first request left with it.
+pub(crate) struct Opened {
+    pub link: Link,
+    /// Bytes of the first request already sent.
+    pub ahead: usize,
+    /// When the connect was known complete, when the first request left with it: that
+    /// request's send time. `None`: read the clock after the open.
+    pub at: Option<tokio::time::Instant>,
+}
+
+impl Link {
+    /// [`Link::open`], sending `first` (the first request's bytes as written) with the
+    /// connect over plain HTTP/1.1 ([`crate::net::connect_tcp_sending`]); any other link
+    /// opens as usual and sends nothing.
+    #[allow(clippy::manual_async_fn)] // the arguments held once (net::connect_tcp)
+    pub(crate) fn open_sending<'a>(
+        endpoint: &'a Endpoint,
+        first: &'a [u8],
+    ) -> impl std::future::Future<Output = Result<Opened, Failure>> + use<'a> {
+        async move {
+            if let (Endpoint::Http(addr, None), false) = (endpoint, first.is_empty()) {
+                let (c, ahead, at) = Conn::connect_sending(addr, first).await?;
+                return Ok(Opened {
+                    link: Link::Http1(c),
+                    ahead,
+                    at: Some(at),
+                });
+            }
+            Ok(Opened {
+                link: Link::open(endpoint).await?,
+                ahead: 0,
+                at: None,
+            })
+        }
+    }
+}
+
 /// How a shard generates load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

@@ -441,13 +441,21 @@ fn exchange<'a, 's, 'c, 'v>(
     sent: &'c mut Instant,
 ) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
     async move {
+        // Bytes of the request that left with the connect.
+        let mut ahead = 0;
         if conn.is_none() {
+            // A static HTTP/1.1 request goes with a plain connect that completes at once.
+            let first = match step {
+                StepPlan::Http { request, .. } => request.bytes(last),
+                _ => &[],
+            };
             // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
             // inline it would make every session task that large for its whole life, though a
             // kept-alive connection opens once.
-            let c = Box::pin(Link::open(&spec.target)).await?;
-            *conn = Some(rec.connections.track(c));
-            *sent = Instant::now();
+            let opened = Box::pin(Link::open_sending(&spec.target, first)).await?;
+            ahead = opened.ahead;
+            *sent = opened.at.unwrap_or_else(Instant::now);
+            *conn = Some(rec.connections.track(opened.link));
         }
         let Some(c) = conn.as_mut() else {
             return Err(Failure(error_kind::CONNECT));
@@ -458,7 +466,7 @@ fn exchange<'a, 's, 'c, 'v>(
                 StepPlan::Http {
                     request, expect, ..
                 },
-            ) => c.request_as(request, last).await.map(|resp| Answer {
+            ) => c.request_as(request, last, ahead).await.map(|resp| Answer {
                 sent: request.bytes(last).len() as u64,
                 received: resp.bytes_received,
                 error: status_error(expect.as_deref(), resp.status),

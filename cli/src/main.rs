@@ -44,9 +44,10 @@ fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
 /// jemalloc, not glibc's malloc: every connection a run opens registers its socket with
 /// tokio's reactor, which allocates a 128-byte aligned record for it, and glibc serves aligned
 /// requests outside its thread cache (about 750 instructions each, with the free; jemalloc's
-/// size classes are aligned and cached). A connection per request spends about 9 % fewer user
-/// instructions per connection, a constant-rate request about 10 % fewer, and the peak
-/// RSS of 10,000 connections is unchanged (mimalloc doubled it: docs/efficiency.md).
+/// size classes are aligned and cached). A connection per request spends about 11 % fewer
+/// user instructions per connection (`bench/instructions.sh newconn`); the closed and
+/// constant-rate models, which allocate nothing per request, the same; and the peak RSS of
+/// 10,000 connections is unchanged (mimalloc doubled it: docs/efficiency.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

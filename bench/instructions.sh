@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# User-space instructions per request of a load case, counted by callgrind: numbers that do not
+# drift with the machine, where the CPU-time measures (vs-peers.sh, profile.sh) move by 10-30 %
+# from run to run on a small VM. It runs `stampede run --local` under valgrind twice against
+# nginx (one worker), SHORT and LONG seconds, and divides the difference by the requests the
+# longer run added, so start-up and the report do not count. Functions that run once per
+# interval (histogram encoding, deflate, the controller's merge) are left out and shown apart:
+# under valgrind their share per request depends on how fast valgrind ran, not on the request.
+#
+# Usage: bench/instructions.sh [closed|constant|newconn] [BIN...]   (default closed; BIN defaults
+# to target/release/stampede, built if missing; several binaries are measured one after another)
+# Environment: SHORT (1), LONG (4), LOAD_CPU (1), SERVER_CPU (0), NGINX_PORT (18091),
+# TOP (15: the functions listed per binary). Needs valgrind (apt-get install valgrind). Loopback only.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+CASE=${1:-closed}
+shift || true
+SHORT=${SHORT:-1}
+LONG=${LONG:-4}
+LOAD_CPU=${LOAD_CPU:-1}
+SERVER_CPU=${SERVER_CPU:-0}
+NGINX_PORT=${NGINX_PORT:-18091}
+TOP=${TOP:-15}
+command -v valgrind >/dev/null || { apt-get update -qq; apt-get install -y -qq valgrind >/dev/null; }
+bins=("$@")
+if [ ${#bins[@]} -eq 0 ]; then
+    bin="${CARGO_TARGET_DIR:-$root/target}/release/stampede"
+    [ -x "$bin" ] || cargo build --release -q -p stampede --manifest-path "$root/Cargo.toml"
+    bins=("$bin")
+fi
+
+model=closed extra=""
+case $CASE in
+closed) ;;
+constant) model="constant, rate: 5000" ;;
+newconn) extra=$'\n    new_connection: true' ;;
+*) echo "unknown case $CASE" >&2; exit 2 ;;
+esac
+for d in "$SHORT" "$LONG"; do
+    cat >"$work/case-$d.yaml" <<YAML
+name: instructions-$CASE
+target: http://127.0.0.1:$NGINX_PORT
+agents: 1
+request_timeout: 10s
+load: { model: $model, connections: 50, duration: ${d}s }
+session:
+  - http: { method: GET, path: / }$extra
+YAML
+done
+
+write_nginx_conf "$NGINX_PORT" 4096
+taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
+pids+=($!)
+wait_port "$NGINX_PORT"
+
+for bin in "${bins[@]}"; do
+    for d in "$SHORT" "$LONG"; do
+        taskset -c "$LOAD_CPU" valgrind --tool=callgrind --callgrind-out-file="$work/cg-$d.out" \
+            "$bin" run "$work/case-$d.yaml" --local --agents 1 --quiet --report "$work/r-$d.json" \
+            >/dev/null 2>"$work/valgrind-$d.log"
+        callgrind_annotate --threshold=100 "$work/cg-$d.out" >"$work/cg-$d.txt" 2>/dev/null
+    done
+    python3 - "$bin" "$CASE" "$work" "$SHORT" "$LONG" "$TOP" <<'PY'
+import json, re, sys
+bin_, case, work, short, long_, top = sys.argv[1:]
+# Run once per interval, not per request (the agent's encoding, the controller's merge).
+per_interval = re.compile(r"memset|miniz|hist::|serializ|Percentiles|PromHist|Flatten|flate2|SparseStats"
+                          r"|Accumulator|IntervalStats::(reset|with_steps|settle)|Histogram<T>::(add|resize|new)"
+                          r"|crc32|adler|prost|tonic|h2::|hyper|serde|report::|controller")
+def load(d):
+    fns = {}
+    for line in open(f"{work}/cg-{d}.txt"):
+        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(.*?) \[", line)
+        if m:
+            fns[m.group(2)] = fns.get(m.group(2), 0) + int(m.group(1).replace(",", ""))
+    done = json.load(open(f"{work}/r-{d}.json"))["totals"]["completed"]
+    return fns, done
+a, na = load(short)
+b, nb = load(long_)
+n = nb - na
+if n <= 0:
+    sys.exit(f"{bin_}: the longer run completed no more requests ({na}, {nb})")
+diff = {k: (b.get(k, 0) - a.get(k, 0)) / n for k in set(a) | set(b)}
+hot = {k: v for k, v in diff.items() if not per_interval.search(k)}
+print(f"{bin_}  {case}: {na} and {nb} requests")
+print(f"  user instructions per {'connection' if case == 'newconn' else 'request'}: {sum(hot.values()):,.0f}"
+      f"  (once-per-interval work besides: {sum(diff.values()) - sum(hot.values()):,.0f})")
+for k, v in sorted(hot.items(), key=lambda kv: -kv[1])[: int(top)]:
+    print(f"  {v:8,.0f}  {k[:100]}")
+PY
+done

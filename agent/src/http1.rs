@@ -237,25 +237,6 @@ impl Conn {
         async move { Ok(Self::over(net::connect_http(addr, tls).await?)) }
     }
 
-    /// Connects to `addr` over plain TCP and sends `first` with the connect when it has
-    /// completed at once ([`net::connect_tcp_sending`]): the connection, how many bytes of
-    /// `first` are sent, and when the connect was known complete.
-    #[allow(clippy::manual_async_fn)] // the arguments held once (net::connect_tcp)
-    pub fn connect_sending<'a>(
-        addr: &'a SocketAddr,
-        first: &'a [u8],
-    ) -> impl std::future::Future<Output = Result<(Self, usize, tokio::time::Instant), Failure>> + use<'a>
-    {
-        async move {
-            let o = net::connect_tcp_sending(addr, first).await?;
-            Ok((
-                Self::over(tokio_util::either::Either::Left(o.stream)),
-                o.sent,
-                o.at,
-            ))
-        }
-    }
-
     /// Whether the server's FIN has already reached the reactor: a server that closes
     /// right after its response usually gets it into the same readiness event as the
     /// response. Then the socket can be dropped at once, without the read that would only
@@ -292,7 +273,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     /// Sends one request, in its closing form when `last` (see [`PreparedRequest`]), and
     /// reads the whole response. The exchange's own future, not one that wraps it: it is
     /// part of every HTTP/1.1 connection task's future. The first `ahead` bytes have already
-    /// been sent, with the connect ([`Conn::connect_sending`]).
+    /// been sent, with the connect ([`net::connect_tcp_sending`]).
     pub fn request_as<'c>(
         &'c mut self,
         req: &'c PreparedRequest,
@@ -569,8 +550,12 @@ mod tests {
             seen
         });
         let req = get();
-        let (mut c, ahead, _) = Conn::connect_sending(&addr, req.bytes(true)).await.unwrap();
+        let o = net::connect_tcp_sending(&addr, req.bytes(true))
+            .await
+            .unwrap();
+        let ahead = o.sent;
         assert_eq!(ahead, req.bytes(true).len());
+        let mut c: Conn = Conn::over(tokio_util::either::Either::Left(o.stream));
         let r = c.request_as(&req, true, ahead).await.unwrap();
         assert_eq!((r.status, r.keep_alive), (200, false));
         drop(c);

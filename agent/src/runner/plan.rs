@@ -126,9 +126,9 @@ pub(crate) struct Opened {
     pub link: Link,
     /// Bytes of the first request already sent.
     pub ahead: usize,
-    /// When the connect was known complete, when the first request left with it: that
-    /// request's send time. `None`: read the clock after the open.
-    pub at: Option<tokio::time::Instant>,
+    /// When the link was open (the connect's end, read before a first request that left with
+    /// it): the first request's send time.
+    pub at: tokio::time::Instant,
 }
 
 impl Link {
@@ -142,17 +142,18 @@ impl Link {
     ) -> impl std::future::Future<Output = Result<Opened, Failure>> + use<'a> {
         async move {
             if let (Endpoint::Http(addr, None), false) = (endpoint, first.is_empty()) {
-                let (c, ahead, at) = Conn::connect_sending(addr, first).await?;
+                let o = crate::net::connect_tcp_sending(addr, first).await?;
                 return Ok(Opened {
-                    link: Link::Http1(c),
-                    ahead,
-                    at: Some(at),
+                    link: Link::Http1(Conn::over(tokio_util::either::Either::Left(o.stream))),
+                    ahead: o.sent,
+                    at: o.at,
                 });
             }
+            let link = Link::open(endpoint).await?;
             Ok(Opened {
-                link: Link::open(endpoint).await?,
+                link,
                 ahead: 0,
-                at: None,
+                at: tokio::time::Instant::now(),
             })
         }
     }

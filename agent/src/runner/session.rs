@@ -454,7 +454,7 @@ fn exchange<'a, 's, 'c, 'v>(
             // kept-alive connection opens once.
             let opened = Box::pin(Link::open_sending(&spec.target, first)).await?;
             ahead = opened.ahead;
-            *sent = opened.at.unwrap_or_else(Instant::now);
+            *sent = opened.at;
             *conn = Some(rec.connections.track(opened.link));
         }
         let Some(c) = conn.as_mut() else {

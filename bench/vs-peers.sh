@@ -4,8 +4,11 @@
 #
 # The target runs pinned to SERVER_CPU, each generator in turn pinned to LOAD_CPU: Stampede as
 # `run --local` (controller and agent in one process) and as a separate `stampede agent` next to
-# a `stampede controller` process, then wrk, oha, hey and vegeta when installed. REPS repeats;
-# the table gives medians, the ratios to wrk and oha, and which side was the limit.
+# a `stampede controller` process, then wrk, oha, hey and vegeta when installed, and in the
+# closed and constant cases `bench/mingen` (floor-mingen): one epoll set, a send and a recv per
+# request and nothing else (no parsing, no timing), the floor that the kernel's share sets for
+# any epoll generator on the same connections. REPS repeats; the table gives medians, the ratios
+# to wrk, oha and the floor, and which side was the limit.
 #
 # Cases (all by default, or name them):
 #   closed       50 keep-alive connections, max rate, nginx (one worker): requests per CPU-second
@@ -20,9 +23,10 @@
 # FAST_PORT (18091), CTL_PORT (17990), OUT (where the raw results go, JSON lines), STAMPEDE_BIN
 # (a prebuilt binary instead of the release build, e.g. bench/pgo.sh's).
 # Needs nginx, wrk and /usr/bin/time (installed from Debian when missing); oha (cargo install
-# oha), hey (Debian) and vegeta are used when on PATH. Loopback only; not part of CI; every
-# process it starts is stopped by PID on exit. A machine busy with other work skews the
-# throughput figures; the CPU-time ones (per CPU-second, per request) much less.
+# oha), hey (Debian) and vegeta are used when on PATH, and the floor when a C compiler (cc) is.
+# Loopback only; not part of CI; every process it starts is stopped by PID on exit. A machine
+# busy with other work skews the throughput figures; the CPU-time ones (per CPU-second, per
+# request) much less.
 set -euo pipefail
 
 source "$(dirname "$0")/lib.sh"
@@ -35,6 +39,10 @@ command -v taskset >/dev/null && [ -x /usr/bin/time ] || {
 ulimit -n 20000
 
 BIN=$(stampede_bin)
+MINGEN=""
+if command -v cc >/dev/null; then
+    cc -O2 -o "$work/mingen" "$root/bench/mingen/mingen.c" && MINGEN=$work/mingen
+fi
 NGINX_PORT=${NGINX_PORT:-18090}
 FAST_PORT=${FAST_PORT:-18091}
 CTL_PORT=${CTL_PORT:-17990}
@@ -62,6 +70,6 @@ done
 # nginx's workers are the master's children: their CPU is the target's.
 NGINX_PIDS=$(cat "/proc/$nginx_master/task/$nginx_master/children")
 
-WORK=$work BIN=$BIN NGINX_PORT=$NGINX_PORT FAST_PORT=$FAST_PORT CTL_PORT=$CTL_PORT \
+WORK=$work BIN=$BIN MINGEN=$MINGEN NGINX_PORT=$NGINX_PORT FAST_PORT=$FAST_PORT CTL_PORT=$CTL_PORT \
     SERVER_CPU=$SERVER_CPU LOAD_CPU=$LOAD_CPU NGINX_PIDS=$NGINX_PIDS FAST_PID=$fast \
     python3 "$root/bench/vs_peers.py" "$@"

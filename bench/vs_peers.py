@@ -46,6 +46,9 @@ HZ = os.sysconf("SC_CLK_TCK")
 NGINX_PIDS = [int(p) for p in os.environ.get("NGINX_PIDS", "").split()]
 FAST_PID = int(os.environ.get("FAST_PID", "0") or 0)
 HOME = Path.home()
+# The least a generator can do (bench/mingen/mingen.c), compiled by vs-peers.sh; empty when no
+# C compiler was found.
+MINGEN = os.environ.get("MINGEN", "")
 
 
 def which(name, *extra):
@@ -99,10 +102,12 @@ def dur_ms(s):
 
 
 def timed(argv, tag):
-    """Runs argv pinned under /usr/bin/time; returns (stdout, wall, cpu_s, rss_kb)."""
+    """Runs argv pinned under /usr/bin/time; returns (stdout, wall, cpu_s, rss_kb). The stdout
+    is kept in WORK/TAG.out too."""
     tf = WORK / f"{tag}.time"
     full = ["taskset", "-c", LOAD_CPU, "/usr/bin/time", "-f", "%e %U %S %M", "-o", str(tf)] + argv
     out = subprocess.run(full, capture_output=True, text=True, timeout=DUR + 120).stdout
+    (WORK / f"{tag}.out").write_text(out)
     e, u, s, m = tf.read_text().split()[-4:]
     return out, float(e), float(u) + float(s), int(m)
 
@@ -152,6 +157,15 @@ def stampede_agent(tag, port, load, new_connection=False):
 
 
 # ---------------------------------------------------------------- peers
+def floor(tag, port, conns, rate=None):
+    """bench/mingen (built by vs-peers.sh): the same send and recv per request through one epoll
+    set, and nothing else, so its row is the syscalls' share that no generator can shed."""
+    _, wall, cpu, rss = timed([MINGEN, str(port), str(rate or 0), str(conns), str(DUR)], tag)
+    out = (WORK / f"{tag}.out").read_text()
+    n = int(re.search(r"answered (\d+)", out).group(1))
+    return {"requests": n, "rps": n / DUR, "p99": None, "errors": 0, "wall": wall, "cpu": cpu, "rss_kb": rss}
+
+
 def url(port):
     return f"http://127.0.0.1:{port}/"
 
@@ -228,6 +242,9 @@ def runners(case):
             out.append((name, lambda t, fn=fn: fn(t, port, conns, close=close)))
         else:
             out.append((name, lambda t, fn=fn: fn(t, port, conns, rate=rate, close=close)))
+    # The floor runs the closed loop and the constant rate over kept connections only.
+    if MINGEN and case in ("closed", "closed-fast", "constant"):
+        out.append(("floor-mingen", lambda t: floor(t, port, conns, rate)))
     return out, port
 
 
@@ -271,6 +288,11 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def ms(v):
+    """A latency column: '-' where the generator gives none (the floor times nothing)."""
+    return f"{v:8.2f}" if v is not None else f"{'-':>8}"
+
+
 def table(results):
     lines = []
     heads = {
@@ -289,7 +311,7 @@ def table(results):
         lines.append(f"\n{case}: {title} (median of {REPS}; ratio: > 1 is better for the row; "
                      f"paired: the ratio within each repeat, median [lowest-highest])")
         extra = "  TIME_WAIT gen/target" if case == "newconn" else ""
-        lines.append(f"  {'generator':16} {title:>14} {'/ wrk':>7} {'/ oha':>7} {'paired / wrk':>18} "
+        lines.append(f"  {'generator':16} {title:>14} {'/ wrk':>7} {'/ oha':>7} {'/ floor':>7} {'paired / wrk':>18} "
                      f"{'req/s':>9} {'p99 ms':>8} {'send p99':>8} {'gen CPU%':>8} {'tgt CPU%':>8}  limit{extra}")
         for t in tools:
             tr = [r for r in rs if r["tool"] == t]
@@ -314,8 +336,9 @@ def table(results):
             if case == "newconn":
                 tw = f"  {med([r['tw_client'] for r in tr]):.0f}/{med([r['tw_server'] for r in tr]):.0f}"
             lines.append(f"  {t:16} {v if v is not None else float('nan'):14.1f} {ratio('wrk'):>7} {ratio('oha'):>7} "
-                         f"{paired('wrk'):>18} {med([r['rps'] for r in tr]):9.0f} {med([r['p99'] for r in tr]) or 0:8.2f} "
-                         f"{med([r.get('svc_p99') for r in tr]) or float('nan'):8.2f} "
+                         f"{ratio('floor-mingen'):>7} "
+                         f"{paired('wrk'):>18} {med([r['rps'] for r in tr]):9.0f} {ms(med([r['p99'] for r in tr]))} "
+                         f"{ms(med([r.get('svc_p99') for r in tr]))} "
                          f"{gen:8.0f} {tgt:8.0f}  {limit}{tw}")
     return "\n".join(lines)
 

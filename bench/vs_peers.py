@@ -102,12 +102,10 @@ def dur_ms(s):
 
 
 def timed(argv, tag):
-    """Runs argv pinned under /usr/bin/time; returns (stdout, wall, cpu_s, rss_kb). The stdout
-    is kept in WORK/TAG.out too."""
+    """Runs argv pinned under /usr/bin/time; returns (stdout, wall, cpu_s, rss_kb)."""
     tf = WORK / f"{tag}.time"
     full = ["taskset", "-c", LOAD_CPU, "/usr/bin/time", "-f", "%e %U %S %M", "-o", str(tf)] + argv
     out = subprocess.run(full, capture_output=True, text=True, timeout=DUR + 120).stdout
-    (WORK / f"{tag}.out").write_text(out)
     e, u, s, m = tf.read_text().split()[-4:]
     return out, float(e), float(u) + float(s), int(m)
 
@@ -160,8 +158,7 @@ def stampede_agent(tag, port, load, new_connection=False):
 def floor(tag, port, conns, rate=None):
     """bench/mingen (built by vs-peers.sh): the same send and recv per request through one epoll
     set, and nothing else, so its row is the syscalls' share that no generator can shed."""
-    _, wall, cpu, rss = timed([MINGEN, str(port), str(rate or 0), str(conns), str(DUR)], tag)
-    out = (WORK / f"{tag}.out").read_text()
+    out, wall, cpu, rss = timed([MINGEN, str(port), str(rate or 0), str(conns), str(DUR)], tag)
     n = int(re.search(r"answered (\d+)", out).group(1))
     return {"requests": n, "rps": n / DUR, "p99": None, "errors": 0, "wall": wall, "cpu": cpu, "rss_kb": rss}
 

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::runner::{Recorder, RunSpec};
+use crate::ticked::Ticks;
 
 /// Arrivals dispatched in a row without yielding to the runtime (a late loop catching up
 /// must not starve the sessions it starts).
@@ -148,14 +149,53 @@ impl Pacer {
     }
 }
 
+/// Waits for `at` with `pacer`, waking the connections waiting at `ticks` (if any) first and
+/// at each tick on the way while any waits.
+async fn wait(pacer: &mut Pacer, ticks: Option<&Ticks>, at: Instant) {
+    let Some(ticks) = ticks else {
+        return pacer.until(at).await;
+    };
+    loop {
+        ticks.wake_all();
+        let tick = ticks.after(Instant::now());
+        if tick >= at {
+            return pacer.until(at).await;
+        }
+        // More than a tick to wait: let the connections just woken or just sent to run
+        // first, and tick only if one of them then waits for an answer.
+        tokio::task::yield_now().await;
+        if !ticks.waiting() {
+            return pacer.until(at).await;
+        }
+        pacer.until(tick).await;
+    }
+}
+
+/// After the schedule's end: ticks until no connection waits for an answer.
+async fn drain(pacer: &mut Pacer, ticks: &Ticks) {
+    loop {
+        ticks.wake_all();
+        tokio::task::yield_now().await;
+        if !ticks.waiting() {
+            return;
+        }
+        pacer.until(ticks.after(Instant::now())).await;
+    }
+}
+
 /// Dispatches this shard's arrivals (or constant-rate slots) of `spec`'s workload at their
 /// intended times (`t0` plus each arrival's offset) through `dispatch`, with the session type
 /// the mix gives it. Returns when the schedule is exhausted or `stop` fires; then what the
 /// shard will never start is counted as dropped.
+///
+/// With `ticks` (a constant-rate pool that reads at ticks, [`crate::ticked`]) it also wakes
+/// the pool's connections waiting for answers, at each tick while any waits: after the tick's
+/// slots (so a slot goes to an idle connection, not to one whose answer is read now), and
+/// after the schedule's end until the last answer is read.
 pub async fn run(
     spec: &Arc<RunSpec>,
     rec: &Arc<Recorder>,
-    t0: Instant,
+    (t0, ticks): (Instant, Option<&Ticks>),
     stop: &CancellationToken,
     mut dispatch: impl FnMut(Arrival, Instant, u32),
 ) {
@@ -177,7 +217,7 @@ pub async fn run(
         if Instant::now() < intended {
             burst = 0;
             tokio::select! {
-                _ = pacer.until(intended) => {}
+                _ = wait(&mut pacer, ticks, intended) => {}
                 _ = stop.cancelled() => {}
             }
         } else {
@@ -203,6 +243,12 @@ pub async fn run(
         let kind = spec.mix.pick(spec.mix_offset.wrapping_add(own));
         own += 1;
         dispatch(a, intended, kind);
+    }
+    if let (Some(ticks), false) = (ticks, stopped) {
+        tokio::select! {
+            _ = drain(&mut pacer, ticks) => {}
+            _ = stop.cancelled() => {}
+        }
     }
     if stopped {
         // What this shard will now never start: the plan minus what was dispatched, by

@@ -265,6 +265,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         }
     }
 
+    /// The byte stream under the connection.
+    pub fn io_mut(&mut self) -> &mut T {
+        &mut self.stream
+    }
+
     /// Sends one request and reads the whole response.
     pub async fn request(&mut self, req: &PreparedRequest) -> Result<Response, Failure> {
         self.exchange(req.bytes(false), req.head, Discard).await

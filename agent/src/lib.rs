@@ -23,6 +23,7 @@ mod pool;
 pub mod runner;
 pub mod setup;
 pub mod stream;
+pub mod ticked;
 pub mod tls;
 pub mod udp;
 

@@ -6,13 +6,15 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{session, At, Ended, Line};
-use super::{Link, Recorder, RunSpec, Tracked};
+use super::{Endpoint, Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::pool::{RateSlot, Refused, SlotQueue};
+use crate::ticked::Ticks;
 
 /// One connection of a closed load: runs the session back to back, keeping the connection
 /// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
@@ -184,15 +186,59 @@ pub(super) fn enqueue(slots: &SlotQueue, slot: RateSlot, warned: &mut bool) -> b
 }
 
 /// One connection of a constant-rate pool (the run's connection `connection`): takes the next
-/// due slot from the shared queue and runs the session for it, from the slot's intended time.
+/// due slot from the shared queue and runs the session for it, from the slot's intended time;
+/// read at `ticks` when the pool reads at ticks ([`ticked_pool`]).
 pub(super) async fn pooled_connection(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
-    slots: Arc<SlotQueue>,
+    (slots, ticks): (Arc<SlotQueue>, Option<Arc<Ticks>>),
     connection: u64,
     stop: CancellationToken,
 ) {
-    pooled_loop(&spec, &rec, &slots, connection, None, &stop).await;
+    pooled_loop(&spec, &rec, (&slots, ticks), connection, None, &stop).await;
+}
+
+/// How many connections a pool that reads at ticks must have per slot of a tick: a
+/// connection read at ticks stays busy until the tick after its answer, so it serves up to a
+/// tick's slots fewer at once; with this many, that is at most an eighth of the pool.
+const TICKED_CONNECTIONS_PER_SLOT: f64 = 8.0;
+
+/// The tick a constant-rate pool of `connections` (`streams` each) reads its answers at, or
+/// `None` when it reads them through the reactor as they come ([`crate::ticked`]). It reads
+/// at ticks when every session is one static HTTP/1.1 request over plain TCP (a session of
+/// several requests would send each after the tick its answer is read at, later than it was
+/// due), arrivals come in ticks (`arrival_resolution` above zero) at one slot a tick or more
+/// (below that the thread wakes for the arrivals anyway, and a tick read only adds a timer
+/// to arm), and the pool has [`TICKED_CONNECTIONS_PER_SLOT`] connections for each slot of a
+/// tick.
+pub(super) fn ticked_pool(spec: &RunSpec, connections: usize, streams: u64) -> Option<Duration> {
+    let tick = spec.schedule.resolution();
+    let one_request = |steps: &Vec<StepPlan>| {
+        matches!(
+            steps.as_slice(),
+            [StepPlan::Http {
+                repeat: 1,
+                new_connection: false,
+                h2: None,
+                ..
+            }]
+        )
+    };
+    let length = spec.schedule.length_s();
+    let planned: u64 = spec.planned.iter().sum();
+    let per_tick = if length > 0.0 {
+        planned as f64 / length * tick.as_secs_f64()
+    } else {
+        f64::INFINITY
+    };
+    let eligible = streams == 1
+        && matches!(spec.target, Endpoint::Http(_, None))
+        && spec.dynamic.is_none()
+        && !tick.is_zero()
+        && spec.types.iter().all(one_request)
+        && per_tick >= 1.0
+        && connections as f64 >= TICKED_CONNECTIONS_PER_SLOT * per_tick;
+    eligible.then_some(tick)
 }
 
 /// One connection of a constant-rate pool carrying `streams` slots at once (HTTP/2): opened
@@ -209,7 +255,7 @@ pub(super) async fn pooled_streams(
     let link = open_shared(&spec, &rec).await;
     let loops = (0..streams).map(|_| {
         let conn = stream_handle(link.as_ref(), &rec);
-        pooled_loop(&spec, &rec, &slots, connection, conn, &stop)
+        pooled_loop(&spec, &rec, (&slots, None), connection, conn, &stop)
     });
     futures::future::join_all(loops).await;
     drop(link);
@@ -220,13 +266,14 @@ pub(super) async fn pooled_streams(
 async fn pooled_loop<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
-    slots: &SlotQueue,
+    (slots, ticks): (&SlotQueue, Option<Arc<Ticks>>),
     connection: u64,
     conn: Option<Tracked<'a>>,
     stop: &CancellationToken,
 ) {
     let sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut line = Line::new(conn, sleep);
+    line.ticks = ticks;
     // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
         let at = At {

@@ -84,6 +84,8 @@ pub enum Endpoint {
 #[derive(Debug)]
 pub enum Link {
     Http1(Conn),
+    /// HTTP/1.1 over a constant-rate pool's connection read at its ticks ([`crate::ticked`]).
+    Ticked(Conn<crate::ticked::Ticked>),
     H2(crate::h2::H2Conn),
     Stream(StreamConn),
     Udp(UdpConn),
@@ -133,18 +135,26 @@ pub(crate) struct Opened {
 
 impl Link {
     /// [`Link::open`], sending `first` (the first request's bytes as written) with the
-    /// connect over plain HTTP/1.1 ([`crate::net::connect_tcp_sending`]); any other link
-    /// opens as usual and sends nothing.
+    /// connect over plain HTTP/1.1 ([`crate::net::connect_tcp_sending`]), and then reading
+    /// at `ticks` when given; any other link opens as usual and sends nothing.
     #[allow(clippy::manual_async_fn)] // the arguments held once (net::connect_tcp)
     pub(crate) fn open_sending<'a>(
         endpoint: &'a Endpoint,
         first: &'a [u8],
+        ticks: Option<&'a Arc<crate::ticked::Ticks>>,
     ) -> impl std::future::Future<Output = Result<Opened, Failure>> + use<'a> {
         async move {
             if let (Endpoint::Http(addr, None), false) = (endpoint, first.is_empty()) {
                 let o = crate::net::connect_tcp_sending(addr, first).await?;
+                let link = match ticks {
+                    Some(t) => Link::Ticked(Conn::over(
+                        crate::ticked::Ticked::new(o.stream, t.clone())
+                            .map_err(|e| crate::net::io_failure(&e, false))?,
+                    )),
+                    None => Link::Http1(Conn::over(tokio_util::either::Either::Left(o.stream))),
+                };
                 return Ok(Opened {
-                    link: Link::Http1(Conn::over(tokio_util::either::Either::Left(o.stream))),
+                    link,
                     ahead: o.sent,
                     at: o.at,
                 });

@@ -90,10 +90,12 @@ pub(super) enum Ended {
 
 /// What a connection task lends each of its sessions in turn: the connection (opened on
 /// first use and kept, so that a closed or pooled connection survives from one session to
-/// the next) and its request timer.
+/// the next), its request timer, and the ticks it is read at when it is a constant-rate
+/// pool's that reads at ticks ([`crate::ticked`]).
 pub(super) struct Line<'a, 't> {
     pub(super) conn: Option<Tracked<'a>>,
     pub(super) timer: RequestTimer<'t>,
+    pub(super) ticks: Option<std::sync::Arc<crate::ticked::Ticks>>,
 }
 
 impl<'a, 't> Line<'a, 't> {
@@ -105,6 +107,7 @@ impl<'a, 't> Line<'a, 't> {
         Self {
             conn,
             timer: RequestTimer::new(sleep),
+            ticks: None,
         }
     }
 }
@@ -121,7 +124,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
     line: &'l mut Line<'a, 't>,
 ) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't> {
     async move {
-        let Line { conn, timer } = line;
+        let Line { conn, timer, ticks } = line;
         let At {
             intended,
             phase,
@@ -240,7 +243,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                             step,
                             &mut vars,
                             (last, deadline),
-                            &mut sent,
+                            (&mut sent, ticks.as_ref()),
                         );
                         let answered = timer.within(deadline, std::pin::pin!(request)).await;
                         let result = answered.unwrap_or_else(|| {
@@ -252,7 +255,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 error_kind::CONNECT_TIMEOUT
                             }))
                         });
-                        let done = Instant::now();
+                        let done = arrival(conn, sent).unwrap_or_else(Instant::now);
                         match result {
                             Ok(answer) => {
                                 let fails = answer.error.is_some();
@@ -391,6 +394,16 @@ pub(super) fn last_on_connection(steps: &[StepPlan], i: usize, repeating: bool) 
     tail.iter().chain(head).find_map(opens_new).unwrap_or(false)
 }
 
+/// When the answer just read arrived, on a connection read at ticks: the kernel's receive
+/// time, never before the request was `sent`. `None` on any other link, whose answer is
+/// timed by the clock when it is read.
+fn arrival(conn: &mut Option<Tracked<'_>>, sent: Instant) -> Option<Instant> {
+    match conn.as_mut().map(|t| &mut t.conn) {
+        Some(Link::Ticked(c)) => c.io_mut().take_arrival().map(|t| t.max(sent)),
+        _ => None,
+    }
+}
+
 /// Most time given to a server that said it closes to do so.
 const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(1);
 
@@ -399,11 +412,15 @@ const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// stays on the server's side and a connection per request does not use up the generator's
 /// ephemeral ports.
 async fn close_after_server(conn: &mut Option<Tracked<'_>>, timeout: Duration) {
-    if let Some(Link::Http1(c)) = conn.as_mut().map(|t| &mut t.conn) {
-        if !c.closed_already() {
-            let wait = timeout.min(SERVER_CLOSE_WAIT);
+    let wait = timeout.min(SERVER_CLOSE_WAIT);
+    match conn.as_mut().map(|t| &mut t.conn) {
+        Some(Link::Http1(c)) if !c.closed_already() => {
             let _ = tokio::time::timeout(wait, c.closed_by_server()).await;
         }
+        Some(Link::Ticked(c)) => {
+            let _ = tokio::time::timeout(wait, c.closed_by_server()).await;
+        }
+        _ => {}
     }
     *conn = None;
 }
@@ -438,7 +455,10 @@ fn exchange<'a, 's, 'c, 'v>(
     step: &'s StepPlan,
     vars: &'v mut Option<Box<crate::dynamic::SessionVars>>,
     (last, deadline): (bool, Instant),
-    sent: &'c mut Instant,
+    (sent, ticks): (
+        &'c mut Instant,
+        Option<&'c std::sync::Arc<crate::ticked::Ticks>>,
+    ),
 ) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
     async move {
         // Bytes of the request that left with the connect.
@@ -452,7 +472,7 @@ fn exchange<'a, 's, 'c, 'v>(
             // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
             // inline it would make every session task that large for its whole life, though a
             // kept-alive connection opens once.
-            let opened = Box::pin(Link::open_sending(&spec.target, first)).await?;
+            let opened = Box::pin(Link::open_sending(&spec.target, first, ticks)).await?;
             ahead = opened.ahead;
             *sent = opened.at;
             *conn = Some(rec.connections.track(opened.link));
@@ -466,13 +486,20 @@ fn exchange<'a, 's, 'c, 'v>(
                 StepPlan::Http {
                     request, expect, ..
                 },
-            ) => c.request_as(request, last, ahead).await.map(|resp| Answer {
-                sent: request.bytes(last).len() as u64,
-                received: resp.bytes_received,
-                error: status_error(expect.as_deref(), resp.status),
-                status: resp.status,
-                keep_alive: resp.keep_alive,
-            }),
+            ) => {
+                let resp = c.request_as(request, last, ahead).await;
+                resp.map(|r| Answer::http1(request.bytes(last), expect, r))
+            }
+            // The same exchange on a connection read at ticks.
+            (
+                Link::Ticked(c),
+                StepPlan::Http {
+                    request, expect, ..
+                },
+            ) => {
+                let resp = c.request_as(request, last, ahead).await;
+                resp.map(|r| Answer::http1(request.bytes(last), expect, r))
+            }
             // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every
             // session task (10,000 connections are 10,000 tasks); their own per-request costs
             // (an h2 stream, a syscall per datagram) dwarf one allocation.
@@ -589,7 +616,18 @@ fn exchange<'a, 's, 'c, 'v>(
     }
 }
 
-impl Answer<'_> {
+impl<'s> Answer<'s> {
+    /// An HTTP/1.1 exchange of `request` (as written) answered by `resp`.
+    fn http1(request: &[u8], expect: &'s Option<Vec<u16>>, resp: crate::http1::Response) -> Self {
+        Self {
+            sent: request.len() as u64,
+            received: resp.bytes_received,
+            error: status_error(expect.as_deref(), resp.status),
+            status: resp.status,
+            keep_alive: resp.keep_alive,
+        }
+    }
+
     /// A tcp or udp exchange: no status, the connection kept.
     fn raw(sent: u64, received: u64) -> Self {
         Self {

@@ -289,3 +289,126 @@ async fn pooled_loop<'a>(
     }
     drop(line);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A constant-rate pool reads at ticks only where that cannot cost it: one static
+    /// HTTP/1.1 request per session over plain TCP, arrivals in ticks, a slot a tick or
+    /// more, and eight connections for each slot of a tick.
+    #[tokio::test]
+    async fn a_pool_reads_at_ticks_only_where_it_has_room() {
+        let ms = Duration::from_millis;
+        let cases = [
+            ("rate: 5000, connections: 50", "", "", Some(ms(1))),
+            ("rate: 5000, connections: 39", "", "", None),
+            ("rate: 1000, connections: 8", "", "", Some(ms(1))),
+            ("rate: 999, connections: 50", "", "", None),
+            (
+                "rate: 100, connections: 20",
+                "arrival_resolution: 20ms\n",
+                "",
+                Some(ms(20)),
+            ),
+            (
+                "rate: 5000, connections: 50",
+                "arrival_resolution: 0s\n",
+                "",
+                None,
+            ),
+            (
+                "rate: 5000, connections: 50",
+                "",
+                "  - http: { path: /b }\n",
+                None,
+            ),
+            ("rate: 5000, connections: 50", "", "    repeat: 2\n", None),
+            (
+                "rate: 5000, connections: 50",
+                "",
+                "    new_connection: true\n",
+                None,
+            ),
+        ];
+        for (load, extra, step, expect) in cases {
+            let scenario = format!(
+                "name: t\ntarget: http://127.0.0.1:1\n{extra}\
+                 load: {{ model: constant, {load}, duration: 10s }}\n\
+                 session:\n  - http: {{ path: / }}\n{step}"
+            );
+            let run = super::super::tests::one_shard(scenario).await;
+            let spec = &run.workloads[0];
+            let crate::runner::Mode::Constant {
+                connections,
+                streams,
+                ..
+            } = spec.mode
+            else {
+                panic!("{load}: not a constant load");
+            };
+            let got = super::ticked_pool(spec, connections, streams);
+            assert_eq!(got, expect, "{load} {extra:?} {step:?}");
+        }
+    }
+
+    /// A constant-rate run whose pool reads at ticks (20 ms here) completes every slot, ends
+    /// when the last answer is read, and times each answer when it came, not when it was read
+    /// at the tick after it: the target answers at once, so response times stay far below the
+    /// tick. Real sockets and the real clock (the kernel's receive times are on it); 1 s.
+    #[tokio::test]
+    async fn a_pool_read_at_ticks_loses_nothing_and_times_answers_when_they_came() {
+        use crate::runner::{execute, RunEnd};
+        use std::io::{Read, Write};
+        use tokio::time::Instant;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in listener.incoming().take(20) {
+                let mut s = s.unwrap();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf) {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if n == 0 || s.write_all(ok).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let scenario = format!(
+            "name: ticks\ntarget: http://{addr}\narrival_resolution: 20ms\nrequest_timeout: 5s\n\
+             load: {{ model: constant, rate: 100, connections: 20, duration: 1s }}\n\
+             session:\n  - http: {{ path: / }}\n"
+        );
+        let run = super::super::tests::one_shard(scenario).await;
+        assert_eq!(
+            super::ticked_pool(&run.workloads[0], 20, 1),
+            Some(Duration::from_millis(20))
+        );
+        let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let end = execute(Arc::new(run), Instant::now(), out, stop).await;
+        assert_eq!(end, RunEnd::Completed);
+        let mut total: Option<stampede_core::stats::SparseStats> = None;
+        while let Ok(m) = messages.try_recv() {
+            if let Some(stampede_proto::v1::agent_message::Msg::Progress(p)) = m.msg {
+                for w in &p.samples {
+                    let (_, s) = stampede_proto::convert::sample_from_wire("s", w, 1).unwrap();
+                    match total.as_mut() {
+                        Some(t) => t.add(&s),
+                        None => total = Some(s),
+                    }
+                }
+            }
+        }
+        let t = total.expect("progress was sent");
+        assert_eq!(t.counters.requests_completed, 100);
+        assert_eq!(t.counters.requests_failed, 0);
+        assert_eq!(t.counters.dropped_arrivals, 0);
+        let p50 = t.service.value_at_quantile(0.5);
+        assert!(p50 < 10_000, "service time p50 {p50} µs: timed when read");
+    }
+}

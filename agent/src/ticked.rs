@@ -272,7 +272,7 @@ impl AsyncWrite for Ticked {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io::{Read, Write};
     use std::sync::Arc;
     use std::time::Duration;
@@ -282,21 +282,24 @@ mod tests {
     use super::{Ticked, Ticks};
     use crate::http1::{Conn, PreparedRequest};
 
-    /// A target that answers each request on its one connection at once (a thread, so that
-    /// it answers while the test's runtime waits).
-    fn answering_target() -> std::net::SocketAddr {
+    /// A target that answers every request at once on each of its first `connections`
+    /// connections, each on a thread of its own (so that it answers while the test's runtime
+    /// waits). Also the target of the tick-read pool's run in `runner::models`.
+    pub(crate) fn answering_target(connections: usize) -> std::net::SocketAddr {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = s.read(&mut buf) {
-                if n == 0
-                    || s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .is_err()
-                {
-                    break;
-                }
+            for s in listener.incoming().take(connections) {
+                let mut s = s.unwrap();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf) {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if n == 0 || s.write_all(ok).is_err() {
+                            break;
+                        }
+                    }
+                });
             }
         });
         addr
@@ -309,7 +312,7 @@ mod tests {
     #[tokio::test]
     async fn answers_are_read_at_the_tick_and_timed_when_they_came() {
         let tick = Duration::from_millis(20);
-        let addr = answering_target();
+        let addr = answering_target(1);
         let ticks = Arc::new(Ticks::new(Instant::now(), tick));
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut conn = Conn::over(Ticked::new(stream, ticks.clone()).unwrap());

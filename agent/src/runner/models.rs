@@ -360,24 +360,8 @@ mod tests {
     #[tokio::test]
     async fn a_pool_read_at_ticks_loses_nothing_and_times_answers_when_they_came() {
         use crate::runner::{execute, RunEnd};
-        use std::io::{Read, Write};
         use tokio::time::Instant;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for s in listener.incoming().take(20) {
-                let mut s = s.unwrap();
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 1024];
-                    while let Ok(n) = s.read(&mut buf) {
-                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if n == 0 || s.write_all(ok).is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
+        let addr = crate::ticked::tests::answering_target(20);
         let scenario = format!(
             "name: ticks\ntarget: http://{addr}\narrival_resolution: 20ms\nrequest_timeout: 5s\n\
              load: {{ model: constant, rate: 100, connections: 20, duration: 1s }}\n\

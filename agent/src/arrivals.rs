@@ -156,7 +156,7 @@ async fn wait(pacer: &mut Pacer, ticks: Option<&Ticks>, at: Instant) {
         return pacer.until(at).await;
     };
     loop {
-        ticks.wake_all();
+        ticks.wake_ready();
         let tick = ticks.after(Instant::now());
         if tick >= at {
             return pacer.until(at).await;
@@ -174,7 +174,7 @@ async fn wait(pacer: &mut Pacer, ticks: Option<&Ticks>, at: Instant) {
 /// After the schedule's end: ticks until no connection waits for an answer.
 async fn drain(pacer: &mut Pacer, ticks: &Ticks) {
     loop {
-        ticks.wake_all();
+        ticks.wake_ready();
         tokio::task::yield_now().await;
         if !ticks.waiting() {
             return;

@@ -241,7 +241,7 @@ fn start_workload(
         } => {
             let slots = SlotQueue::new(MAX_QUEUED_SLOTS);
             let ticks = ticked_pool(spec, connections, streams)
-                .map(|tick| Arc::new(crate::ticked::Ticks::new(t0, tick)));
+                .and_then(|tick| crate::ticked::Ticks::new(t0, tick).ok().map(Arc::new));
             for c in 0..connections as u64 {
                 let (rec, spec, stop, slots) =
                     (rec.clone(), spec.clone(), stop.clone(), slots.clone());

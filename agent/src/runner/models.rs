@@ -359,8 +359,7 @@ mod tests {
     /// tick. Real sockets and the real clock (the kernel's receive times are on it); 1 s.
     #[tokio::test]
     async fn a_pool_read_at_ticks_loses_nothing_and_times_answers_when_they_came() {
-        use crate::runner::{execute, RunEnd};
-        use tokio::time::Instant;
+        use crate::runner::RunEnd;
         let addr = crate::ticked::tests::answering_target(20);
         let scenario = format!(
             "name: ticks\ntarget: http://{addr}\narrival_resolution: 20ms\nrequest_timeout: 5s\n\
@@ -372,10 +371,52 @@ mod tests {
             super::ticked_pool(&run.workloads[0], 20, 1),
             Some(Duration::from_millis(20))
         );
+        let (end, t) = run_to_end(run).await;
+        assert_eq!(end, RunEnd::Completed);
+        assert_eq!(t.counters.requests_completed, 100);
+        assert_eq!(t.counters.requests_failed, 0);
+        assert_eq!(t.counters.dropped_arrivals, 0);
+        let p50 = t.service.value_at_quantile(0.5);
+        assert!(p50 < 10_000, "service time p50 {p50} µs: timed when read");
+    }
+
+    /// A pool read at ticks whose target accepts connections and never answers (a listener
+    /// that never accepts: the kernel completes the connects) counts every slot as a timeout
+    /// or a drop, and its run ends once the last request has timed out: the connections that
+    /// wait in the pool's epoll set leave it when they close. Real sockets; 0.3 s of load,
+    /// 200 ms timeouts.
+    #[tokio::test]
+    async fn a_pool_read_at_ticks_ends_when_its_target_never_answers() {
+        use crate::runner::RunEnd;
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let scenario = format!(
+            "name: hung\ntarget: http://{addr}\narrival_resolution: 20ms\nrequest_timeout: 200ms\n\
+             load: {{ model: constant, rate: 100, connections: 20, duration: 300ms }}\n\
+             session:\n  - http: {{ path: / }}\n"
+        );
+        let run = super::super::tests::one_shard(scenario).await;
+        assert!(super::ticked_pool(&run.workloads[0], 20, 1).is_some());
+        let (end, t) = run_to_end(run).await;
+        assert_eq!(end, RunEnd::Completed);
+        let c = &t.counters;
+        assert_eq!(c.requests_completed, 0);
+        assert!(c.requests_failed >= 20, "{c:?}");
+        assert_eq!(c.requests_failed + c.dropped_arrivals, 30, "{c:?}");
+        drop(silent);
+    }
+
+    /// Executes `run` to its end (within 20 s): how it ended, and its progress added up.
+    async fn run_to_end(
+        run: crate::runner::plan::ShardRun,
+    ) -> (crate::runner::RunEnd, stampede_core::stats::SparseStats) {
         let (out, mut messages) = tokio::sync::mpsc::unbounded_channel();
         let stop = tokio_util::sync::CancellationToken::new();
-        let end = execute(Arc::new(run), Instant::now(), out, stop).await;
-        assert_eq!(end, RunEnd::Completed);
+        let start = tokio::time::Instant::now();
+        let run = crate::runner::execute(Arc::new(run), start, out, stop);
+        let end = tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .expect("the run ended within 20 s");
         let mut total: Option<stampede_core::stats::SparseStats> = None;
         while let Ok(m) = messages.try_recv() {
             if let Some(stampede_proto::v1::agent_message::Msg::Progress(p)) = m.msg {
@@ -388,11 +429,6 @@ mod tests {
                 }
             }
         }
-        let t = total.expect("progress was sent");
-        assert_eq!(t.counters.requests_completed, 100);
-        assert_eq!(t.counters.requests_failed, 0);
-        assert_eq!(t.counters.dropped_arrivals, 0);
-        let p50 = t.service.value_at_quantile(0.5);
-        assert!(p50 < 10_000, "service time p50 {p50} µs: timed when read");
+        (end, total.expect("progress was sent"))
     }
 }

@@ -148,7 +148,7 @@ impl Link {
                 let o = crate::net::connect_tcp_sending(addr, first).await?;
                 let link = match ticks {
                     Some(t) => Link::Ticked(Conn::over(
-                        crate::ticked::Ticked::new(o.stream, t.clone())
+                        crate::ticked::Ticked::new(o.stream, t.clone(), o.sent > 0)
                             .map_err(|e| crate::net::io_failure(&e, false))?,
                     )),
                     None => Link::Http1(Conn::over(tokio_util::either::Either::Left(o.stream))),

@@ -57,22 +57,17 @@ struct State {
     /// Connections woken at the next tick, whatever it finds: those that have just sent, and
     /// those whose write would block.
     next: Vec<Waker>,
-    /// One per open connection of the pool, by token (the token its socket's events carry).
-    slots: Vec<Slot>,
+    /// One per open connection of the pool, by token (the token its socket's events carry):
+    /// its waker while it waits in the epoll set.
+    slots: Vec<Option<Waker>>,
     /// Tokens of closed connections, for the next to open.
-    free: Vec<u64>,
+    free: Vec<usize>,
     /// How many sockets are in the epoll set.
     in_set: usize,
     /// What one tick takes from the epoll set and wakes (kept: no allocation per tick).
     events: Vec<EpollEvent>,
     woken: Vec<Waker>,
     clocks: Clocks,
-}
-
-/// A connection of the pool: while it waits in the epoll set, its waker.
-#[derive(Debug, Default)]
-struct Slot {
-    waker: Option<Waker>,
 }
 
 /// The monotonic clock and the wall clock (ns since the epoch), read one right after the other.
@@ -170,14 +165,14 @@ impl Ticks {
                 // Never blocks. An error (none is expected of a valid set) wakes every
                 // connection in it, whose read is then tried: always right, only dearer.
                 let Ok(n) = self.epoll.wait(events, EpollTimeout::ZERO) else {
-                    woken.extend(slots.iter_mut().filter_map(|slot| slot.waker.take()));
+                    woken.extend(slots.iter_mut().filter_map(Option::take));
                     break;
                 };
                 for e in &events[..n] {
                     let slot = usize::try_from(e.data())
                         .ok()
                         .and_then(|t| slots.get_mut(t));
-                    woken.extend(slot.and_then(|slot| slot.waker.take()));
+                    woken.extend(slot.and_then(Option::take));
                 }
                 if n < events.len() {
                     break;
@@ -199,22 +194,22 @@ impl Ticks {
     }
 
     /// A token for a connection just opened.
-    fn add(&self) -> u64 {
+    fn add(&self) -> usize {
         let mut s = self.lock();
         s.free.pop().unwrap_or_else(|| {
-            s.slots.push(Slot::default());
-            s.slots.len() as u64 - 1
+            s.slots.push(None);
+            s.slots.len() - 1
         })
     }
 
     /// Frees the token of a connection about to close (closing its socket takes it out of
     /// the epoll set, should it be there).
-    fn remove(&self, token: u64, in_set: bool) {
+    fn remove(&self, token: usize, in_set: bool) {
         let mut s = self.lock();
-        let Some(slot) = usize::try_from(token).ok().and_then(|t| s.slots.get_mut(t)) else {
+        let Some(slot) = s.slots.get_mut(token) else {
             return;
         };
-        slot.waker = None;
+        *slot = None;
         s.in_set -= usize::from(in_set);
         s.free.push(token);
     }
@@ -229,23 +224,26 @@ impl Ticks {
     /// next tick.
     fn when_readable(
         &self,
-        (token, in_set): (u64, bool),
+        (token, in_set): (usize, bool),
         sock: &std::net::TcpStream,
         waker: &Waker,
     ) -> io::Result<()> {
         let mut s = self.lock();
-        let Some(slot) = usize::try_from(token).ok().and_then(|t| s.slots.get_mut(t)) else {
+        let Some(slot) = s.slots.get_mut(token) else {
             return Err(io::Error::other("a connection without its token"));
         };
-        match &mut slot.waker {
+        match slot {
             Some(w) => w.clone_from(waker),
-            None => slot.waker = Some(waker.clone()),
+            None => *slot = Some(waker.clone()),
         }
         if !in_set {
             // Level-triggered: reported at every tick until it has been read and has left.
             let interest = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
-            if let Err(e) = self.epoll.add(sock, EpollEvent::new(interest, token)) {
-                slot.waker = None;
+            if let Err(e) = self
+                .epoll
+                .add(sock, EpollEvent::new(interest, token as u64))
+            {
+                *slot = None;
                 return Err(e.into());
             }
             s.in_set += 1;
@@ -254,10 +252,10 @@ impl Ticks {
     }
 
     /// Takes a socket in the epoll set out of it, once it has been read.
-    fn leave(&self, token: u64, sock: &std::net::TcpStream) {
+    fn leave(&self, token: usize, sock: &std::net::TcpStream) {
         let mut s = self.lock();
-        if let Some(slot) = usize::try_from(token).ok().and_then(|t| s.slots.get_mut(t)) {
-            slot.waker = None;
+        if let Some(slot) = s.slots.get_mut(token) {
+            *slot = None;
         }
         s.in_set -= 1;
         // It cannot fail for a socket in the set; were it to, the socket would stay, and its
@@ -296,7 +294,7 @@ pub struct Ticked {
     sock: std::net::TcpStream,
     ticks: Arc<Ticks>,
     /// Its place among the pool's connections (what its epoll events carry).
-    token: u64,
+    token: usize,
     /// Its socket is in the pool's epoll set: a read found nothing, and none found data since.
     in_set: bool,
     /// A request went out and nothing was read since: its answer cannot be there yet, so the

@@ -256,9 +256,7 @@ pub async fn run(
         for (phase, (planned, done)) in spec.planned.iter().zip(&handled).enumerate() {
             let left = planned.saturating_sub(*done);
             if left > 0 {
-                rec.with(spec.phase_base + phase as u32, |s| {
-                    s.counters_mut().dropped_arrivals += left
-                });
+                rec.drop_arrivals(spec.phase_base + phase as u32, left);
             }
         }
     }

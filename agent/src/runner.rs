@@ -22,8 +22,8 @@ mod recorder;
 mod session;
 
 use models::{
-    closed_connection, closed_streams, enqueue, pooled_connection, pooled_streams, ticked_pool,
-    MAX_QUEUED_SLOTS,
+    closed_connection, closed_streams, drop_queued, end_queue_at, enqueue, late_start_cutoff,
+    pooled_connection, pooled_streams, ticked_pool, MAX_QUEUED_SLOTS,
 };
 pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
 pub use recorder::Recorder;
@@ -81,12 +81,14 @@ pub async fn execute(
     };
 
     let mut queues = Vec::new();
+    let mut cutoffs = Vec::new();
     let mut loops = Vec::new();
     let mut connections = Vec::new();
     for spec in &run.workloads {
-        let (arrivals, queue) = start_workload(spec, &rec, &tracker, t0, &stop, &mut connections);
-        loops.extend(arrivals);
-        queues.extend(queue);
+        let started = start_workload(spec, &rec, &tracker, t0, &stop, &mut connections);
+        loops.extend(started.arrivals);
+        queues.extend(started.queue);
+        cutoffs.extend(started.cutoff);
     }
     // A stop aborts the connection tasks of the closed and constant models. They live for
     // the whole run and do not wait on the stop themselves: that would lock the token's one
@@ -109,11 +111,13 @@ pub async fn execute(
     tracker.close();
     tracker.wait().await;
     aborter.abort();
+    // The pools have ended: their queues are empty and closed, unless the run stopped early.
+    for cutoff in cutoffs {
+        cutoff.abort();
+    }
     for slots in queues {
         // Stopped early: slots still queued were never started.
-        for (_, phase, _, _) in slots.close_and_take() {
-            rec.with(phase, |s| s.counters_mut().dropped_arrivals += 1);
-        }
+        drop_queued(&slots, |phase| rec.drop_arrivals(phase, 1));
     }
     ticker_stop.cancel();
     let (mut spare, next) = match ticker.await {
@@ -147,6 +151,17 @@ pub async fn execute(
     end
 }
 
+/// What [`start_workload`] started that `execute` waits for or ends.
+struct Started {
+    /// The arrival loop (open and constant models).
+    arrivals: Option<tokio::task::JoinHandle<()>>,
+    /// A constant-rate pool's slot queue: a stop counts what it still holds as dropped.
+    queue: Option<Arc<SlotQueue>>,
+    /// The task that ends that queue one request timeout after the schedule
+    /// ([`models::end_queue_at`]), aborted once the pool has ended.
+    cutoff: Option<tokio::task::JoinHandle<()>>,
+}
+
 /// Starts one workload's load from `t0` plus its start offset: its arrival loop (open and
 /// constant models, on a thread of its own) and its connections (closed and constant), whose
 /// tasks go to `tasks` for a stop to abort.
@@ -157,11 +172,11 @@ fn start_workload(
     t0: Instant,
     stop: &CancellationToken,
     tasks: &mut Vec<tokio::task::AbortHandle>,
-) -> (Option<tokio::task::JoinHandle<()>>, Option<Arc<SlotQueue>>) {
+) -> Started {
     let t0 = t0 + spec.start;
     // The arrival loop is a task paced by a timerfd (`arrivals`): tokio's timer has
     // millisecond granularity, the kernel's lands within microseconds of the intended time.
-    let mut queue = None;
+    let (mut queue, mut cutoff) = (None, None);
     let arrivals = match spec.mode {
         Mode::Arrivals => {
             let (rec, spec, stop, tracker) =
@@ -169,7 +184,7 @@ fn start_workload(
             Some(tokio::spawn(async move {
                 crate::arrivals::run(&spec, &rec, (t0, None), &stop, |a, intended, kind| {
                     if rec.in_flight.load(Ordering::Relaxed) >= spec.capacity {
-                        rec.with(a.phase, |s| s.counters_mut().dropped_arrivals += 1);
+                        rec.drop_arrivals(a.phase, 1);
                         return;
                     }
                     rec.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -254,6 +269,12 @@ fn start_workload(
                 tasks.push(task.abort_handle());
             }
             queue = Some(slots.clone());
+            cutoff = late_start_cutoff(spec, t0).map(|at| {
+                let (slots, rec) = (slots.clone(), rec.clone());
+                tokio::spawn(end_queue_at(slots, at, move |phase| {
+                    rec.drop_arrivals(phase, 1)
+                }))
+            });
             let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
             Some(tokio::spawn(async move {
                 // Closing the queue (however this task ends) lets the pool drain it and finish.
@@ -262,14 +283,18 @@ fn start_workload(
                 let paced = (t0, ticks.as_deref());
                 crate::arrivals::run(&spec, &rec, paced, &stop, |a, intended, kind| {
                     if !enqueue(&slots.0, (intended, a.phase, a.index, kind), &mut warned) {
-                        rec.with(a.phase, |s| s.counters_mut().dropped_arrivals += 1);
+                        rec.drop_arrivals(a.phase, 1);
                     }
                 })
                 .await;
             }))
         }
     };
-    (arrivals, queue)
+    Started {
+        arrivals,
+        queue,
+        cutoff,
+    }
 }
 
 /// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.

@@ -12,6 +12,19 @@ use crate::scenario::Scenario;
 use crate::schedule::Schedule;
 use crate::shard::{Shard, ShardError, ShardMap};
 
+/// The longest a constant-rate pool goes on starting the slots still queued after its
+/// schedule has ended (its request timeout, when that is shorter). A queued slot started
+/// later than that is late by more than a request timeout and can only show the backlog,
+/// which the dropped count shows as well; against a target that hangs, a pool would
+/// otherwise serve its queue a few connections per timeout for as long as the queue lasts.
+pub const LATE_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long past the run's length and one worst-case session the controller waits for an
+/// agent to finish before it counts the agent lost: [`LATE_START_LIMIT`], in which a pool
+/// may still start a session, and five seconds for its last reports to arrive.
+pub const FINISH_MARGIN: std::time::Duration =
+    std::time::Duration::from_secs(LATE_START_LIMIT.as_secs() + 5);
+
 /// Planned sessions per agent and phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {

@@ -135,6 +135,11 @@ impl Recorder {
         })))
     }
 
+    /// Counts `n` of the phase's planned sessions as dropped: never started.
+    pub fn drop_arrivals(&self, phase: u32, n: u64) {
+        self.with(phase, |s| s.counters_mut().dropped_arrivals += n);
+    }
+
     /// Swaps the active buffers with `spare` (which must be reset), returning the filled ones
     /// in `spare`: the first stripe's, with what the other stripes hold merged in (they are
     /// reset, and their empty slots freed), and the interval's connection figures in one

@@ -161,7 +161,7 @@ impl Driver {
         // Saturating: a valid scenario's worst-case session can exceed what `Instant` holds.
         let deadline = planned
             .saturating_add(self.session_bound())
-            .saturating_add(Duration::from_secs(15))
+            .saturating_add(stampede_core::plan::FINISH_MARGIN)
             .min(FAR_FUTURE);
         let mut deadline = t0 + deadline;
         let mut failure: Option<Failure> = None;

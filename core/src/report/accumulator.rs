@@ -770,7 +770,9 @@ fn generator_verdict(
             )
         } else {
             format!(
-                "{} planned sessions were never started: the generator's in-flight cap was reached",
+                "{} planned sessions were never started: no session slot or connection was free for them \
+                 in time (the in-flight cap, a full slot queue, or a slot still queued one request timeout \
+                 after the schedule's end)",
                 c.dropped_arrivals
             )
         });

@@ -255,8 +255,14 @@ fn start_workload(
             streams,
         } => {
             let slots = SlotQueue::new(MAX_QUEUED_SLOTS);
-            let ticks = ticked_pool(spec, connections, streams)
-                .and_then(|tick| crate::ticked::Ticks::new(t0, tick).ok().map(Arc::new));
+            let ticks = ticked_pool(spec, connections, streams).and_then(|tick| {
+                crate::ticked::Ticks::new(t0, tick)
+                    .inspect_err(|e| {
+                        tracing::warn!(error = %e, "no epoll set for the pool's tick reads; its answers are read by the reactor")
+                    })
+                    .ok()
+                    .map(Arc::new)
+            });
             for c in 0..connections as u64 {
                 let (rec, spec, stop, slots) =
                     (rec.clone(), spec.clone(), stop.clone(), slots.clone());

@@ -148,7 +148,9 @@ if [ -f "$STATE/baseline-sysctl" ]; then
 fi
 
 # 8. Files (only when nothing is mounted there any more).
-if ! awk '{print $5}' /proc/self/mountinfo | grep -qE "^($STATE|$RUN)(/|$)"; then
+# grep reads all of awk's output (no -q): under pipefail, awk killed by SIGPIPE after an early match would read as
+# "nothing mounted" and remove files under a live mount.
+if ! awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)(/|$)" >/dev/null; then
   rm -rf "$STATE" "$RUN"
 else
   log "WARNING: mounts remain under $STATE or $RUN; not removing them"

@@ -128,7 +128,9 @@ load_all() {
     [ -f "$IMAGES/$file.tar" ] || die "image $ref was not built"
     # The layout's index names only the tag; --base-name turns it into the full reference.
     ctr_k8s images import --base-name "${ref%:*}" "$IMAGES/$file.tar" >/dev/null
-    ctr_k8s images ls -q | grep -qx "$ref" || die "import of $ref did not produce that name"
+    # grep reads the whole list (no -q): exiting at the first match would let ctr's next line hit a closed pipe,
+    # and pipefail would turn that SIGPIPE into a failed import.
+    ctr_k8s images ls -q | grep -x "$ref" >/dev/null || die "import of $ref did not produce that name"
     log "image $ref: loaded into the node"
   done
 }

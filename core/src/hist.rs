@@ -443,22 +443,40 @@ impl SparseHist {
 
     /// The value at `quantile`, exactly as `Histogram::value_at_quantile`.
     pub fn value_at_quantile(&self, quantile: f64) -> u64 {
-        let quantile = if quantile > 1.0 { 1.0 } else { quantile };
-        let fractional_count = quantile * self.total as f64;
-        let count_at_quantile = (fractional_count.ceil() as u64).max(1);
+        self.values_at_quantiles([quantile])[0]
+    }
+
+    /// The values at several quantiles, each exactly as [`Self::value_at_quantile`] gives it,
+    /// in one walk over the counts when the quantiles ascend (a report's percentile row does:
+    /// seven walks became one, and the controller computes rows for every interval of a live
+    /// run). Quantiles out of order are answered one walk each.
+    pub fn values_at_quantiles<const N: usize>(&self, quantiles: [f64; N]) -> [u64; N] {
+        let quantiles = quantiles.map(|q| if q > 1.0 { 1.0 } else { q });
+        let targets = quantiles.map(|q| ((q * self.total as f64).ceil() as u64).max(1));
+        let mut out = [0; N];
+        if !targets.is_sorted() {
+            for (o, q) in out.iter_mut().zip(quantiles) {
+                *o = self.values_at_quantiles([q])[0];
+            }
+            return out;
+        }
+        let mut next = 0;
         let mut so_far: u64 = 0;
         for (i, n) in self.iter() {
             so_far = so_far.saturating_add(n);
-            if so_far >= count_at_quantile {
+            while let (Some(&target), Some(&q)) = (targets.get(next), quantiles.get(next)) {
+                if so_far < target {
+                    break;
+                }
                 let v = value_for(i);
-                return if quantile == 0.0 {
-                    v
-                } else {
-                    v + range_for(i) - 1
-                };
+                out[next] = if q == 0.0 { v } else { v + range_for(i) - 1 };
+                next += 1;
+            }
+            if next == N {
+                break;
             }
         }
-        0
+        out
     }
 
     /// Mean of the bucket midpoints, exactly as `Histogram::mean` (same order of operations).
@@ -473,10 +491,14 @@ impl SparseHist {
 
     /// Standard deviation, exactly as `Histogram::stdev`.
     pub fn stdev(&self) -> f64 {
+        self.stdev_about(self.mean())
+    }
+
+    /// [`Self::stdev`] given the [`Self::mean`] already computed: one walk instead of two.
+    pub fn stdev_about(&self, mean: f64) -> f64 {
         if self.total == 0 {
             return 0.0;
         }
-        let mean = self.mean();
         let dev_total = self.iter().fold(0.0_f64, |acc, (i, n)| {
             let dev = median_of(i) as f64 - mean;
             acc + (dev * dev) * n as f64

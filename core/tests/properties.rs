@@ -366,6 +366,11 @@ proptest! {
         for q in [0.0, 0.1, 0.5, 0.999, 1.0] {
             prop_assert_eq!(sparse.value_at_quantile(q), dense.value_at_quantile(q));
         }
+        // Several at once, in one walk when they ascend and one walk each when not.
+        let ascending = [0.0, 0.1, 0.5, 0.5, 0.999, 1.0, 1.5];
+        prop_assert_eq!(sparse.values_at_quantiles(ascending), ascending.map(|q| dense.value_at_quantile(q)));
+        let mixed = [0.999, 0.0, 0.5, 1.5, 0.1];
+        prop_assert_eq!(sparse.values_at_quantiles(mixed), mixed.map(|q| dense.value_at_quantile(q)));
         prop_assert_eq!(sparse.min(), dense.min());
         prop_assert_eq!(sparse.max(), dense.max());
         let medians: Vec<(u64, u64)> = dense.iter_recorded().map(|v| (dense.median_equivalent(v.value_iterated_to()), v.count_at_value())).collect();

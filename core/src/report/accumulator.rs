@@ -389,7 +389,8 @@ impl RunAccumulator {
         let b64 = |h: &SparseHist| -> Result<String, HistError> {
             Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode_sparse(h)?))
         };
-        let r = Percentiles::of_sparse(&s.response);
+        // Only the figures a row shows: one walk of each histogram, not a full percentile row.
+        let [p50, p90, p99] = s.response.values_at_quantiles([0.50, 0.90, 0.99]);
         Ok(TimelineRow {
             interval,
             t_s: interval as f64 * self.interval_s,
@@ -398,11 +399,11 @@ impl RunAccumulator {
             failed: s.counters.requests_failed,
             errors: s.counters.errors.clone(),
             rps: s.counters.requests_completed as f64 / self.interval_s,
-            response_p50_us: r.p50_us,
-            response_p90_us: r.p90_us,
-            response_p99_us: r.p99_us,
-            response_max_us: r.max_us,
-            service_p99_us: Percentiles::of_sparse(&s.service).p99_us,
+            response_p50_us: p50,
+            response_p90_us: p90,
+            response_p99_us: p99,
+            response_max_us: s.response.max(),
+            service_p99_us: s.service.value_at_quantile(0.99),
             peak_open: s.counters.peak_open_connections,
             connections_opened: s.counters.connections_opened,
             response_hist: b64(&s.response)?,
@@ -437,7 +438,7 @@ impl RunAccumulator {
     /// A live view of the run so far.
     pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
         let t = self.totals()?;
-        let r = Percentiles::of_sparse(&t.response);
+        let [p50_us, p99_us] = t.response.values_at_quantiles([0.50, 0.99]);
         Ok(LiveSnapshot {
             elapsed_s,
             planned_so_far: self.planned_so_far(),
@@ -448,8 +449,8 @@ impl RunAccumulator {
                 || t.counters.requests_completed as f64 / elapsed_s.max(1e-3),
                 |row| row.rps,
             ),
-            p50_us: r.p50_us,
-            p99_us: r.p99_us,
+            p50_us,
+            p99_us,
             active_agents: self.agents.iter().filter(|a| !a.lost).count() as u32,
             errors: t.counters.errors.clone(),
         })

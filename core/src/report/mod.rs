@@ -67,19 +67,21 @@ impl Percentiles {
         if h.is_empty() {
             return Self::default();
         }
-        let q = |p: f64| h.value_at_quantile(p);
+        let [p50_us, p75_us, p90_us, p95_us, p99_us, p999_us, p9999_us] =
+            h.values_at_quantiles([0.50, 0.75, 0.90, 0.95, 0.99, 0.999, 0.9999]);
+        let mean_us = h.mean();
         Self {
             count: h.len(),
             min_us: h.min(),
-            mean_us: h.mean(),
-            stdev_us: h.stdev(),
-            p50_us: q(0.50),
-            p75_us: q(0.75),
-            p90_us: q(0.90),
-            p95_us: q(0.95),
-            p99_us: q(0.99),
-            p999_us: q(0.999),
-            p9999_us: q(0.9999),
+            mean_us,
+            stdev_us: h.stdev_about(mean_us),
+            p50_us,
+            p75_us,
+            p90_us,
+            p95_us,
+            p99_us,
+            p999_us,
+            p9999_us,
             max_us: h.max(),
         }
     }

@@ -464,12 +464,13 @@ impl SparseHist {
         let mut so_far: u64 = 0;
         for (i, n) in self.iter() {
             so_far = so_far.saturating_add(n);
-            while let (Some(&target), Some(&q)) = (targets.get(next), quantiles.get(next)) {
-                if so_far < target {
-                    break;
-                }
+            while next < N && so_far >= targets[next] {
                 let v = value_for(i);
-                out[next] = if q == 0.0 { v } else { v + range_for(i) - 1 };
+                out[next] = if quantiles[next] == 0.0 {
+                    v
+                } else {
+                    v + range_for(i) - 1
+                };
                 next += 1;
             }
             if next == N {

@@ -266,6 +266,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     }
 
     /// The byte stream under the connection.
+    pub fn io(&self) -> &T {
+        &self.stream
+    }
+
+    /// The byte stream under the connection.
     pub fn io_mut(&mut self) -> &mut T {
         &mut self.stream
     }

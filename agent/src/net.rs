@@ -170,6 +170,21 @@ impl<T> Drop for Tracked<'_, T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure(pub &'static str);
 
+/// Whether an idle connection's socket shows that it can no longer carry a request: the
+/// server's end (its keep-alive timeout closed it), a reset, or bytes nobody asked for (a
+/// `408`, a TLS alert before the close). One `recv` that peeks and never waits, so a pool
+/// asks it only of a connection that sat idle for a while (`runner::models`).
+pub fn peer_gone(fd: std::os::fd::RawFd) -> bool {
+    use nix::sys::socket::{recv, MsgFlags};
+    let mut byte = [0u8; 1];
+    match recv(fd, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+        // The end (0 bytes) or something unasked: either way not a connection to send on.
+        Ok(_) => true,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
+    }
+}
+
 /// Maps a connect error to its kind.
 pub fn connect_failure(e: &io::Error) -> Failure {
     Failure(match e.kind() {

@@ -339,6 +339,12 @@ impl Ticked {
     }
 }
 
+impl AsRawFd for Ticked {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
 impl Drop for Ticked {
     fn drop(&mut self) {
         self.ticks.remove(self.token, self.in_set);

@@ -311,8 +311,19 @@ async fn pooled_loop<'a>(
     let sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut line = Line::new(conn, sleep);
     line.ticks = ticks;
+    // When the connection's last session ended.
+    let mut idle_from = None;
     // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
+        // Idle until now, not until the slot's time: a slot taken late has left the
+        // connection idle for longer.
+        if line.conn.is_some()
+            && idle_from.is_some_and(|t| Instant::now().saturating_duration_since(t) >= IDLE_PROBE)
+            && line.conn.as_ref().is_some_and(|c| c.conn.gone_while_idle())
+        {
+            // The session opens a new one, as for a connection that failed.
+            line.conn = None;
+        }
         let at = At {
             intended,
             plan: false,
@@ -322,10 +333,22 @@ async fn pooled_loop<'a>(
             kind,
             fresh: false,
         };
-        session(spec, rec, at, stop, &mut line).await;
+        idle_from = match session(spec, rec, at, stop, &mut line).await {
+            Ended::Ran(t) => Some(t),
+            Ended::Exhausted => idle_from,
+        };
     }
     drop(line);
 }
+
+/// How long a pooled connection may sit idle before it is checked for a server that closed it
+/// (one `recv` that peeks, [`Link::gone_while_idle`]) ahead of its next request. A pool hands
+/// its slots to the connection idle the shortest time ([`crate::pool`]), so those at the
+/// bottom of its stack wait for long, past keep-alive timeouts as short as a second or five
+/// (common server defaults); sending on one the server has closed would fail that request.
+/// Connections in steady use come round far sooner and are never checked; one that comes
+/// round slower costs a system call per request, at fewer than 20 requests a second.
+const IDLE_PROBE: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {
@@ -441,6 +464,88 @@ mod tests {
         assert!(c.requests_failed >= 20, "{c:?}");
         assert_eq!(c.requests_failed + c.dropped_arrivals, 30, "{c:?}");
         drop(silent);
+    }
+
+    /// A keep-alive target on threads of its own that closes each connection once it has
+    /// been idle for `idle_close` (its keep-alive timeout; `None`: never), counting the
+    /// connections it accepted (at most 64, then it stops accepting).
+    fn closing_target(
+        idle_close: Option<Duration>,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming().take(64) {
+                let mut s = s.unwrap();
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    s.set_read_timeout(idle_close).unwrap();
+                    let mut buf = [0u8; 1024];
+                    // A read that times out is the keep-alive timeout: the socket closes.
+                    while let Ok(n) = s.read(&mut buf) {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if n == 0 || s.write_all(ok).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A pool hands its slots to the connection idle the shortest time, so at a low rate one
+    /// connection takes them all and sits idle between them, past a short keep-alive
+    /// timeout (30 ms here). A connection idle that long is checked before it is used: one
+    /// the server closed is opened again instead of failing its request, and one still open
+    /// is kept. Both reading paths: by the reactor (4/s, 250 ms apart) and at ticks (100 ms
+    /// ticks, 10/s: one or two connections, each idle about a tick or more). Real sockets and the
+    /// real clock; 1 s each.
+    #[tokio::test]
+    async fn a_pooled_connection_the_server_closed_while_idle_is_opened_again() {
+        use crate::runner::RunEnd;
+        use std::sync::atomic::Ordering;
+        let ms = Duration::from_millis;
+        let cases = [
+            ("", "rate: 4", None, Some(ms(30)), 4..=4),
+            ("", "rate: 4", None, None, 1..=1),
+            (
+                "arrival_resolution: 100ms\n",
+                "rate: 10",
+                Some(ms(100)),
+                Some(ms(30)),
+                10..=10,
+            ),
+            (
+                "arrival_resolution: 100ms\n",
+                "rate: 10",
+                Some(ms(100)),
+                None,
+                1..=2,
+            ),
+        ];
+        for (extra, rate, tick, idle_close, opened) in cases {
+            let (addr, accepted) = closing_target(idle_close);
+            let scenario = format!(
+                "name: idle\ntarget: http://{addr}\n{extra}request_timeout: 2s\n\
+                 load: {{ model: constant, {rate}, connections: 8, duration: 1s }}\n\
+                 session:\n  - http: {{ path: / }}\n"
+            );
+            let run = super::super::tests::one_shard(scenario).await;
+            assert_eq!(super::ticked_pool(&run.workloads[0], 8, 1), tick, "{rate}");
+            let planned = run.workloads[0].planned.iter().sum::<u64>();
+            let (end, t) = run_to_end(run).await;
+            let c = &t.counters;
+            let case = format!("{rate} {tick:?} {idle_close:?}: {c:?}");
+            assert_eq!(end, RunEnd::Completed, "{case}");
+            assert_eq!(c.requests_completed, planned, "{case}");
+            assert_eq!(c.requests_failed, 0, "{case}");
+            let accepted = accepted.load(Ordering::SeqCst);
+            assert!(opened.contains(&accepted), "{accepted} opened: {case}");
+        }
     }
 
     /// A constant-rate pool stops starting queued slots one request timeout after its

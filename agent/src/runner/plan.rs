@@ -102,6 +102,24 @@ impl Link {
         }
     }
 
+    /// Whether this connection, idle since its last answer, can no longer carry a request
+    /// ([`crate::net::peer_gone`]: closed, reset, or sent something unasked). HTTP/1.1
+    /// only: an HTTP/2 connection is read all the time by its own task, which sees a
+    /// server's GOAWAY; a raw stream's protocol may send unasked; a datagram has no
+    /// connection to lose.
+    pub(crate) fn gone_while_idle(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Link::Http1(c) => match c.io() {
+                tokio_util::either::Either::Left(tcp) => tcp.as_raw_fd(),
+                tokio_util::either::Either::Right(tls) => tls.get_ref().0.as_raw_fd(),
+            },
+            Link::Ticked(c) => c.io().as_raw_fd(),
+            Link::H2(_) | Link::Stream(_) | Link::Udp(_) => return false,
+        };
+        crate::net::peer_gone(fd)
+    }
+
     /// Only the HTTP/1.1 connect is inline, the others boxed: every connection of a large
     /// closed run connects at once (10,000 connect futures held together), and this
     /// future's size is then paid per connection.
@@ -186,7 +204,7 @@ pub enum Mode {
         streams: u64,
     },
     /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
-    /// on the first free connection of a pool of this many. A slot that finds every
+    /// on the free connection of a pool of this many idle the shortest time. A slot that finds every
     /// connection busy waits in a queue; its response time still counts from its slot. The
     /// pool's connections are `first..first + connections` of the run's (their data rows);
     /// each runs `streams` slots at once (HTTP/2 streams; 1 otherwise).

@@ -1,7 +1,7 @@
 # Shared by every benchmark script (source it): `root` (the repository), `work` (a temporary
 # directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
-# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., median (of stdin's lines),
-# stampede_bin.
+# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., cpu_of CMD..., median
+# (of stdin's lines), stampede_bin.
 
 # The repository, found from this file rather than by git: an image build has no .git.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +34,15 @@ cpu_ticks() {
         fi
     done
     echo "$total"
+}
+
+# cpu_of CMD...: runs CMD (its output to $work/out and $work/err) and prints the CPU seconds,
+# user and system, that it and its children used.
+cpu_of() {
+    local t
+    t=$( { "$@" >"$work/out" 2>"$work/err"; times; } | tail -1)
+    # `times` prints the children's "XmY.YYYs XmY.YYYs" (user, system).
+    awk '{ split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' <<<"$t"
 }
 
 # median: the median of the numbers on standard input, one per line (the mean of the middle

@@ -45,14 +45,6 @@ session:
   - http: { method: GET, path: / }
 YAML
 
-# cpu_of CMD...: runs CMD and prints the CPU seconds (user + system) its process used.
-cpu_of() {
-    local t
-    t=$( { "$@" >"$work/out" 2>"$work/err"; times; } | tail -1)
-    # `times` prints the children's "XmY.YYYs XmY.YYYs" (user, system).
-    awk '{ split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' <<<"$t"
-}
-
 mingen_us=()
 stampede_us=()
 for rep in $(seq 1 "$REPS"); do

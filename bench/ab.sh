@@ -27,20 +27,9 @@ constant) load="{ model: constant, rate: $RATE, connections: $CONNS, duration: $
 closed) load="{ model: closed, connections: $CONNS, duration: ${DURATION_S}s }" ;;
 *) echo "unknown CASE $CASE" >&2; exit 2 ;;
 esac
-cat >"$work/case.yaml" <<YAML
-name: ab-$CASE
-target: http://127.0.0.1:$NGINX_PORT
-agents: 1
-request_timeout: 10s
-load: $load
-session:
-  - http: { method: GET, path: / }
-YAML
+write_get_case "$work/case.yaml" "ab-$CASE" "$NGINX_PORT" "$load"
 
-write_nginx_conf "$NGINX_PORT" 4096
-taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
-pids+=($!)
-wait_port "$NGINX_PORT"
+start_nginx "$NGINX_PORT" 4096
 
 a_us=()
 b_us=()

@@ -1,7 +1,7 @@
 # Shared by every benchmark script (source it): `root` (the repository), `work` (a temporary
 # directory) and `pids` (the processes the script started), all cleaned up on exit; `hz` (clock
-# ticks per second) and small readers: wait_port PORT, cpu_ticks PID..., cpu_of CMD..., median
-# (of stdin's lines), stampede_bin.
+# ticks per second) and small helpers: wait_port PORT, cpu_ticks PID..., cpu_of CMD...,
+# write_get_case FILE NAME PORT LOAD, median (of stdin's lines), stampede_bin.
 
 # The repository, found from this file rather than by git: an image build has no .git.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +43,20 @@ cpu_of() {
     t=$( { "$@" >"$work/out" 2>"$work/err"; times; } | tail -1)
     # `times` prints the children's "XmY.YYYs XmY.YYYs" (user, system).
     awk '{ split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' <<<"$t"
+}
+
+# write_get_case FILE NAME PORT LOAD [EXTRA]: a one-agent scenario, one `GET /` per session
+# against 127.0.0.1:PORT under LOAD (a flow mapping), EXTRA appended to the step (its own lines).
+write_get_case() {
+    cat >"$1" <<YAML
+name: $2
+target: http://127.0.0.1:$3
+agents: 1
+request_timeout: 10s
+load: $4
+session:
+  - http: { method: GET, path: / }${5:-}
+YAML
 }
 
 # median: the median of the numbers on standard input, one per line (the mean of the middle

@@ -37,21 +37,11 @@ newconn) extra=$'\n    new_connection: true' ;;
 *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac
 for d in "$SHORT" "$LONG"; do
-    cat >"$work/case-$d.yaml" <<YAML
-name: instructions-$CASE
-target: http://127.0.0.1:$NGINX_PORT
-agents: 1
-request_timeout: 10s
-load: { model: $model, connections: 50, duration: ${d}s }
-session:
-  - http: { method: GET, path: / }$extra
-YAML
+    write_get_case "$work/case-$d.yaml" "instructions-$CASE" "$NGINX_PORT" \
+        "{ model: $model, connections: 50, duration: ${d}s }" "$extra"
 done
 
-write_nginx_conf "$NGINX_PORT" 4096
-taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
-pids+=($!)
-wait_port "$NGINX_PORT"
+start_nginx "$NGINX_PORT" 4096
 
 # Valgrind counts each byte that a `rep stosb` or `rep movsb` moves as one instruction, and glibc's
 # memset and memcpy use those for blocks of a few KiB and more: zeroing a 188 KB histogram would

@@ -1,6 +1,6 @@
 # Shared by the benchmark scripts (bench/vs-peers.sh, target-servers/bench/vs-nginx.sh):
 # what bench/common.sh gives, plus nginx and wrk from Debian and an nginx config with one
-# worker. Source it; it also sets `NGINX`.
+# worker (`start_nginx` starts it). Source it; it also sets `NGINX`.
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -35,3 +35,11 @@ http {
 CONF
 }
 
+# start_nginx PORT [CONNECTIONS]: that configuration's nginx, pinned to SERVER_CPU (0 when unset),
+# stopped on exit like every process in `pids`; returns once it accepts.
+start_nginx() {
+    write_nginx_conf "$1" "${2:-4096}"
+    taskset -c "${SERVER_CPU:-0}" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
+    pids+=($!)
+    wait_port "$1"
+}

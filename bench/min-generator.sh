@@ -35,15 +35,7 @@ if [ "$RATE" = 0 ]; then
 else
     load="{ model: constant, rate: $RATE, connections: $CONNS, duration: ${DURATION_S}s }"
 fi
-cat >"$work/constant.yaml" <<YAML
-name: min-generator
-target: http://127.0.0.1:$HTTP_PORT
-agents: 1
-request_timeout: 10s
-load: $load
-session:
-  - http: { method: GET, path: / }
-YAML
+write_get_case "$work/constant.yaml" min-generator "$HTTP_PORT" "$load"
 
 mingen_us=()
 stampede_us=()

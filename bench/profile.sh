@@ -40,20 +40,10 @@ newconn) extra=$'\n    new_connection: true' ;;
 conns) conns=10000 ;;
 *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac
-cat >"$work/case.yaml" <<YAML
-name: profile-$CASE
-target: http://127.0.0.1:$NGINX_PORT
-agents: 1
-request_timeout: 10s
-load: { model: $model, connections: $conns, duration: ${DURATION}s }
-session:
-  - http: { method: GET, path: / }$extra
-YAML
+write_get_case "$work/case.yaml" "profile-$CASE" "$NGINX_PORT" \
+    "{ model: $model, connections: $conns, duration: ${DURATION}s }" "$extra"
 
-write_nginx_conf "$NGINX_PORT" 16000
-taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
-pids+=($!)
-wait_port "$NGINX_PORT"
+start_nginx "$NGINX_PORT" 16000
 
 if [ "$TOOL" = wrk ]; then
     # The same load as the scenario: one thread, the same connections, the server asked to

@@ -9,8 +9,8 @@
 //! Last idle, first woken: a slot goes to the connection that began to wait last, whose
 //! socket, task and buffers are the ones still in the caches. A pool of 50 connections at
 //! 5,000 slots/s then cycles through the ten or so that one tick's slots keep busy instead
-//! of through all fifty, and the generator used about 15 % less CPU per request
-//! (`docs/efficiency.md`, session 27). The connections at the bottom of the stack may then
+//! of through all fifty, and the generator used 15-26 % less CPU per request in alternated
+//! runs (`docs/efficiency.md`, session 27). The connections at the bottom of the stack may then
 //! sit idle for long, past a server's keep-alive timeout: `runner::models` checks a
 //! connection idle that long before it sends on it.
 

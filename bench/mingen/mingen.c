@@ -6,7 +6,14 @@
  * small and arrive in one segment on loopback). RATE 0 is the closed loop instead: no timer,
  * and each answer's connection sends its next request at once. No tasks, no timers, no
  * histograms, no parsing. Prints the requests sent and answered and the process's CPU per
- * answered request (getrusage). Usage: mingen PORT RATE CONNS SECONDS */
+ * answered request (getrusage). Usage: mingen PORT RATE CONNS SECONDS
+ *
+ * Two variants, by environment (docs/efficiency.md, session 27), with RATE above 0 only:
+ * MINGEN_AT_TICK=1 keeps the sockets out of the epoll set and reads each busy one at the next
+ * tick (recvmsg with SO_TIMESTAMPNS, the kernel's receive time, as Stampede's `ticked` does), so
+ * only the timer wakes the program; MINGEN_CYCLE=1 sends each tick's requests on the idle
+ * connections after the last one used, cycling through all of them, instead of on the
+ * lowest-numbered idle ones. */
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -56,6 +63,8 @@ int main(int argc, char **argv) {
     }
     char req[128];
     int reqlen = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", port);
+    int at_tick = rate > 0 && getenv("MINGEN_AT_TICK") != NULL;
+    int cycle = getenv("MINGEN_CYCLE") != NULL, next = 0;
     int ep = epoll_create1(EPOLL_CLOEXEC);
     int *fd = calloc(n, sizeof *fd), *busy = calloc(n, sizeof *busy);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -72,8 +81,12 @@ int main(int argc, char **argv) {
             perror("mingen: fcntl");
             return 1;
         }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)i};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fd[i], &ev);
+        if (at_tick) {
+            setsockopt(fd[i], SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+        } else {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)i};
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd[i], &ev);
+        }
     }
     long sent = 0, done = 0, backlog = 0;
     int tfd = -1;
@@ -95,13 +108,27 @@ int main(int argc, char **argv) {
             if (evs[e].data.u64 == UINT64_MAX) {
                 uint64_t x;
                 if (read(tfd, &x, sizeof x) != sizeof x) continue;
+                /* The answers to the last tick's requests, with their receive times. */
+                for (int i = 0; at_tick && i < n; i++) {
+                    if (!busy[i]) continue;
+                    char control[64];
+                    struct iovec iov = {buf, sizeof buf};
+                    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                                        .msg_controllen = sizeof control};
+                    if (recvmsg(fd[i], &mh, MSG_DONTWAIT) > 0) {
+                        busy[i] = 0;
+                        done++;
+                    }
+                }
                 carry += per_tick * (double)x;
                 backlog += (long)carry;
                 carry -= (long)carry;
-                for (int i = 0; i < n && backlog > 0; i++) {
+                for (int j = 0; j < n && backlog > 0; j++) {
+                    int i = cycle ? (next + j) % n : j;
                     if (busy[i]) continue;
                     fire(fd[i], &busy[i], &sent, req, reqlen);
                     backlog--;
+                    if (cycle) next = (i + 1) % n;
                 }
             } else {
                 int i = (int)evs[e].data.u64;

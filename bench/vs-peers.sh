@@ -49,17 +49,14 @@ CTL_PORT=${CTL_PORT:-17990}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 
-write_nginx_conf "$NGINX_PORT" 16000
-taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
-pids+=($!)
-nginx_master=$!
+start_nginx "$NGINX_PORT" 16000
+nginx_master=${pids[-1]}
 taskset -c "$SERVER_CPU" "$BIN" target http --listen "127.0.0.1:$FAST_PORT" >"$work/target.log" 2>&1 &
 pids+=($!)
 fast=$!
 taskset -c "$LOAD_CPU" "$BIN" controller --listen "127.0.0.1:$CTL_PORT" --data-dir "$work/data" \
     >"$work/controller.log" 2>&1 &
 pids+=($!)
-wait_port "$NGINX_PORT"
 wait_port "$FAST_PORT"
 wait_port "$CTL_PORT"
 sleep 0.5

@@ -28,14 +28,10 @@ source "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)/bench/lib.sh"
 cargo build --release -q -p stampede-target-servers --example target --manifest-path "$root/Cargo.toml"
 TARGET_BIN="$root/target/release/examples/target"
 
-write_nginx_conf "$NGINX_PORT"
-
-taskset -c "$SERVER_CPU" "$NGINX" -c "$work/nginx.conf" -e "$work/nginx-error.log" &
-pids+=($!)
+start_nginx "$NGINX_PORT"
 STAMPEDE_TARGET_RUNTIME=$RUNTIME RUST_LOG=warn taskset -c "$SERVER_CPU" "$TARGET_BIN" http --listen "127.0.0.1:$TARGET_PORT" &
 target_pid=$!
 pids+=("$target_pid")
-wait_port "$NGINX_PORT"
 wait_port "$TARGET_PORT"
 nginx_pids=$(pgrep -P "${pids[0]}" || true)   # the worker(s) of the nginx master we started
 nginx_all="${pids[0]} $nginx_pids"

@@ -316,10 +316,12 @@ async fn pooled_loop<'a>(
     // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
         // Idle until now, not until the slot's time: a slot taken late has left the
-        // connection idle for longer.
-        if line.conn.is_some()
-            && idle_from.is_some_and(|t| Instant::now().saturating_duration_since(t) >= IDLE_PROBE)
-            && line.conn.as_ref().is_some_and(|c| c.conn.gone_while_idle())
+        // connection idle for longer. The clock is read only for an open connection.
+        let idle = |t: Instant| Instant::now().saturating_duration_since(t) >= IDLE_PROBE;
+        if line
+            .conn
+            .as_ref()
+            .is_some_and(|c| idle_from.is_some_and(idle) && c.conn.gone_while_idle())
         {
             // The session opens a new one, as for a connection that failed.
             line.conn = None;

@@ -204,10 +204,11 @@ pub enum Mode {
         streams: u64,
     },
     /// Constant rate: each owned slot of the (one-phase, uniform) schedule runs the session
-    /// on the free connection of a pool of this many idle the shortest time. A slot that finds every
-    /// connection busy waits in a queue; its response time still counts from its slot. The
-    /// pool's connections are `first..first + connections` of the run's (their data rows);
-    /// each runs `streams` slots at once (HTTP/2 streams; 1 otherwise).
+    /// on whichever free connection of a pool of this many has been idle the shortest time
+    /// (`crate::pool`). A slot that finds every connection busy waits in a queue; its
+    /// response time still counts from its slot. The pool's connections are
+    /// `first..first + connections` of the run's (their data rows); each runs `streams` slots
+    /// at once (HTTP/2 streams; 1 otherwise).
     Constant {
         connections: usize,
         first: u64,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::session::{session, At, Ended, Line};
+use super::session::{forget_if_gone, session, At, Ended, Line};
 use super::{Endpoint, Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::pool::{RateSlot, Refused, SlotQueue};
 use crate::ticked::Ticks;
@@ -316,15 +316,11 @@ async fn pooled_loop<'a>(
     // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
         // Idle until now, not until the slot's time: a slot taken late has left the
-        // connection idle for longer. The clock is read only for an open connection.
-        let idle = |t: Instant| Instant::now().saturating_duration_since(t) >= IDLE_PROBE;
-        if line
-            .conn
-            .as_ref()
-            .is_some_and(|c| idle_from.is_some_and(idle) && c.conn.gone_while_idle())
-        {
-            // The session opens a new one, as for a connection that failed.
-            line.conn = None;
+        // connection idle for longer.
+        if let Some(t) = idle_from {
+            forget_if_gone(&mut line.conn, || {
+                Instant::now().saturating_duration_since(t)
+            });
         }
         let at = At {
             intended,
@@ -342,15 +338,6 @@ async fn pooled_loop<'a>(
     }
     drop(line);
 }
-
-/// How long a pooled connection may sit idle before it is checked for a server that closed it
-/// (one `recv` that peeks, [`Link::gone_while_idle`]) ahead of its next request. A pool hands
-/// its slots to the connection idle the shortest time ([`crate::pool`]), so those at the
-/// bottom of its stack wait for long, past keep-alive timeouts as short as a second or five
-/// (common server defaults); sending on one the server has closed would fail that request.
-/// Connections in steady use come round far sooner and are never checked; one that comes
-/// round slower costs a system call per request, at fewer than 20 requests a second.
-const IDLE_PROBE: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {
@@ -547,6 +534,39 @@ mod tests {
             assert_eq!(c.requests_failed, 0, "{case}");
             let accepted = accepted.load(Ordering::SeqCst);
             assert!(opened.contains(&accepted), "{accepted} opened: {case}");
+        }
+    }
+
+    /// A closed connection sits idle through its sessions' think times, here 100 ms against a
+    /// keep-alive timeout of 30 ms: after such a pause it is checked before it is used, and one
+    /// the server closed is opened again instead of failing the next request (one still open
+    /// is kept). Two connections, a request and a think time per session; real sockets and the
+    /// real clock, 1 s each.
+    #[tokio::test]
+    async fn a_closed_connection_the_server_closed_during_a_think_time_is_opened_again() {
+        use crate::runner::RunEnd;
+        use std::sync::atomic::Ordering;
+        for idle_close in [Some(Duration::from_millis(30)), None] {
+            let (addr, accepted) = closing_target(idle_close);
+            let scenario = format!(
+                "name: think\ntarget: http://{addr}\nrequest_timeout: 2s\n\
+                 load: {{ model: closed, connections: 2, duration: 1s }}\n\
+                 session:\n  - http: {{ path: / }}\n  - think_time: 100ms\n"
+            );
+            let run = super::super::tests::one_shard(scenario).await;
+            let (end, t) = run_to_end(run).await;
+            let c = &t.counters;
+            let case = format!("{idle_close:?}: {c:?}");
+            assert_eq!(end, RunEnd::Completed, "{case}");
+            assert_eq!(c.requests_failed, 0, "{case}");
+            // About ten sessions a connection (one may end after the run's end).
+            assert!((16..=22).contains(&c.requests_completed), "{case}");
+            let accepted = accepted.load(Ordering::SeqCst) as u64;
+            match idle_close {
+                // A connection per session: each was closed during the think time before it.
+                Some(_) => assert_eq!(accepted, c.requests_completed, "{case}"),
+                None => assert_eq!(accepted, 2, "{case}"),
+            }
         }
     }
 

@@ -34,13 +34,14 @@ fn latencies(done: Instant, due: Instant, sent: Instant) -> (u64, u64) {
 }
 
 /// Pauses for a think time; a range draws from the session's own generator (seeded from the
-/// run seed and the arrival index, so a rerun pauses the same). False when stopped.
+/// run seed and the arrival index, so a rerun pauses the same). The pause made; `None` when
+/// stopped.
 pub(super) async fn think(
     t: &ThinkTime,
     rng: &mut Option<Box<rand_chacha::ChaCha8Rng>>,
     (seed, index): (u64, u64),
     stop: &CancellationToken,
-) -> bool {
+) -> Option<Duration> {
     let d = match *t {
         ThinkTime::Fixed(d) => d.0,
         ThinkTime::Range { min, max } => {
@@ -51,8 +52,30 @@ pub(super) async fn think(
         }
     };
     tokio::select! {
-        _ = tokio::time::sleep(d) => true,
-        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(d) => Some(d),
+        _ = stop.cancelled() => None,
+    }
+}
+
+/// How long a kept connection may sit idle before it is checked for a server that closed it
+/// (one `recv` that peeks, [`Link::gone_while_idle`]) ahead of its next request: sending on
+/// one the server has closed would fail that request. Keep-alive timeouts as short as a
+/// second or five are common server defaults. A pool's connections wait between their slots
+/// ([`crate::pool`] hands a slot to the connection idle the shortest time, so those at the
+/// bottom of its stack wait long); a session's connection waits through its think times.
+/// Connections in steady use come round far sooner and are never checked; one that comes
+/// round slower costs a system call per request, at fewer than 20 requests a second.
+const IDLE_PROBE: Duration = Duration::from_millis(50);
+
+/// Forgets `conn` when it has sat idle for [`IDLE_PROBE`] or more (`idle()`, asked only of
+/// an open connection) and the server has closed it meanwhile: the next request opens a new
+/// one, as after a connection that failed.
+pub(super) fn forget_if_gone(conn: &mut Option<Tracked<'_>>, idle: impl FnOnce() -> Duration) {
+    if conn
+        .as_ref()
+        .is_some_and(|c| idle() >= IDLE_PROBE && c.conn.gone_while_idle())
+    {
+        *conn = None;
     }
 }
 
@@ -182,11 +205,15 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         let now = Instant::now();
                         rec.with(phase, |s| tally.open(s, now));
                     }
-                    if !think(t, &mut rng, (spec.seed, index), stop).await {
+                    let Some(paused) = think(t, &mut rng, (spec.seed, index), stop).await else {
                         return Ended::Ran(due);
-                    }
+                    };
                     due = Instant::now();
                     clock = Some(due);
+                    // The connection sat idle for the pause at least: checked as a pool's is
+                    // (the pause stands in for the time since its last request, which the
+                    // session would otherwise hold across the wait).
+                    forget_if_gone(conn, || paused);
                 }
                 StepPlan::Http {
                     ordinal,

@@ -123,8 +123,8 @@ impl H2Request {
 #[derive(Debug, Clone)]
 pub struct H2Conn {
     send: h2::client::SendRequest<Bytes>,
-    /// Held, never read: the last handle's drop aborts the driver.
-    _driver: std::sync::Arc<Driver>,
+    /// The last handle's drop aborts the driver.
+    driver: std::sync::Arc<Driver>,
 }
 
 /// The connection's driver task, aborted when the last handle goes.
@@ -163,8 +163,15 @@ impl H2Conn {
         });
         Ok(Self {
             send,
-            _driver: std::sync::Arc::new(Driver(driver)),
+            driver: std::sync::Arc::new(Driver(driver)),
         })
+    }
+
+    /// Whether the connection has ended (the server closed it, after a GOAWAY or not), seen
+    /// without a system call: its driver, which reads it all the time, has returned. A
+    /// request on it would fail.
+    pub fn is_closed(&self) -> bool {
+        self.driver.0.is_finished()
     }
 
     /// Sends one request on a new stream and reads the whole response.

@@ -537,26 +537,88 @@ mod tests {
         }
     }
 
+    /// An HTTP/2 (h2c) target on a thread of its own that ends each connection with a GOAWAY
+    /// once it has been idle for `idle_close` (`None`: never), counting the connections it
+    /// accepted (at most 64).
+    fn closing_h2_target(
+        idle_close: Option<Duration>,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                for _ in 0..64 {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        return;
+                    };
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                            return;
+                        };
+                        let forever = Duration::from_secs(3600);
+                        loop {
+                            let next = conn.accept();
+                            match tokio::time::timeout(idle_close.unwrap_or(forever), next).await {
+                                Ok(Some(Ok((_, mut respond)))) => {
+                                    let ok = http::Response::new(());
+                                    let _ = respond.send_response(ok, true);
+                                }
+                                Ok(_) => return,
+                                // Idle for its timeout: a GOAWAY, then the end.
+                                Err(_) => {
+                                    conn.graceful_shutdown();
+                                    while let Some(Ok(_)) = conn.accept().await {}
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        });
+        (addr, accepted)
+    }
+
     /// A closed connection sits idle through its sessions' think times, here 100 ms against a
     /// keep-alive timeout of 30 ms: after such a pause it is checked before it is used, and one
     /// the server closed is opened again instead of failing the next request (one still open
-    /// is kept). Two connections, a request and a think time per session; real sockets and the
-    /// real clock, 1 s each.
+    /// is kept). HTTP/1.1 and HTTP/2 (whose connection is ended by a GOAWAY). Two connections,
+    /// a request and a think time per session; real sockets and the real clock, 1 s each.
     #[tokio::test]
     async fn a_closed_connection_the_server_closed_during_a_think_time_is_opened_again() {
         use crate::runner::RunEnd;
         use std::sync::atomic::Ordering;
-        for idle_close in [Some(Duration::from_millis(30)), None] {
-            let (addr, accepted) = closing_target(idle_close);
+        let ms = Duration::from_millis;
+        let cases = [
+            ("", Some(ms(30))),
+            ("", None),
+            ("http_version: \"2\"\n", Some(ms(30))),
+            ("http_version: \"2\"\n", None),
+        ];
+        for (version, idle_close) in cases {
+            let (addr, accepted) = if version.is_empty() {
+                closing_target(idle_close)
+            } else {
+                closing_h2_target(idle_close)
+            };
             let scenario = format!(
-                "name: think\ntarget: http://{addr}\nrequest_timeout: 2s\n\
+                "name: think\ntarget: http://{addr}\n{version}request_timeout: 2s\n\
                  load: {{ model: closed, connections: 2, duration: 1s }}\n\
                  session:\n  - http: {{ path: / }}\n  - think_time: 100ms\n"
             );
             let run = super::super::tests::one_shard(scenario).await;
             let (end, t) = run_to_end(run).await;
             let c = &t.counters;
-            let case = format!("{idle_close:?}: {c:?}");
+            let case = format!("{version}{idle_close:?}: {c:?}");
             assert_eq!(end, RunEnd::Completed, "{case}");
             assert_eq!(c.requests_failed, 0, "{case}");
             // About ten sessions a connection (one may end after the run's end).

@@ -102,11 +102,10 @@ impl Link {
         }
     }
 
-    /// Whether this connection, idle since its last answer, can no longer carry a request
-    /// ([`crate::net::peer_gone`]: closed, reset, or sent something unasked). HTTP/1.1
-    /// only: an HTTP/2 connection is read all the time by its own task, which sees a
-    /// server's GOAWAY; a raw stream's protocol may send unasked; a datagram has no
-    /// connection to lose.
+    /// Whether this connection, idle since its last answer, can no longer carry a request.
+    /// HTTP/1.1: [`crate::net::peer_gone`] (closed, reset, or sent something unasked).
+    /// HTTP/2: its driver task, which reads it all the time, has ended. Never a raw stream,
+    /// whose protocol may send unasked, nor a datagram, which has no connection to lose.
     pub(crate) fn gone_while_idle(&self) -> bool {
         use std::os::fd::AsRawFd;
         let fd = match self {
@@ -115,7 +114,8 @@ impl Link {
                 tokio_util::either::Either::Right(tls) => tls.get_ref().0.as_raw_fd(),
             },
             Link::Ticked(c) => c.io().as_raw_fd(),
-            Link::H2(_) | Link::Stream(_) | Link::Udp(_) => return false,
+            Link::H2(c) => return c.is_closed(),
+            Link::Stream(_) | Link::Udp(_) => return false,
         };
         crate::net::peer_gone(fd)
     }

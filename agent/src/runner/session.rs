@@ -58,8 +58,8 @@ pub(super) async fn think(
 }
 
 /// How long a kept connection may sit idle before it is checked for a server that closed it
-/// (one `recv` that peeks, [`Link::gone_while_idle`]) ahead of its next request: sending on
-/// one the server has closed would fail that request. Keep-alive timeouts as short as a
+/// ([`Link::gone_while_idle`]: over HTTP/1.1 one `recv` that peeks) ahead of its next request:
+/// sending on one the server has closed would fail that request. Keep-alive timeouts as short as a
 /// second or five are common server defaults. A pool's connections wait between their slots
 /// ([`crate::pool`] hands a slot to the connection idle the shortest time, so those at the
 /// bottom of its stack wait long); a session's connection waits through its think times.

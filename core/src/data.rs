@@ -11,7 +11,7 @@
 //!
 //! The CLI reads the file and inlines its rows into the submitted scenario; the controller
 //! sends each agent only the rows of the keys it runs ([`share`]), and the agent looks a key's
-//! row up in its [`Share`].
+//! row up in its [`share::Share`].
 
 use std::collections::BTreeMap;
 

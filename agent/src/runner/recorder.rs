@@ -87,7 +87,7 @@ impl Recorder {
         Self::with_stripes(phases, steps, cores)
     }
 
-    /// A recorder with `stripes` locks (at least 1, at most [`MAX_STRIPES`]): what the
+    /// A recorder with `stripes` locks (at least 1, at most `MAX_STRIPES`, 64): what the
     /// recorder benchmark compares.
     pub fn with_stripes(phases: usize, steps: usize, stripes: usize) -> Self {
         Self {

@@ -11,8 +11,8 @@
 //! 5,000 slots/s then cycles through the ten or so that one tick's slots keep busy instead
 //! of through all fifty, and the generator used 15-26 % less CPU per request in alternated
 //! runs (`docs/efficiency.md`, session 27). The connections at the bottom of the stack may then
-//! sit idle for long, past a server's keep-alive timeout: `runner::models` checks a
-//! connection idle that long before it sends on it.
+//! sit idle for long, past a server's keep-alive timeout: the pool's loop checks a
+//! connection idle that long before it sends on it (`runner::session::forget_if_gone`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

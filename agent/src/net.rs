@@ -170,18 +170,28 @@ impl<T> Drop for Tracked<'_, T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure(pub &'static str);
 
-/// Whether an idle connection's socket shows that it can no longer carry a request: the
-/// server's end (its keep-alive timeout closed it), a reset, or bytes nobody asked for (a
-/// `408`, a TLS alert before the close). One `recv` that peeks and never waits, so a pool
-/// asks it only of a connection that sat idle for a while (`runner::models`).
-pub fn peer_gone(fd: std::os::fd::RawFd) -> bool {
+/// What an idle connection's socket shows, read by [`idle_socket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleSocket {
+    /// Nothing to read: as far as this end can tell, still open.
+    Open,
+    /// The peer's end (its keep-alive timeout closed it) or a reset.
+    Closed,
+    /// Bytes nobody asked for: an HTTP `408`, a TLS alert before the close, or what a raw
+    /// protocol sends on its own.
+    Unasked,
+}
+
+/// Reads an idle connection's state with one `recv` that peeks and never waits, so a caller
+/// asks it only of a connection that sat idle for a while (`runner::session::forget_if_gone`).
+pub fn idle_socket(fd: std::os::fd::RawFd) -> IdleSocket {
     use nix::sys::socket::{recv, MsgFlags};
     let mut byte = [0u8; 1];
     match recv(fd, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
-        // The end (0 bytes) or something unasked: either way not a connection to send on.
-        Ok(_) => true,
-        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
-        Err(_) => true,
+        Ok(0) => IdleSocket::Closed,
+        Ok(_) => IdleSocket::Unasked,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => IdleSocket::Open,
+        Err(_) => IdleSocket::Closed,
     }
 }
 
@@ -349,6 +359,24 @@ pub async fn connect_udp(addr: SocketAddr) -> Result<tokio::net::UdpSocket, Fail
 #[cfg(test)]
 mod tests {
     use super::ConnGauge;
+
+    /// The three states an idle socket can show, on real sockets: nothing to read, bytes the
+    /// peer sent unasked (peeked, so still there to read), and the peer's end.
+    #[test]
+    fn an_idle_socket_is_open_holds_unasked_bytes_or_is_closed() {
+        use super::{idle_socket, IdleSocket};
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let (mine, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(idle_socket(mine.as_raw_fd()), IdleSocket::Open);
+        peer.write_all(b"408").unwrap();
+        assert_eq!(idle_socket(mine.as_raw_fd()), IdleSocket::Unasked);
+        let mut read = [0u8; 3];
+        (&mine).read_exact(&mut read).unwrap();
+        assert_eq!(&read, b"408");
+        drop(peer);
+        assert_eq!(idle_socket(mine.as_raw_fd()), IdleSocket::Closed);
+    }
 
     /// SO_ERROR is read only when the socket reports an error: a refused connect must still
     /// be told apart from a good one, on both families, with no option left unset.

@@ -202,6 +202,16 @@ pub struct StreamConn {
     buf: BytesMut,
 }
 
+/// The socket's descriptor, for the idle check (`Link::gone_while_idle`).
+impl std::os::fd::AsRawFd for StreamConn {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match &self.socket {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
 impl StreamConn {
     pub async fn connect_tcp(addr: std::net::SocketAddr) -> Result<Self, Failure> {
         Ok(Self::new(Socket::Tcp(net::connect_tcp(&addr).await?)))

@@ -455,11 +455,16 @@ mod tests {
         drop(silent);
     }
 
-    /// A keep-alive target on threads of its own that closes each connection once it has
-    /// been idle for `idle_close` (its keep-alive timeout; `None`: never), counting the
-    /// connections it accepted (at most 64, then it stops accepting).
+    /// What [`closing_target`] answers an HTTP/1.1 request with.
+    const HTTP_OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    /// A keep-alive target on threads of its own that answers each read with `reply` and
+    /// closes each connection once it has been idle for `idle_close` (its keep-alive timeout;
+    /// `None`: never), counting the connections it accepted (at most 64, then it stops
+    /// accepting).
     fn closing_target(
         idle_close: Option<Duration>,
+        reply: &'static [u8],
     ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -475,8 +480,7 @@ mod tests {
                     let mut buf = [0u8; 1024];
                     // A read that times out is the keep-alive timeout: the socket closes.
                     while let Ok(n) = s.read(&mut buf) {
-                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if n == 0 || s.write_all(ok).is_err() {
+                        if n == 0 || s.write_all(reply).is_err() {
                             break;
                         }
                     }
@@ -517,7 +521,7 @@ mod tests {
             ),
         ];
         for (extra, rate, tick, idle_close, opened) in cases {
-            let (addr, accepted) = closing_target(idle_close);
+            let (addr, accepted) = closing_target(idle_close, HTTP_OK);
             let scenario = format!(
                 "name: idle\ntarget: http://{addr}\n{extra}request_timeout: 2s\n\
                  load: {{ model: constant, {rate}, connections: 8, duration: 1s }}\n\
@@ -591,34 +595,39 @@ mod tests {
     /// A closed connection sits idle through its sessions' think times, here 100 ms against a
     /// keep-alive timeout of 30 ms: after such a pause it is checked before it is used, and one
     /// the server closed is opened again instead of failing the next request (one still open
-    /// is kept). HTTP/1.1 and HTTP/2 (whose connection is ended by a GOAWAY). Two connections,
-    /// a request and a think time per session; real sockets and the real clock, 1 s each.
+    /// is kept). HTTP/1.1, HTTP/2 (whose connection is ended by a GOAWAY) and a raw `tcp://`
+    /// stream. Two connections, a request and a think time per session; real sockets and the
+    /// real clock, 1 s each.
     #[tokio::test]
     async fn a_closed_connection_the_server_closed_during_a_think_time_is_opened_again() {
         use crate::runner::RunEnd;
         use std::sync::atomic::Ordering;
         let ms = Duration::from_millis;
+        let http = "  - http: { path: / }\n";
+        let tcp = "  - tcp: { send: { text: hi }, framing: { fixed: 2 } }\n";
         let cases = [
-            ("", Some(ms(30))),
-            ("", None),
-            ("http_version: \"2\"\n", Some(ms(30))),
-            ("http_version: \"2\"\n", None),
+            ("http", "", http, Some(ms(30))),
+            ("http", "", http, None),
+            ("http", "http_version: \"2\"\n", http, Some(ms(30))),
+            ("http", "http_version: \"2\"\n", http, None),
+            ("tcp", "", tcp, Some(ms(30))),
+            ("tcp", "", tcp, None),
         ];
-        for (version, idle_close) in cases {
-            let (addr, accepted) = if version.is_empty() {
-                closing_target(idle_close)
-            } else {
-                closing_h2_target(idle_close)
+        for (scheme, version, step, idle_close) in cases {
+            let (addr, accepted) = match (scheme, version) {
+                ("tcp", _) => closing_target(idle_close, b"ok"),
+                (_, "") => closing_target(idle_close, HTTP_OK),
+                _ => closing_h2_target(idle_close),
             };
             let scenario = format!(
-                "name: think\ntarget: http://{addr}\n{version}request_timeout: 2s\n\
+                "name: think\ntarget: {scheme}://{addr}\n{version}request_timeout: 2s\n\
                  load: {{ model: closed, connections: 2, duration: 1s }}\n\
-                 session:\n  - http: {{ path: / }}\n  - think_time: 100ms\n"
+                 session:\n{step}  - think_time: 100ms\n"
             );
             let run = super::super::tests::one_shard(scenario).await;
             let (end, t) = run_to_end(run).await;
             let c = &t.counters;
-            let case = format!("{version}{idle_close:?}: {c:?}");
+            let case = format!("{scheme} {version}{idle_close:?}: {c:?}");
             assert_eq!(end, RunEnd::Completed, "{case}");
             assert_eq!(c.requests_failed, 0, "{case}");
             // About ten sessions a connection (one may end after the run's end).

@@ -103,10 +103,13 @@ impl Link {
     }
 
     /// Whether this connection, idle since its last answer, can no longer carry a request.
-    /// HTTP/1.1: [`crate::net::peer_gone`] (closed, reset, or sent something unasked).
-    /// HTTP/2: its driver task, which reads it all the time, has ended. Never a raw stream,
-    /// whose protocol may send unasked, nor a datagram, which has no connection to lose.
+    /// HTTP/1.1: [`crate::net::idle_socket`] shows it closed, reset, or holding bytes nobody
+    /// asked for (a `408`: the server is closing it). A raw stream: closed or reset only; its
+    /// protocol may send unasked, and such bytes are left to its next exchange's framing and
+    /// checks, as they always were. HTTP/2: its driver task, which reads it all the
+    /// time, has ended. Never a datagram, which has no connection to lose.
     pub(crate) fn gone_while_idle(&self) -> bool {
+        use crate::net::{idle_socket, IdleSocket};
         use std::os::fd::AsRawFd;
         let fd = match self {
             Link::Http1(c) => match c.io() {
@@ -115,9 +118,10 @@ impl Link {
             },
             Link::Ticked(c) => c.io().as_raw_fd(),
             Link::H2(c) => return c.is_closed(),
-            Link::Stream(_) | Link::Udp(_) => return false,
+            Link::Stream(c) => return idle_socket(c.as_raw_fd()) == IdleSocket::Closed,
+            Link::Udp(_) => return false,
         };
-        crate::net::peer_gone(fd)
+        idle_socket(fd) != IdleSocket::Open
     }
 
     /// Only the HTTP/1.1 connect is inline, the others boxed: every connection of a large

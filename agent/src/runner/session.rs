@@ -58,14 +58,14 @@ pub(super) async fn think(
 }
 
 /// How long a kept connection may sit idle before it is checked for a server that closed it
-/// ([`Link::gone_while_idle`]: over HTTP/1.1 one `recv` that peeks) ahead of its next request:
-/// sending on one the server has closed would fail that request. Keep-alive timeouts as short as a
-/// second or five are common server defaults. A pool's connections wait between their slots
-/// ([`crate::pool`] hands a slot to the connection idle the shortest time, so those at the
-/// bottom of its stack wait long); a session's connection waits through its think times.
-/// Connections in steady use come round far sooner and are never checked; an HTTP/1.1 one
-/// that comes round slower costs a system call per request, at fewer than 20 requests a
-/// second (an HTTP/2 one costs none).
+/// ([`Link::gone_while_idle`]: over HTTP/1.1 and raw streams one `recv` that peeks) ahead of
+/// its next request: sending on one the server has closed would fail that request.
+/// Keep-alive timeouts as short as a second or five are common server defaults. A pool's
+/// connections wait between their slots ([`crate::pool`] hands a slot to the connection idle
+/// the shortest time, so those at the bottom of its stack wait long); a session's connection
+/// waits through its think times. Connections in steady use come round far sooner and are
+/// never checked; an HTTP/1.1 or raw-stream one that comes round slower costs a system call
+/// per request, at fewer than 20 requests a second (an HTTP/2 one costs none).
 const IDLE_PROBE: Duration = Duration::from_millis(50);
 
 /// Forgets `conn` when it has sat idle for [`IDLE_PROBE`] or more (`idle()`, asked only of

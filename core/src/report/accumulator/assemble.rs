@@ -1,0 +1,335 @@
+//! Turns a [`RunAccumulator`]'s merged figures into a [`Report`]: planned against achieved per
+//! phase and in total, per step and per agent, the generator's verdict and warnings, and the
+//! thresholds evaluated on the result.
+
+use std::collections::HashMap;
+
+use super::super::{
+    workloads, AgentReport, Generator, Latency, LoadSummary, Percentiles, PhaseReport, Report,
+    RunOutcome, SessionTotals, StepReport, TimelineRow, Totals,
+};
+use super::{MergeError, RunAccumulator};
+use crate::hist;
+use crate::scenario::Scenario;
+use crate::stats::{Counters, SparseStats};
+
+impl RunAccumulator {
+    pub(super) fn build(
+        &self,
+        scenario: &Scenario,
+        meta: ReportMeta,
+        timeline: Vec<TimelineRow>,
+        live: bool,
+    ) -> Result<Report, MergeError> {
+        let totals_stats = self.totals()?;
+        let c = &totals_stats.counters;
+        let duration_s = meta.duration_s.max(1e-9);
+        // Per phase, planned (requests, sessions). A closed load has no schedule: what it
+        // started is what it planned, so the achieved ratio is completed over started. Live:
+        // planned so far, less what is still in flight (it cannot have finished yet).
+        let plan_sessions = self.plan.sessions_per_phase();
+        let plan_requests = self.plan.requests_per_phase();
+        let planned: Vec<(u64, u64)> = self
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let c = &s.counters;
+                if live {
+                    let in_flight = c
+                        .requests_started
+                        .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
+                    (
+                        self.plan
+                            .requests_of(i, c.sessions_planned)
+                            .saturating_sub(in_flight),
+                        c.sessions_planned,
+                    )
+                } else if self.closed_phases.get(i).copied().unwrap_or(false) {
+                    (c.requests_started, c.sessions_planned)
+                } else {
+                    (
+                        plan_requests.get(i).copied().unwrap_or(0),
+                        plan_sessions.get(i).copied().unwrap_or(0),
+                    )
+                }
+            })
+            .collect();
+        let (total_planned, sessions_planned) =
+            planned.iter().fold((0u64, 0u64), |(r, s), (pr, ps)| {
+                (r.saturating_add(*pr), s.saturating_add(*ps))
+            });
+
+        let starts = scenario.phase_starts();
+        let phases: Vec<PhaseReport> = scenario
+            .effective_phases()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let s = &self.phases[i];
+                let start_s = starts.get(i).copied().unwrap_or(0.0);
+                let d = p.duration.as_secs_f64();
+                // Live, a phase's rate counts only the part of it that has elapsed.
+                let rate_over = if live {
+                    (meta.duration_s - start_s).clamp(1e-9, d.max(1e-9))
+                } else {
+                    d
+                };
+                PhaseReport {
+                    index: i as u32,
+                    name: p.display_name(i),
+                    start_s,
+                    duration_s: d,
+                    planned: planned[i].0,
+                    started: s.counters.requests_started,
+                    completed: s.counters.requests_completed,
+                    failed: s.counters.requests_failed,
+                    errors: s.counters.errors.clone(),
+                    sessions_planned: planned[i].1,
+                    throughput_rps: s.counters.requests_completed as f64 / rate_over,
+                    latency: Latency::of(s),
+                }
+            })
+            .collect();
+
+        let steps = scenario
+            .step_names()
+            .into_iter()
+            .zip(&totals_stats.steps)
+            .map(|(name, s)| StepReport {
+                name,
+                completed: s.requests_completed,
+                failed: s.requests_failed,
+                errors: s.errors.clone(),
+                latency: Latency {
+                    response_time: Percentiles::of_sparse(&s.response),
+                    service_time: Percentiles::of_sparse(&s.service),
+                },
+            })
+            .collect();
+
+        let agents: Vec<AgentReport> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let planned = self.agent_planned_requests(i);
+                let lag = Percentiles::of_sparse(&a.lag);
+                AgentReport {
+                    id: a.id.clone(),
+                    shard: i as u32,
+                    planned,
+                    started: a.counters.requests_started,
+                    completed: a.counters.requests_completed,
+                    failed: a.counters.requests_failed,
+                    lost: a.lost,
+                    lost_share: if a.lost && total_planned > 0 {
+                        planned.saturating_sub(a.counters.requests_started) as f64
+                            / total_planned as f64
+                    } else {
+                        0.0
+                    },
+                    clock_offset_us: a.clock_offset_us,
+                    lag_p99_us: lag.p99_us,
+                    lag_max_us: lag.max_us,
+                    late_arrivals: a.counters.late_arrivals,
+                    peak_open: a.peak_open,
+                }
+            })
+            .collect();
+
+        let mut generator = generator_verdict(&totals_stats, c, &agents, meta.outcome);
+        if scenario.insecure_tls() {
+            generator
+                .warnings
+                .insert(0, INSECURE_TLS_WARNING.to_string());
+        }
+        let finished = c.requests_completed.saturating_add(c.requests_failed);
+        let report = Report {
+            run_id: meta.run_id,
+            scenario: scenario.name.clone(),
+            target: scenario
+                .target
+                .as_ref()
+                .map(|t| without_userinfo(t.as_str()))
+                .unwrap_or_default(),
+            outcome: meta.outcome,
+            message: meta.message,
+            started_at_unix_ms: meta.started_at_unix_ms,
+            duration_s: meta.duration_s,
+            planned_duration_s: scenario.duration().as_secs_f64(),
+            arrival: format!("{:?}", scenario.arrival).to_lowercase(),
+            arrival_resolution_us: (!scenario.is_closed()).then(|| {
+                u64::try_from(scenario.arrival_resolution().as_micros()).unwrap_or(u64::MAX)
+            }),
+            seed: self.plan.seed,
+            load: scenario.load.as_ref().map(|l| LoadSummary {
+                model: match l.model {
+                    crate::scenario::LoadModel::Closed => "closed".into(),
+                    crate::scenario::LoadModel::Constant => "constant".into(),
+                },
+                connections: l.connections,
+                rate: l.rate,
+                target_rps: l
+                    .rate
+                    .map(|r| r * self.plan.per_session.first().copied().unwrap_or(0.0)),
+                achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
+            }),
+            hist_spec: hist::SPEC,
+            totals: Totals {
+                planned: total_planned,
+                started: c.requests_started,
+                completed: c.requests_completed,
+                failed: c.requests_failed,
+                errors: c.errors.clone(),
+                error_count: c.error_count(),
+                error_rate: if finished > 0 {
+                    c.requests_failed as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                throughput_rps: c.requests_completed as f64 / duration_s,
+                achieved_ratio: if total_planned > 0 {
+                    c.requests_completed as f64 / total_planned as f64
+                } else {
+                    0.0
+                },
+                sessions: SessionTotals {
+                    planned: sessions_planned,
+                    started: c.sessions_started,
+                    completed: c.sessions_completed,
+                    failed: c.sessions_failed,
+                    dropped: c.dropped_arrivals,
+                },
+                bytes_sent: c.bytes_sent,
+                bytes_received: c.bytes_received,
+                status_codes: c.status_codes.clone(),
+                mean_response_bytes: if finished > 0 {
+                    c.bytes_received as f64 / finished as f64
+                } else {
+                    0.0
+                },
+                mean_request_bytes: if c.requests_started > 0 {
+                    c.bytes_sent as f64 / c.requests_started as f64
+                } else {
+                    0.0
+                },
+            },
+            latency: Latency::of(&totals_stats),
+            generator,
+            connections: self.connections(c, &timeline),
+            workloads: workloads::reports(
+                scenario,
+                &self.plan,
+                &phases,
+                &self.phases,
+                &totals_stats,
+            ),
+            phases,
+            steps,
+            lost_share: self.lost_share(),
+            agents,
+            thresholds: Vec::new(),
+            threshold_abort: None,
+            timeline,
+        };
+        let mut report = report;
+        // Thresholds parsed when the scenario was validated; evaluate on the merged data.
+        if let Ok(ts) = scenario.parsed_thresholds() {
+            report.thresholds = crate::threshold::evaluate_all(&ts, &report);
+        }
+        Ok(report)
+    }
+}
+
+/// `scheme://user:password@host/path` without `user:password@`.
+pub(super) fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The report's first warning when a run did not verify the target's TLS certificate.
+pub const INSECURE_TLS_WARNING: &str =
+    "TLS certificate verification was OFF (tls.insecure_skip_verify): \
+     any certificate was accepted, so these results may come from whoever answered; \
+     use it only against your own self-signed test targets";
+
+/// Inputs of the final report the accumulator cannot know.
+#[derive(Debug, Clone, Default)]
+pub struct ReportMeta {
+    pub run_id: String,
+    pub outcome: RunOutcome,
+    pub message: Option<String>,
+    pub started_at_unix_ms: u64,
+    pub duration_s: f64,
+}
+
+/// How the generator kept up. Sessions that never started because the run was stopped
+/// (aborted, failed, an agent lost) are the stop's doing, not the generator's: they are
+/// reported as such and do not make the run "behind schedule".
+fn generator_verdict(
+    t: &SparseStats,
+    c: &Counters,
+    agents: &[AgentReport],
+    outcome: RunOutcome,
+) -> Generator {
+    let lag = Percentiles::of_sparse(&t.lag);
+    let mut warnings = Vec::new();
+    if c.late_arrivals > 0 {
+        warnings.push(format!(
+            "{} of {} sessions started more than {} ms late: the generator fell behind its schedule \
+             (response times still count from the intended start)",
+            c.late_arrivals,
+            c.sessions_started,
+            crate::stats::LATE_THRESHOLD_US / 1000
+        ));
+    }
+    let stopped = outcome != RunOutcome::Succeeded;
+    if c.dropped_arrivals > 0 {
+        warnings.push(if stopped {
+            format!(
+                "{} planned sessions were not started because the run stopped early ({})",
+                c.dropped_arrivals,
+                format!("{outcome:?}").to_lowercase()
+            )
+        } else {
+            format!(
+                "{} planned sessions were never started: no session slot or connection was free for them \
+                 in time (the in-flight cap, a full slot queue, or a slot still queued one request timeout \
+                 after the schedule's end)",
+                c.dropped_arrivals
+            )
+        });
+    }
+    if c.out_of_range > 0 {
+        warnings.push(format!(
+            "{} latencies fell outside the histogram range (1 µs to 1 h) and were recorded at its bounds",
+            c.out_of_range
+        ));
+    }
+    let by_id: HashMap<&str, &AgentReport> = agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    for a in by_id.values().filter(|a| a.lost) {
+        warnings.push(format!(
+            "agent {} was lost; {:.2}% of the planned load was not delivered",
+            a.id,
+            a.lost_share * 100.0
+        ));
+    }
+    warnings.sort();
+    let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
+        || (c.dropped_arrivals > 0 && !stopped);
+    Generator {
+        lag,
+        late_arrivals: c.late_arrivals,
+        dropped_arrivals: c.dropped_arrivals,
+        out_of_range: c.out_of_range,
+        behind_schedule: behind,
+        warnings,
+    }
+}

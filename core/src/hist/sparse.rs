@@ -190,7 +190,8 @@ impl SparseHist {
                 .sum::<usize>()
     }
 
-    /// Records `n` counts of `us` microseconds (clamped into the spec like [`record`]).
+    /// Records `n` counts of `us` microseconds (clamped into the spec like
+    /// [`record`](super::record)).
     pub fn record_n(&mut self, us: u64, n: u64) -> Recorded {
         let (v, r) = if us < SPEC.lowest_us {
             (SPEC.lowest_us, Recorded::OutOfRange)

@@ -474,6 +474,7 @@ mod tests {
         std::thread::spawn(move || {
             for s in listener.incoming().take(64) {
                 let mut s = s.unwrap();
+                s.set_nodelay(true).unwrap();
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 std::thread::spawn(move || {
                     s.set_read_timeout(idle_close).unwrap();
@@ -564,6 +565,9 @@ mod tests {
                         return;
                     };
                     count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // Without it, Nagle holds the answer while the SETTINGS ack before it waits
+                    // for the client's delayed ACK: 40 ms a request.
+                    tcp.set_nodelay(true).unwrap();
                     tokio::spawn(async move {
                         let Ok(mut conn) = h2::server::handshake(tcp).await else {
                             return;
@@ -597,7 +601,9 @@ mod tests {
     /// the server closed is opened again instead of failing the next request (one still open
     /// is kept). HTTP/1.1, HTTP/2 (whose connection is ended by a GOAWAY) and a raw `tcp://`
     /// stream. Two connections, a request and a think time per session; real sockets and the
-    /// real clock, 1 s each.
+    /// real clock, 1 s each. What is asserted holds at any speed: every request completed,
+    /// none failed, and a connection opened per session exactly when the server closes idle
+    /// ones; the count of sessions is bounded, not judged as a rate.
     #[tokio::test]
     async fn a_closed_connection_the_server_closed_during_a_think_time_is_opened_again() {
         use crate::runner::RunEnd;
@@ -630,8 +636,10 @@ mod tests {
             let case = format!("{scheme} {version}{idle_close:?}: {c:?}");
             assert_eq!(end, RunEnd::Completed, "{case}");
             assert_eq!(c.requests_failed, 0, "{case}");
-            // About ten sessions a connection (one may end after the run's end).
-            assert!((16..=22).contains(&c.requests_completed), "{case}");
+            // A connection runs a session (a request and a think time of 100 ms) back to back
+            // for 1 s: at most eleven whatever the speed, and at least two however slow the
+            // machine, so at least one request followed a think time and its check.
+            assert!((4..=22).contains(&c.requests_completed), "{case}");
             let accepted = accepted.load(Ordering::SeqCst) as u64;
             match idle_close {
                 // A connection per session: each was closed during the think time before it.

@@ -121,7 +121,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
         let orphan = (!register.active_run.is_empty()
             && lock(&inner.runs)
                 .get(&register.active_run)
-                .is_none_or(|h| crate::run::is_terminal(&h.state().0)))
+                .is_none_or(|h| h.state().state.is_terminal()))
         .then(|| register.active_run.clone());
         let (run, state) = match (&orphan, register.active_run.is_empty()) {
             (Some(r), _) => (Some(r.clone()), "stopping"),

@@ -63,11 +63,11 @@ impl v1::control_service_server::ControlService for ControlSvc {
         // Subscribe before looking at the state, so nothing falls between the two.
         let mut rx = h.events.subscribe();
         let stream = async_stream(move |tx| async move {
-            let (state, message) = h.state();
+            let crate::run::Status { state, message } = h.state();
             let first = v1::RunEvent {
                 event: Some(v1::run_event::Event::State(v1::RunState {
                     run_id: h.run_id.clone(),
-                    state,
+                    state: state.as_str().to_string(),
                     message,
                 })),
             };

@@ -28,6 +28,7 @@ use stampede_core::stats::SparseStats;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use crate::run::RunState;
 use crate::{lock, Inner};
 
 /// The `Content-Type` of the Prometheus text exposition format.
@@ -200,8 +201,6 @@ fn histogram(labels: Vec<LabelPair>, h: &PromHist) -> Metric {
     m
 }
 
-const TERMINAL: &[&str] = crate::run::TERMINAL_STATES;
-
 /// Renders the controller's metrics in the Prometheus text format.
 pub(crate) fn render(inner: &Inner) -> String {
     let (connected, busy_by_run) = {
@@ -215,26 +214,13 @@ pub(crate) fn render(inner: &Inner) -> String {
         (agents.len(), busy)
     };
     let busy: u64 = busy_by_run.values().sum();
-    let states: BTreeMap<String, String> = lock(&inner.runs)
+    let states: BTreeMap<String, RunState> = lock(&inner.runs)
         .iter()
-        .map(|(id, h)| (id.clone(), h.state().0))
+        .map(|(id, h)| (id.clone(), h.state().state))
         .collect();
-    let mut by_state: BTreeMap<&str, u64> = [
-        "pending",
-        "assigning",
-        "ready",
-        "running",
-        "finishing",
-        "done",
-        "failed",
-        "aborted",
-        "incomplete",
-    ]
-    .into_iter()
-    .map(|s| (s, 0))
-    .collect();
+    let mut by_state: BTreeMap<RunState, u64> = RunState::ALL.into_iter().map(|s| (s, 0)).collect();
     for s in states.values() {
-        *by_state.entry(s.as_str()).or_default() += 1;
+        *by_state.entry(*s).or_default() += 1;
     }
     let interval_s = inner.cfg.interval.as_secs_f64().max(1e-3);
 
@@ -257,7 +243,7 @@ pub(crate) fn render(inner: &Inner) -> String {
             MetricType::GAUGE,
             by_state
                 .iter()
-                .map(|(s, n)| gauge(vec![label("state", s)], *n as f64))
+                .map(|(s, n)| gauge(vec![label("state", s.as_str())], *n as f64))
                 .collect(),
         ),
     ];
@@ -270,8 +256,8 @@ pub(crate) fn render(inner: &Inner) -> String {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (id, r) in runs.iter() {
         let l = || vec![label("run_id", id)];
-        let st = states.get(id).map_or("unknown", String::as_str);
-        let over = TERMINAL.contains(&st);
+        let st = states.get(id).map_or("unknown", |s| s.as_str());
+        let over = states.get(id).is_some_and(|s| s.is_terminal());
         state.push(gauge(vec![label("run_id", id), label("state", st)], 1.0));
         completed.push(counter(l(), r.requests_completed as f64));
         failed.push(counter(l(), r.requests_failed as f64));

@@ -339,17 +339,15 @@ fn follow(ctx: &Arc<Ctx>, lt: Arc<LoadTest>, h: Arc<RunHandle>, mut st: LoadTest
         if st.phase != Some(LoadTestPhase::Running) {
             let mut rx = h.events.subscribe();
             loop {
-                let state = h.state().0;
-                if matches!(state.as_str(), "running" | "finishing")
-                    || crate::run::is_terminal(&state)
-                {
+                let state = h.state().state;
+                if state.is_loading() || state.is_terminal() {
                     break;
                 }
                 if let Err(tokio::sync::broadcast::error::RecvError::Closed) = rx.recv().await {
                     break;
                 }
             }
-            if !crate::run::is_terminal(&h.state().0) {
+            if !h.state().state.is_terminal() {
                 st.phase = Some(LoadTestPhase::Running);
                 st.message = Some(format!("running on {} agents", h.agents_wanted));
                 if let Err(e) = apply_status(&ctx, &lt, &st).await {
@@ -369,7 +367,7 @@ fn follow(ctx: &Arc<Ctx>, lt: Arc<LoadTest>, h: Arc<RunHandle>, mut st: LoadTest
         let report = h
             .report_json()
             .and_then(|json| serde_json::from_str::<Report>(json).ok());
-        let (_, message) = h.state();
+        let message = h.state().message;
         finish_status(&ctx, &mut st, &run_id, report.as_ref(), Some(message));
         // Retry the final status a few times: it is the one that matters.
         for attempt in 0..5u32 {

@@ -48,7 +48,7 @@ impl Driver {
                 let connected = agents.len();
                 drop(agents);
                 self.h.set_state(
-                    "pending",
+                    RunState::Pending,
                     format!("waiting for {n} idle agents ({connected} connected)"),
                 );
             }
@@ -66,7 +66,7 @@ impl Driver {
             }
         };
         self.h
-            .set_state("assigning", format!("assigning {n} shards"));
+            .set_state(RunState::Assigning, format!("assigning {n} shards"));
         let seed = self.scenario.seed.unwrap_or_else(rand::random);
         let plan = Plan::new(&self.scenario, self.n, &[], seed)
             .map_err(|e| Failure::Failed(format!("plan: {e}")))?;
@@ -180,7 +180,7 @@ impl Driver {
             }
         }
         self.h.set_state(
-            "ready",
+            RunState::Ready,
             format!("{} agents acknowledged their shards", members.len()),
         );
         // Refresh clock estimates (pings went on while we waited).

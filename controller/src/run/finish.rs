@@ -26,17 +26,12 @@ impl Driver {
             }
             Err(e) => {
                 self.h
-                    .set_state("failed", format!("building the report failed: {e}"));
+                    .set_state(RunState::Failed, format!("building the report failed: {e}"));
                 return;
             }
         };
         // The report's verdict, not the driver's: a run that delivered nothing is failed.
-        let state = match report.outcome {
-            RunOutcome::Succeeded => "done",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Aborted => "aborted",
-            RunOutcome::Incomplete => "incomplete",
-        };
+        let state = RunState::of_outcome(report.outcome);
         let message = report.message.clone().or(message);
         let (json, state, message) = match self.inner.store.save(&report) {
             Ok(json) => {
@@ -58,7 +53,7 @@ impl Driver {
                 let json = serde_json::to_string_pretty(&report).unwrap_or_default();
                 (
                     json,
-                    "failed",
+                    RunState::Failed,
                     format!("the report could not be persisted: {e}"),
                 )
             }

@@ -20,6 +20,9 @@ mod assign;
 mod finish;
 mod member;
 mod running;
+mod state;
+
+pub use state::{RunState, Status};
 
 use crate::{lock, unix_ms, unix_ns, Inner};
 use member::{Member, Received};
@@ -35,7 +38,7 @@ fn evict_finished(inner: &Inner) {
     let mut finished: Vec<(u64, String)> = runs
         .values()
         .filter(|h| {
-            is_terminal(&h.state().0) && h.persisted.load(std::sync::atomic::Ordering::Acquire)
+            h.state().state.is_terminal() && h.persisted.load(std::sync::atomic::Ordering::Acquire)
         })
         .map(|h| (h.submitted_at_unix_ms, h.run_id.clone()))
         .collect();
@@ -47,14 +50,6 @@ fn evict_finished(inner: &Inner) {
     for (_, id) in &finished[..finished.len() - keep] {
         runs.remove(id);
     }
-}
-
-/// The states a run ends in: its report, if any, is then available.
-pub const TERMINAL_STATES: &[&str] = &["done", "failed", "aborted", "incomplete"];
-
-/// Whether a run in `state` has ended.
-pub fn is_terminal(state: &str) -> bool {
-    TERMINAL_STATES.contains(&state)
 }
 
 /// Messages from agent sessions to a run driver.
@@ -103,7 +98,7 @@ pub struct RunHandle {
     pub scenario_name: String,
     pub agents_wanted: u32,
     pub submitted_at_unix_ms: u64,
-    state: Mutex<(String, String)>,
+    state: Mutex<Status>,
     pub events: broadcast::Sender<v1::RunEvent>,
     report_json: OnceLock<String>,
     /// The report is in the store: the handle may then be evicted from memory.
@@ -118,7 +113,8 @@ impl RunHandle {
         let _ = self.inbox.send(input);
     }
 
-    pub fn state(&self) -> (String, String) {
+    /// The run's state and the line that explains it.
+    pub fn state(&self) -> Status {
         lock(&self.state).clone()
     }
 
@@ -130,7 +126,7 @@ impl RunHandle {
     pub async fn finished(&self) {
         let mut rx = self.events.subscribe();
         loop {
-            if is_terminal(&self.state().0) {
+            if self.state().state.is_terminal() {
                 return;
             }
             if let Err(broadcast::error::RecvError::Closed) = rx.recv().await {
@@ -144,25 +140,39 @@ impl RunHandle {
         self.abort.cancel();
     }
 
-    fn set_state(&self, state: &str, message: impl Into<String>) {
+    /// Moves the run to `state` and tells its watchers, when [`RunState::may_become`] allows
+    /// it; a move it forbids (a late message for an ended run) is logged and ignored, so the
+    /// first end a run reaches is the one it keeps. Returns whether the run moved.
+    fn set_state(&self, state: RunState, message: impl Into<String>) -> bool {
         let message = message.into();
-        *lock(&self.state) = (state.to_string(), message.clone());
-        tracing::info!(run = %self.run_id, state, message = %message, "run state");
+        {
+            let mut now = lock(&self.state);
+            if !now.state.may_become(state) {
+                tracing::warn!(run = %self.run_id, from = %now.state, to = %state, message = %message, "run state change refused");
+                return false;
+            }
+            *now = Status {
+                state,
+                message: message.clone(),
+            };
+        }
+        tracing::info!(run = %self.run_id, state = %state, message = %message, "run state");
         let _ = self.events.send(v1::RunEvent {
             event: Some(v1::run_event::Event::State(v1::RunState {
                 run_id: self.run_id.clone(),
-                state: state.to_string(),
+                state: state.as_str().to_string(),
                 message,
             })),
         });
+        true
     }
 
     pub fn summary(&self) -> v1::RunSummary {
-        let (state, message) = self.state();
+        let Status { state, message } = self.state();
         v1::RunSummary {
             run_id: self.run_id.clone(),
             scenario: self.scenario_name.clone(),
-            state,
+            state: state.as_str().to_string(),
             submitted_at_unix_ms: self.submitted_at_unix_ms,
             message,
             agents: self.agents_wanted,
@@ -185,7 +195,10 @@ pub(crate) fn start(
         scenario_name: scenario.name.clone(),
         agents_wanted: agents,
         submitted_at_unix_ms: unix_ms(),
-        state: Mutex::new(("pending".into(), String::new())),
+        state: Mutex::new(Status {
+            state: RunState::Pending,
+            message: String::new(),
+        }),
         events,
         report_json: OnceLock::new(),
         persisted: std::sync::atomic::AtomicBool::new(false),
@@ -270,7 +283,7 @@ fn release_agents(inner: &Inner, run_id: &str, abort: Option<&str>) {
 /// Ends a run whose driver is gone: stops and frees its agents, stores a failed report.
 fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
     release_agents(inner, &h.run_id, Some(why));
-    if is_terminal(&h.state().0) {
+    if h.state().state.is_terminal() {
         return;
     }
     let report = stampede_core::report::Report::lost(
@@ -289,7 +302,7 @@ fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
     };
     inner.store.clear_in_flight(&h.run_id);
     let _ = h.report_json.set(json.clone());
-    h.set_state("failed", why);
+    h.set_state(RunState::Failed, why);
     let _ = h.events.send(v1::RunEvent {
         event: Some(v1::run_event::Event::ReportJson(json)),
     });
@@ -343,7 +356,10 @@ impl Driver {
                         );
                         self.finish(acc, outcome, Some(message), unix_ms(), 0.0);
                     }
-                    Err(e) => self.h.set_state("failed", format!("{message}; plan: {e}")),
+                    Err(e) => {
+                        self.h
+                            .set_state(RunState::Failed, format!("{message}; plan: {e}"));
+                    }
                 }
                 return;
             }
@@ -384,7 +400,10 @@ mod tests {
             scenario_name: "p".into(),
             agents_wanted: 1,
             submitted_at_unix_ms: unix_ms(),
-            state: Mutex::new(("running".into(), String::new())),
+            state: Mutex::new(Status {
+                state: RunState::Running,
+                message: String::new(),
+            }),
             events: broadcast::channel(16).0,
             report_json: OnceLock::new(),
             persisted: std::sync::atomic::AtomicBool::new(false),
@@ -416,8 +435,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), h2.finished())
             .await
             .unwrap();
-        let (state, message) = h2.state();
-        assert_eq!(state, "failed");
+        let Status { state, message } = h2.state();
+        assert_eq!(state, RunState::Failed);
         assert!(message.contains("panicked (boom)"), "{message}");
         // The agent is told to stop and is free for the next run.
         let msg = agent_rx.recv().await.unwrap().unwrap();

@@ -132,7 +132,7 @@ impl Driver {
             .max()
             .unwrap_or(0);
         self.h.set_state(
-            "running",
+            RunState::Running,
             format!(
                 "{} agents, T0 in {} ms, max clock offset {skew_us} µs",
                 members.len(),
@@ -239,7 +239,7 @@ impl Driver {
                                 break;
                             }
                             if failure.is_none() && members.iter().filter(|m| m.done).count() == 1 {
-                                self.h.set_state("finishing", "waiting for the remaining agents");
+                                self.h.set_state(RunState::Finishing, "waiting for the remaining agents");
                             }
                         }
                         RunInput::Failed { agent_id, reason } => {
@@ -367,7 +367,7 @@ impl Driver {
             breach.expr, breach.measured_text
         );
         tracing::warn!(run = %self.h.run_id, %msg, "live threshold breach");
-        self.h.set_state("finishing", msg.clone());
+        self.h.set_state(RunState::Finishing, msg.clone());
         self.threshold_abort = Some(ThresholdAbort {
             expr: breach.expr,
             at_s: elapsed_s,
@@ -417,7 +417,7 @@ impl Driver {
                 *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
             }
             AgentLossPolicy::Tolerate(pct) => {
-                self.h.set_state("running", format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
+                self.h.set_state(RunState::Running, format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
                 self.hand_over_setup(members, i);
             }
         }

@@ -1,7 +1,7 @@
 //! Stampede agent: dials the controller and holds one stream, runs its shard of the arrival
 //! schedule over real sockets, records both latencies, and streams interval histograms.
 //!
-//! The dead-man switch (design.md §3.5): a run holds a lease the controller renews. If the
+//! The dead-man switch (`docs/design.md`): a run holds a lease the controller renews. If the
 //! lease lapses — controller gone, stream broken — load stops within the lease period. The
 //! data already collected is kept and replayed when the controller comes back; the
 //! controller drops intervals it already has, and acknowledges what it received so the replay

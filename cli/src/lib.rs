@@ -33,7 +33,7 @@ pub mod render;
 pub mod report_file;
 pub mod security;
 
-/// Exit codes (documented in the README).
+/// Exit codes (documented in `docs/concepts.md`).
 pub mod exit {
     /// The run completed (and every threshold passed).
     pub const OK: i32 = 0;

@@ -8,7 +8,7 @@
 # By default the binary is also profile-guided (bench/pgo.sh: an instrumented build runs a few
 # minutes of load and every example against the project's own targets on the build's loopback,
 # then the release build uses that profile: about 5-10 % less CPU per request in the closed and
-# constant cases, see docs/efficiency.md). It costs a second release build; `--build-arg PGO=0`
+# constant cases, see docs/performance.md). It costs a second release build; `--build-arg PGO=0`
 # skips it.
 
 FROM rust:1.95-bookworm AS build

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stampede's constant case against the least a generator can do (docs/efficiency.md, "The
-# constant case against a minimal generator"): `bench/mingen/mingen.c` (one epoll set, a 1 ms
+# Stampede's constant case against the least a generator can do (docs/performance.md, "Constant
+# rate: wake-ups and ticks"): `bench/mingen/mingen.c` (one epoll set, a 1 ms
 # timerfd, one send and one recv per request, nothing else) and `stampede run --local --agents 1`
 # at the same rate over the same keep-alive connections, against `stampede target http`, the
 # two alternated REPS times. Prints each run's CPU per answered request and the medians: what

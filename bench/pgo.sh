@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The release binary optimised with a profile of the project's own load (profile-guided
 # optimisation), for the images: an instrumented build runs the three shapes of
-# docs/efficiency.md against `stampede target http` on loopback (50 keep-alive connections, a
+# docs/performance.md against `stampede target http` on loopback (50 keep-alive connections, a
 # constant 5,000/s, a new connection per request) and every scenario in examples/ against its
 # own target (examples/run-all.sh: h1, h2 over TLS, tcp, udp, unix, gRPC, sessions, mixes), so
 # that no driver is left out of the profile and laid out as cold; then the release build again,
 # with that profile. Most of an agent's user-space time is spread thin over tokio, the session
 # and the head parser, run after each wake-up on cold caches: the profile puts the hot paths
-# together and their rare branches out of the way (the figures are in docs/efficiency.md).
+# together and their rare branches out of the way (the figures are in docs/performance.md).
 #
 # Usage: bench/pgo.sh [OUT]   (default: target/pgo/stampede; the Dockerfile passes its own)
 # Needs rustc's llvm-profdata (`rustup component add llvm-tools`, added here when missing) and

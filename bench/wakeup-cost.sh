@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a wake-up costs a thread on this machine, the figure that decides the constant-rate
-# model's CPU per request (docs/efficiency.md): a timer wake-up, a wake-up from the other core,
+# model's CPU per request (docs/performance.md): a timer wake-up, a wake-up from the other core,
 # and reprogramming the CPU's timer (an exit to the hypervisor on a virtual machine). Two small
 # C programs, the waiting thread pinned to WAIT_CPU (1), the writer to OTHER_CPU (0). Needs a C
 # compiler. Runs about 10 s, no network.

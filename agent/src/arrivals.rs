@@ -7,7 +7,7 @@
 //! time (tokio's own timer has millisecond steps), and its expiry wakes the runtime's worker
 //! directly, which then starts the session on the same thread. A thread of its own, sleeping
 //! until each arrival, cost a context switch more per request and a cross-thread wake-up of
-//! the worker (profiled in `docs/efficiency.md`).
+//! the worker (profiled in `docs/performance.md`).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};

@@ -1,7 +1,7 @@
 //! Stampede agent: dials the controller and holds one stream, runs its shard of the arrival
 //! schedule over real sockets, records both latencies, and streams interval histograms.
 //!
-//! The dead-man switch (design.md §3.5): a run holds a lease the controller renews. If the
+//! The dead-man switch (`docs/design.md`): a run holds a lease the controller renews. If the
 //! lease lapses — controller gone, stream broken — load stops within the lease period. The
 //! data already collected is kept and replayed when the controller comes back; the
 //! controller drops intervals it already has, and acknowledges what it received so the replay
@@ -10,6 +10,30 @@
 //! The control loop (stream, lease, watchdog) runs on its own thread and runtime, apart from
 //! the load: a process whose load saturates its cores still reads its renewals on time, so it
 //! never mistakes itself for an orphan.
+//!
+//! # Layout
+//!
+//! The control side, on its own thread and runtime:
+//! - `control`: the stream to the controller, with backoff, the lease watchdog, the bounded
+//!   replay buffer, acknowledgements and shutdown.
+//! - `assign`: an `Assign` turned into a `ShardRun` (`runner/plan`): the scenario checked, the
+//!   agent's data rows taken, the target resolved and checked against the target policy.
+//! - [`setup`]: the setup steps, run once before `Ready` and again every `setup_refresh`.
+//!
+//! The load:
+//! - [`runner`]: one `RunSpec` per workload started from one T0 into one recorder.
+//!   `runner/plan` is the compiled plan; `runner/models` the closed and constant models'
+//!   connection tasks; `runner/session` one session's steps over its connection, both
+//!   latencies timed; `runner/deadline` a connection's one request timer; `runner/recorder`
+//!   the double-buffered, striped interval recorder.
+//! - `arrivals`: the arrival loop, paced by a `timerfd` in tokio's reactor (the agent's one
+//!   `unsafe`). `pool`: a constant-rate pool's slot queue. [`ticked`]: a pool's answers read at
+//!   the arrival loop's ticks and timed by the kernel's receive time.
+//! - Drivers: [`http1`] (allocation-free HTTP/1.1, `http1/head` the response head), [`h2`],
+//!   [`grpc`], [`stream`] (raw TCP and Unix), [`udp`], [`tls`]; [`net`] makes every connection
+//!   and counts them.
+//! - [`dynamic`]: steps rendered per session (templates, data rows, extracted values, cookies)
+//!   and judged (extraction and checks). Static steps never come here.
 
 mod arrivals;
 mod assign;

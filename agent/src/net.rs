@@ -19,7 +19,7 @@ static SOURCES: RwLock<Vec<IpAddr>> = RwLock::new(Vec::new());
 static NEXT_SOURCE: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the source addresses every connection of this process binds from, round-robin
-/// (each multiplies the agent's port budget: design.md §3.7). Each address is checked by
+/// (each multiplies the agent's port budget: `docs/design.md`). Each address is checked by
 /// binding to it once, so a typo fails at start and not as errors mid-run.
 pub fn set_source_addresses(ips: &[IpAddr]) -> io::Result<()> {
     for ip in ips {
@@ -271,7 +271,7 @@ pub struct Opened {
 /// loopback or same-host target does (the handshake runs in the call's own softirq work).
 /// The request then leaves without first waiting for the reactor to report the socket
 /// writable: one task wake-up, poll and epoll event less per connection (about 1,200 of a
-/// connection's 6,600 user-space instructions: docs/efficiency.md), and no scheduler round
+/// connection's 6,600 user-space instructions: docs/performance.md), and no scheduler round
 /// between the connect's end and the send. A connect still in progress makes the send fail
 /// with `EAGAIN`; it is then awaited as [`connect_tcp`] does and nothing is sent. An error
 /// from that send is the connect's, and is reported as one.

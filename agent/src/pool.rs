@@ -6,13 +6,14 @@
 //! wake-up per slot: the connection that took a slot released the mutex to the next idle one,
 //! which then parked on the channel.)
 //!
-//! Last idle, first woken: a slot goes to the connection that began to wait last, whose
-//! socket, task and buffers are the ones still in the caches. A pool of 50 connections at
-//! 5,000 slots/s then cycles through the ten or so that one tick's slots keep busy instead
-//! of through all fifty, and the generator used 15-26 % less CPU per request in alternated
-//! runs (`docs/efficiency.md`, session 27). The connections at the bottom of the stack may then
-//! sit idle for long, past a server's keep-alive timeout: the pool's loop checks a
-//! connection idle that long before it sends on it (`runner::session::forget_if_gone`).
+//! Last idle, first woken: a slot goes to the connection that began to wait last, whose socket,
+//! task and buffers are the ones still in the caches. A pool of 50 connections at 5,000 slots/s
+//! then cycles through the ten or so that one tick's slots keep busy instead of through all
+//! fifty, and the generator used 15-26 % less CPU per request in alternated runs
+//! (`docs/performance.md`, "Constant rate: wake-ups and ticks"). The connections at the bottom
+//! of the stack may then sit idle for long, past a server's keep-alive timeout: the pool's loop
+//! checks a connection idle that long before it sends on it
+//! (`runner::session::forget_if_gone`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -3,17 +3,17 @@
 //!
 //! At 5,000 requests/s in 1 ms ticks the generator's thread sleeps between ticks, and every
 //! time the kernel makes a socket readable it wakes the thread: the tick's timer and two or
-//! three bursts of answers, each a wake-up from idle, which costs more than the requests'
-//! own work (`docs/efficiency.md`, sessions 16 and 22). A socket the reactor does not know
-//! wakes nobody. So a pooled connection's socket is taken out of the reactor once it is open,
-//! and the arrival loop, already awake at each tick to send that tick's slots, wakes the
-//! connections that have just sent, whose answers are nearly always there by then
+//! three bursts of answers, each a wake-up from idle, which costs more than the requests' own
+//! work (`docs/performance.md`, "Constant rate: wake-ups and ticks"). A socket the reactor does
+//! not know wakes nobody. So a pooled connection's socket is taken out of the reactor once it
+//! is open, and the arrival loop, already awake at each tick to send that tick's slots, wakes
+//! the connections that have just sent, whose answers are nearly always there by then
 //! ([`Ticks::wake_ready`]); each reads what has come. One whose answer is not there yet waits
 //! in an epoll set of the pool's own that nobody blocks on, which the tick asks without
 //! waiting, so a slow or hung target costs no read per tick. Each read returns the kernel's
 //! receive time of the data it read (`SO_TIMESTAMPNS`), which is when the answer arrived,
-//! however late it was read: response times stay exact, and are not lengthened by a
-//! wake-up's latency as the reactor's are.
+//! however late it was read: response times stay exact, and are not lengthened by a wake-up's
+//! latency as the reactor's are.
 //!
 //! What it costs: a connection stays busy until the tick after its answer, so the pool serves
 //! up to a tick's slots fewer at once. The pool uses it only when it has many connections to

@@ -1,8 +1,8 @@
-//! Hostile input (issue 13): the agent's HTTP/1.1 response parser (`http1::Conn`, the code the
+//! Hostile input: the agent's HTTP/1.1 response parser (`http1::Conn`, the code the
 //! agent runs) fed from memory in pieces of any size. Well-formed responses are read back
 //! exactly (status, bytes, kept body); random and mutated ones end in an error or a response,
 //! never a panic, and never claim more bytes than were sent. The same input as the
-//! `http1_response` fuzz target (`fuzz/`, README § Fuzzing).
+//! `http1_response` fuzz target (`fuzz/README.md`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -1,5 +1,5 @@
 /* The least an HTTP/1.1 generator can do, as a floor for Stampede's constant and closed cases
- * (bench/min-generator.sh, docs/efficiency.md): RATE requests per second in 1 ms ticks over
+ * (bench/min-generator.sh, docs/performance.md): RATE requests per second in 1 ms ticks over
  * CONNS keep-alive connections to 127.0.0.1:PORT. One epoll set holds a timerfd that fires every
  * millisecond and every socket; at each tick the tick's arrivals go out on idle connections
  * (one send each), and each readable socket is read once (one recv: the target's answers are
@@ -8,7 +8,7 @@
  * histograms, no parsing. Prints the requests sent and answered and the process's CPU per
  * answered request (getrusage). Usage: mingen PORT RATE CONNS SECONDS
  *
- * Two variants, by environment (docs/efficiency.md, session 27), with RATE above 0 only:
+ * Two variants, by environment (docs/performance.md), with RATE above 0 only:
  * MINGEN_AT_TICK=1 keeps the sockets out of the epoll set and reads each busy one at the next
  * tick (recvmsg with SO_TIMESTAMPNS, the kernel's receive time, as Stampede's `ticked` does), so
  * only the timer wakes the program; MINGEN_CYCLE=1 sends each tick's requests on the idle

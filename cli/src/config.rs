@@ -2,7 +2,7 @@
 //! `stampede` binary, with its default, in one place. A setting comes from, in order: the
 //! flag, then its environment variable (named in `env = ...` below, and listed by
 //! `stampede <command> --help`), then the scenario file where one applies (`agents`, `target`
-//! and the load, which `run`'s flags override), then the default written here. The README's
+//! and the load, which `run`'s flags override), then the default written here. The docs'
 //! "Settings" table is generated from these definitions ([`settings_table`]) and a test keeps
 //! it in step.
 
@@ -331,8 +331,8 @@ pub fn parse_lease(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// The settings table of the README: each command's flags, environment variables and
-/// defaults, from the clap definitions themselves (so the README cannot drift from the code).
+/// The settings table of `docs/settings.md`: each command's flags, environment variables and
+/// defaults, from the clap definitions themselves (so the docs cannot drift from the code).
 pub fn settings_table() -> String {
     use clap::CommandFactory as _;
     let mut out = String::from(
@@ -381,26 +381,26 @@ pub fn settings_table() -> String {
 
 #[cfg(test)]
 mod tests {
-    /// The README lists every setting; regenerate with `STAMPEDE_BLESS=1 cargo test -p
+    /// `docs/settings.md` lists every setting; regenerate with `STAMPEDE_BLESS=1 cargo test -p
     /// stampede --lib settings`.
     #[test]
-    fn the_readme_settings_table_matches_the_flags() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-        let readme = std::fs::read_to_string(path).unwrap();
+    fn the_settings_table_matches_the_flags() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/settings.md");
+        let doc = std::fs::read_to_string(path).unwrap();
         let (begin, end) = ("<!-- settings:begin -->\n", "<!-- settings:end -->");
         let table = super::settings_table();
-        let (Some(i), Some(j)) = (readme.find(begin), readme.find(end)) else {
-            panic!("README.md has no settings markers");
+        let (Some(i), Some(j)) = (doc.find(begin), doc.find(end)) else {
+            panic!("docs/settings.md has no settings markers");
         };
-        let current = &readme[i + begin.len()..j];
+        let current = &doc[i + begin.len()..j];
         if std::env::var_os("STAMPEDE_BLESS").is_some() && current != table {
-            let updated = format!("{}{table}{}", &readme[..i + begin.len()], &readme[j..]);
+            let updated = format!("{}{table}{}", &doc[..i + begin.len()], &doc[j..]);
             std::fs::write(path, updated).unwrap();
             return;
         }
         assert_eq!(
             current, table,
-            "README.md's settings table is stale: run `STAMPEDE_BLESS=1 cargo test -p stampede --lib settings`"
+            "docs/settings.md's settings table is stale: run `STAMPEDE_BLESS=1 cargo test -p stampede --lib settings`"
         );
     }
 }

@@ -1,4 +1,21 @@
 //! The `stampede` binary's logic, as a library so end-to-end tests can drive it in-process.
+//!
+//! # Layout
+//!
+//! - [`cmd`]: one module per group of commands: `run`, `inspect` (status, report, agents,
+//!   abort, plan, validate), `serve` (controller, agent), `demo`. `main.rs` calls
+//!   [`cmd::dispatch`].
+//! - [`config`]: every command, flag, environment variable and default; `docs/settings.md` is
+//!   generated from it.
+//! - [`client`]: talking to a controller. [`kube`]: finding one in the kube context.
+//!   [`security`]: where tokens and TLS material come from. [`local`]: a controller and agents in
+//!   this process.
+//! - [`quick`]: the one-line run and the flags that override a file. [`grpc`]: gRPC schemas
+//!   resolved and calls encoded before submission. [`plan`]: the dry run.
+//! - [`render`] (the text report and the live line), [`html`], [`export`] (`.hlog`, CSV),
+//!   [`report_file`] (local JSON reports).
+//! - [`capacity`] and [`compare`]: the commands over `stampede_core::capacity` and
+//!   `stampede_core::compare`.
 
 pub mod capacity;
 pub mod client;
@@ -16,7 +33,7 @@ pub mod render;
 pub mod report_file;
 pub mod security;
 
-/// Exit codes (documented in the README).
+/// Exit codes (documented in `docs/concepts.md`).
 pub mod exit {
     /// The run completed (and every threshold passed).
     pub const OK: i32 = 0;

@@ -25,7 +25,7 @@ fn init_logging(format: LogFormat, default: &str) {
 /// only several can use (run queues shared across threads, wake-up notifications,
 /// work-stealing bookkeeping), and in `run --local` and `agent` every request of the load
 /// goes through it: on one pinned core the closed model's user time per request was lower
-/// on the current-thread runtime in nine of ten alternated pairs (docs/efficiency.md).
+/// on the current-thread runtime in nine of ten alternated pairs (docs/performance.md).
 fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
     let workers = threads
         .map(usize::from)
@@ -47,7 +47,7 @@ fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
 /// size classes are aligned and cached). A connection per request spends about 11 % fewer
 /// user instructions per connection (`bench/instructions.sh newconn`); the closed and
 /// constant-rate models, which allocate nothing per request, the same; and the peak RSS of
-/// 10,000 connections is unchanged (mimalloc doubled it: docs/efficiency.md).
+/// 10,000 connections is unchanged (mimalloc doubled it: docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -4,6 +4,22 @@
 //! attach over `AgentService`. Users and agents hold different tokens (`auth`); gRPC can be
 //! served over TLS, with client certificates required when a client CA is given. Health and
 //! reflection are open.
+//!
+//! # Layout
+//!
+//! - `agents`: one task per agent stream, the registry, the clock estimate, routing to runs.
+//! - `run`: one run's life, driven by one task. `run/assign` waits for agents, checks the port
+//!   budget and sends the shards; `run/running` starts them at one T0, merges their Progress and
+//!   applies the agent-loss policy; `run/member` is an agent's part in a run; `run/finish`
+//!   stores the report before the run is declared finished.
+//! - `renew`: lease renewals from a task of their own, only to agents heard from.
+//! - `control`: the user-facing `ControlService` (submit, watch, report, list, abort).
+//! - `data`: each agent's data rows, sent before its shard.
+//! - [`store`]: report files written atomically, retention, markers of runs in flight.
+//! - [`auth`]: the user and agent tokens, compared in constant time.
+//! - `metrics`: Prometheus `/metrics`.
+//! - [`k8s`]: with `--kube` or in a pod: the `LoadTest` CRD and reconciler, ConfigMap and Secret
+//!   data, `.proto` files from a ConfigMap, the agent pod reflector and Deployment scaling.
 
 mod agents;
 pub mod auth;

@@ -1,12 +1,12 @@
 //! Lease renewals for a run's agents, from a task that does nothing else.
 //!
-//! The dead-man switch (design.md §3.5) stops an agent when its lease lapses. If renewals
+//! The dead-man switch (`docs/design.md`) stops an agent when its lease lapses. If renewals
 //! shared the run driver's loop, a slow merge or a backlog of Progress would delay them past
-//! the lease and stop every agent (a false trip, finding 11c). So the driver only tells this
+//! the lease and stop every agent though the controller is alive. So the driver only tells this
 //! task which agents still get renewals; the task sends them on its own clock, with
 //! `try_send`, so one stuck agent stream cannot hold up the others either.
 //!
-//! Renewals also depend on hearing from the agent (finding 11b): an agent whose Progress has
+//! Renewals also depend on hearing from the agent: an agent whose Progress has
 //! not arrived for [`silence_limit`] gets none until it is heard again, so its load stops
 //! within its lease even when the link still carries renewals to it but nothing back (a proxy
 //! or sidecar that answers keepalives, a stuck agent). Silence is taken from when its stream

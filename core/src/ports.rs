@@ -1,4 +1,4 @@
-//! The port budget (design.md §3.7): before a run, the peak number of connections each agent
+//! The port budget (`docs/design.md`): before a run, the peak number of connections each agent
 //! holds open at once to each target ip:port, checked against the agent's ephemeral port range
 //! times its number of source addresses. A run that cannot fit is refused before any load is
 //! sent, with the number of agents it would need.

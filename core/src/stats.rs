@@ -11,7 +11,7 @@ use crate::hist::{self, HistError, Recorded, SparseHist};
 mod interval;
 pub use interval::IntervalStats;
 
-/// Error kinds, as counted in reports (design.md §3.7).
+/// Error kinds, as counted in reports (`docs/design.md`, "Port budget and error kinds").
 pub mod error_kind {
     pub const CONNECT_REFUSED: &str = "connect_refused";
     pub const CONNECT_TIMEOUT: &str = "connect_timeout";

@@ -6,7 +6,7 @@
 //! literally, and the agent never scans strings for `${` on the hot path. A field with no
 //! reference is [`Template::as_static`], and the agent keeps today's pre-rendered request.
 //!
-//! Syntax (documented in the README):
+//! Syntax (documented in `docs/scenario.md`):
 //! - `${name}`: a value extracted by an earlier step of the session;
 //! - `${setup.name}`: a value extracted by a setup step (run once on each agent before the
 //!   load);

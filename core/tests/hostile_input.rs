@@ -1,6 +1,6 @@
-//! Hostile input (issue 13): the scenario parser and the histogram decoders, on random and
+//! Hostile input: the scenario parser and the histogram decoders, on random and
 //! mutated input, return errors and never panic; where a round trip exists it holds. The
-//! same inputs as the `scenario` and `hist_decode` fuzz targets (`fuzz/`, README § Fuzzing),
+//! same inputs as the `scenario` and `hist_decode` fuzz targets (`fuzz/README.md`),
 //! at a few hundred cases each so `cargo test` stays fast.
 
 use proptest::prelude::*;

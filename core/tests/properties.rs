@@ -1,4 +1,5 @@
-//! Property tests of the core invariants (design.md §3.1, §3.2) and the scenario schema.
+//! Property tests of the core invariants (exact sharding, one histogram spec: `docs/design.md`)
+//! and the scenario schema.
 
 use std::collections::BTreeMap;
 

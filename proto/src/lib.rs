@@ -1,5 +1,13 @@
 //! Stampede's gRPC protocol (`package stampede.v1`): generated code, plus the conversions
 //! between wire messages and core values. Validation happens here and names the field.
+//!
+//! # Layout
+//!
+//! - `v1`: the code generated from `stampede/v1/stampede.proto`.
+//! - [`convert`]: wire messages to core values and back, bounded and validated;
+//!   `check_progress` checks an agent's Progress against its run before it is merged.
+//! - [`data`]: an agent's share of the data sources on the wire.
+//! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {

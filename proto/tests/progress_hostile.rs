@@ -1,8 +1,8 @@
-//! Hostile input (issue 13): the Progress messages agents send, through what the controller
+//! Hostile input: the Progress messages agents send, through what the controller
 //! does with them — protobuf decoding, `convert::check_progress`, `RunAccumulator::add_progress`,
 //! the live view and the report. Random and hostile messages are refused or merged, never a
 //! panic, and a Progress the checks accept always merges; what an agent encodes comes back
-//! exactly. The same input as the `progress` fuzz target (`fuzz/`, README § Fuzzing).
+//! exactly. The same input as the `progress` fuzz target (`fuzz/README.md`).
 
 use std::collections::HashMap;
 

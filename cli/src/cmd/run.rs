@@ -180,7 +180,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     })
 }
 
-/// The exit code of a finished run (the README's table).
+/// The exit code of a finished run (the table in `docs/concepts.md`).
 pub fn outcome_code(r: &Report) -> i32 {
     match r.outcome {
         RunOutcome::Succeeded if r.thresholds_passed() => exit::OK,

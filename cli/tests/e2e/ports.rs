@@ -1,4 +1,4 @@
-//! The port budget (design.md §3.7) and `stampede agent --source-ips`.
+//! The port budget (`docs/design.md`) and `stampede agent --source-ips`.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -217,7 +217,7 @@ impl Driver {
         }
     }
 
-    /// The port budget (design.md §3.7): refuses, before anything is assigned, a run whose
+    /// The port budget (`docs/design.md`): refuses, before anything is assigned, a run whose
     /// peak connections per agent do not fit the agents' ephemeral ports × source addresses.
     fn check_ports(&self, picked: &[(u64, String)], seed: u64) -> Result<(), Failure> {
         use stampede_core::ports::{self, AgentPorts};

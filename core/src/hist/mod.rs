@@ -1,4 +1,4 @@
-//! The one histogram spec (design.md §3.2), its bucket layout and merge; its wire codec
+//! The one histogram spec (`docs/design.md`), its bucket layout and merge; its wire codec
 //! (`codec`) and the sparse form the controller keeps (`sparse`) are submodules.
 //!
 //! Values are microseconds from 1 µs to 1 h with 3 significant digits. The codec is

@@ -3,8 +3,8 @@
 //! [`RunAccumulator`] (in `accumulator`) takes every agent's per-interval, per-phase
 //! [`SparseStats`] and adds them up per phase and per timeline interval (per agent only
 //! counters and the start lag). Addition commutes, so the order in which agents report cannot
-//! change the result. This module is [`Report`], the JSON contract (README, "The JSON report"), and the
-//! figures it is made of; `workloads` reports each workload apart.
+//! change the result. This module is [`Report`], the JSON contract (`docs/concepts.md`, "The
+//! JSON report"), and the figures it is made of; `workloads` reports each workload apart.
 
 use std::collections::BTreeMap;
 
@@ -87,7 +87,7 @@ impl Percentiles {
     }
 }
 
-/// The two latencies of design.md §3.3.
+/// The two latencies (`docs/design.md`): from the intended send and from the actual send.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// From the intended send time: the headline, free of coordinated omission.

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::{cli_run_local, Target, BIN, QUIET};
+use crate::{cli_run_local, Target, BIN};
 
 fn stampede(args: &[&str], dir: &std::path::Path) -> (Option<i32>, String, String) {
     let out = Command::new(BIN)
@@ -26,7 +26,6 @@ fn row<'a>(text: &'a str, metric: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_two_real_runs_and_render_a_local_report() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let dir = tempfile::tempdir().unwrap();
     let scenario = |ms: u32| {

@@ -9,7 +9,6 @@ use stampede_core::report::{Percentiles, Report, RunOutcome, TimelineRow};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_over_4_mib_reaches_the_cli() {
-    let _quiet = crate::QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     // A day-long run's timeline: 30,000 intervals, each with its histogram.
     let report = Report {
@@ -46,7 +45,6 @@ async fn a_report_over_4_mib_reaches_the_cli() {
 /// twice. Under `tolerate` the run goes on and ends `incomplete`, naming the agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_flushes_what_the_agent_collected() {
-    let _quiet = crate::QUIET.read().await;
     let target = crate::Target::start(0).await;
     let cluster = LocalCluster::start(0, None).await.unwrap();
     let agent = crate::spawn_agent(&cluster.url(), &cluster.agent_token, "term-1");
@@ -134,7 +132,6 @@ fn b64(text: &str) -> Vec<u8> {
 /// library — so every interval's histogram arrived and merged exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wide_latency_spreads_arrive_whole_and_exact() {
-    let _quiet = crate::QUIET.read().await;
     let target = crate::Target::start(0).await;
     let cluster = LocalCluster::start(1, None).await.unwrap();
     let delays_ms = [0u64, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 250];

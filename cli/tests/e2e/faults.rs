@@ -7,11 +7,10 @@ use stampede_cli::client;
 use stampede_core::report::RunOutcome;
 use stampede_proto::v1;
 
-use crate::{spawn_agent, spawn_controller_on, Target, QUIET};
+use crate::{spawn_agent, spawn_controller_on, Target};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_restart_fails_the_runs_in_flight_and_frees_their_agents() {
-    let _q = QUIET.read().await;
     let target = Target::start(0).await;
     let data = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -101,7 +100,6 @@ async fn a_controller_restart_fails_the_runs_in_flight_and_frees_their_agents() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_refused() {
-    let _q = QUIET.read().await;
     let target = Target::start_with(stampede_target_servers::http::HttpConfig {
         max_body_bytes: 8 << 20,
         ..Default::default()

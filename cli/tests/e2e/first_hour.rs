@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::{cli_run_local, Target, BIN, QUIET};
+use crate::{cli_run_local, Target, BIN};
 
 /// A port nothing listens on: bound, then closed.
 fn dead_port() -> u16 {
@@ -13,7 +13,6 @@ fn dead_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_where_every_request_was_refused_is_failed() {
-    let _q = QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         "name: dead\ntarget: http://127.0.0.1:{}\nphases:\n  - {{ duration: 1s, arrival_rate: 20 }}\nsession:\n  - http: {{ path: / }}\n",
@@ -32,7 +31,6 @@ async fn a_run_where_every_request_was_refused_is_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_output_is_refused_before_any_load() {
-    let _q = QUIET.read().await;
     let target = Target::start(0).await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("{}/data", target.url);
@@ -62,7 +60,6 @@ async fn an_unwritable_output_is_refused_before_any_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_line_run_counts_status_codes() {
-    let _q = QUIET.read().await;
     let target = Target::start(0).await;
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("r.json");

@@ -6,7 +6,7 @@
 use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
 use tokio::net::TcpListener;
 
-use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN, QUIET};
+use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN};
 
 const PROTO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -46,7 +46,6 @@ async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_from_proto_files_and_reflection_are_what_the_target_served() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = grpc_target().await;
     let dir = tempfile::tempdir().unwrap();
 
@@ -114,7 +113,6 @@ async fn a_bad_message_field_is_named_before_any_load() {
 /// counts as `status_404`, not as a `tls` or `protocol` error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcs_speaks_h2_over_verified_tls() {
-    let _quiet = QUIET.read().await;
     let (server, https, pem, _stop) = crate::tls::https_target().await;
     let url = https.replace("https://", "grpcs://");
     let dir = tempfile::tempdir().unwrap();
@@ -146,7 +144,6 @@ async fn grpcs_speaks_h2_over_verified_tls() {
 /// error kind, before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn templated_messages_carry_each_sessions_values() {
-    let _quiet = QUIET.read().await;
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("grpc://{}", l.local_addr().unwrap());
     let server = GrpcServer::new(GrpcConfig {
@@ -231,7 +228,6 @@ async fn templated_messages_carry_each_sessions_values() {
 /// before the first step, and every step's calls reach the target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_search_resolves_the_grpc_schema() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = grpc_target().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cap.yaml");
@@ -266,7 +262,6 @@ async fn a_capacity_search_resolves_the_grpc_schema() {
 /// would send) is refused at submission, naming the call, instead of failing in the agents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_call_that_is_not_encoded_is_refused_naming_it() {
-    let _quiet = QUIET.read().await;
     let cluster = stampede_cli::local::LocalCluster::start(1, None)
         .await
         .unwrap();

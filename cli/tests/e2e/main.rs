@@ -31,10 +31,6 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stampede");
 
-/// The latency assertion needs the machine to itself: it takes this lock for writing, every
-/// other test for reading.
-pub static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
 pub struct Target {
     pub server: HttpServer,
     pub url: String,

@@ -7,7 +7,7 @@ use stampede_cli::local::LocalCluster;
 use stampede_core::report::RunOutcome;
 use stampede_target_servers::http::{AccessLog, HttpConfig};
 
-use crate::{run, Target, QUIET};
+use crate::{run, Target};
 
 /// Requests per path in an access log (`<unix-ms> <ip> "<METHOD> <path> <version>" ...`), and
 /// the first time each path was served.
@@ -26,7 +26,6 @@ fn served(log: &std::path::Path) -> (BTreeMap<String, u64>, BTreeMap<String, u64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workloads_from_one_t0_and_an_exact_mix_over_three_agents() {
-    let _quiet = QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let target = Target::start_with(HttpConfig {

@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{spawn_agent, spawn_controller_with, Proc, Target, QUIET};
+use crate::{spawn_agent, spawn_controller_with, Proc, Target};
 
 /// A TCP proxy in front of the controller, with a switch for each kind of cut.
 struct CutProxy {
@@ -154,7 +154,6 @@ async fn until_served(target: &Target, n: u64) {
 /// interval lost or merged twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cuts_shorter_than_the_lease_resume_and_lose_nothing() {
-    let _q = QUIET.read().await;
     let rig = Rig::start("3s").await;
     let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-short");
     let run = rig.run("  - { duration: 8s, arrival_rate: 100 }\n", "", 1);
@@ -184,7 +183,6 @@ async fn cuts_shorter_than_the_lease_resume_and_lose_nothing() {
 /// applies its agent-loss policy (`fail`), naming the agent and the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
-    let _q = QUIET.read().await;
     let rig = Rig::start("1s").await;
     let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-long");
     let run = rig.run("  - { duration: 30s, arrival_rate: 100 }\n", "", 1);
@@ -218,7 +216,6 @@ async fn a_cut_longer_than_the_lease_stops_the_load_and_applies_the_policy() {
 /// target served, and the run ends `incomplete`, naming the agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_cut_under_tolerate_merges_the_replay_once() {
-    let _q = QUIET.read().await;
     let rig = Rig::start("1s").await;
     let _cut = spawn_agent(&rig.proxy.url, TOKEN, "cut-away");
     let _steady = spawn_agent(&rig.url, TOKEN, "cut-steady");

@@ -8,7 +8,7 @@ use stampede_cli::local::LocalCluster;
 use stampede_core::report::RunOutcome;
 use stampede_proto::v1;
 
-use crate::{run, Proc, Target, BIN, QUIET};
+use crate::{run, Proc, Target, BIN};
 
 fn load_scenario(target: &str, load: &str) -> String {
     format!("name: ports\ntarget: {target}\nload: {load}\nsession:\n  - http: {{ path: /data }}\n")
@@ -22,7 +22,6 @@ fn ephemeral_ports() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_needing_more_ports_than_the_agent_has_is_refused_before_any_load() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let cluster = LocalCluster::start(1, None).await.unwrap();
     let text = load_scenario(
@@ -58,7 +57,6 @@ async fn a_run_needing_more_ports_than_the_agent_has_is_refused_before_any_load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_with_source_ips_connects_from_each_of_them() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let cluster = LocalCluster::start(0, None).await.unwrap();
     let _agent = Proc(

@@ -10,7 +10,7 @@ use stampede_target_servers::frame::Framing;
 use stampede_target_servers::login::{LoginConfig, LoginServer};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
 
-use crate::{run, serve_until_dropped, Stop, Target, QUIET};
+use crate::{run, serve_until_dropped, Stop, Target};
 
 /// `rate` sessions/s for 1 s, each running `session` (YAML list items, indented by 2).
 fn scenario(target: &str, rate: u32, session: &str, extra: &str) -> String {
@@ -65,7 +65,6 @@ const LOGIN: &str = r#"  - name: login
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_login_counts_match_the_target() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = login_target().await;
     let r = run_local(&scenario(&url, 40, LOGIN, ""), 2).await;
     let st = server.stats();
@@ -90,7 +89,6 @@ async fn tcp_login_counts_match_the_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_new_connection_per_login() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = login_target().await;
     let session = format!("{LOGIN}    new_connection: true\n");
     let r = run_local(&scenario(&url, 10, &session, ""), 1).await;
@@ -103,7 +101,6 @@ async fn tcp_new_connection_per_login() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_unexpected_reply_is_a_protocol_error() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = login_target().await;
     // Bob is granted the `user` role, not `admin`: every first login fails the check, and
     // the session stops there.
@@ -120,7 +117,6 @@ async fn tcp_unexpected_reply_is_a_protocol_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_echo_with_delimiter_framing() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = echo_tcp(Framing::Newline).await;
     let session = "  - tcp:\n      send: { hex: '50 49 4e 47' }\n      framing: { delimiter: { text: \"\\n\" } }\n      expect: { exact: { text: PING } }\n    repeat: 3\n";
     let r = run_local(&scenario(&url, 30, session, ""), 2).await;
@@ -134,7 +130,6 @@ async fn tcp_echo_with_delimiter_framing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unix_echo_counts_match() {
-    let _quiet = QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("echo.sock");
     let l = UnixListener::bind(&path).unwrap();
@@ -152,7 +147,6 @@ async fn unix_echo_counts_match() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_echo_counts_match() {
-    let _quiet = QUIET.read().await;
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let url = format!("udp://{}", socket.local_addr().unwrap());
     let server = EchoServer::new(EchoConfig::default()).unwrap();
@@ -166,7 +160,6 @@ async fn udp_echo_counts_match() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_silence_is_a_timeout() {
-    let _quiet = QUIET.read().await;
     // Bound (so no ICMP "unreachable"), never answers.
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let url = format!("udp://{}", socket.local_addr().unwrap());
@@ -179,7 +172,6 @@ async fn udp_silence_is_a_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_late_reply_is_never_taken_for_a_later_answer() {
-    let _quiet = QUIET.read().await;
     // Answers the first datagram late, with "LATE"; every later one at once, with its
     // content. Were the late reply read by the next request, that request would fail its
     // exact check (a protocol error).
@@ -223,7 +215,6 @@ async fn udp_late_reply_is_never_taken_for_a_later_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_port_is_connect_refused() {
-    let _quiet = QUIET.read().await;
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
@@ -241,7 +232,6 @@ async fn refused_port_is_connect_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_that_resets_is_reset() {
-    let _quiet = QUIET.read().await;
     // Accepts, reads the request, then aborts the connection (RST).
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -267,7 +257,6 @@ async fn a_listener_that_resets_is_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_unexpected_status_is_status() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let session = "  - http: { method: GET, path: /data, expect_status: [201] }\n";
     let r = run_local(&scenario(&target.url, 20, session, ""), 2).await;
@@ -285,7 +274,6 @@ async fn http_unexpected_status_is_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_are_read_by_the_cli_and_carried_in_the_scenario() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = echo_tcp(Framing::Length).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("payloads")).unwrap();
@@ -324,7 +312,6 @@ async fn files_are_read_by_the_cli_and_carried_in_the_scenario() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_body_file_is_sent() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("body.json"), r#"{"user":"herbert"}"#).unwrap();
@@ -343,7 +330,6 @@ async fn http_body_file_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_counts_match_over_one_connection_per_session() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let session = "  - http: { method: GET, path: /data, expect_status: [200] }\n    repeat: 5\n  - http: { method: POST, path: /echo, body: hello }\n";
     let r = run_local(
@@ -374,7 +360,6 @@ async fn h2c_counts_match_over_one_connection_per_session() {
 /// datagram carries its session's row too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_and_udp_payloads_are_templates() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = login_target().await;
     let rows: Vec<String> = (0..40)
         .map(|i| format!("[\"user{i}\", \"pass{i}\"]"))
@@ -432,7 +417,6 @@ async fn tcp_and_udp_payloads_are_templates() {
 /// then logs in as the role it was given (`user`, which is no user), and checks the refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_replies_are_checked_and_their_values_carried() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = login_target().await;
     let rows: Vec<String> = (0..40)
         .map(|i| {
@@ -497,7 +481,6 @@ async fn tcp_replies_are_checked_and_their_values_carried() {
 /// step under `check.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_replies_are_checked_and_their_values_carried() {
-    let _quiet = QUIET.read().await;
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let url = format!("udp://{}", socket.local_addr().unwrap());
     let server = EchoServer::new(EchoConfig::default()).unwrap();

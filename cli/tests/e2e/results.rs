@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::{run, Proc, Target, BIN, QUIET};
+use crate::{run, Proc, Target, BIN};
 
 /// `GET path` over HTTP/1.1 on loopback; returns (status line, body).
 async fn http_get(addr: &str, path: &str) -> (String, String) {
@@ -61,7 +61,6 @@ fn num(v: Option<Value>) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_and_match_the_final_report() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(1).await;
     let cluster = LocalCluster::start(2, None).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -155,7 +154,6 @@ async fn metrics_parse_and_match_the_final_report() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_binary_serves_metrics_on_metrics_listen() {
-    let _quiet = QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)
         .args([
@@ -196,7 +194,6 @@ async fn controller_binary_serves_metrics_on_metrics_listen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_name_the_subcommands() {
-    let _quiet = QUIET.read().await;
     for shell in ["bash", "zsh", "fish"] {
         let out = Command::new(BIN)
             .args(["completions", shell])
@@ -277,7 +274,6 @@ async fn chromium_run(bin: &std::path::Path, args: &[String], url: &str) -> Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn html_report_renders_its_charts_in_headless_chromium() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("s.yaml");
@@ -376,7 +372,6 @@ async fn html_report_renders_its_charts_in_headless_chromium() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_live_while_the_run_goes_on() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(1).await;
     let cluster = LocalCluster::start(2, None).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -462,7 +457,6 @@ async fn metrics_are_live_while_the_run_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_writes_the_html_report_next_to_the_json() {
-    let _quiet = QUIET.read().await;
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("demo-report.json");
     let out = tokio::process::Command::new(BIN)

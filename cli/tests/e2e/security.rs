@@ -8,11 +8,10 @@ use stampede_controller::{Controller, ControllerConfig, ServerTls};
 use stampede_core::report::RunOutcome;
 use tokio_util::sync::CancellationToken;
 
-use crate::{scenario, Target, QUIET};
+use crate::{scenario, Target};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_control_plane_keeps_agents_and_users_apart() {
-    let _quiet = QUIET.read().await;
     let target = Target::start(0).await;
     let certified =
         rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use stampede_cli::client;
 use stampede_core::report::RunOutcome;
 
-use crate::{serve_until_dropped, Stop, BIN, QUIET};
+use crate::{serve_until_dropped, Stop, BIN};
 
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
@@ -184,7 +184,6 @@ async fn run_cli(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_carry_their_token_and_rows_split_exactly() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let rows: String = (0..120).map(|i| format!("{i},user {i}\n")).collect();
@@ -233,7 +232,6 @@ async fn logins_carry_their_token_and_rows_split_exactly() {
 /// agent ran the arrival.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_rows_are_drawn_from_the_seed_and_the_arrival() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let rows: String = (0..10).map(|i| format!("{i},user {i}\n")).collect();
@@ -266,7 +264,6 @@ async fn random_rows_are_drawn_from_the_seed_and_the_arrival() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_check_and_extraction_have_their_own_kinds() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
@@ -314,7 +311,6 @@ session:
 /// arrives whole, in chunks; too few rows for the connections is refused before any load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_bind_per_request_and_per_connection() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     // 60 rows of 100 KB: 6 MB, more than a 4 MiB message.
@@ -414,7 +410,6 @@ session:
 /// refuses the run before any session starts, naming the step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_runs_once_per_run_and_its_values_reach_every_session() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let text = setup_scenario(&server.url, "1s", "");
@@ -472,7 +467,6 @@ async fn setup_runs_once_per_run_and_its_values_reach_every_session() {
 /// the refreshes are not in the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let text = setup_scenario(&server.url, "3s", "setup_refresh: 1s\n");
@@ -512,7 +506,6 @@ async fn setup_refresh_reaches_every_agent_and_stays_out_of_the_report() {
 /// request for the rest of the run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_agent_takes_over_the_setup_refresh_when_its_agent_is_lost() {
-    let _quiet = QUIET.read().await;
     let server = LoginServer::start().await;
     // Sorted by id, a-1 is the first member: the one that runs the setup.
     let (cluster, mut agents) = crate::cluster_with_agents(&["a-1", "a-2", "a-3"]).await;

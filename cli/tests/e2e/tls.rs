@@ -8,7 +8,7 @@ use stampede_target_servers::http::{HttpConfig, HttpServer};
 use stampede_target_servers::tls::TlsServer;
 use tokio::net::TcpListener;
 
-use crate::{cli_run_local, run, serve_until_dropped, Stop, QUIET};
+use crate::{cli_run_local, run, serve_until_dropped, Stop};
 
 /// An HTTPS target with a fresh self-signed certificate for localhost and 127.0.0.1; returns
 /// the server, its `https://localhost:PORT` URL and the certificate (PEM).
@@ -49,7 +49,6 @@ async fn run_local(text: &str, agents: u32) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_http1_and_h2_by_alpn_count_match() {
-    let _quiet = QUIET.read().await;
     let (server, url, pem, _stop) = https_target().await;
     let r = run_local(&scenario(&url, &trusting(&pem)), 2).await;
     let st = server.stats();
@@ -72,7 +71,6 @@ async fn https_http1_and_h2_by_alpn_count_match() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_misnamed_or_plaintext_servers_are_tls_errors() {
-    let _quiet = QUIET.read().await;
     let (server, url, pem, _stop) = https_target().await;
     let tls_only = |r: &Report| {
         assert_eq!(r.totals.completed, 0, "{:?}", r.totals);
@@ -104,7 +102,6 @@ async fn untrusted_misnamed_or_plaintext_servers_are_tls_errors() {
 /// works but is announced on stderr and in the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_reads_ca_file_and_warns_loudly_when_verification_is_off() {
-    let _quiet = QUIET.read().await;
     let (server, url, pem, _stop) = https_target().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("certs")).unwrap();

@@ -370,6 +370,20 @@ fn protocol_errors_name_the_field() {
     );
     let udp = "name: u\ntarget: udp://127.0.0.1:53\nphases: [{ duration: 1s, arrival_rate: 1 }]\nsession:\n  - udp: { send: { text: x }, timeout: 0s }\n";
     assert_eq!(err(udp).path(), "session[0].udp.timeout");
+    // A payload that always holds its delimiter would be read as two requests: refused, static
+    // or in a template's literal text. A value rendered into it is checked per request.
+    for send in [
+        r#"{ text: "a\r\nb" }"#,
+        "{ hex: 610d0a62 }",
+        r#"{ text: "${session.index}\r\n" }"#,
+    ] {
+        let e = err(&TCP.replace("{ text: hi }", send));
+        assert_eq!(e.path(), "session[0].tcp.send", "{send}: {e}");
+        assert!(e.to_string().contains("framing delimiter"), "{e}");
+    }
+    for send in [r#"{ text: "a\rb\n" }"#, r#"{ text: "${session.index}\r" }"#] {
+        Scenario::from_yaml(&TCP.replace("{ text: hi }", send)).unwrap();
+    }
     let both = DEMO.replace("path: /data }", "path: /data, body: x, body_file: b.json }");
     assert_eq!(err(&both).path(), "session[0].http.body_file");
 }

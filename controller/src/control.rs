@@ -232,15 +232,8 @@ pub(crate) fn submit(
         )));
     }
     // A literal address the agents would refuse is refused here, before any agent is picked.
-    if let Some(addr) = scenario
-        .target
-        .as_ref()
-        .and_then(stampede_core::ports::endpoint)
-        .and_then(|e| e.parse::<std::net::SocketAddr>().ok())
-    {
-        stampede_core::target_policy::TargetPolicy::default()
-            .check(addr)
-            .map_err(|e| ControllerError::Invalid(format!("target: {e}")))?;
+    if let Some(target) = &scenario.target {
+        stampede_core::target_policy::check_literal(target).map_err(ControllerError::Invalid)?;
     }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
     let handle = run::start(inner.clone(), scenario, agents, wait);

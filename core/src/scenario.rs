@@ -630,7 +630,7 @@ impl Scenario {
                 ),
             });
         }
-        crate::yaml_guard::check_aliases(text).map_err(|message| ScenarioError::Parse {
+        crate::yaml_guard::check(text).map_err(|message| ScenarioError::Parse {
             path: "scenario".into(),
             message,
         })?;

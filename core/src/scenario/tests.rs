@@ -769,3 +769,39 @@ fn http_version_parses_and_only_applies_to_http() {
         "http_version: only applies to http:// and https:// targets"
     );
 }
+
+/// A mix of session types (`types` × `steps` request steps) over `phases` phases.
+fn mix(types: usize, steps: usize, phases: usize) -> String {
+    let step = vec!["{ http: { path: / } }"; steps].join(", ");
+    let mut s = String::from("name: m\ntarget: http://127.0.0.1:1\nphases:\n");
+    for _ in 0..phases {
+        s.push_str("  - { duration: 1s, arrival_rate: 1 }\n");
+    }
+    s.push_str("sessions:\n");
+    for t in 0..types {
+        s.push_str(&format!(
+            "  - {{ name: t{t}, weight: 1, steps: [ {step} ] }}\n"
+        ));
+    }
+    s
+}
+
+/// Request steps are capped over the whole run (each has statistics on every agent and in
+/// the controller), and so are phases × steps; the message names the limit.
+#[test]
+fn request_steps_are_capped_over_the_run() {
+    Scenario::from_yaml(&mix(16, 100, 1)).unwrap();
+    Scenario::from_yaml(&mix(40, 100, 1)).unwrap();
+    let e = err(&mix(41, 100, 1));
+    assert_eq!(e.path(), "sessions");
+    assert!(e.to_string().contains("4100 request steps"), "{e}");
+    assert!(e.to_string().contains("at most 4096"), "{e}");
+    Scenario::from_yaml(&mix(1, 100, 1000)).unwrap();
+    let e = err(&mix(2, 100, 501));
+    assert!(
+        e.to_string().contains(
+            "501 phases × 200 request steps = 100200 per-step statistics; at most 100000"
+        ),
+        "{e}"
+    );
+}

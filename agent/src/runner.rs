@@ -26,8 +26,8 @@ use models::{
     pooled_connection, pooled_streams, ticked_pool, MAX_QUEUED_SLOTS,
 };
 pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
-pub use recorder::Recorder;
-use recorder::{empty_buffers, final_interval, interval_index, progress, InFlight};
+pub use recorder::{empty_buffers, progress, Recorder, Slot};
+use recorder::{final_interval, interval_index, InFlight};
 #[cfg(test)]
 use session::{last_on_connection, think};
 use session::{session, At, Line};
@@ -47,7 +47,7 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let rec = Arc::new(Recorder::new(run.phases, run.steps));
+    let rec = Arc::new(Recorder::per_phase(run.phase_steps()));
     let tracker = TaskTracker::new();
 
     // The interval ticker.

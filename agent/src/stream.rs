@@ -86,6 +86,9 @@ impl FramedRequest {
                 if d.is_empty() {
                     return Err("framing.delimiter: must not be empty".into());
                 }
+                if contains(&payload, &d) {
+                    return Err("send: holds the framing delimiter".into());
+                }
                 out.extend_from_slice(&payload);
                 out.extend_from_slice(&d);
                 ReplyFraming::Delimiter(Bytes::from(d))
@@ -126,10 +129,18 @@ impl FramedRequest {
     }
 
     /// Frames `payload` (a payload rendered for one request) as this step frames its
-    /// requests, into `out`; a payload longer than [`MAX_FRAME`] is a `template` error.
+    /// requests, into `out`. A payload longer than [`MAX_FRAME`], or one holding the
+    /// delimiter of delimiter framing (a data row, an extracted value with a line break), is
+    /// a `template` error and nothing is sent: the peer would parse two requests, answer
+    /// both, and every later reply on the connection would be taken for the wrong request.
     pub fn frame(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
         if payload.len() > MAX_FRAME {
             return Err(Failure(error_kind::TEMPLATE));
+        }
+        if let ReplyFraming::Delimiter(d) = &self.framing {
+            if contains(payload, d) {
+                return Err(Failure(error_kind::TEMPLATE));
+            }
         }
         out.clear();
         if self.framing == ReplyFraming::Length {
@@ -140,6 +151,15 @@ impl FramedRequest {
             out.extend_from_slice(d);
         }
         Ok(())
+    }
+}
+
+/// Whether `needle` (not empty) occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    match needle {
+        [] => false,
+        [b] => hay.contains(b),
+        _ => hay.windows(needle.len()).any(|w| w == needle),
     }
 }
 
@@ -364,6 +384,22 @@ mod tests {
         let mut out = Vec::new();
         r.frame(b"abc", &mut out).unwrap();
         assert_eq!(out, b"abc\n");
+        // A rendered payload holding the delimiter would be two frames: refused, nothing framed.
+        out.clear();
+        assert_eq!(
+            r.frame(b"a\nb", &mut out),
+            Err(Failure(error_kind::TEMPLATE))
+        );
+        assert!(out.is_empty());
+        let crlf = FramedRequest::new(&t(Framing::Delimiter(Payload::Hex("0d0a".into())))).unwrap();
+        crlf.frame(b"a\rb\n", &mut out).unwrap();
+        assert!(crlf.frame(b"a\r\nb", &mut out).is_err());
+        assert!(FramedRequest::new(&TcpRequest {
+            send: Payload::text("x\r\n"),
+            framing: Framing::Delimiter(Payload::Hex("0d0a".into())),
+            expect: None
+        })
+        .is_err());
         let r = FramedRequest::new(&t(Framing::LengthPrefixed)).unwrap();
         r.frame(b"abc", &mut out).unwrap();
         assert_eq!(out, b"\0\0\0\x03abc");

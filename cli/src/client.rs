@@ -239,8 +239,14 @@ pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::S
 /// [`read_scenario`] for a dry run (`validate`, `plan`): the files are read, but
 /// `${env:NAME}` references are left as they are, so the variables a run needs need not be
 /// set (see [`stampede_core::Scenario::env_names`]).
+/// A literal target address the agents' default policy refuses is refused here too, with the
+/// controller's message: a dry run says what the run would be told.
 pub fn read_scenario_dry(path: &std::path::Path) -> Result<stampede_core::Scenario> {
-    read(path, stampede_core::Scenario::from_yaml, Env::Leave).map(|(_, s)| s)
+    let (_, s) = read(path, stampede_core::Scenario::from_yaml, Env::Leave)?;
+    if let Some(t) = &s.target {
+        stampede_core::target_policy::check_literal(t).map_err(anyhow::Error::msg)?;
+    }
+    Ok(s)
 }
 
 /// [`read_scenario`] with another parser (capacity's, which needs no load).
@@ -353,5 +359,36 @@ session:
         );
         let s = read_scenario_dry(&path).unwrap();
         assert!(s.data["users"].config_map.is_some());
+    }
+
+    /// `validate` and `plan` refuse a literal metadata address as the controller would.
+    #[test]
+    fn a_dry_run_refuses_what_the_target_policy_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yaml");
+        for target in [
+            "http://100.100.100.200/",
+            "http://[fd20:ce::254]/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "tcp://168.63.129.16:80",
+        ] {
+            std::fs::write(
+                &path,
+                format!("name: p\ntarget: {target}\nphases: [ {{ duration: 1s, arrival_rate: 2 }} ]\nsession: [ {{ http: {{ path: / }} }} ]\n").replace(
+                    "session: [ { http: { path: / } } ]",
+                    if target.starts_with("tcp") {
+                        "session: [ { tcp: { send: { text: x } } } ]"
+                    } else {
+                        "session: [ { http: { path: / } } ]"
+                    },
+                ),
+            )
+            .unwrap();
+            let e = format!("{:#}", read_scenario_dry(&path).unwrap_err());
+            assert!(
+                e.starts_with("target: ") && e.contains("refused by the target policy"),
+                "{e}"
+            );
+        }
     }
 }

@@ -31,7 +31,24 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// A line chart over `x_range`, with dashed vertical markers at `marks`.
+/// Largest x a chart spans: a year in seconds (a report's times come from a file, which may
+/// say anything; past this the axis would only show a hostile value).
+const MAX_X: f64 = 366.0 * 86_400.0;
+/// Largest y a chart spans (ms or requests/s: far beyond any real figure).
+const MAX_Y: f64 = 1e15;
+
+/// `v` made finite and clamped to `[-max, max]` (NaN is 0): the chart library's axes and
+/// ticks are computed from these, and an infinite or astronomically wide range never ends.
+fn bounded(v: f64, max: f64) -> f64 {
+    if v.is_nan() {
+        0.0
+    } else {
+        v.clamp(-max, max)
+    }
+}
+
+/// A line chart over `x_range`, with dashed vertical markers at `marks`. Every coordinate is
+/// made finite and bounded first ([`MAX_X`], [`MAX_Y`]).
 pub(crate) fn line_chart(
     title: &str,
     x_desc: &str,
@@ -41,6 +58,24 @@ pub(crate) fn line_chart(
     marks: &[(f64, String)],
     x_fmt: Option<&dyn Fn(&f64) -> String>,
 ) -> Result<String, String> {
+    let x_range = (bounded(x_range.0, MAX_X), bounded(x_range.1, MAX_X));
+    let lines: Vec<Line> = lines
+        .iter()
+        .map(|l| Line {
+            name: l.name.clone(),
+            color: l.color,
+            points: l
+                .points
+                .iter()
+                .map(|&(x, y)| (bounded(x, MAX_X), bounded(y, MAX_Y)))
+                .collect(),
+        })
+        .collect();
+    let lines = &lines[..];
+    let marks: Vec<(f64, String)> = marks
+        .iter()
+        .map(|(x, label)| (bounded(*x, MAX_X), label.clone()))
+        .collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
@@ -68,7 +103,7 @@ pub(crate) fn line_chart(
             mesh.x_label_formatter(f).x_labels(6);
         }
         mesh.draw().map_err(err)?;
-        for (x, label) in marks {
+        for (x, label) in &marks {
             let style = BLACK.mix(0.45).stroke_width(1);
             chart
                 .draw_series(DashedLineSeries::new(
@@ -469,5 +504,34 @@ mod tests {
         r.load = None;
         r.arrival = "poisson".into();
         assert!(html(&r).unwrap().contains("poisson arrivals"));
+    }
+
+    /// A report file may hold any time: charts are drawn over a bounded, finite range (an
+    /// interval of 1e308 s made the chart library's ticks loop for good).
+    #[test]
+    fn hostile_times_are_bounded_before_any_chart() {
+        use stampede_core::report::{PhaseReport, TimelineRow};
+        for (last, duration) in [(1e308, 1e308), (f64::INFINITY, f64::NAN), (-1e308, 1.0)] {
+            let row = |t_s| TimelineRow {
+                t_s,
+                completed: 5,
+                response_p50_us: 1000,
+                response_max_us: 9000,
+                sessions_planned: 5,
+                ..TimelineRow::default()
+            };
+            let r = Report {
+                duration_s: duration,
+                planned_duration_s: duration,
+                timeline: vec![row(0.0), row(last)],
+                phases: vec![PhaseReport {
+                    start_s: last,
+                    ..PhaseReport::default()
+                }],
+                ..Report::default()
+            };
+            let page = html(&r).unwrap();
+            assert!(page.contains("<svg"), "{last}");
+        }
     }
 }

@@ -31,8 +31,7 @@ impl v1::control_service_server::ControlService for ControlSvc {
         req: Request<v1::SubmitRunRequest>,
     ) -> Result<Response<v1::SubmitRunResponse>, Status> {
         let req = req.into_inner();
-        // Bounded by `MAX_SCENARIO_BYTES`, checked before any parsing.
-        let scenario = Scenario::from_yaml(&req.scenario).map_err(ControllerError::from)?;
+        let scenario = parse_off_the_workers(req.scenario).await?;
         let wait = (req.agent_wait_ms > 0).then(|| Duration::from_millis(req.agent_wait_ms));
         let handle = submit(self.inner.clone(), scenario, req.agents, wait)?;
         Ok(Response::new(v1::SubmitRunResponse {
@@ -232,15 +231,8 @@ pub(crate) fn submit(
         )));
     }
     // A literal address the agents would refuse is refused here, before any agent is picked.
-    if let Some(addr) = scenario
-        .target
-        .as_ref()
-        .and_then(stampede_core::ports::endpoint)
-        .and_then(|e| e.parse::<std::net::SocketAddr>().ok())
-    {
-        stampede_core::target_policy::TargetPolicy::default()
-            .check(addr)
-            .map_err(|e| ControllerError::Invalid(format!("target: {e}")))?;
+    if let Some(target) = &scenario.target {
+        stampede_core::target_policy::check_literal(target).map_err(ControllerError::Invalid)?;
     }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
     let handle = run::start(inner.clone(), scenario, agents, wait);
@@ -248,6 +240,25 @@ pub(crate) fn submit(
         tokio::spawn(scaler.hold(agents, handle.clone()));
     }
     Ok(handle)
+}
+
+/// Submissions parsed at once; the others wait their turn (each may hold a 32 MiB text and
+/// what it parses into).
+static PARSES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Parses and validates a submitted scenario on the blocking pool, at most [`PARSES`] at a
+/// time: a large or hostile text (bounded by `MAX_SCENARIO_BYTES` before any parsing) then
+/// never holds the async workers, which also carry every run's lease renewals and agent
+/// streams.
+async fn parse_off_the_workers(text: String) -> Result<Scenario, Status> {
+    let _turn = PARSES
+        .acquire()
+        .await
+        .map_err(|_| Status::unavailable("the controller is shutting down"))?;
+    tokio::task::spawn_blocking(move || Scenario::from_yaml(&text))
+        .await
+        .map_err(|e| Status::internal(format!("parsing the scenario failed: {e}")))?
+        .map_err(|e| ControllerError::from(e).into())
 }
 
 /// A stream fed by a spawned task through a channel.

@@ -421,6 +421,20 @@ fn check_send(p: &Payload, max: usize) -> Result<usize, String> {
     }
 }
 
+/// Whether a `send` payload always holds `delim`: its bytes when static, a literal part of
+/// its template otherwise (a rendered value holding it fails its request at run time).
+fn send_holds(send: &Payload, delim: &[u8]) -> bool {
+    let holds = |hay: &[u8]| !delim.is_empty() && hay.windows(delim.len()).any(|w| w == delim);
+    match send {
+        Payload::File(_) => false,
+        Payload::Text(t) if t.as_static().is_none() => t.segments().iter().any(|s| match s {
+            crate::template::Segment::Literal(l) => holds(l.as_bytes()),
+            crate::template::Segment::Ref(_) => false,
+        }),
+        p => p.bytes().is_ok_and(|b| holds(&b)),
+    }
+}
+
 /// Validates a TCP step; the error is `(field suffix, reason)`.
 pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
     check_send(&t.send, MAX_FRAME).map_err(|e| ("send", e))?;
@@ -433,6 +447,13 @@ pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
             }
             if matches!(d, Payload::File(_)) {
                 return Err(("framing.delimiter", "give the delimiter inline".into()));
+            }
+            let d = d.bytes().map_err(|e| ("framing.delimiter", e))?;
+            if send_holds(&t.send, &d) {
+                return Err((
+                    "send",
+                    "holds the framing delimiter: the peer would read two requests and every later reply would answer the wrong one".into(),
+                ));
             }
         }
         Framing::Fixed(n) => {

@@ -27,6 +27,13 @@ pub const MAX_PHASES: usize = 1_000;
 pub const MIN_SETUP_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most steps in one session (every request step has its own histograms in the report).
 pub const MAX_STEPS: usize = 100;
+/// Most request steps in a run, all workloads and session types together: each has its own
+/// statistics on every agent and in the controller, and a row in the report (64 workloads ×
+/// 64 session types × 100 steps would be 409,600).
+pub const MAX_REQUEST_STEPS: usize = 4_096;
+/// Most per-step statistics the controller holds for a run: phases × request steps (every
+/// phase keeps an entry per request step of the run).
+pub const MAX_PHASE_STEPS: usize = 100_000;
 /// Most thresholds in one scenario.
 pub const MAX_THRESHOLDS: usize = 100;
 /// Most arrivals one run may plan in total: 1e7/s for over three years. Far above any real
@@ -630,7 +637,7 @@ impl Scenario {
                 ),
             });
         }
-        crate::yaml_guard::check_aliases(text).map_err(|message| ScenarioError::Parse {
+        crate::yaml_guard::check(text).map_err(|message| ScenarioError::Parse {
             path: "scenario".into(),
             message,
         })?;

@@ -206,42 +206,13 @@ impl Counters {
     }
 }
 
-/// Latency of one request step (the per-step breakdown).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepStats {
-    pub requests_completed: u64,
-    pub requests_failed: u64,
-    pub errors: BTreeMap<String, u64>,
-    pub response: Histogram<u64>,
-    pub service: Histogram<u64>,
-}
-
-impl Default for StepStats {
-    fn default() -> Self {
-        Self {
-            requests_completed: 0,
-            requests_failed: 0,
-            errors: BTreeMap::new(),
-            response: hist::new_histogram(),
-            service: hist::new_histogram(),
-        }
-    }
-}
-
-impl StepStats {
-    pub fn add(&mut self, o: &StepStats) -> Result<(), HistError> {
-        self.requests_completed += o.requests_completed;
-        self.requests_failed += o.requests_failed;
-        for (k, v) in &o.errors {
-            *self.errors.entry(k.clone()).or_default() += v;
-        }
-        hist::merge(&mut self.response, &o.response)?;
-        hist::merge(&mut self.service, &o.service)
-    }
-}
-
 /// Counters plus the three latency histograms: response time (from the intended send, the
 /// headline), service time (from the actual send) and the generator's start lag.
+///
+/// The run-wide histograms are dense (184 KiB each, cheapest to record into); the steps'
+/// are sparse ([`SparseStepStats`]): a step costs about a hundred bytes until it records, then
+/// what its latencies fill, so a scenario of many steps (16 session types × 100 steps) holds
+/// only what its sessions did, not 368 KiB per step and phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stats {
     pub counters: Counters,
@@ -250,7 +221,7 @@ pub struct Stats {
     /// How late sessions started behind their intended time.
     pub lag: Histogram<u64>,
     /// Per request step, indexed by the step's ordinal among request steps.
-    pub steps: Vec<StepStats>,
+    pub steps: Vec<SparseStepStats>,
 }
 
 impl Default for Stats {
@@ -266,9 +237,10 @@ impl Default for Stats {
 }
 
 impl Stats {
+    /// Stats of `steps` request steps; nothing is allocated for a step until it records.
     pub fn with_steps(steps: usize) -> Self {
         Self {
-            steps: (0..steps).map(|_| StepStats::default()).collect(),
+            steps: vec![SparseStepStats::default(); steps],
             ..Self::default()
         }
     }
@@ -280,10 +252,11 @@ impl Stats {
         hist::merge(&mut self.service, &o.service)?;
         hist::merge(&mut self.lag, &o.lag)?;
         if self.steps.len() < o.steps.len() {
-            self.steps.resize_with(o.steps.len(), StepStats::default);
+            self.steps
+                .resize_with(o.steps.len(), SparseStepStats::default);
         }
         for (mine, theirs) in self.steps.iter_mut().zip(&o.steps) {
-            mine.add(theirs)?;
+            mine.add(theirs);
         }
         Ok(())
     }
@@ -306,17 +279,19 @@ impl Stats {
         run_wide: bool,
     ) {
         let out = |r: Recorded| u64::from(r == Recorded::OutOfRange);
-        let pair = |response: &mut Histogram<u64>, service: &mut Histogram<u64>| {
-            out(hist::record(response, response_us)) + out(hist::record(service, service_us))
-        };
         self.counters.requests_completed += 1;
         let mut oor = None;
         if let Some(s) = self.steps.get_mut(step) {
             s.requests_completed += 1;
-            oor = Some(pair(&mut s.response, &mut s.service));
+            oor = Some(
+                out(s.response.record_n(response_us, 1)) + out(s.service.record_n(service_us, 1)),
+            );
         }
         if run_wide || oor.is_none() {
-            oor = Some(pair(&mut self.response, &mut self.service));
+            oor = Some(
+                out(hist::record(&mut self.response, response_us))
+                    + out(hist::record(&mut self.service, service_us)),
+            );
         }
         self.counters.out_of_range += oor.unwrap_or(0);
     }
@@ -349,18 +324,16 @@ impl Stats {
         }
     }
 
-    /// Clears all counts, keeping allocations (for the agent's interval recorder).
+    /// Clears all counts (for the agent's interval recorder), keeping the run-wide histograms'
+    /// allocations and freeing the steps': a step holds memory only in the intervals it
+    /// records in.
     pub fn reset(&mut self) {
         self.counters = Counters::default();
         self.response.reset();
         self.service.reset();
         self.lag.reset();
         for s in &mut self.steps {
-            s.requests_completed = 0;
-            s.requests_failed = 0;
-            s.errors.clear();
-            s.response.reset();
-            s.service.reset();
+            *s = SparseStepStats::default();
         }
     }
 
@@ -369,7 +342,8 @@ impl Stats {
     }
 }
 
-/// [`StepStats`] as the controller keeps it: sparse histograms.
+/// Latency of one request step (the per-step breakdown), in sparse histograms: what an
+/// agent records into and the controller merges.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SparseStepStats {
     pub requests_completed: u64,
@@ -393,18 +367,6 @@ impl SparseStepStats {
 
     fn heap_bytes(&self) -> usize {
         self.response.heap_bytes() + self.service.heap_bytes() + self.errors.len() * 64
-    }
-}
-
-impl From<&StepStats> for SparseStepStats {
-    fn from(s: &StepStats) -> Self {
-        Self {
-            requests_completed: s.requests_completed,
-            requests_failed: s.requests_failed,
-            errors: s.errors.clone(),
-            response: SparseHist::from_dense(&s.response),
-            service: SparseHist::from_dense(&s.service),
-        }
     }
 }
 
@@ -457,7 +419,7 @@ impl From<&Stats> for SparseStats {
             response: SparseHist::from_dense(&s.response),
             service: SparseHist::from_dense(&s.service),
             lag: SparseHist::from_dense(&s.lag),
-            steps: s.steps.iter().map(SparseStepStats::from).collect(),
+            steps: s.steps.clone(),
         }
     }
 }

@@ -31,8 +31,10 @@ pub struct TargetPolicy {
 }
 
 impl Default for TargetPolicy {
-    /// Link-local (169.254.0.0/16, fe80::/10, which hold the cloud metadata services) and
-    /// fd00:ec2::254 (AWS's IPv6 metadata address) are refused.
+    /// Link-local (169.254.0.0/16, fe80::/10, which hold most cloud metadata services) and
+    /// the metadata and host addresses clouds put elsewhere are refused: fd00:ec2::254 (AWS,
+    /// IPv6), fd20:ce::254 (Google Cloud, IPv6), 100.100.100.200 (Alibaba Cloud) and
+    /// 168.63.129.16 (Azure's host: DNS, DHCP, health probes, the VM agent's wire server).
     fn default() -> Self {
         let rule = |cidr: &str, why: &str| DenyRule {
             net: cidr.parse().ok(),
@@ -48,6 +50,9 @@ impl Default for TargetPolicy {
                 ),
                 rule("fe80::/10", "link-local (fe80::/10)"),
                 rule("fd00:ec2::254/128", "cloud metadata (fd00:ec2::254)"),
+                rule("fd20:ce::254/128", "cloud metadata (fd20:ce::254)"),
+                rule("100.100.100.200/32", "cloud metadata (100.100.100.200)"),
+                rule("168.63.129.16/32", "cloud host address (168.63.129.16)"),
             ],
             allow_unix: false,
         }
@@ -118,11 +123,36 @@ impl TargetPolicy {
     }
 }
 
-/// An IPv4-mapped IPv6 address checked as the IPv4 address it is.
+/// Checks a target written as a literal address against the default policy, which every
+/// agent applies unless its operator opened the address: `validate`, `plan` and the
+/// controller's submission call it, so such a target is refused with the same message before
+/// anything is sent. A name is left to the agents, which check the address it resolves to.
+pub fn check_literal(target: &crate::target::Target) -> Result<(), String> {
+    match crate::ports::endpoint(target).and_then(|e| e.parse::<SocketAddr>().ok()) {
+        Some(addr) => TargetPolicy::default()
+            .check(addr)
+            .map_err(|e| format!("target: {e}")),
+        None => Ok(()),
+    }
+}
+
+/// An IPv6 form of an IPv4 address, checked as the IPv4 address it reaches: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, but `::` and `::1` stay themselves) and
+/// the NAT64 well-known prefix (`64:ff9b::a.b.c.d`, RFC 6052), which a NAT64 gateway
+/// forwards to the IPv4 address.
 fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+    let IpAddr::V6(v6) = ip else {
+        return ip;
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
+    }
+    let s = v6.segments();
+    let embedded = || IpAddr::V4(std::net::Ipv4Addr::from(v6.to_bits() as u32));
+    match s {
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => ip,
+        [0, 0, 0, 0, 0, 0, _, _] | [0x64, 0xff9b, 0, 0, 0, 0, _, _] => embedded(),
+        _ => ip,
     }
 }
 
@@ -142,12 +172,36 @@ mod tests {
             "[fd00:ec2::254]:80",
             "[fe80::1]:443",
             "[::ffff:169.254.169.254]:80",
+            "[fd20:ce::254]:80",
+            "100.100.100.200:80",
+            "168.63.129.16:32526",
+            // NAT64 and IPv4-compatible forms reach the IPv4 address they embed.
+            "[64:ff9b::a9fe:a9fe]:80",
+            "[64:ff9b::169.254.169.254]:80",
+            "[::a9fe:a9fe]:80",
+            "[::100.100.100.200]:80",
         ] {
             let e = p.check(sa(bad)).unwrap_err();
             assert!(e.contains("refused by the target policy"), "{e}");
         }
         assert!(p.check(sa("127.0.0.1:8080")).is_ok());
         assert!(p.check(sa("198.18.0.1:80")).is_ok());
+        for ok in [
+            "[::1]:80",
+            "[64:ff9b::c612:1]:80",
+            "[::c612:1]:80",
+            "[2001:db8::1]:80",
+        ] {
+            assert!(p.check(sa(ok)).is_ok(), "{ok}");
+        }
+        // A deny rule on an IPv4 network covers its IPv6 forms; an allow list too.
+        let mut q = TargetPolicy::default();
+        q.deny_net("198.18.0.0/15".parse().unwrap());
+        assert!(q.check(sa("[64:ff9b::c612:1]:80")).is_err());
+        assert_eq!(
+            canonical("::".parse().unwrap()),
+            "::".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - generators `${uuid()}`, `${int(MIN,MAX)}`, `${seq(START,STEP)}` drawn from the run
 //!   seed and the arrival index, so a rerun sends the same values whatever the agent count;
 //! - a filter after `|`: `url` (percent-encoding), `json` (a JSON string's escapes), `hex`;
-//! - `$${` is a literal `${`.
+//! - `$${` is a literal `${`: before a `{`, each `$$` is one literal `$` and a single `$`
+//!   left over opens a reference, so `$$${x}` is a `$` followed by `${x}`.
 
 use std::fmt::Write as _;
 
@@ -126,14 +127,17 @@ impl Template {
         let mut lit = String::new();
         let mut rest = text;
         while let Some(at) = rest.find("${") {
-            if rest[..at].ends_with('$') {
-                // `$${` is a literal `${`.
-                lit.push_str(&rest[..at - 1]);
-                lit.push_str("${");
+            // A run of `$` before `{`: each pair is one literal `$`; an odd one left over
+            // opens a reference (`$${` is a literal `${`, `$$${x}` is `$` then `${x}`).
+            let run = 1 + rest[..at].bytes().rev().take_while(|&b| b == b'$').count();
+            let start = at + 1 - run;
+            lit.push_str(&rest[..start]);
+            lit.extend(std::iter::repeat_n('$', run / 2));
+            if run % 2 == 0 {
+                lit.push('{');
                 rest = &rest[at + 2..];
                 continue;
             }
-            lit.push_str(&rest[..at]);
             let body_start = at + 2;
             let end = rest[body_start..]
                 .find('}')
@@ -400,16 +404,51 @@ impl std::fmt::Display for Ref {
     }
 }
 
+/// The text of a template: [`Template::parse`] of it gives the template back. In a literal,
+/// a run of `$` is doubled where a `{` follows it, in the literal or as the start of the next
+/// reference (a value ending in `$` before a reference stays a `$`).
 impl std::fmt::Display for Template {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for s in &self.segments {
+        for (i, s) in self.segments.iter().enumerate() {
             match s {
-                Segment::Literal(text) => f.write_str(&text.replace("${", "$${"))?,
+                Segment::Literal(text) => {
+                    let brace_next = match self.segments.get(i + 1) {
+                        Some(Segment::Ref(_)) => true,
+                        Some(Segment::Literal(next)) => next.starts_with('{'),
+                        None => false,
+                    };
+                    write_literal(f, text, brace_next)?;
+                }
                 Segment::Ref(r) => write!(f, "{r}")?,
             }
         }
         Ok(())
     }
+}
+
+/// Writes literal text, doubling each run of `$` that a `{` follows (`brace_next`: one
+/// follows the text's end).
+fn write_literal(
+    f: &mut std::fmt::Formatter<'_>,
+    text: &str,
+    brace_next: bool,
+) -> std::fmt::Result {
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        f.write_str(&rest[..at])?;
+        let run = rest[at..].bytes().take_while(|&b| b == b'$').count();
+        let after = &rest[at + run..];
+        let doubled = if after.is_empty() {
+            brace_next
+        } else {
+            after.starts_with('{')
+        };
+        for _ in 0..if doubled { 2 * run } else { run } {
+            f.write_char('$')?;
+        }
+        rest = after;
+    }
+    f.write_str(rest)
 }
 
 impl TryFrom<String> for Template {
@@ -522,6 +561,7 @@ pub fn generate(g: Generator, index: u64, rng: &mut impl rand::Rng, out: &mut Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn parses_literals_refs_and_filters() {
@@ -559,6 +599,79 @@ mod tests {
                 Var::Env("HOME".into()),
             ]
         );
+    }
+
+    /// An `${env:}` value ending in `$` before a reference: the text sent on is re-parsed by
+    /// the controller and agents, and must still hold the reference.
+    #[test]
+    fn a_dollar_before_a_reference_survives_the_text() {
+        let mut t = Template::parse("/x/${env:PRICE}${session.index}").unwrap();
+        t.resolve_env(&|_| Some("5$".into())).unwrap();
+        let again = Template::parse(&t.to_string()).unwrap();
+        assert_eq!(again, t);
+        assert_eq!(
+            again.segments(),
+            [
+                Segment::Literal("/x/5$".into()),
+                Segment::Ref(Ref {
+                    var: Var::Builtin(Builtin::SessionIndex),
+                    filter: None
+                })
+            ]
+        );
+        for (text, lit) in [
+            ("$${x}", "${x}"),
+            ("a$$$${", "a$${"),
+            ("$$", "$$"),
+            ("$}", "$}"),
+        ] {
+            assert_eq!(
+                Template::parse(text).unwrap().as_static(),
+                Some(lit),
+                "{text}"
+            );
+        }
+    }
+
+    fn segment() -> impl Strategy<Value = Segment> {
+        let r = prop_oneof![
+            Just(Var::Builtin(Builtin::SessionIndex)),
+            Just(Var::Extracted("tok".into())),
+            Just(Var::Data {
+                source: "users".into(),
+                column: "name".into()
+            }),
+            Just(Var::Gen(Generator::Int { min: -1, max: 7 })),
+        ];
+        let filter = prop_oneof![Just(None), Just(Some(Filter::Url)), Just(Some(Filter::Hex))];
+        prop_oneof![
+            "[$${}a]{1,8}".prop_map(Segment::Literal),
+            (r, filter).prop_map(|(var, filter)| Segment::Ref(Ref { var, filter })),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any template (literals of `$`, `{`, `}` and text between references) is what its
+        /// text parses back to.
+        #[test]
+        fn the_text_parses_back_to_the_template(parts in prop::collection::vec(segment(), 0..8)) {
+            // The parser's form: adjacent literals merged, no empty literal but the only one.
+            let mut segments: Vec<Segment> = Vec::new();
+            for p in parts {
+                match (segments.last_mut(), p) {
+                    (Some(Segment::Literal(a)), Segment::Literal(b)) => a.push_str(&b),
+                    (_, p) => segments.push(p),
+                }
+            }
+            if segments.is_empty() {
+                segments.push(Segment::Literal(String::new()));
+            }
+            let t = Template { segments };
+            let text = t.to_string();
+            prop_assert_eq!(Template::parse(&text).unwrap(), t, "{}", text);
+        }
     }
 
     #[test]

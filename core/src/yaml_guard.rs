@@ -1,50 +1,71 @@
-//! YAML aliases, bounded before anything is allocated for them.
+//! The scenario text's shape, bounded before the real parser sees it: nesting depth and
+//! YAML aliases.
 //!
-//! The scenario parser (serde) expands every alias into a fresh copy of its anchor, so a few
-//! MiB of `*a, *a, …` pointing at a large anchor become gigabytes before validation could
-//! refuse the result. This pass walks the document's events with a separate event parser,
-//! which never expands aliases, and adds up the size the expansion would have: past a small
+//! The scenario parser (serde, over libyaml) takes time quadratic in the nesting depth of
+//! flow collections before its own recursion limit applies (`[[[[…` 80,000 deep: 23 s), and
+//! it expands every alias into a fresh copy of its anchor, so a few MiB of `*a, *a, …`
+//! pointing at a large anchor become gigabytes before validation could refuse the result.
+//! This pass reads the document's events with a separate event parser, which never expands
+//! aliases and is stopped at the first collection deeper than [`MAX_DEPTH`] (so it costs at
+//! most that much per event), and adds up the size the expansion would have: past a small
 //! multiple of the text it is refused, naming the alias.
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::Marker;
 
 /// How much larger than its text a scenario may become once its aliases are expanded.
 pub const MAX_EXPANSION: u64 = 4;
 /// Expansion allowed whatever the text's size (anchors for a few shared headers).
 pub const MIN_EXPANDED_BYTES: u64 = 1 << 20;
+/// Deepest nesting of collections (maps and lists) a scenario may have. The deepest field of
+/// a scenario is a gRPC message, which nests as deep as its schema; 64 leaves room for any
+/// real one.
+pub const MAX_DEPTH: usize = 64;
 
-/// Refuses a document whose aliases would expand it past `max(4 × its size, 1 MiB)`. The
-/// message names the alias's line and column. Syntax errors are left to the real parser,
-/// which reports them with the field.
-pub fn check_aliases(text: &str) -> Result<(), String> {
-    if !text.contains('*') {
-        return Ok(()); // no alias can be written without one
-    }
+/// Refuses a document nested deeper than [`MAX_DEPTH`], or whose aliases would expand it past
+/// `max(4 × its size, 1 MiB)`, in time linear in its size. The message names the line and
+/// column. Syntax errors are left to the real parser, which reports them with the field.
+pub fn check(text: &str) -> Result<(), String> {
     let limit = (text.len() as u64)
         .saturating_mul(MAX_EXPANSION)
         .max(MIN_EXPANDED_BYTES);
     let mut budget = Budget {
         limit,
+        // No alias can be written without a `*`: skip the bookkeeping.
+        aliases: text.contains('*'),
         ..Budget::default()
     };
     let mut parser = Parser::new_from_str(text);
-    let _ = parser.load(&mut budget, true);
-    match budget.refused {
-        Some(why) => Err(why),
-        None => Ok(()),
+    loop {
+        match parser.next_token() {
+            Ok((Event::StreamEnd, _)) => return Ok(()),
+            Ok((ev, mark)) => budget.on_event(ev, mark)?,
+            // The scanner reads up to 1,024 characters ahead of the events, and refuses flow
+            // collections 256 deep on its own: `[[[[…` ends here, not at the 65th event.
+            Err(e) if e.info() == "recursion limit exceeded" => return Err(too_deep(e.marker())),
+            Err(_) => return Ok(()),
+        }
     }
+}
+
+fn too_deep(mark: &Marker) -> String {
+    format!(
+        "line {} column {}: nested more than {MAX_DEPTH} levels deep (lists and maps inside each other); a scenario needs far fewer",
+        mark.line(),
+        mark.col() + 1,
+    )
 }
 
 #[derive(Default)]
 struct Budget {
+    /// Whether aliases are counted (the text has a `*`).
+    aliases: bool,
     /// Expanded size of each finished anchor, by anchor id.
     anchors: std::collections::HashMap<usize, u64>,
     /// Open collections: (anchor id, expanded size so far).
     open: Vec<(usize, u64)>,
     total: u64,
     limit: u64,
-    refused: Option<String>,
 }
 
 impl Budget {
@@ -55,27 +76,27 @@ impl Budget {
     }
 }
 
-impl MarkedEventReceiver for Budget {
-    fn on_event(&mut self, ev: Event, mark: Marker) {
-        if self.refused.is_some() {
-            return;
-        }
+impl Budget {
+    fn on_event(&mut self, ev: Event, mark: Marker) -> Result<(), String> {
         match ev {
             Event::Scalar(value, _, anchor, _) => {
                 let size = value.len() as u64 + 1;
-                if anchor > 0 {
+                if anchor > 0 && self.aliases {
                     self.anchors.insert(anchor, size);
                 }
                 self.total = self.total.saturating_add(size);
                 self.add(size);
             }
             Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if self.open.len() >= MAX_DEPTH {
+                    return Err(too_deep(&mark));
+                }
                 self.total = self.total.saturating_add(1);
                 self.open.push((anchor, 1));
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some((anchor, size)) = self.open.pop() {
-                    if anchor > 0 {
+                    if anchor > 0 && self.aliases {
                         self.anchors.insert(anchor, size);
                     }
                     self.add(size);
@@ -86,7 +107,7 @@ impl MarkedEventReceiver for Budget {
                 self.total = self.total.saturating_add(size);
                 self.add(size);
                 if self.total > self.limit {
-                    self.refused = Some(format!(
+                    return Err(format!(
                         "line {} column {}: YAML aliases would expand the scenario to more than {} bytes ({}× its text); write the values out or use fewer aliases",
                         mark.line(),
                         mark.col() + 1,
@@ -97,6 +118,7 @@ impl MarkedEventReceiver for Budget {
             }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -107,7 +129,7 @@ mod tests {
     #[test]
     fn small_anchors_pass() {
         let text = "name: &n x\ntarget: http://h:1\nsession:\n  - http: &h { path: / }\n  - http: *h\nthresholds: [*n]\n";
-        assert!(check_aliases(text).is_ok());
+        assert!(check(text).is_ok());
     }
 
     #[test]
@@ -116,7 +138,7 @@ mod tests {
         let aliases = vec!["*s"; 20_000].join(", ");
         let text =
             format!("name: &s \"{big}\"\ntarget: http://127.0.0.1:1\nthresholds: [{aliases}]\n");
-        let e = check_aliases(&text).unwrap_err();
+        let e = check(&text).unwrap_err();
         assert!(e.contains("aliases would expand"), "{e}");
         // Nested anchors multiply: a billion laughs in a few lines.
         let mut laughs = String::from(
@@ -129,6 +151,34 @@ mod tests {
             let row = vec![format!("*{prev}"); 9].join(",");
             laughs.push_str(&format!("{name}: &{name} [{row}]\n"));
         }
-        assert!(check_aliases(&laughs).is_err());
+        assert!(check(&laughs).is_err());
+    }
+
+    fn nested(open: &str, close: &str, n: usize) -> String {
+        format!(
+            "name: x\ntarget: http://127.0.0.1:1\nthresholds: {}{}\n",
+            open.repeat(n),
+            close.repeat(n)
+        )
+    }
+
+    /// Any nesting past the limit is refused after reading at most that many levels (the
+    /// depth is counted on the parser's events, so a 100,000-deep document costs no more than
+    /// a 65-deep one), with or without aliases; the limit itself passes.
+    #[test]
+    fn deep_nesting_is_refused_whatever_the_form() {
+        // The top-level map is one level: `thresholds` at depth 63 + 1 is the limit.
+        assert!(check(&nested("[", "]", MAX_DEPTH - 1)).is_ok());
+        for text in [
+            nested("[", "]", MAX_DEPTH),
+            nested("[", "]", 100_000),
+            nested("[", "]", 100_000) + "a: *b\n",
+            nested("{a: ", "}", 100_000),
+            format!("name: x\nthresholds:\n{}x\n", "- ".repeat(100_000)),
+        ] {
+            let e = check(&text).unwrap_err();
+            assert!(e.contains("nested more than 64 levels deep"), "{e}");
+            assert!(e.starts_with("line "), "{e}");
+        }
     }
 }

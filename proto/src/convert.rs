@@ -220,6 +220,13 @@ fn enc(field: &str, h: &hdrhistogram::Histogram<u64>) -> Result<Vec<u8>, Convert
     })
 }
 
+fn enc_sparse(field: &str, h: &SparseHist) -> Result<Vec<u8>, ConvertError> {
+    hist::encode_wire_sparse(h).map_err(|source| ConvertError::Hist {
+        field: field.to_string(),
+        source,
+    })
+}
+
 fn dec(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
     hist::decode_sparse(bytes).map_err(|source| ConvertError::Hist {
         field: field.to_string(),
@@ -243,8 +250,8 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
                     requests_completed: st.requests_completed,
                     requests_failed: st.requests_failed,
                     errors: st.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                    response_hist: enc("steps.response_hist", &st.response)?,
-                    service_hist: enc("steps.service_hist", &st.service)?,
+                    response_hist: enc_sparse("steps.response_hist", &st.response)?,
+                    service_hist: enc_sparse("steps.service_hist", &st.service)?,
                 })
             })
             .collect::<Result<_, ConvertError>>()?,

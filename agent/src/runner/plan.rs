@@ -65,6 +65,20 @@ pub enum StepPlan {
     Think(ThinkTime),
 }
 
+impl StepPlan {
+    /// The step's ordinal among the run's request steps; `None` for a think time.
+    pub fn ordinal(&self) -> Option<usize> {
+        match self {
+            StepPlan::Http { ordinal, .. }
+            | StepPlan::HttpDynamic { ordinal, .. }
+            | StepPlan::Tcp { ordinal, .. }
+            | StepPlan::Udp { ordinal, .. }
+            | StepPlan::Grpc { ordinal, .. } => Some(*ordinal),
+            StepPlan::Think(_) => None,
+        }
+    }
+}
+
 /// Where the target is, resolved once per run; the scheme picks the driver.
 #[derive(Debug, Clone)]
 pub enum Endpoint {
@@ -244,6 +258,28 @@ pub struct ShardRun {
 }
 
 impl ShardRun {
+    /// The request steps each phase's statistics cover: up to the last step of the phase's
+    /// workload (the recorder sizes a phase's stats by it, not by every step of the run).
+    pub fn phase_steps(&self) -> Vec<usize> {
+        let mut out = vec![0; self.phases];
+        for w in &self.workloads {
+            let end = w
+                .types
+                .iter()
+                .flatten()
+                .filter_map(StepPlan::ordinal)
+                .map(|o| o + 1)
+                .max()
+                .unwrap_or(0)
+                .min(self.steps);
+            let base = w.phase_base as usize;
+            for p in out.iter_mut().skip(base).take(w.phases) {
+                *p = end;
+            }
+        }
+        out
+    }
+
     /// Planned sessions of this shard, all workloads together.
     pub fn planned(&self) -> u64 {
         self.workloads

@@ -13,7 +13,7 @@ use stampede_proto::v1;
 use tokio::time::Instant;
 
 /// One phase's interval stats, allocated when the phase first records something.
-pub(super) type Slot = Option<Box<IntervalStats>>;
+pub type Slot = Option<Box<IntervalStats>>;
 
 /// One session's place in [`Recorder::in_flight`], given back on drop.
 pub(super) struct InFlight<'a>(pub(super) &'a Recorder);
@@ -27,10 +27,13 @@ impl Drop for InFlight<'_> {
 /// The interval recorder: an [`IntervalStats`] per phase, double-buffered so the ticker
 /// settles and encodes outside the lock.
 ///
-/// An `IntervalStats` is (3 + 2 × request steps) dense histograms of 184 KiB, so a slot is allocated
-/// only when its phase first records something and freed at the first flush that finds it
-/// empty: a run of 100 phases × 20 steps holds the one or two phases running now (twice, for
-/// the double buffer), not 100.
+/// An `IntervalStats` is 3 dense histograms of 184 KiB and a sparse entry per request step of
+/// its phase's workload (about a hundred bytes until the step records; its histograms are
+/// allocated by its first record and freed at each flush), so a slot is allocated only when
+/// its phase first records something and freed at the first flush that finds it empty: a run
+/// of 100 phases × 20 steps holds the one or two phases running now (twice, for the double
+/// buffer), not 100, and a mix of 16 session types × 100 steps holds the steps its sessions
+/// ran in the last interval, not 1,600 × 368 KiB.
 ///
 /// The lock is striped, and the stripes cost memory only where there is contention. A
 /// thread records into the first stripe until it once finds it held; from then on it records
@@ -41,7 +44,9 @@ impl Drop for InFlight<'_> {
 #[derive(Debug)]
 pub struct Recorder {
     stripes: Box<[Stripe]>,
-    steps: usize,
+    /// Request steps each phase's stats cover: up to the last of its workload's (steps are
+    /// numbered across the run; a phase never records another workload's).
+    steps: Box<[usize]>,
     pub in_flight: AtomicUsize,
     /// Connections open, their per-interval peak and how many were opened.
     pub connections: crate::net::ConnGauge,
@@ -81,20 +86,31 @@ thread_local! {
 }
 
 impl Recorder {
-    /// A recorder with a stripe per core this process may run on.
+    /// A recorder with a stripe per core this process may run on, every phase covering
+    /// `steps` request steps.
     pub fn new(phases: usize, steps: usize) -> Self {
+        Self::per_phase(vec![steps; phases])
+    }
+
+    /// A recorder with a stripe per core, phase `p` covering `steps[p]` request steps.
+    pub fn per_phase(steps: Vec<usize>) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_stripes(phases, steps, cores)
+        Self::striped(steps, cores)
     }
 
     /// A recorder with `stripes` locks (at least 1, at most `MAX_STRIPES`, 64): what the
     /// recorder benchmark compares.
     pub fn with_stripes(phases: usize, steps: usize, stripes: usize) -> Self {
+        Self::striped(vec![steps; phases], stripes)
+    }
+
+    fn striped(steps: Vec<usize>, stripes: usize) -> Self {
+        let phases = steps.len();
         Self {
             stripes: (0..stripes.clamp(1, MAX_STRIPES))
                 .map(|_| Stripe(Mutex::new(empty_buffers(phases))))
                 .collect(),
-            steps,
+            steps: steps.into_boxed_slice(),
             in_flight: AtomicUsize::new(0),
             connections: crate::net::ConnGauge::default(),
         }
@@ -130,9 +146,14 @@ impl Recorder {
     pub fn with<R>(&self, phase: u32, f: impl FnOnce(&mut IntervalStats) -> R) -> Option<R> {
         let mut slots = self.lock();
         let slot = slots.get_mut(phase as usize)?;
-        Some(f(slot.get_or_insert_with(|| {
-            Box::new(IntervalStats::with_steps(self.steps))
-        })))
+        Some(f(slot.get_or_insert_with(|| self.fresh(phase as usize))))
+    }
+
+    /// Empty stats for `phase`, sized to its workload's steps.
+    fn fresh(&self, phase: usize) -> Box<IntervalStats> {
+        Box::new(IntervalStats::with_steps(
+            self.steps.get(phase).copied().unwrap_or(0),
+        ))
     }
 
     /// Counts `n` of the phase's planned sessions as dropped: never started.
@@ -147,14 +168,12 @@ impl Recorder {
     /// never add up one peak twice): the first phase that recorded, or phase 0 when none did.
     pub fn swap(&self, spare: &mut Vec<Slot>) {
         std::mem::swap(&mut *self.stripes[0].lock(), spare);
-        let steps = self.steps;
         for stripe in &self.stripes[1..] {
             let mut slots = stripe.lock();
-            for (from, into) in slots.iter_mut().zip(spare.iter_mut()) {
+            for (phase, (from, into)) in slots.iter_mut().zip(spare.iter_mut()).enumerate() {
                 match from {
                     Some(s) if !s.is_empty() => {
-                        let into =
-                            into.get_or_insert_with(|| Box::new(IntervalStats::with_steps(steps)));
+                        let into = into.get_or_insert_with(|| self.fresh(phase));
                         if let Err(e) = into.add(s) {
                             // Every stats of a run has the same histograms: cannot happen.
                             tracing::error!(error = %e, "an interval's stripe did not merge");
@@ -169,12 +188,9 @@ impl Recorder {
         if opened == 0 && peak == 0 {
             return;
         }
-        let carrier = match spare.iter().position(Option::is_some) {
-            Some(i) => spare.get_mut(i),
-            None => spare.first_mut(),
-        };
-        if let Some(slot) = carrier {
-            let s = slot.get_or_insert_with(|| Box::new(IntervalStats::with_steps(steps)));
+        let carrier = spare.iter().position(Option::is_some).unwrap_or(0);
+        if let Some(slot) = spare.get_mut(carrier) {
+            let s = slot.get_or_insert_with(|| self.fresh(carrier));
             let c = s.counters_mut();
             c.connections_opened += opened;
             c.peak_open_connections = c.peak_open_connections.max(peak);
@@ -191,18 +207,14 @@ impl Recorder {
 }
 
 /// The recorder's buffers: one empty slot per phase, nothing allocated.
-pub(super) fn empty_buffers(phases: usize) -> Vec<Slot> {
+pub fn empty_buffers(phases: usize) -> Vec<Slot> {
     (0..phases).map(|_| None).collect()
 }
 
-/// Builds the Progress message for one interval from filled buffers, then resets the slots
-/// that had data (their phase is likely to record again) and frees the ones that had none.
-pub(super) fn progress(
-    run_id: &str,
-    interval: u64,
-    filled: &mut [Slot],
-    open: u64,
-) -> v1::AgentMessage {
+/// Builds the Progress message for one interval from filled buffers (what
+/// [`Recorder::swap`] returned), then resets the slots that had data (their phase is likely to
+/// record again) and frees the ones that had none.
+pub fn progress(run_id: &str, interval: u64, filled: &mut [Slot], open: u64) -> v1::AgentMessage {
     // Settled here, outside the sessions' lock: the steps' histograms are added into the
     // run-wide ones once per interval (see `IntervalStats`), not recorded with every request.
     let samples = filled

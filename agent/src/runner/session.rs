@@ -781,7 +781,14 @@ mod tests {
             let s = s.settle().unwrap();
             assert_eq!(s.counters.requests_completed, 2);
             let (first, second) = (&s.steps[0], &s.steps[1]);
-            assert!(first.response.equivalent(first.response.max(), handshake));
+            // Equivalent values (3 significant digits): the bucket holding the handshake.
+            let max = first.response.max();
+            assert!(
+                first.response.min() <= handshake
+                    && handshake <= max
+                    && max - handshake < handshake / 500,
+                "{handshake} µs recorded as {max}"
+            );
             assert_eq!(first.service.max(), 1);
             assert_eq!(second.response.max(), 1);
             assert_eq!(second.service.max(), 1);

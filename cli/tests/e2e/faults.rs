@@ -147,3 +147,49 @@ async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most 32 MiB"));
     assert_eq!(target.requests(), 10);
 }
+
+/// A report the controller cannot store (its `runs` folder replaced by a file) fails the run:
+/// in what `stampede run` prints and in its exit code (2), not only in `stampede status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_that_cannot_be_stored_fails_the_run() {
+    let _q = QUIET.read().await;
+    let target = Target::start(0).await;
+    let data = tempfile::tempdir().unwrap();
+    let token = "unstored-token";
+    let (_controller, url) = crate::spawn_controller(token, data.path());
+    let _agent = spawn_agent(&url, token, "unstored-agent");
+    let runs = data.path().join("runs");
+    if runs.exists() {
+        std::fs::remove_dir_all(&runs).unwrap();
+    }
+    std::fs::write(&runs, "not a folder").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(
+        &path,
+        crate::scenario(&target.url, "  - { duration: 1s, arrival_rate: 10 }\n", ""),
+    )
+    .unwrap();
+    let report = dir.path().join("r.json");
+    let out = tokio::process::Command::new(crate::BIN)
+        .args(["run", "--quiet", "--agents", "1", "--agent-wait", "20s"])
+        .args(["--controller", &url, "--report"])
+        .env("STAMPEDE_TOKEN", token)
+        .arg(&report)
+        .arg(&path)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the run ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    let r: stampede_core::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r.outcome, RunOutcome::Failed);
+    assert_eq!(r.totals.completed, 10, "the load itself ran");
+    let why = r.message.unwrap_or_default();
+    assert!(why.contains("could not be persisted"), "{why}");
+    assert!(stdout.contains("failed"), "{stdout}");
+}

@@ -128,6 +128,26 @@ async fn tcp_echo_with_delimiter_framing() {
     assert_eq!(r.totals.bytes_received, 90 * 5);
 }
 
+/// A data row holding the newline delimiter would be sent as two frames, and every later
+/// reply on the connection read as the answer to the wrong request: its request fails with
+/// `template` and sends nothing, so the target parses exactly one frame per request counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendered_payload_holding_its_delimiter_is_a_template_error() {
+    let _quiet = QUIET.read().await;
+    let (server, url, _stop) = echo_tcp(Framing::Newline).await;
+    let session = "  - tcp:\n      send: { text: 'hello ${users.name}' }\n      framing: { delimiter: { text: \"\\n\" } }\n      expect: { prefix: { text: hello } }\n    repeat: 3\n";
+    let data =
+        "data:\n  users: { on_exhausted: wrap, columns: [name], rows: [[good], [\"x\\ny\"]] }\n";
+    let r = run_local(&scenario(&url, 30, session, data), 2).await;
+    let frames = server.stats().frames_total;
+    eprintln!("delimiter in a row: {:?}, {frames} frames", r.totals);
+    // Sessions take the rows in turn: 15 send three good frames each, 15 fail their first
+    // request (a session stops at its first failure).
+    assert_eq!(errors(&r), [("template", 15)]);
+    assert_eq!(r.totals.completed, 45);
+    assert_eq!(frames, 45);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unix_echo_counts_match() {
     let dir = tempfile::tempdir().unwrap();

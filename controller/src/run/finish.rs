@@ -1,6 +1,7 @@
 //! The end of a run: build the report, persist it, then publish it.
 
 use super::*;
+use stampede_core::report::Report;
 
 impl Driver {
     /// Builds the report, persists it, and only then declares the run finished.
@@ -19,7 +20,7 @@ impl Driver {
             started_at_unix_ms,
             duration_s,
         };
-        let report = match acc.finish(&self.scenario, meta) {
+        let mut report = match acc.finish(&self.scenario, meta) {
             Ok(mut r) => {
                 r.threshold_abort = self.threshold_abort.clone();
                 r
@@ -49,13 +50,11 @@ impl Driver {
                 (json, state, message.unwrap_or_default())
             }
             Err(e) => {
-                // Still hand the report to watchers; say loudly that it is not stored.
+                // Still hand the report to watchers, failed: a run whose report is lost must
+                // not pass in CI (the CLI's exit code follows the report's outcome).
+                let message = unstored(&mut report, &e.to_string());
                 let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-                (
-                    json,
-                    RunState::Failed,
-                    format!("the report could not be persisted: {e}"),
-                )
+                (json, RunState::Failed, message)
             }
         };
         if self.h.persisted.load(std::sync::atomic::Ordering::Acquire) {
@@ -68,4 +67,17 @@ impl Driver {
         });
         evict_finished(&self.inner);
     }
+}
+
+/// Marks a report that could not be stored as failed, its message saying why (before the
+/// run's own message, if any); returns the message.
+fn unstored(report: &mut Report, why: &str) -> String {
+    let mut message = format!("the report could not be persisted: {why}");
+    if let Some(m) = report.message.as_deref().filter(|m| !m.is_empty()) {
+        message.push_str("; ");
+        message.push_str(m);
+    }
+    report.outcome = RunOutcome::Failed;
+    report.message = Some(message.clone());
+    message
 }

@@ -61,6 +61,62 @@ pub fn encode_wire(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
     encode(h)
 }
 
+/// [`encode_wire`] of a sparse histogram, the same bytes, without building the 184 KiB dense
+/// form when the uncompressed encoding is small (what one step of one interval usually is):
+/// the V2 header, then the counts up to the last non-empty bucket as zigzag varints, a run of
+/// more than one empty bucket as its negated length (hdrhistogram's V2 serializer, to the
+/// byte; property-tested).
+pub fn encode_wire_sparse(h: &SparseHist) -> Result<Vec<u8>, HistError> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&V2_COOKIE.to_be_bytes());
+    out.extend_from_slice(&0u32.to_be_bytes()); // the counts' length, set below
+    out.extend_from_slice(&0u32.to_be_bytes()); // normalizing index offset
+    out.extend_from_slice(&u32::from(SPEC.significant_digits).to_be_bytes());
+    out.extend_from_slice(&SPEC.lowest_us.to_be_bytes());
+    out.extend_from_slice(&SPEC.highest_us.to_be_bytes());
+    out.extend_from_slice(&1.0f64.to_be_bytes());
+    let mut next = 0u32;
+    for (i, n) in h.iter() {
+        if out.len() > WIRE_RAW_MAX {
+            return encode(&h.to_dense());
+        }
+        match i - next {
+            0 => {}
+            1 => put_varint(&mut out, 0),
+            run => put_varint(&mut out, zigzag(-i64::from(run))),
+        }
+        put_varint(&mut out, zigzag(n.min(MAX_V2_COUNT) as i64));
+        next = i + 1;
+    }
+    if next == 0 {
+        // Empty: the serializer writes the one count at index 0.
+        put_varint(&mut out, 0);
+    }
+    if out.len() > WIRE_RAW_MAX {
+        return encode(&h.to_dense());
+    }
+    let len = (out.len() - V2_HEADER_SIZE) as u32;
+    out[4..8].copy_from_slice(&len.to_be_bytes());
+    Ok(out)
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+/// hdrhistogram's LEB128-64b9B varint (see [`varint`]).
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    for _ in 0..8 {
+        if v < 0x80 {
+            out.push(v as u8);
+            return;
+        }
+        out.push((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 /// Decodes V2 bytes, compressed or not, refusing anything that is not exactly [`SPEC`]. The
 /// counts are read by [`decode_sparse`], with its checks, then copied into a dense histogram:
 /// hdrhistogram's own deserializer negates a run of zeros unchecked, and a run of `i64::MIN`
@@ -217,6 +273,30 @@ mod tests {
         }
         let back = decode(&encode(&h).unwrap()).unwrap();
         assert_eq!(back, h);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// The sparse encoder writes the dense one's bytes: few values (raw V2), many (past
+        /// the raw limit, compressed), counts of one and of many, runs of one empty bucket.
+        #[test]
+        fn the_sparse_wire_encoding_is_the_dense_one(
+            values in proptest::collection::vec(
+                (proptest::prop_oneof![1u64..3, 1u64..5_000, 1u64..4_000_000_000], 1u64..70_000),
+                0..300,
+            )
+        ) {
+            let mut dense = new_histogram();
+            let mut sparse = SparseHist::default();
+            for &(v, n) in &values {
+                dense.saturating_record_n(v.min(SPEC.highest_us), n);
+                sparse.record_n(v, n);
+            }
+            let bytes = encode_wire_sparse(&sparse).unwrap();
+            proptest::prop_assert_eq!(&bytes, &encode_wire(&dense).unwrap());
+            proptest::prop_assert_eq!(decode_sparse(&bytes).unwrap(), sparse);
+        }
     }
 
     #[test]

@@ -22,7 +22,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub use codec::{
-    decode, decode_sparse, encode, encode_sparse, encode_wire, MAX_ENCODED_BYTES, WIRE_RAW_MAX,
+    decode, decode_sparse, encode, encode_sparse, encode_wire, encode_wire_sparse,
+    MAX_ENCODED_BYTES, WIRE_RAW_MAX,
 };
 pub use sparse::SparseHist;
 

@@ -129,8 +129,16 @@ impl SparseHist {
         h
     }
 
+    /// Adds these counts into a dense histogram of [`SPEC`] (saturating): how an agent adds a
+    /// step's requests into the run-wide histograms, once per interval.
+    pub fn add_to_dense(&self, h: &mut Histogram<u64>) {
+        for (i, n) in self.iter() {
+            h.saturating_record_n(value_for(i), n);
+        }
+    }
+
     /// The non-empty buckets as (bucket index, count), lowest first.
-    fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.pages.iter().flat_map(|(k, page)| {
             let base = u32::from(*k) * PAGE as u32;
             let (list, dense) = match page {

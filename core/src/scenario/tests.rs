@@ -370,6 +370,20 @@ fn protocol_errors_name_the_field() {
     );
     let udp = "name: u\ntarget: udp://127.0.0.1:53\nphases: [{ duration: 1s, arrival_rate: 1 }]\nsession:\n  - udp: { send: { text: x }, timeout: 0s }\n";
     assert_eq!(err(udp).path(), "session[0].udp.timeout");
+    // A payload that always holds its delimiter would be read as two requests: refused, static
+    // or in a template's literal text. A value rendered into it is checked per request.
+    for send in [
+        r#"{ text: "a\r\nb" }"#,
+        "{ hex: 610d0a62 }",
+        r#"{ text: "${session.index}\r\n" }"#,
+    ] {
+        let e = err(&TCP.replace("{ text: hi }", send));
+        assert_eq!(e.path(), "session[0].tcp.send", "{send}: {e}");
+        assert!(e.to_string().contains("framing delimiter"), "{e}");
+    }
+    for send in [r#"{ text: "a\rb\n" }"#, r#"{ text: "${session.index}\r" }"#] {
+        Scenario::from_yaml(&TCP.replace("{ text: hi }", send)).unwrap();
+    }
     let both = DEMO.replace("path: /data }", "path: /data, body: x, body_file: b.json }");
     assert_eq!(err(&both).path(), "session[0].http.body_file");
 }
@@ -753,5 +767,41 @@ fn http_version_parses_and_only_applies_to_http() {
     assert_eq!(
         err(&tcp).to_string(),
         "http_version: only applies to http:// and https:// targets"
+    );
+}
+
+/// A mix of session types (`types` × `steps` request steps) over `phases` phases.
+fn mix(types: usize, steps: usize, phases: usize) -> String {
+    let step = vec!["{ http: { path: / } }"; steps].join(", ");
+    let mut s = String::from("name: m\ntarget: http://127.0.0.1:1\nphases:\n");
+    for _ in 0..phases {
+        s.push_str("  - { duration: 1s, arrival_rate: 1 }\n");
+    }
+    s.push_str("sessions:\n");
+    for t in 0..types {
+        s.push_str(&format!(
+            "  - {{ name: t{t}, weight: 1, steps: [ {step} ] }}\n"
+        ));
+    }
+    s
+}
+
+/// Request steps are capped over the whole run (each has statistics on every agent and in
+/// the controller), and so are phases × steps; the message names the limit.
+#[test]
+fn request_steps_are_capped_over_the_run() {
+    Scenario::from_yaml(&mix(16, 100, 1)).unwrap();
+    Scenario::from_yaml(&mix(40, 100, 1)).unwrap();
+    let e = err(&mix(41, 100, 1));
+    assert_eq!(e.path(), "sessions");
+    assert!(e.to_string().contains("4100 request steps"), "{e}");
+    assert!(e.to_string().contains("at most 4096"), "{e}");
+    Scenario::from_yaml(&mix(1, 100, 1000)).unwrap();
+    let e = err(&mix(2, 100, 501));
+    assert!(
+        e.to_string().contains(
+            "501 phases × 200 request steps = 100200 per-step statistics; at most 100000"
+        ),
+        "{e}"
     );
 }

@@ -269,8 +269,45 @@ impl Scenario {
                 format!("{phases} phases over all workloads; at most {MAX_PHASES}"),
             ));
         }
+        let steps = views
+            .iter()
+            .flat_map(|w| &w.types)
+            .map(|t| t.request_steps())
+            .sum();
+        self.check_step_totals(phases, steps)?;
         // Each workload is checked alone too (naming its field); several add up.
         check_total_arrivals("phases", views.iter().flat_map(|w| w.phases))
+    }
+
+    /// The run's request steps over all workloads and session types, and phases × request
+    /// steps, against [`MAX_REQUEST_STEPS`] and [`MAX_PHASE_STEPS`]: what the agents'
+    /// recorders and the controller hold per step.
+    fn check_step_totals(&self, phases: usize, steps: usize) -> Result<(), ScenarioError> {
+        let field = if !self.workloads.is_empty() {
+            "workloads"
+        } else if !self.sessions.is_empty() {
+            "sessions"
+        } else {
+            "session"
+        };
+        if steps > MAX_REQUEST_STEPS {
+            return Err(ScenarioError::invalid(
+                field,
+                format!(
+                    "{steps} request steps over all session types and workloads; at most {MAX_REQUEST_STEPS} (each has its own statistics on every agent and a row in the report)"
+                ),
+            ));
+        }
+        if phases.saturating_mul(steps) > MAX_PHASE_STEPS {
+            return Err(ScenarioError::invalid(
+                field,
+                format!(
+                    "{phases} phases × {steps} request steps = {} per-step statistics; at most {MAX_PHASE_STEPS}: use fewer phases or steps",
+                    phases * steps
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A workload's arrival phases (`path` is its field prefix: empty at the top level).

@@ -10,8 +10,8 @@
 
 use hdrhistogram::Histogram;
 
-use super::{Counters, StepStats};
-use crate::hist::{self, HistError};
+use super::{Counters, SparseStepStats};
+use crate::hist::HistError;
 use crate::stats::Stats;
 
 /// [`Stats`] being recorded, whose run-wide response and service histograms may still lack
@@ -71,7 +71,7 @@ impl IntervalStats {
         self.stats.add(&o.stats)?;
         if self.settled && !o.settled {
             let s = &mut self.stats;
-            add_steps(&mut s.response, &mut s.service, &o.stats.steps)?;
+            add_steps(&mut s.response, &mut s.service, &o.stats.steps);
         }
         Ok(())
     }
@@ -80,7 +80,7 @@ impl IntervalStats {
     pub fn settle(&mut self) -> Result<&Stats, HistError> {
         if !self.settled {
             let s = &mut self.stats;
-            add_steps(&mut s.response, &mut s.service, &s.steps)?;
+            add_steps(&mut s.response, &mut s.service, &s.steps);
             self.settled = true;
         }
         Ok(&self.stats)
@@ -101,13 +101,12 @@ impl IntervalStats {
 fn add_steps(
     response: &mut Histogram<u64>,
     service: &mut Histogram<u64>,
-    steps: &[StepStats],
-) -> Result<(), HistError> {
+    steps: &[SparseStepStats],
+) {
     for st in steps {
-        hist::merge(response, &st.response)?;
-        hist::merge(service, &st.service)?;
+        st.response.add_to_dense(response);
+        st.service.add_to_dense(service);
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -152,7 +152,6 @@ async fn a_scenario_past_grpc_default_size_reaches_the_agents_and_a_huge_one_is_
 /// in what `stampede run` prints and in its exit code (2), not only in `stampede status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_that_cannot_be_stored_fails_the_run() {
-    let _q = QUIET.read().await;
     let target = Target::start(0).await;
     let data = tempfile::tempdir().unwrap();
     let token = "unstored-token";

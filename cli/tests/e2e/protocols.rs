@@ -133,7 +133,6 @@ async fn tcp_echo_with_delimiter_framing() {
 /// `template` and sends nothing, so the target parses exactly one frame per request counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rendered_payload_holding_its_delimiter_is_a_template_error() {
-    let _quiet = QUIET.read().await;
     let (server, url, _stop) = echo_tcp(Framing::Newline).await;
     let session = "  - tcp:\n      send: { text: 'hello ${users.name}' }\n      framing: { delimiter: { text: \"\\n\" } }\n      expect: { prefix: { text: hello } }\n    repeat: 3\n";
     let data =

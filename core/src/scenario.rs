@@ -142,7 +142,18 @@ pub struct Scenario {
     /// thresholds. A percentage like `1%` (the default) or `0%`, or `none` to turn it off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_error_rate: Option<String>,
+    /// How much of the planned load a run may leave unstarted and still succeed: a run that
+    /// completed without failing but did not start more of its planned sessions than this
+    /// (dropped for lack of a free slot or connection, an agent's capacity cap, a pool too
+    /// small for its rate) ends `incomplete` (exit 2), since its figures describe less load
+    /// than was asked for. A percentage like `1%`; `0.1%` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_dropped: Option<String>,
 }
+
+/// The share of planned sessions a run may leave unstarted when the scenario does not say
+/// (`max_dropped`): a few sessions of a long run are noise, a cap is not.
+pub const DEFAULT_MAX_DROPPED: f64 = 0.001;
 
 /// The arrival resolution when the scenario gives none: the step of wrk2's and oha's timers,
 /// and enough to send several arrivals per wake-up from 2,000 per second up.
@@ -599,15 +610,18 @@ impl Scenario {
                 ramp_to: None,
             }]
         };
+        let mut placed = false;
         if s.workloads.is_empty() && s.phases.is_empty() && s.load.is_none() {
             s.phases = placeholder();
+            placed = true;
         }
         for w in &mut s.workloads {
             if w.phases.is_empty() && w.load.is_none() {
                 w.phases = placeholder();
+                placed = true;
             }
         }
-        s.validate()?;
+        s.validate_with(!placed)?;
         Ok(s)
     }
 
@@ -661,6 +675,15 @@ impl Scenario {
             Some("none" | "off") => None,
             Some(v) => crate::threshold::parse_fraction(v),
         }
+    }
+
+    /// The share of planned sessions the run may leave unstarted (`max_dropped`, or
+    /// [`DEFAULT_MAX_DROPPED`]). Checked by `validate`.
+    pub fn max_dropped(&self) -> f64 {
+        self.max_dropped
+            .as_deref()
+            .and_then(|v| crate::threshold::parse_fraction(v.trim()))
+            .unwrap_or(DEFAULT_MAX_DROPPED)
     }
 
     /// The thresholds, parsed; the error names the entry.
@@ -872,7 +895,10 @@ pub fn json_schema() -> serde_json::Value {
 }
 
 mod files;
+mod scopes;
 mod validate;
+
+pub use scopes::ScopeNames;
 
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,12 @@ use super::*;
 impl Scenario {
     /// Checks every value the types cannot express. Returns the first problem found.
     pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.validate_with(true)
+    }
+
+    /// [`Scenario::validate`]; `phase_scopes` false leaves `phase()` threshold scopes
+    /// unchecked (the capacity search's placeholder phase is replaced by its steps).
+    pub(super) fn validate_with(&self, phase_scopes: bool) -> Result<(), ScenarioError> {
         if self.name.trim().is_empty() {
             return Err(ScenarioError::invalid("name", "must not be empty"));
         }
@@ -87,12 +93,21 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(v) = &self.max_dropped {
+            if crate::threshold::parse_fraction(v.trim()).is_none() {
+                return Err(ScenarioError::invalid(
+                    "max_dropped",
+                    format!("`{v}` is not a percentage like 0.1% or 5%"),
+                ));
+            }
+        }
         // The supply of rows is known now when the schedule does not depend on a seed the
         // controller has yet to draw; otherwise the agents check it with the run's seed.
         if self.seed.is_some() || self.arrival == ArrivalProcess::Uniform {
             self.check_data_supply(self.seed.unwrap_or(0))?;
         }
-        self.parsed_thresholds().map(|_| ())
+        let thresholds = self.parsed_thresholds()?;
+        self.check_scopes(&thresholds, phase_scopes)
     }
 
     /// A workload's `load` (`path` is its field prefix: empty at the top level).

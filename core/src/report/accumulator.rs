@@ -471,6 +471,7 @@ impl RunAccumulator {
             }
         }
         report.judge_delivery();
+        report.judge_shortfall(scenario.max_dropped());
         Ok(report)
     }
 

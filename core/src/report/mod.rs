@@ -384,6 +384,34 @@ impl Report {
         self.message = Some(why);
     }
 
+    /// A run that completed without failing but left more than `max_dropped` (a share) of
+    /// its planned sessions unstarted is `incomplete`: a capacity cap, a pool too small for
+    /// its rate or a generator out of slots delivered less than was asked, and a CI gate must
+    /// not read its figures as the planned load's.
+    pub fn judge_shortfall(&mut self, max_dropped: f64) {
+        if self.outcome != RunOutcome::Succeeded {
+            return;
+        }
+        let s = &self.totals.sessions;
+        if s.planned == 0 {
+            return;
+        }
+        let missed = s.planned.saturating_sub(s.started);
+        let share = missed as f64 / s.planned as f64;
+        if share <= max_dropped {
+            return;
+        }
+        self.outcome = RunOutcome::Incomplete;
+        self.message = Some(format!(
+            "{missed} of {} planned sessions ({:.1}%) were never started ({} dropped for want of a \
+             free slot or connection), more than max_dropped {}%: the target saw less load than planned",
+            s.planned,
+            share * 100.0,
+            s.dropped,
+            max_dropped * 100.0
+        ));
+    }
+
     /// True when every threshold passed (also when there are none).
     pub fn thresholds_passed(&self) -> bool {
         self.thresholds.iter().all(|t| t.passed)
@@ -434,7 +462,51 @@ pub struct LiveSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::{LoadSummary, Report};
+    use super::{LoadSummary, Report, RunOutcome, SessionTotals};
+
+    /// 100 of 160 sessions never started (an agent capped at 20 slots): `incomplete`, with
+    /// how many; within `max_dropped`, or already failed, the outcome stays.
+    #[test]
+    fn undelivered_sessions_make_a_run_incomplete() {
+        let run = |planned, started, outcome| Report {
+            outcome,
+            totals: super::Totals {
+                sessions: SessionTotals {
+                    planned,
+                    started,
+                    dropped: planned - started,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut capped = run(160, 60, RunOutcome::Succeeded);
+        capped.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(capped.outcome, RunOutcome::Incomplete);
+        let why = capped.message.unwrap();
+        assert!(
+            why.starts_with("100 of 160 planned sessions (62.5%) were never started"),
+            "{why}"
+        );
+        // 1 of 2000 is 0.05 %: within the default 0.1 %.
+        let mut one = run(2000, 1999, RunOutcome::Succeeded);
+        one.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(one.outcome, RunOutcome::Succeeded);
+        // 3 of 2000 is over it, but within a scenario's 1 %.
+        let mut three = run(2000, 1997, RunOutcome::Succeeded);
+        three.judge_shortfall(0.01);
+        assert_eq!(three.outcome, RunOutcome::Succeeded);
+        three.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(three.outcome, RunOutcome::Incomplete);
+        // An aborted run keeps its outcome and its reason.
+        let mut aborted = run(160, 60, RunOutcome::Aborted);
+        aborted.judge_shortfall(0.0);
+        assert_eq!(
+            (aborted.outcome, aborted.message),
+            (RunOutcome::Aborted, None)
+        );
+    }
 
     /// The description says how arrival times were rounded, and says nothing of it for the
     /// closed model, which has none.

@@ -271,6 +271,12 @@ pub struct Phase {
     /// If set, the rate ramps linearly to this value by the end of the phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_to: Option<f64>,
+    /// A warm-up: the phase runs and is reported in its own row, but is left out of the
+    /// headline figures, the default error verdict, thresholds without a `phase()` scope and
+    /// `compare` (caches, JITs and connection pools warming up are not the service's
+    /// steady state).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 impl Phase {
@@ -346,6 +352,7 @@ impl Load {
             duration: self.duration,
             arrival_rate: rate,
             ramp_to: None,
+            warmup: false,
         }
     }
 }
@@ -608,6 +615,7 @@ impl Scenario {
                 duration: HumanDuration(std::time::Duration::from_secs(1)),
                 arrival_rate: 1.0,
                 ramp_to: None,
+                warmup: false,
             }]
         };
         let mut placed = false;

@@ -52,6 +52,8 @@ pub struct RunAccumulator {
     closed_phases: Vec<bool>,
     /// Session types of the run (a sample counts at most these).
     n_types: usize,
+    /// The windowed thresholds' interval figures and verdicts.
+    windows: super::windows::Windows,
 }
 
 /// Agent data that does not fit the run.
@@ -119,6 +121,7 @@ impl RunAccumulator {
                 .map(|w| w.types.len())
                 .sum(),
             total_counters: Counters::default(),
+            windows: super::windows::Windows::new(scenario, interval_s),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -200,6 +203,12 @@ impl RunAccumulator {
             Some(last) if interval <= last.interval => last.interval.saturating_add(1),
             _ => interval,
         };
+        if !self.windows.is_empty() {
+            let planned = self
+                .plan
+                .requests_of(phase as usize, stats.counters.sessions_planned);
+            self.windows.add(slot, phase, stats, planned);
+        }
         // A timeline row needs only the counters and the two latency histograms.
         let row = self.open.entry(slot).or_default();
         row.counters.add(&stats.counters);
@@ -209,6 +218,7 @@ impl RunAccumulator {
             if let Some((k, s)) = self.open.pop_first() {
                 let row = self.row(k, &s)?;
                 self.closed.push(row);
+                self.windows.close_through(k);
             }
         }
         Ok(())
@@ -383,6 +393,14 @@ impl RunAccumulator {
                 self.closed.push(self.row(k, &stats)?);
             }
         }
+        // Windows end on closed intervals, with data or not (a window of silence counts).
+        let through = match horizon {
+            Some(h) => Some(h),
+            None => self.closed.last().map(|r| r.interval),
+        };
+        if let Some(h) = through {
+            self.windows.close_through(h);
+        }
         Ok(())
     }
 
@@ -437,6 +455,20 @@ impl RunAccumulator {
         Ok(t)
     }
 
+    /// Merged figures of the phases not marked in `warm` (the headline: warm-up left out).
+    fn headline(&self, warm: &[bool]) -> SparseStats {
+        let mut t = SparseStats {
+            steps: vec![Default::default(); self.n_steps],
+            ..SparseStats::default()
+        };
+        for (i, p) in self.phases.iter().enumerate() {
+            if !warm.get(i).copied().unwrap_or(false) {
+                t.add(p);
+            }
+        }
+        t
+    }
+
     /// A live view of the run so far.
     pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
         let t = self.totals()?;
@@ -461,6 +493,9 @@ impl RunAccumulator {
     /// Builds the final report. `meta` carries what the accumulator does not know.
     pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
         self.close_through(None)?;
+        if let Some(last) = self.closed.last().map(|r| r.interval) {
+            self.windows.finish(last);
+        }
         let timeline = std::mem::take(&mut self.closed);
         let mut report = self.build(scenario, meta, timeline, false)?;
         // The default error verdict, unless the user wrote a run-wide error_rate threshold.

@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 mod accumulator;
+mod windows;
 mod workloads;
 pub use accumulator::{
     MergeError, ReportMeta, RunAccumulator, INSECURE_TLS_WARNING, MAX_OPEN_INTERVALS,
@@ -172,6 +173,10 @@ pub struct PhaseReport {
     pub sessions_planned: u64,
     pub throughput_rps: f64,
     pub latency: Latency,
+    /// A warm-up phase: reported here, left out of the headline figures and of thresholds
+    /// without a `phase()` scope.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -284,6 +284,12 @@ impl Scenario {
                 format!("{phases} phases over all workloads; at most {MAX_PHASES}"),
             ));
         }
+        if self.effective_phases().iter().all(|p| p.warmup) {
+            return Err(ScenarioError::invalid(
+                "phases",
+                "every phase is a warm-up (warmup: true): nothing would be measured",
+            ));
+        }
         // Each workload is checked alone too (naming its field); several add up.
         check_total_arrivals("phases", views.iter().flat_map(|w| w.phases))
     }

@@ -226,7 +226,20 @@ fn start_workload(
             for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                 let stripe = (first + c as u64, total.max(1));
-                let task = if streams > 1 {
+                let task = if let Some((stages, shard, shards)) = &spec.ramp {
+                    // Open while the ramp is above this connection's rank: paced to the
+                    // slope, closed (after its session in flight) on the way down.
+                    let spans = stampede_core::ramp::spans(
+                        stages,
+                        stampede_core::ramp::rank(*shard, *shards, c as u64),
+                    );
+                    tracker.spawn(async move {
+                        for (from, to) in spans {
+                            let (spec, rec, stop) = (spec.clone(), rec.clone(), stop.clone());
+                            closed_connection(spec, rec, t0 + from, t0 + to, stripe, stop).await;
+                        }
+                    })
+                } else if streams > 1 {
                     tracker.spawn(closed_streams(
                         spec,
                         rec,
@@ -305,6 +318,9 @@ fn start_workload(
 
 /// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.
 type Tracked<'a> = crate::net::Tracked<'a, Link>;
+
+#[cfg(test)]
+mod ramp_tests;
 
 #[cfg(test)]
 mod tests {

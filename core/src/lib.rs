@@ -13,6 +13,7 @@ pub mod http;
 pub mod plan;
 pub mod ports;
 pub mod protocol;
+pub mod ramp;
 pub mod report;
 pub mod scenario;
 

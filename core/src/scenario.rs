@@ -311,14 +311,25 @@ pub enum LoadModel {
 }
 
 /// A closed or constant-rate load: `{ model: closed, connections: N, duration: D }` or
-/// `{ model: constant, rate: R, connections: N, duration: D }`.
+/// `{ model: constant, rate: R, connections: N, duration: D }`, or a closed ramp of
+/// connections: `{ model: closed, stages: [{ connections: N, duration: D }, ...] }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Load {
     pub model: LoadModel,
     /// Connections, all agents together (split across agents, counts differing by at most 1).
+    /// With `stages`, the most the ramp holds (filled in from them).
+    #[serde(default)]
     pub connections: u32,
+    /// With `stages`, their total (filled in from them).
+    #[serde(default)]
     pub duration: HumanDuration,
+    /// Closed model: a ramp of connections instead of `connections` and `duration`, each
+    /// stage moving the open connections linearly from the level before it (0 at T0) to its
+    /// own over its duration; connects are paced to the slope and dealt round-robin over the
+    /// agents (see `ramp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::ramp::Stage>,
     /// Constant model only: sessions (slots) per second, all agents together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
@@ -667,7 +678,25 @@ impl Scenario {
             let message = strip_location_prefix(&e.into_inner().to_string());
             ScenarioError::Parse { path, message }
         })?;
+        let mut scenario = scenario;
+        scenario.fill_ramps();
         Ok(scenario)
+    }
+
+    /// A load given as `stages` gets its `connections` (the peak) and `duration` (the
+    /// total) from them, so everything that reads a load's size reads the ramp's; a load
+    /// that also gives them is checked by `validate`.
+    fn fill_ramps(&mut self) {
+        let loads = self
+            .load
+            .iter_mut()
+            .chain(self.workloads.iter_mut().filter_map(|w| w.load.as_mut()));
+        for l in loads.filter(|l| !l.stages.is_empty()) {
+            if l.connections == 0 && l.duration.0.is_zero() {
+                l.connections = crate::ramp::peak(&l.stages);
+                l.duration = HumanDuration(crate::ramp::total(&l.stages));
+            }
+        }
     }
 
     /// True when the scenario turns off TLS certificate verification.

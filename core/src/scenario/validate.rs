@@ -130,10 +130,13 @@ impl Scenario {
                 "poisson only applies to phases; a load runs on a uniform schedule",
             ));
         }
+        if !load.stages.is_empty() {
+            check_stages(&field("load"), load)?;
+        }
         if load.connections == 0 {
             return Err(ScenarioError::invalid(
                 field("load.connections"),
-                "must be >= 1",
+                "must be >= 1 (or give stages: a ramp of connections)",
             ));
         }
         if load.connections > MAX_CONNECTIONS {
@@ -683,6 +686,46 @@ pub(super) fn check_name(field: &str, name: &str) -> Result<(), ScenarioError> {
         return Err(ScenarioError::invalid(
             field,
             format!("`{name}`: at most 64 characters, without `/`, `(` or `)`"),
+        ));
+    }
+    Ok(())
+}
+
+/// A closed load's ramp (`path`: the load's field): closed model, one stream per connection,
+/// stages that last and reach some connections, and no `connections`/`duration` beside them.
+fn check_stages(path: &str, load: &Load) -> Result<(), ScenarioError> {
+    use crate::ramp::{peak, total, MAX_STAGES};
+    let f = |x: &str| format!("{path}.{x}");
+    if load.model != LoadModel::Closed {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "only a closed load ramps its connections (model: closed)",
+        ));
+    }
+    if load.streams() > 1 {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "a ramp opens one session per connection: leave streams_per_connection out",
+        ));
+    }
+    if load.stages.len() > MAX_STAGES {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            format!("{} stages; at most {MAX_STAGES}", load.stages.len()),
+        ));
+    }
+    for (i, s) in load.stages.iter().enumerate() {
+        if s.duration.0.is_zero() {
+            return Err(ScenarioError::invalid(
+                f(&format!("stages[{i}].duration")),
+                "must be > 0",
+            ));
+        }
+    }
+    if load.connections != peak(&load.stages) || load.duration.0 != total(&load.stages) {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "give either connections and duration, or stages (which set both)",
         ));
     }
     Ok(())

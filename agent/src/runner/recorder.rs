@@ -202,6 +202,7 @@ pub(super) fn progress(
     interval: u64,
     filled: &mut [Slot],
     open: u64,
+    resources: Option<v1::AgentResources>,
 ) -> v1::AgentMessage {
     // Settled here, outside the sessions' lock: the steps' histograms are added into the
     // run-wide ones once per interval (see `IntervalStats`), not recorded with every request.
@@ -236,6 +237,7 @@ pub(super) fn progress(
             interval,
             samples,
             open_connections: open,
+            resources,
         })),
     }
 }

@@ -6,8 +6,10 @@
 use std::collections::BTreeMap;
 
 mod assemble;
+mod resources;
 
 pub use assemble::{ReportMeta, INSECURE_TLS_WARNING};
+pub use resources::{ResourceSample, CPU_LIMIT_SHARE};
 
 use super::{ConnectionsReport, LiveSnapshot, Report, TimelineRow};
 use crate::hist::{self, HistError, SparseHist};
@@ -54,6 +56,10 @@ pub struct RunAccumulator {
     n_types: usize,
     /// The windowed thresholds' interval figures and verdicts.
     windows: super::windows::Windows,
+    /// Each agent's use of its host (CPU, memory, open files) over the run.
+    usage: Vec<resources::AgentUse>,
+    /// Each agent's CPU per timeline interval not yet closed into a row.
+    cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
 }
 
 /// Agent data that does not fit the run.
@@ -71,6 +77,8 @@ pub enum MergeError {
     IntervalOutOfRange { got: u64, max: u64 },
     #[error("counters would overflow")]
     CounterOverflow,
+    #[error("resource figures that are not finite or negative")]
+    BadResources,
     #[error(transparent)]
     Hist(#[from] HistError),
 }
@@ -86,6 +94,7 @@ const INTERVAL_SLACK_S: f64 = 120.0;
 impl RunAccumulator {
     pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
         let n_steps = scenario.step_names().len();
+        let n_agents = agent_ids.len();
         let horizon_s = scenario.duration().as_secs_f64()
             + crate::ports::worst_case_session(scenario).as_secs_f64()
             + INTERVAL_SLACK_S;
@@ -122,6 +131,8 @@ impl RunAccumulator {
                 .sum(),
             total_counters: Counters::default(),
             windows: super::windows::Windows::new(scenario, interval_s),
+            usage: vec![Default::default(); n_agents],
+            cpu_rows: BTreeMap::new(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -218,6 +229,7 @@ impl RunAccumulator {
             if let Some((k, s)) = self.open.pop_first() {
                 let row = self.row(k, &s)?;
                 self.closed.push(row);
+                self.cpu_rows.remove(&k);
                 self.windows.close_through(k);
             }
         }
@@ -391,6 +403,7 @@ impl RunAccumulator {
         for k in keys {
             if let Some(stats) = self.open.remove(&k) {
                 self.closed.push(self.row(k, &stats)?);
+                self.cpu_rows.remove(&k);
             }
         }
         // Windows end on closed intervals, with data or not (a window of silence counts).
@@ -428,6 +441,7 @@ impl RunAccumulator {
             connections_opened: s.counters.connections_opened,
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
+            agent_cpu_pct: self.agent_cpu(interval),
         })
     }
 

@@ -15,7 +15,8 @@ mod accumulator;
 mod windows;
 mod workloads;
 pub use accumulator::{
-    MergeError, ReportMeta, RunAccumulator, INSECURE_TLS_WARNING, MAX_OPEN_INTERVALS,
+    MergeError, ReportMeta, ResourceSample, RunAccumulator, CPU_LIMIT_SHARE, INSECURE_TLS_WARNING,
+    MAX_OPEN_INTERVALS,
 };
 pub use workloads::{SessionTypeReport, WorkloadReport};
 
@@ -156,6 +157,10 @@ pub struct Generator {
     /// True when the generator fell behind: the report must not be read as if it had not.
     pub behind_schedule: bool,
     pub warnings: Vec<String>,
+    /// Agents whose CPU reached 90 % of the cores they may use in some interval: the run may
+    /// have measured the generator rather than the target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limiting_agents: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -209,6 +214,22 @@ pub struct AgentReport {
     /// Most connections this agent held open at once (its highest per-interval peak).
     #[serde(default)]
     pub peak_open: u64,
+    /// Its CPU (time over wall time, as a share of the cores it may use) in its busiest
+    /// interval, percent; past 90 % the generator may be the run's limit.
+    #[serde(default)]
+    pub cpu_max_pct: f64,
+    /// Its CPU over the intervals it reported, mean, percent.
+    #[serde(default)]
+    pub cpu_mean_pct: f64,
+    /// The cores it may use (its CPU quota, or its machine's cores).
+    #[serde(default)]
+    pub cores: f64,
+    /// Its largest resident memory at an interval's end, bytes.
+    #[serde(default)]
+    pub rss_max_bytes: u64,
+    /// Most file descriptors (sockets included) it held at an interval's end.
+    #[serde(default)]
+    pub open_files_max: u64,
 }
 
 /// Connections the run's agents opened and held (every transport: TCP, TLS, HTTP/1.1, h2,
@@ -251,6 +272,10 @@ pub struct TimelineRow {
     pub response_hist: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_hist: String,
+    /// Each agent's CPU in this interval (shard order), percent of the cores it may use;
+    /// `null` for an agent that sent no figure for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_cpu_pct: Vec<Option<f64>>,
 }
 
 /// The closed or constant-rate load of a run, and what it achieved.

@@ -148,6 +148,11 @@ impl RunAccumulator {
                     lag_max_us: lag.max_us,
                     late_arrivals: a.counters.late_arrivals,
                     peak_open: a.peak_open,
+                    cpu_max_pct: pct(self.usage[i].cpu_max),
+                    cpu_mean_pct: pct(self.usage[i].cpu_sum / self.usage[i].samples.max(1) as f64),
+                    cores: self.usage[i].cores,
+                    rss_max_bytes: self.usage[i].rss_max,
+                    open_files_max: self.usage[i].files_max,
                 }
             })
             .collect();
@@ -263,6 +268,11 @@ impl RunAccumulator {
     }
 }
 
+/// A share as a percentage, to 0.1.
+fn pct(share: f64) -> f64 {
+    (share * 1000.0).round() / 10.0
+}
+
 /// `scheme://user:password@host/path` without `user:password@`.
 pub(super) fn without_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -342,6 +352,17 @@ fn generator_verdict(
             a.lost_share * 100.0
         ));
     }
+    let mut limiting_agents = Vec::new();
+    for a in agents {
+        if a.cpu_max_pct >= super::CPU_LIMIT_SHARE * 100.0 {
+            warnings.push(format!(
+                "agent {} CPU {:.0}% of its {} core(s) in its busiest interval: the generator, \
+                 not the target, may be the limit (add agents, or give them more CPU)",
+                a.id, a.cpu_max_pct, a.cores
+            ));
+            limiting_agents.push(a.id.clone());
+        }
+    }
     warnings.sort();
     let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
         || (c.dropped_arrivals > 0 && !stopped);
@@ -352,5 +373,6 @@ fn generator_verdict(
         out_of_range: c.out_of_range,
         behind_schedule: behind,
         warnings,
+        limiting_agents,
     }
 }

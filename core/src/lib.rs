@@ -5,6 +5,7 @@
 pub mod capacity;
 pub mod compare;
 pub mod data;
+pub mod delivery;
 pub mod duration;
 pub mod extract;
 pub mod grpc;

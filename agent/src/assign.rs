@@ -187,6 +187,10 @@ pub(crate) async fn prepare(
             )
             .with_resolution(scenario.arrival_resolution()),
             mode,
+            ramp: w
+                .load
+                .filter(|l| !l.stages.is_empty())
+                .map(|l| (l.stages.clone().into(), a.shard_index, a.shard_count)),
             start: w.start,
             phases: w.phase_count(),
             phase_base: w.phase_base as u32,

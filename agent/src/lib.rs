@@ -45,6 +45,7 @@ pub mod http1;
 pub mod net;
 mod pool;
 pub mod runner;
+pub mod selfwatch;
 pub mod setup;
 pub mod stream;
 pub mod ticked;

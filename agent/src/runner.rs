@@ -60,6 +60,7 @@ pub async fn execute(
             let mut tick = tokio::time::interval_at(t0 + spec.interval, spec.interval);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let mut next = 0u64;
+            let mut watch = crate::selfwatch::SelfWatch::new();
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
@@ -70,7 +71,8 @@ pub async fn execute(
                 // newest complete one.
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
-                let msg = progress(&spec.run_id, interval, &mut spare, rec.connections.open());
+                let open = rec.connections.open();
+                let msg = progress(&spec.run_id, interval, &mut spare, open, watch.sample());
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -133,7 +135,7 @@ pub async fn execute(
         next,
     );
     rec.swap(&mut spare);
-    let _ = out.send(progress(&run.run_id, last, &mut spare, 0));
+    let _ = out.send(progress(&run.run_id, last, &mut spare, 0, None));
     let end = if stop.is_cancelled() {
         RunEnd::Stopped
     } else {
@@ -226,7 +228,20 @@ fn start_workload(
             for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                 let stripe = (first + c as u64, total.max(1));
-                let task = if streams > 1 {
+                let task = if let Some((stages, shard, shards)) = &spec.ramp {
+                    // Open while the ramp is above this connection's rank: paced to the
+                    // slope, closed (after its session in flight) on the way down.
+                    let spans = stampede_core::ramp::spans(
+                        stages,
+                        stampede_core::ramp::rank(*shard, *shards, c as u64),
+                    );
+                    tracker.spawn(async move {
+                        for (from, to) in spans {
+                            let (spec, rec, stop) = (spec.clone(), rec.clone(), stop.clone());
+                            closed_connection(spec, rec, t0 + from, t0 + to, stripe, stop).await;
+                        }
+                    })
+                } else if streams > 1 {
                     tracker.spawn(closed_streams(
                         spec,
                         rec,
@@ -305,6 +320,9 @@ fn start_workload(
 
 /// A session's connection, counted in the run's [`crate::net::ConnGauge`] while it lives.
 type Tracked<'a> = crate::net::Tracked<'a, Link>;
+
+#[cfg(test)]
+mod ramp_tests;
 
 #[cfg(test)]
 mod tests {
@@ -561,16 +579,16 @@ mod tests {
                 }
                 most = most.max(rec.allocated());
                 rec.swap(&mut spare);
-                let msg = progress("r", u64::from(phase) * 2 + interval, &mut spare, 0);
+                let msg = progress("r", u64::from(phase) * 2 + interval, &mut spare, 0, None);
                 if let Some(stampede_proto::v1::agent_message::Msg::Progress(p)) = msg.msg {
                     sent += p.samples.len() as u64;
                 }
             }
         }
         rec.swap(&mut spare);
-        let _ = progress("r", 999, &mut spare, 0);
+        let _ = progress("r", 999, &mut spare, 0, None);
         rec.swap(&mut spare);
-        let _ = progress("r", 1000, &mut spare, 0);
+        let _ = progress("r", 1000, &mut spare, 0, None);
         assert!(most <= 3, "{most} phases allocated at once");
         assert_eq!(rec.allocated(), 0);
         assert!(spare.iter().all(Option::is_none));

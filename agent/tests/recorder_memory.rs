@@ -81,7 +81,7 @@ fn a_mix_of_1600_steps_holds_what_its_sessions_did() {
             }
         }
         rec.swap(&mut spare);
-        let msg = progress("run", interval, &mut spare, 0);
+        let msg = progress("run", interval, &mut spare, 0, None);
         let Some(v1::agent_message::Msg::Progress(p)) = msg.msg else {
             panic!("not a progress message");
         };

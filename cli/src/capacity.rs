@@ -102,6 +102,7 @@ pub fn step_scenario(
         duration: HumanDuration(duration),
         arrival_rate: rate,
         ramp_to: None,
+        warmup: false,
     }];
     match (vary, s.workloads.is_empty()) {
         (None, true) => {

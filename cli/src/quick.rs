@@ -130,6 +130,23 @@ impl QuickArgs {
                 "model": "closed", "connections": DEFAULT_CONNECTIONS, "duration": d
             })),
             (None, None) => None,
+            // A file's phases keep their names (its `phase()` thresholds name them) and their
+            // proportions: each runs at the one rate, over its share of the duration.
+            (Some(r), None) if !fresh && obj.get("phases").is_some_and(Value::is_array) => {
+                let Some(Value::Array(phases)) = obj.get_mut("phases") else {
+                    return Ok(());
+                };
+                if self.duration.is_some() {
+                    scale_phases(phases, current, duration)?;
+                }
+                for p in phases.iter_mut() {
+                    if let Some(p) = p.as_object_mut() {
+                        p.insert("arrival_rate".into(), json!(r));
+                        p.remove("ramp_to");
+                    }
+                }
+                return Ok(());
+            }
             (Some(r), None) => {
                 obj.remove("load");
                 obj.insert(
@@ -266,6 +283,24 @@ mod tests {
         assert!(s.phases.is_empty());
         let l = s.load.unwrap();
         assert_eq!((l.connections, l.duration.0), (7, Duration::from_secs(40)));
+        // --rate keeps the file's phases and their names, each at the one rate.
+        let named = Scenario::from_yaml(
+            "name: f\ntarget: http://a:1\nphases:\n  - { name: warm, duration: 10s, arrival_rate: 5 }\n  - { name: steady, duration: 30s, arrival_rate: 5, ramp_to: 50 }\nsession:\n  - http: { path: / }\nthresholds: [ \"phase(steady).p99 < 1s\" ]\n",
+        )
+        .unwrap();
+        let q = QuickArgs {
+            rate: Some(20.0),
+            duration: Some(Duration::from_secs(8)),
+            ..Default::default()
+        };
+        let s = Scenario::from_yaml(&q.override_file(&named).unwrap()).unwrap();
+        let names: Vec<_> = s.phases.iter().map(|p| p.name.clone().unwrap()).collect();
+        assert_eq!(names, ["warm", "steady"]);
+        assert!(s
+            .phases
+            .iter()
+            .all(|p| p.arrival_rate == 20.0 && p.ramp_to.is_none()));
+        assert_eq!(s.phases[1].duration.0, Duration::from_secs(6));
         let q = QuickArgs {
             method: Some("POST".into()),
             ..Default::default()

@@ -635,6 +635,7 @@ mod tests {
                 limit: 50_000.0,
                 passed: p99_ok,
                 measured_text: if p99_ok { "10.00ms" } else { "90.00ms" }.into(),
+                window: None,
             }],
             timeline: completed_per_s
                 .iter()

@@ -38,6 +38,7 @@
 pub mod capacity;
 pub mod compare;
 pub mod data;
+pub mod delivery;
 pub mod duration;
 pub mod extract;
 pub mod grpc;
@@ -46,6 +47,7 @@ pub mod http;
 pub mod plan;
 pub mod ports;
 pub mod protocol;
+pub mod ramp;
 pub mod report;
 pub mod scenario;
 

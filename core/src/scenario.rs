@@ -149,7 +149,18 @@ pub struct Scenario {
     /// thresholds. A percentage like `1%` (the default) or `0%`, or `none` to turn it off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_error_rate: Option<String>,
+    /// How much of the planned load a run may leave unstarted and still succeed: a run that
+    /// completed without failing but did not start more of its planned sessions than this
+    /// (dropped for lack of a free slot or connection, an agent's capacity cap, a pool too
+    /// small for its rate) ends `incomplete` (exit 2), since its figures describe less load
+    /// than was asked for. A percentage like `1%`; `0.1%` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_dropped: Option<String>,
 }
+
+/// The share of planned sessions a run may leave unstarted when the scenario does not say
+/// (`max_dropped`): a few sessions of a long run are noise, a cap is not.
+pub const DEFAULT_MAX_DROPPED: f64 = 0.001;
 
 /// The arrival resolution when the scenario gives none: the step of wrk2's and oha's timers,
 /// and enough to send several arrivals per wake-up from 2,000 per second up.
@@ -267,6 +278,12 @@ pub struct Phase {
     /// If set, the rate ramps linearly to this value by the end of the phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_to: Option<f64>,
+    /// A warm-up: the phase runs and is reported in its own row, but is left out of the
+    /// headline figures, the default error verdict, thresholds without a `phase()` scope and
+    /// `compare` (caches, JITs and connection pools warming up are not the service's
+    /// steady state).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 impl Phase {
@@ -301,14 +318,25 @@ pub enum LoadModel {
 }
 
 /// A closed or constant-rate load: `{ model: closed, connections: N, duration: D }` or
-/// `{ model: constant, rate: R, connections: N, duration: D }`.
+/// `{ model: constant, rate: R, connections: N, duration: D }`, or a closed ramp of
+/// connections: `{ model: closed, stages: [{ connections: N, duration: D }, ...] }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Load {
     pub model: LoadModel,
     /// Connections, all agents together (split across agents, counts differing by at most 1).
+    /// With `stages`, the most the ramp holds (filled in from them).
+    #[serde(default)]
     pub connections: u32,
+    /// With `stages`, their total (filled in from them).
+    #[serde(default)]
     pub duration: HumanDuration,
+    /// Closed model: a ramp of connections instead of `connections` and `duration`, each
+    /// stage moving the open connections linearly from the level before it (0 at T0) to its
+    /// own over its duration; connects are paced to the slope and dealt round-robin over the
+    /// agents (see `ramp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::ramp::Stage>,
     /// Constant model only: sessions (slots) per second, all agents together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
@@ -342,6 +370,7 @@ impl Load {
             duration: self.duration,
             arrival_rate: rate,
             ramp_to: None,
+            warmup: false,
         }
     }
 }
@@ -604,17 +633,21 @@ impl Scenario {
                 duration: HumanDuration(std::time::Duration::from_secs(1)),
                 arrival_rate: 1.0,
                 ramp_to: None,
+                warmup: false,
             }]
         };
+        let mut placed = false;
         if s.workloads.is_empty() && s.phases.is_empty() && s.load.is_none() {
             s.phases = placeholder();
+            placed = true;
         }
         for w in &mut s.workloads {
             if w.phases.is_empty() && w.load.is_none() {
                 w.phases = placeholder();
+                placed = true;
             }
         }
-        s.validate()?;
+        s.validate_with(!placed)?;
         Ok(s)
     }
 
@@ -652,7 +685,25 @@ impl Scenario {
             let message = strip_location_prefix(&e.into_inner().to_string());
             ScenarioError::Parse { path, message }
         })?;
+        let mut scenario = scenario;
+        scenario.fill_ramps();
         Ok(scenario)
+    }
+
+    /// A load given as `stages` gets its `connections` (the peak) and `duration` (the
+    /// total) from them, so everything that reads a load's size reads the ramp's; a load
+    /// that also gives them is checked by `validate`.
+    fn fill_ramps(&mut self) {
+        let loads = self
+            .load
+            .iter_mut()
+            .chain(self.workloads.iter_mut().filter_map(|w| w.load.as_mut()));
+        for l in loads.filter(|l| !l.stages.is_empty()) {
+            if l.connections == 0 && l.duration.0.is_zero() {
+                l.connections = crate::ramp::peak(&l.stages);
+                l.duration = HumanDuration(crate::ramp::total(&l.stages));
+            }
+        }
     }
 
     /// True when the scenario turns off TLS certificate verification.
@@ -668,6 +719,15 @@ impl Scenario {
             Some("none" | "off") => None,
             Some(v) => crate::threshold::parse_fraction(v),
         }
+    }
+
+    /// The share of planned sessions the run may leave unstarted (`max_dropped`, or
+    /// [`DEFAULT_MAX_DROPPED`]). Checked by `validate`.
+    pub fn max_dropped(&self) -> f64 {
+        self.max_dropped
+            .as_deref()
+            .and_then(|v| crate::threshold::parse_fraction(v.trim()))
+            .unwrap_or(DEFAULT_MAX_DROPPED)
     }
 
     /// The thresholds, parsed; the error names the entry.
@@ -879,7 +939,10 @@ pub fn json_schema() -> serde_json::Value {
 }
 
 mod files;
+mod scopes;
 mod validate;
+
+pub use scopes::ScopeNames;
 
 #[cfg(test)]
 mod tests;

@@ -462,6 +462,7 @@ mod tests {
             duration: HumanDuration::from_secs_f64(secs),
             arrival_rate: rate,
             ramp_to,
+            warmup: false,
         }
     }
 

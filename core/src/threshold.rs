@@ -33,7 +33,8 @@ pub enum Op {
 }
 
 impl Op {
-    fn holds(self, measured: f64, limit: f64) -> bool {
+    /// Whether `measured op limit` holds.
+    pub fn holds(self, measured: f64, limit: f64) -> bool {
         match self {
             Op::Lt => measured < limit,
             Op::Le => measured <= limit,
@@ -75,6 +76,22 @@ pub struct Threshold {
     pub op: Op,
     /// Limit in the metric's unit: µs, a fraction, or requests/s.
     pub limit: f64,
+    /// `window(30s).`: judged on the worst window of this many seconds (whole seconds, so a
+    /// window is a whole number of report intervals), not on the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<u64>,
+}
+
+/// Longest `window(...)` a threshold may ask for.
+pub const MAX_WINDOW_S: u64 = 24 * 3600;
+
+/// Which span of the run a windowed verdict is about.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WindowSpan {
+    /// Start of the window, seconds after T0.
+    pub from_s: f64,
+    /// End of the window, seconds after T0.
+    pub to_s: f64,
 }
 
 /// The verdict on one threshold.
@@ -89,6 +106,10 @@ pub struct ThresholdResult {
     pub passed: bool,
     /// Human form of the measured value.
     pub measured_text: String,
+    /// A windowed threshold: the window it was judged on (the worst one), so a failure says
+    /// when the service broke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowSpan>,
 }
 
 /// JSON has no NaN: serde_json writes it as `null`, and reads `null` back here as NaN.
@@ -111,6 +132,36 @@ fn parse_latency_stat(s: &str) -> Option<LatencyStat> {
             (n > 0.0 && n < 100.0).then_some(LatencyStat::Quantile(n / 100.0))
         }
     }
+}
+
+/// Takes a leading `window(D).` off `text`: the window in whole seconds, and the rest.
+fn strip_window<'t>(expr: &str, text: &'t str) -> Result<(Option<u64>, &'t str), String> {
+    let Some(rest) = text.strip_prefix("window(") else {
+        return Ok((None, text));
+    };
+    let (d, tail) = rest.split_once(").").ok_or_else(|| {
+        bad(
+            expr,
+            "expected `window(DURATION).metric`, like window(30s).p99",
+        )
+    })?;
+    let us = parse_duration_us(d.trim()).ok_or_else(|| {
+        bad(
+            expr,
+            "the window takes a duration with a unit, like window(30s)",
+        )
+    })?;
+    let secs = us / 1e6;
+    if secs < 1.0 || secs.fract() != 0.0 || secs > MAX_WINDOW_S as f64 {
+        return Err(bad(
+            expr,
+            &format!(
+                "a window is a whole number of seconds from 1s to {MAX_WINDOW_S}s (the report's \
+                 intervals are 1s), not {d}"
+            ),
+        ));
+    }
+    Ok((Some(secs as u64), tail))
 }
 
 fn parse_duration_us(s: &str) -> Option<f64> {
@@ -157,6 +208,7 @@ impl Threshold {
             ">" => Op::Gt,
             _ => Op::Ge,
         };
+        let (mut window_s, lhs) = strip_window(expr, lhs)?;
         let scoped = ["phase(", "step(", "workload(", "session("]
             .iter()
             .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
@@ -181,6 +233,14 @@ impl Threshold {
         } else {
             (Scope::Run, lhs)
         };
+        // `phase(x).window(2s).p99` as well as `window(2s).phase(x).p99`.
+        let (inner, metric_text) = strip_window(expr, metric_text)?;
+        if inner.is_some() {
+            if window_s.is_some() {
+                return Err(bad(expr, "give one window(...)"));
+            }
+            window_s = inner;
+        }
         let (metric, limit) = match metric_text {
             "error_rate" => (
                 Metric::ErrorRate,
@@ -240,6 +300,7 @@ impl Threshold {
             metric,
             op,
             limit,
+            window_s,
         })
     }
 
@@ -252,13 +313,14 @@ impl Threshold {
             metric: Metric::ErrorRate,
             op: Op::Lt,
             limit,
+            window_s: None,
         }
     }
 
     /// True for a run-wide `error_rate` threshold: with one the default error verdict is
     /// not added, the user has said what they accept.
     pub fn is_run_error_rate(&self) -> bool {
-        self.scope == Scope::Run && self.metric == Metric::ErrorRate
+        self.scope == Scope::Run && self.metric == Metric::ErrorRate && self.window_s.is_none()
     }
 
     /// Evaluates against a report. A scope that names no phase or step fails with a message,
@@ -272,6 +334,7 @@ impl Threshold {
                     limit: self.limit,
                     passed: false,
                     measured_text: "no finished requests".to_string(),
+                    window: None,
                 }
             }
             _ => self.measure(r),
@@ -286,10 +349,12 @@ impl Threshold {
             limit: self.limit,
             passed,
             measured_text: text,
+            window: None,
         }
     }
 
-    fn format(&self, v: f64) -> String {
+    /// Formats a measured value in the metric's unit (`12.30ms`, `4.000%`, `980.0/s`).
+    pub fn format(&self, v: f64) -> String {
         match self.metric {
             Metric::Latency { .. } => {
                 if v < 1e3 {
@@ -475,11 +540,16 @@ pub fn live_breach(
     }
     thresholds
         .iter()
-        .filter(|t| {
+        .filter_map(|t| {
+            if t.window_s.is_some() {
+                // Judged by the accumulator on the windows closed so far, each with at
+                // least ABORT_MIN_REQUESTS finished requests (see `report::windows`).
+                return live.thresholds.iter().find(|v| v.expr == t.expr).cloned();
+            }
             t.scope_samples(live)
                 .is_some_and(|n| n >= ABORT_MIN_REQUESTS)
+                .then(|| t.evaluate(live))
         })
-        .map(|t| t.evaluate(live))
         .find(|v| !v.passed && v.measured.is_finite())
 }
 

@@ -24,6 +24,7 @@ fn phase_strategy() -> impl Strategy<Value = Phase> {
             duration: HumanDuration(std::time::Duration::from_millis(ms)),
             arrival_rate: rate,
             ramp_to,
+            warmup: false,
         })
 }
 

@@ -473,6 +473,7 @@ mod tests {
             interval: 3,
             samples: vec![sample.clone()],
             open_connections: 0,
+            resources: None,
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -507,6 +508,7 @@ mod tests {
             interval: 1,
             samples: vec![sample_to_wire(0, &s).unwrap()],
             open_connections: 0,
+            resources: None,
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();

@@ -313,6 +313,10 @@ pub struct RunSpec {
     /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
     pub capacity: usize,
     pub mode: Mode,
+    /// A closed load's ramp of connections (`stages`), with this agent's shard and the shard
+    /// count, which give each connection its ramp rank: connection `c` is open while the
+    /// ramp is above rank `shard + shards × c`.
+    pub ramp: Option<(Arc<[stampede_core::ramp::Stage]>, u32, u32)>,
     /// When this workload starts, after T0.
     pub start: Duration,
     /// Number of this workload's phases (its own, or 1 for a closed/constant load).

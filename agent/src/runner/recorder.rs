@@ -214,7 +214,13 @@ pub fn empty_buffers(phases: usize) -> Vec<Slot> {
 /// Builds the Progress message for one interval from filled buffers (what
 /// [`Recorder::swap`] returned), then resets the slots that had data (their phase is likely to
 /// record again) and frees the ones that had none.
-pub fn progress(run_id: &str, interval: u64, filled: &mut [Slot], open: u64) -> v1::AgentMessage {
+pub fn progress(
+    run_id: &str,
+    interval: u64,
+    filled: &mut [Slot],
+    open: u64,
+    resources: Option<v1::AgentResources>,
+) -> v1::AgentMessage {
     // Settled here, outside the sessions' lock: the steps' histograms are added into the
     // run-wide ones once per interval (see `IntervalStats`), not recorded with every request.
     let samples = filled
@@ -248,6 +254,7 @@ pub fn progress(run_id: &str, interval: u64, filled: &mut [Slot], open: u64) -> 
             interval,
             samples,
             open_connections: open,
+            resources,
         })),
     }
 }

@@ -347,6 +347,17 @@ impl Driver {
         if let Err(e) = acc.add_progress(i, progress.interval, &samples) {
             tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
         }
+        if let Some(r) = &progress.resources {
+            let s = stampede_core::report::ResourceSample {
+                cpu_share: r.cpu_share,
+                rss_bytes: r.rss_bytes,
+                open_files: r.open_files,
+                cores: r.cores,
+            };
+            if let Err(e) = acc.add_resources(i, progress.interval, s) {
+                tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected resource figures");
+            }
+        }
     }
 
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,

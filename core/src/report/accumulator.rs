@@ -6,8 +6,10 @@
 use std::collections::BTreeMap;
 
 mod assemble;
+mod resources;
 
 pub use assemble::{ReportMeta, INSECURE_TLS_WARNING};
+pub use resources::{ResourceSample, CPU_LIMIT_SHARE};
 
 use super::{ConnectionsReport, LiveSnapshot, Report, TimelineRow};
 use crate::hist::{self, HistError, SparseHist};
@@ -52,6 +54,12 @@ pub struct RunAccumulator {
     closed_phases: Vec<bool>,
     /// Session types of the run (a sample counts at most these).
     n_types: usize,
+    /// The windowed thresholds' interval figures and verdicts.
+    windows: super::windows::Windows,
+    /// Each agent's use of its host (CPU, memory, open files) over the run.
+    usage: Vec<resources::AgentUse>,
+    /// Each agent's CPU per timeline interval not yet closed into a row.
+    cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
 }
 
 /// Agent data that does not fit the run.
@@ -69,6 +77,8 @@ pub enum MergeError {
     IntervalOutOfRange { got: u64, max: u64 },
     #[error("counters would overflow")]
     CounterOverflow,
+    #[error("resource figures that are not finite or negative")]
+    BadResources,
     #[error(transparent)]
     Hist(#[from] HistError),
 }
@@ -84,6 +94,7 @@ const INTERVAL_SLACK_S: f64 = 120.0;
 impl RunAccumulator {
     pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
         let n_steps = scenario.step_names().len();
+        let n_agents = agent_ids.len();
         let horizon_s = scenario.duration().as_secs_f64()
             + crate::ports::worst_case_session(scenario).as_secs_f64()
             + INTERVAL_SLACK_S;
@@ -119,6 +130,9 @@ impl RunAccumulator {
                 .map(|w| w.types.len())
                 .sum(),
             total_counters: Counters::default(),
+            windows: super::windows::Windows::new(scenario, interval_s),
+            usage: vec![Default::default(); n_agents],
+            cpu_rows: BTreeMap::new(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -200,6 +214,12 @@ impl RunAccumulator {
             Some(last) if interval <= last.interval => last.interval.saturating_add(1),
             _ => interval,
         };
+        if !self.windows.is_empty() {
+            let planned = self
+                .plan
+                .requests_of(phase as usize, stats.counters.sessions_planned);
+            self.windows.add(slot, phase, stats, planned);
+        }
         // A timeline row needs only the counters and the two latency histograms.
         let row = self.open.entry(slot).or_default();
         row.counters.add(&stats.counters);
@@ -209,6 +229,8 @@ impl RunAccumulator {
             if let Some((k, s)) = self.open.pop_first() {
                 let row = self.row(k, &s)?;
                 self.closed.push(row);
+                self.cpu_rows.remove(&k);
+                self.windows.close_through(k);
             }
         }
         Ok(())
@@ -381,7 +403,16 @@ impl RunAccumulator {
         for k in keys {
             if let Some(stats) = self.open.remove(&k) {
                 self.closed.push(self.row(k, &stats)?);
+                self.cpu_rows.remove(&k);
             }
+        }
+        // Windows end on closed intervals, with data or not (a window of silence counts).
+        let through = match horizon {
+            Some(h) => Some(h),
+            None => self.closed.last().map(|r| r.interval),
+        };
+        if let Some(h) = through {
+            self.windows.close_through(h);
         }
         Ok(())
     }
@@ -410,6 +441,7 @@ impl RunAccumulator {
             connections_opened: s.counters.connections_opened,
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
+            agent_cpu_pct: self.agent_cpu(interval),
         })
     }
 
@@ -437,6 +469,20 @@ impl RunAccumulator {
         Ok(t)
     }
 
+    /// Merged figures of the phases not marked in `warm` (the headline: warm-up left out).
+    fn headline(&self, warm: &[bool]) -> SparseStats {
+        let mut t = SparseStats {
+            steps: vec![Default::default(); self.n_steps],
+            ..SparseStats::default()
+        };
+        for (i, p) in self.phases.iter().enumerate() {
+            if !warm.get(i).copied().unwrap_or(false) {
+                t.add(p);
+            }
+        }
+        t
+    }
+
     /// A live view of the run so far.
     pub fn snapshot(&self, elapsed_s: f64) -> Result<LiveSnapshot, MergeError> {
         let t = self.totals()?;
@@ -461,6 +507,9 @@ impl RunAccumulator {
     /// Builds the final report. `meta` carries what the accumulator does not know.
     pub fn finish(mut self, scenario: &Scenario, meta: ReportMeta) -> Result<Report, MergeError> {
         self.close_through(None)?;
+        if let Some(last) = self.closed.last().map(|r| r.interval) {
+            self.windows.finish(last);
+        }
         let timeline = std::mem::take(&mut self.closed);
         let mut report = self.build(scenario, meta, timeline, false)?;
         // The default error verdict, unless the user wrote a run-wide error_rate threshold.
@@ -471,6 +520,7 @@ impl RunAccumulator {
             }
         }
         report.judge_delivery();
+        report.judge_shortfall(scenario.max_dropped());
         Ok(report)
     }
 

@@ -12,9 +12,11 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 mod accumulator;
+mod windows;
 mod workloads;
 pub use accumulator::{
-    MergeError, ReportMeta, RunAccumulator, INSECURE_TLS_WARNING, MAX_OPEN_INTERVALS,
+    MergeError, ReportMeta, ResourceSample, RunAccumulator, CPU_LIMIT_SHARE, INSECURE_TLS_WARNING,
+    MAX_OPEN_INTERVALS,
 };
 pub use workloads::{SessionTypeReport, WorkloadReport};
 
@@ -155,6 +157,10 @@ pub struct Generator {
     /// True when the generator fell behind: the report must not be read as if it had not.
     pub behind_schedule: bool,
     pub warnings: Vec<String>,
+    /// Agents whose CPU reached 90 % of the cores they may use in some interval: the run may
+    /// have measured the generator rather than the target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limiting_agents: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -172,6 +178,10 @@ pub struct PhaseReport {
     pub sessions_planned: u64,
     pub throughput_rps: f64,
     pub latency: Latency,
+    /// A warm-up phase: reported here, left out of the headline figures and of thresholds
+    /// without a `phase()` scope.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -204,6 +214,22 @@ pub struct AgentReport {
     /// Most connections this agent held open at once (its highest per-interval peak).
     #[serde(default)]
     pub peak_open: u64,
+    /// Its CPU (time over wall time, as a share of the cores it may use) in its busiest
+    /// interval, percent; past 90 % the generator may be the run's limit.
+    #[serde(default)]
+    pub cpu_max_pct: f64,
+    /// Its CPU over the intervals it reported, mean, percent.
+    #[serde(default)]
+    pub cpu_mean_pct: f64,
+    /// The cores it may use (its CPU quota, or its machine's cores).
+    #[serde(default)]
+    pub cores: f64,
+    /// Its largest resident memory at an interval's end, bytes.
+    #[serde(default)]
+    pub rss_max_bytes: u64,
+    /// Most file descriptors (sockets included) it held at an interval's end.
+    #[serde(default)]
+    pub open_files_max: u64,
 }
 
 /// Connections the run's agents opened and held (every transport: TCP, TLS, HTTP/1.1, h2,
@@ -246,6 +272,10 @@ pub struct TimelineRow {
     pub response_hist: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_hist: String,
+    /// Each agent's CPU in this interval (shard order), percent of the cores it may use;
+    /// `null` for an agent that sent no figure for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_cpu_pct: Vec<Option<f64>>,
 }
 
 /// The closed or constant-rate load of a run, and what it achieved.
@@ -384,6 +414,34 @@ impl Report {
         self.message = Some(why);
     }
 
+    /// A run that completed without failing but left more than `max_dropped` (a share) of
+    /// its planned sessions unstarted is `incomplete`: a capacity cap, a pool too small for
+    /// its rate or a generator out of slots delivered less than was asked, and a CI gate must
+    /// not read its figures as the planned load's.
+    pub fn judge_shortfall(&mut self, max_dropped: f64) {
+        if self.outcome != RunOutcome::Succeeded {
+            return;
+        }
+        let s = &self.totals.sessions;
+        if s.planned == 0 {
+            return;
+        }
+        let missed = s.planned.saturating_sub(s.started);
+        let share = missed as f64 / s.planned as f64;
+        if share <= max_dropped {
+            return;
+        }
+        self.outcome = RunOutcome::Incomplete;
+        self.message = Some(format!(
+            "{missed} of {} planned sessions ({:.1}%) were never started ({} dropped for want of a \
+             free slot or connection), more than max_dropped {}%: the target saw less load than planned",
+            s.planned,
+            share * 100.0,
+            s.dropped,
+            max_dropped * 100.0
+        ));
+    }
+
     /// True when every threshold passed (also when there are none).
     pub fn thresholds_passed(&self) -> bool {
         self.thresholds.iter().all(|t| t.passed)
@@ -434,7 +492,51 @@ pub struct LiveSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::{LoadSummary, Report};
+    use super::{LoadSummary, Report, RunOutcome, SessionTotals};
+
+    /// 100 of 160 sessions never started (an agent capped at 20 slots): `incomplete`, with
+    /// how many; within `max_dropped`, or already failed, the outcome stays.
+    #[test]
+    fn undelivered_sessions_make_a_run_incomplete() {
+        let run = |planned, started, outcome| Report {
+            outcome,
+            totals: super::Totals {
+                sessions: SessionTotals {
+                    planned,
+                    started,
+                    dropped: planned - started,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut capped = run(160, 60, RunOutcome::Succeeded);
+        capped.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(capped.outcome, RunOutcome::Incomplete);
+        let why = capped.message.unwrap();
+        assert!(
+            why.starts_with("100 of 160 planned sessions (62.5%) were never started"),
+            "{why}"
+        );
+        // 1 of 2000 is 0.05 %: within the default 0.1 %.
+        let mut one = run(2000, 1999, RunOutcome::Succeeded);
+        one.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(one.outcome, RunOutcome::Succeeded);
+        // 3 of 2000 is over it, but within a scenario's 1 %.
+        let mut three = run(2000, 1997, RunOutcome::Succeeded);
+        three.judge_shortfall(0.01);
+        assert_eq!(three.outcome, RunOutcome::Succeeded);
+        three.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(three.outcome, RunOutcome::Incomplete);
+        // An aborted run keeps its outcome and its reason.
+        let mut aborted = run(160, 60, RunOutcome::Aborted);
+        aborted.judge_shortfall(0.0);
+        assert_eq!(
+            (aborted.outcome, aborted.message),
+            (RunOutcome::Aborted, None)
+        );
+    }
 
     /// The description says how arrival times were rounded, and says nothing of it for the
     /// closed model, which has none.

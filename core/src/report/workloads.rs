@@ -57,16 +57,28 @@ pub(super) fn reports(
 ) -> Vec<WorkloadReport> {
     let planned_types = plan.sessions_per_type();
     let named = scenario.named_workloads();
+    // Warm-up phases are left out of a workload's figures, as of the run's.
+    let warm: Vec<bool> = scenario
+        .effective_phases()
+        .iter()
+        .map(|p| p.warmup)
+        .collect();
+    let measured = |i: &usize| !warm.get(*i).copied().unwrap_or(false);
     scenario
         .workload_views()
         .iter()
         .map(|w| {
             let range = w.phase_base..w.phase_base + w.phase_count();
             let mut merged = SparseStats::default();
-            for p in phases.get(range.clone()).unwrap_or_default() {
-                merged.add(p);
+            for i in range.clone().filter(measured) {
+                if let Some(p) = phases.get(i) {
+                    merged.add(p);
+                }
             }
-            let rows = phase_rows.get(range).unwrap_or_default();
+            let rows: Vec<&PhaseReport> = range
+                .filter(measured)
+                .filter_map(|i| phase_rows.get(i))
+                .collect();
             let sum =
                 |f: fn(&PhaseReport) -> u64| rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)));
             let c = &merged.counters;
@@ -138,6 +150,7 @@ pub(super) fn reports(
                     sessions_planned: sum(|r| r.sessions_planned),
                     throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
                     latency: Latency::of(&merged),
+                    warmup: false,
                 },
                 model: match w.load.map(|l| l.model) {
                     None => "phases".into(),

@@ -182,7 +182,7 @@ fn load_validation_names_the_field() {
         (
             "connections: 10",
             "connections: 0",
-            "load.connections: must be >= 1",
+            "load.connections: must be >= 1 (or give stages: a ramp of connections)",
         ),
         ("duration: 5s", "duration: 0s", "load.duration: must be > 0"),
         (

@@ -8,6 +8,12 @@ use super::*;
 impl Scenario {
     /// Checks every value the types cannot express. Returns the first problem found.
     pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.validate_with(true)
+    }
+
+    /// [`Scenario::validate`]; `phase_scopes` false leaves `phase()` threshold scopes
+    /// unchecked (the capacity search's placeholder phase is replaced by its steps).
+    pub(super) fn validate_with(&self, phase_scopes: bool) -> Result<(), ScenarioError> {
         if self.name.trim().is_empty() {
             return Err(ScenarioError::invalid("name", "must not be empty"));
         }
@@ -87,12 +93,21 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(v) = &self.max_dropped {
+            if crate::threshold::parse_fraction(v.trim()).is_none() {
+                return Err(ScenarioError::invalid(
+                    "max_dropped",
+                    format!("`{v}` is not a percentage like 0.1% or 5%"),
+                ));
+            }
+        }
         // The supply of rows is known now when the schedule does not depend on a seed the
         // controller has yet to draw; otherwise the agents check it with the run's seed.
         if self.seed.is_some() || self.arrival == ArrivalProcess::Uniform {
             self.check_data_supply(self.seed.unwrap_or(0))?;
         }
-        self.parsed_thresholds().map(|_| ())
+        let thresholds = self.parsed_thresholds()?;
+        self.check_scopes(&thresholds, phase_scopes)
     }
 
     /// A workload's `load` (`path` is its field prefix: empty at the top level).
@@ -115,10 +130,13 @@ impl Scenario {
                 "poisson only applies to phases; a load runs on a uniform schedule",
             ));
         }
+        if !load.stages.is_empty() {
+            check_stages(&field("load"), load)?;
+        }
         if load.connections == 0 {
             return Err(ScenarioError::invalid(
                 field("load.connections"),
-                "must be >= 1",
+                "must be >= 1 (or give stages: a ramp of connections)",
             ));
         }
         if load.connections > MAX_CONNECTIONS {
@@ -275,6 +293,12 @@ impl Scenario {
             .map(|t| t.request_steps())
             .sum();
         self.check_step_totals(phases, steps)?;
+        if self.effective_phases().iter().all(|p| p.warmup) {
+            return Err(ScenarioError::invalid(
+                "phases",
+                "every phase is a warm-up (warmup: true): nothing would be measured",
+            ));
+        }
         // Each workload is checked alone too (naming its field); several add up.
         check_total_arrivals("phases", views.iter().flat_map(|w| w.phases))
     }
@@ -699,6 +723,46 @@ pub(super) fn check_name(field: &str, name: &str) -> Result<(), ScenarioError> {
         return Err(ScenarioError::invalid(
             field,
             format!("`{name}`: at most 64 characters, without `/`, `(` or `)`"),
+        ));
+    }
+    Ok(())
+}
+
+/// A closed load's ramp (`path`: the load's field): closed model, one stream per connection,
+/// stages that last and reach some connections, and no `connections`/`duration` beside them.
+fn check_stages(path: &str, load: &Load) -> Result<(), ScenarioError> {
+    use crate::ramp::{peak, total, MAX_STAGES};
+    let f = |x: &str| format!("{path}.{x}");
+    if load.model != LoadModel::Closed {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "only a closed load ramps its connections (model: closed)",
+        ));
+    }
+    if load.streams() > 1 {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "a ramp opens one session per connection: leave streams_per_connection out",
+        ));
+    }
+    if load.stages.len() > MAX_STAGES {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            format!("{} stages; at most {MAX_STAGES}", load.stages.len()),
+        ));
+    }
+    for (i, s) in load.stages.iter().enumerate() {
+        if s.duration.0.is_zero() {
+            return Err(ScenarioError::invalid(
+                f(&format!("stages[{i}].duration")),
+                "must be > 0",
+            ));
+        }
+    }
+    if load.connections != peak(&load.stages) || load.duration.0 != total(&load.stages) {
+        return Err(ScenarioError::invalid(
+            f("stages"),
+            "give either connections and duration, or stages (which set both)",
         ));
     }
     Ok(())

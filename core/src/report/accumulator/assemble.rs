@@ -21,9 +21,21 @@ impl RunAccumulator {
         timeline: Vec<TimelineRow>,
         live: bool,
     ) -> Result<Report, MergeError> {
-        let totals_stats = self.totals()?;
+        // The headline figures leave warm-up phases out; the generator's figures and the
+        // connections (counted in phase 0's samples) are the whole run's.
+        let effective = scenario.effective_phases();
+        let warm: Vec<bool> = effective.iter().map(|p| p.warmup).collect();
+        let all_stats = self.totals()?;
+        let totals_stats = self.headline(&warm);
         let c = &totals_stats.counters;
-        let duration_s = meta.duration_s.max(1e-9);
+        let starts = scenario.phase_starts();
+        let warm_s: f64 = effective
+            .iter()
+            .zip(&starts)
+            .filter(|(p, _)| p.warmup)
+            .map(|(p, start)| (meta.duration_s - start).clamp(0.0, p.duration.as_secs_f64()))
+            .sum();
+        let duration_s = (meta.duration_s - warm_s).max(1e-9);
         // Per phase, planned (requests, sessions). A closed load has no schedule: what it
         // started is what it planned, so the achieved ratio is completed over started. Live:
         // planned so far, less what is still in flight (it cannot have finished yet).
@@ -55,14 +67,15 @@ impl RunAccumulator {
                 }
             })
             .collect();
-        let (total_planned, sessions_planned) =
-            planned.iter().fold((0u64, 0u64), |(r, s), (pr, ps)| {
+        let (total_planned, sessions_planned) = planned
+            .iter()
+            .zip(&warm)
+            .filter(|(_, w)| !**w)
+            .fold((0u64, 0u64), |(r, s), ((pr, ps), _)| {
                 (r.saturating_add(*pr), s.saturating_add(*ps))
             });
 
-        let starts = scenario.phase_starts();
-        let phases: Vec<PhaseReport> = scenario
-            .effective_phases()
+        let phases: Vec<PhaseReport> = effective
             .iter()
             .enumerate()
             .map(|(i, p)| {
@@ -88,6 +101,7 @@ impl RunAccumulator {
                     sessions_planned: planned[i].1,
                     throughput_rps: s.counters.requests_completed as f64 / rate_over,
                     latency: Latency::of(s),
+                    warmup: p.warmup,
                 }
             })
             .collect();
@@ -134,11 +148,17 @@ impl RunAccumulator {
                     lag_max_us: lag.max_us,
                     late_arrivals: a.counters.late_arrivals,
                     peak_open: a.peak_open,
+                    cpu_max_pct: pct(self.usage[i].cpu_max),
+                    cpu_mean_pct: pct(self.usage[i].cpu_sum / self.usage[i].samples.max(1) as f64),
+                    cores: self.usage[i].cores,
+                    rss_max_bytes: self.usage[i].rss_max,
+                    open_files_max: self.usage[i].files_max,
                 }
             })
             .collect();
 
-        let mut generator = generator_verdict(&totals_stats, c, &agents, meta.outcome);
+        let mut generator =
+            generator_verdict(&all_stats, &all_stats.counters, &agents, meta.outcome);
         if scenario.insecure_tls() {
             generator
                 .warnings
@@ -217,7 +237,7 @@ impl RunAccumulator {
             },
             latency: Latency::of(&totals_stats),
             generator,
-            connections: self.connections(c, &timeline),
+            connections: self.connections(&all_stats.counters, &timeline),
             workloads: workloads::reports(
                 scenario,
                 &self.plan,
@@ -238,8 +258,19 @@ impl RunAccumulator {
         if let Ok(ts) = scenario.parsed_thresholds() {
             report.thresholds = crate::threshold::evaluate_all(&ts, &report);
         }
+        // A windowed threshold's verdict is its worst window (live: its first breach).
+        for w in self.windows.results(live) {
+            if let Some(t) = report.thresholds.iter_mut().find(|t| t.expr == w.expr) {
+                *t = w;
+            }
+        }
         Ok(report)
     }
+}
+
+/// A share as a percentage, to 0.1.
+fn pct(share: f64) -> f64 {
+    (share * 1000.0).round() / 10.0
 }
 
 /// `scheme://user:password@host/path` without `user:password@`.
@@ -321,6 +352,17 @@ fn generator_verdict(
             a.lost_share * 100.0
         ));
     }
+    let mut limiting_agents = Vec::new();
+    for a in agents {
+        if a.cpu_max_pct >= super::CPU_LIMIT_SHARE * 100.0 {
+            warnings.push(format!(
+                "agent {} CPU {:.0}% of its {} core(s) in its busiest interval: the generator, \
+                 not the target, may be the limit (add agents, or give them more CPU)",
+                a.id, a.cpu_max_pct, a.cores
+            ));
+            limiting_agents.push(a.id.clone());
+        }
+    }
     warnings.sort();
     let behind = c.sessions_started > 0 && c.late_arrivals * 1000 > c.sessions_started
         || (c.dropped_arrivals > 0 && !stopped);
@@ -331,5 +373,6 @@ fn generator_verdict(
         out_of_range: c.out_of_range,
         behind_schedule: behind,
         warnings,
+        limiting_agents,
     }
 }

@@ -1,0 +1,173 @@
+//! Threshold scopes checked against the scenario before any load: a `phase()`, `step()`,
+//! `session()` or `workload()` that names nothing would otherwise fail only after the whole
+//! run. The error lists the names that exist, so a typo is fixed in one go.
+
+use super::{Scenario, ScenarioError};
+use crate::threshold::{Scope, Threshold};
+
+/// The names a threshold scope may use in one scenario, as the report names its rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeNames {
+    pub phases: Vec<String>,
+    pub steps: Vec<String>,
+    pub workloads: Vec<String>,
+    pub sessions: Vec<String>,
+}
+
+impl ScopeNames {
+    /// Every name of `s`: its phases (the report's rows, `WORKLOAD/PHASE` with workloads),
+    /// request steps, workloads and session types.
+    pub fn of(s: &Scenario) -> Self {
+        let views = s.workload_views();
+        let mut sessions: Vec<String> = Vec::new();
+        for t in views.iter().flat_map(|w| &w.types) {
+            if !sessions.iter().any(|n| n == t.name) {
+                sessions.push(t.name.to_string());
+            }
+        }
+        Self {
+            phases: s
+                .effective_phases()
+                .iter()
+                .enumerate()
+                .map(|(i, p)| p.display_name(i))
+                .collect(),
+            steps: s.step_names(),
+            workloads: views.iter().map(|w| w.name.to_string()).collect(),
+            sessions,
+        }
+    }
+
+    /// Why `scope` names nothing (`phase(stedy): no such phase; phases are warm, steady`),
+    /// or `None` when it names something. `phases` false skips phase scopes (a capacity
+    /// search replaces the phases).
+    pub fn missing(&self, scope: &Scope, phases: bool) -> Option<String> {
+        let (kind, plural, name, names) = match scope {
+            Scope::Run => return None,
+            Scope::Phase(_) if !phases => return None,
+            Scope::Phase(n) => ("phase", "phases", n, &self.phases),
+            Scope::Step(n) => ("step", "request steps", n, &self.steps),
+            Scope::Workload(n) => ("workload", "workloads", n, &self.workloads),
+            Scope::Session(n) => ("session", "session types", n, &self.sessions),
+        };
+        if names.iter().any(|x| x == name) {
+            return None;
+        }
+        Some(format!(
+            "{kind}({name}): no such {kind}; {plural} are {}",
+            list(names)
+        ))
+    }
+}
+
+/// At most 20 names, comma-separated, then how many more.
+fn list(names: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut out = names
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    out
+}
+
+impl Scenario {
+    /// Refuses a threshold whose scope names no phase, step, workload or session type,
+    /// naming the entry and what exists. `phases` false leaves phase scopes unchecked.
+    pub(super) fn check_scopes(
+        &self,
+        thresholds: &[Threshold],
+        phases: bool,
+    ) -> Result<(), ScenarioError> {
+        if thresholds.iter().all(|t| t.scope == Scope::Run) {
+            return Ok(());
+        }
+        let names = ScopeNames::of(self);
+        for (i, t) in thresholds.iter().enumerate() {
+            if let Some(why) = names.missing(&t.scope, phases) {
+                return Err(ScenarioError::invalid(format!("thresholds[{i}]"), why));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> ScenarioError {
+        Scenario::from_yaml(text).unwrap_err()
+    }
+
+    const TWO_PHASES: &str = "name: t\ntarget: http://h:1\nphases:\n  - { name: warm, duration: 2s, arrival_rate: 5 }\n  - { name: steady, duration: 4s, arrival_rate: 10 }\nsession:\n  - { name: get, http: { path: / } }\n";
+
+    #[test]
+    fn a_phase_typo_is_refused_naming_the_phases_that_exist() {
+        let e = refused(&format!(
+            "{TWO_PHASES}thresholds: [ \"p99 < 1s\", \"phase(stedy).p99 < 1s\" ]\n"
+        ));
+        assert_eq!(e.path(), "thresholds[1]");
+        assert_eq!(
+            e.to_string(),
+            "thresholds[1]: phase(stedy): no such phase; phases are warm, steady"
+        );
+        let ok = format!("{TWO_PHASES}thresholds: [ \"phase(steady).p99 < 1s\", \"step(get).error_rate < 1%\" ]\n");
+        assert!(Scenario::from_yaml(&ok).is_ok());
+    }
+
+    #[test]
+    fn steps_sessions_and_workloads_are_checked_too() {
+        for (t, why) in [
+            (
+                "step(gett).p99 < 1s",
+                "step(gett): no such step; request steps are get",
+            ),
+            (
+                "session(nope).p99 < 1s",
+                "session(nope): no such session; session types are default",
+            ),
+            (
+                "workload(web).p99 < 1s",
+                "workload(web): no such workload; workloads are default",
+            ),
+        ] {
+            let e = refused(&format!("{TWO_PHASES}thresholds: [ \"{t}\" ]\n"));
+            assert_eq!(e.to_string(), format!("thresholds[0]: {why}"), "{t}");
+        }
+        // Unnamed phases are `phase-N`, as the report names their rows.
+        let unnamed = "name: t\ntarget: http://h:1\nphases: [ { duration: 1s, arrival_rate: 5 } ]\nsession: [ { http: { path: / } } ]\nthresholds: [ \"phase(main).p99 < 1s\" ]\n";
+        assert!(refused(unnamed).to_string().ends_with("phases are phase-1"));
+    }
+
+    #[test]
+    fn workload_phases_carry_the_workload_name() {
+        let text = "name: t\ntarget: http://h:1\nworkloads:\n  - name: api\n    phases: [ { name: steady, duration: 1s, arrival_rate: 5 } ]\n    sessions:\n      - { name: buy, weight: 1, steps: [ { http: { path: / } } ] }\n";
+        let with = |t: &str| format!("{text}thresholds: [ \"{t}\" ]\n");
+        for good in [
+            "phase(api/steady).p99 < 1s",
+            "session(buy).p99 < 1s",
+            "workload(api).p99 < 1s",
+            "step(api/buy/step-1).p99 < 1s",
+        ] {
+            assert!(Scenario::from_yaml(&with(good)).is_ok(), "{good}");
+        }
+        assert!(refused(&with("phase(steady).p99 < 1s"))
+            .to_string()
+            .ends_with("phases are api/steady"));
+    }
+
+    /// A capacity search replaces the phases: the base file's phase scopes are not judged
+    /// against its placeholder, the others still are.
+    #[test]
+    fn a_loadless_scenario_leaves_phase_scopes_to_its_steps() {
+        let text = "name: t\ntarget: http://h:1\nsession: [ { http: { path: / } } ]\nthresholds: [ \"phase(steady).p99 < 1s\" ]\n";
+        assert!(Scenario::from_yaml_loadless(text).is_ok());
+        let typo = text.replace("phase(steady)", "step(nope)");
+        assert!(Scenario::from_yaml_loadless(&typo).is_err());
+    }
+}

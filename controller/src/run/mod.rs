@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::renew::Renewals;
 
 mod assign;
+#[cfg(test)]
+mod driver_tests;
 mod finish;
 mod member;
 mod running;

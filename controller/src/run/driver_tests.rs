@@ -1,0 +1,298 @@
+//! The run driver against scripted agents, under tokio's paused clock: every wait the driver
+//! makes (for agents, for Ready, for a stream to come back) is checked to the millisecond,
+//! whatever the machine's speed. The agents are channels the test answers by hand, as the
+//! agent service would relay a real agent's messages.
+
+use super::*;
+use crate::agents::AgentEntry;
+use crate::renew::Heard;
+
+type Stream = mpsc::Receiver<Result<v1::ControllerMessage, tonic::Status>>;
+
+const LEASE: Duration = Duration::from_secs(1);
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A controller with a 1 s lease and 1 s intervals over a data directory of its own.
+fn controller() -> (tempfile::TempDir, crate::Controller) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = crate::ControllerConfig::new(dir.path());
+    cfg.lease = LEASE;
+    cfg.ready_timeout = READY_TIMEOUT;
+    cfg.interval = Duration::from_secs(1);
+    cfg.start_delay = Duration::from_millis(100);
+    let c = crate::Controller::new(cfg).unwrap();
+    (dir, c)
+}
+
+/// A scenario of 2 s at 1 arrival a second, with `extra` top-level lines.
+fn scenario(extra: &str) -> Scenario {
+    Scenario::from_yaml(&format!(
+        "name: d\ntarget: http://127.0.0.1:1\n{extra}phases:\n  - {{ duration: 2s, arrival_rate: 1 }}\n\
+         session:\n  - http: {{ path: / }}\n"
+    ))
+    .unwrap()
+}
+
+/// An idle agent `id` on stream `conn_id`, as registration leaves it.
+fn join(inner: &Inner, conn_id: u64, id: &str) -> Stream {
+    let (tx, rx) = mpsc::channel(256);
+    lock(&inner.agents).insert(
+        conn_id,
+        AgentEntry {
+            conn_id,
+            info: v1::AgentInfo {
+                agent_id: id.into(),
+                state: "idle".into(),
+                ..Default::default()
+            },
+            tx,
+            clock: Default::default(),
+            run: None,
+            kick: CancellationToken::new(),
+            heard: Heard::new(),
+        },
+    );
+    inner.agents_changed.notify_waiters();
+    rx
+}
+
+/// The next message on an agent's stream that is not a lease renewal, an ack or a ping.
+async fn next(rx: &mut Stream) -> Out {
+    loop {
+        let m = rx.recv().await.expect("the stream is open").unwrap();
+        match m.msg {
+            Some(Out::Lease(_) | Out::Ack(_) | Out::ClockPing(_)) | None => continue,
+            Some(other) => return other,
+        }
+    }
+}
+
+/// Answers each agent's Assign with Ready, then waits for each one's Start (sent once all
+/// are ready).
+async fn ready_and_started(h: &RunHandle, agents: &mut [(&mut Stream, &str)]) {
+    for (rx, id) in agents.iter_mut() {
+        let Out::Assign(a) = next(rx).await else {
+            panic!("{id}: no Assign first")
+        };
+        h.send(RunInput::Ready {
+            agent_id: id.to_string(),
+            planned: a.planned_sessions,
+            setup_values: Vec::new(),
+        });
+    }
+    for (rx, id) in agents.iter_mut() {
+        assert!(matches!(next(rx).await, Out::Start(_)), "{id}: no Start");
+    }
+}
+
+fn done(h: &RunHandle, id: &str) {
+    h.send(RunInput::Done {
+        agent_id: id.into(),
+        done: v1::Done {
+            run_id: h.run_id.clone(),
+            ..Default::default()
+        },
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_without_agents_fails_once_the_agent_wait_is_over() {
+    let (_dir, c) = controller();
+    let t = Instant::now();
+    let h = start(c.inner.clone(), scenario(""), 2, Duration::from_secs(30));
+    h.finished().await;
+    assert_eq!(t.elapsed(), Duration::from_secs(30));
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(s.message.contains("needs 2 agents"), "{}", s.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_comes_late_within_the_wait_is_taken() {
+    let (_dir, c) = controller();
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(h.state().state, RunState::Pending);
+    let mut rx = join(&c.inner, 1, "a1");
+    assert!(matches!(next(&mut rx).await, Out::Assign(_)));
+    assert_eq!(h.state().state, RunState::Assigning);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_never_acknowledges_fails_the_run_at_the_ready_timeout() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(c.inner.clone(), scenario(""), 2, Duration::from_secs(30));
+    let Out::Assign(_) = next(&mut a1).await else {
+        panic!("no Assign")
+    };
+    let t = Instant::now();
+    let Out::Assign(a) = next(&mut a2).await else {
+        panic!("no Assign")
+    };
+    h.send(RunInput::Ready {
+        agent_id: "a2".into(),
+        planned: a.planned_sessions,
+        setup_values: Vec::new(),
+    });
+    h.finished().await;
+    assert_eq!(t.elapsed(), READY_TIMEOUT);
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.ends_with("in time: a1"),
+        "only a1 is named: {}",
+        s.message
+    );
+    // Both agents are free for the next run.
+    assert!(lock(&c.inner.agents).values().all(|a| a.run.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_refuses_its_shard_fails_the_run_and_stops_the_others() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(c.inner.clone(), scenario(""), 2, Duration::from_secs(30));
+    assert!(matches!(next(&mut a1).await, Out::Assign(_)));
+    assert!(matches!(next(&mut a2).await, Out::Assign(_)));
+    h.send(RunInput::Failed {
+        agent_id: "a2".into(),
+        reason: "no route".into(),
+    });
+    assert!(matches!(next(&mut a1).await, Out::Abort(_)));
+    h.finished().await;
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a2 refused its shard: no route"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_moves_through_its_states_in_order() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(30));
+    let mut events = h.events.subscribe();
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    done(&h, "a1");
+    h.finished().await;
+    let mut seen = vec![RunState::Pending];
+    while let Ok(ev) = events.try_recv() {
+        if let Some(v1::run_event::Event::State(s)) = ev.event {
+            let s = RunState::ALL
+                .into_iter()
+                .find(|x| x.as_str() == s.state)
+                .expect("a known state on the wire");
+            let last = *seen.last().unwrap();
+            assert!(s == last || last.may_become(s), "{last} -> {s}");
+            if s != last {
+                seen.push(s);
+            }
+        }
+    }
+    use RunState::*;
+    assert_eq!(seen[..4], [Pending, Assigning, Ready, Running]);
+    // Nothing was sent: the report's verdict fails it, and the state follows the report.
+    assert_eq!(seen.last(), Some(&Failed));
+    assert_eq!(h.state().message, "no request was sent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_closed_past_its_grace_loses_the_agent_and_fails_the_run() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(c.inner.clone(), scenario(""), 2, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1"), (&mut a2, "a2")]).await;
+    let t = Instant::now();
+    h.send(RunInput::Disconnected {
+        agent_id: "a2".into(),
+        conn_id: 2,
+    });
+    // The other agent is told to stop once a2's grace (lease + 2 s) is over.
+    assert!(matches!(next(&mut a1).await, Out::Abort(_)));
+    assert_eq!(t.elapsed(), LEASE + Duration::from_secs(2));
+    done(&h, "a1");
+    h.finished().await;
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a2") && s.message.contains("not back within 3.0 s"),
+        "{}",
+        s.message
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_back_within_its_grace_resumes_the_run() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    h.send(RunInput::Disconnected {
+        agent_id: "a1".into(),
+        conn_id: 1,
+    });
+    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+    let (tx, mut back) = mpsc::channel(16);
+    h.send(RunInput::Reconnected {
+        agent_id: "a1".into(),
+        conn_id: 9,
+        tx,
+        heard: Heard::new(),
+    });
+    // Past the first stream's grace, the run still waits for the agent on its new one.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.state().state, RunState::Running);
+    while let Ok(m) = back.try_recv() {
+        assert!(!matches!(m.unwrap().msg, Some(Out::Abort(_))), "aborted");
+    }
+    done(&h, "a1");
+    h.finished().await;
+    let s = h.state();
+    assert!(!s.message.contains("lost"), "{}", s.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tolerated_loss_ends_the_run_incomplete_naming_the_agent() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(
+        c.inner.clone(),
+        scenario("on_agent_loss: { tolerate: 50 }\n"),
+        2,
+        Duration::from_secs(30),
+    );
+    ready_and_started(&h, &mut [(&mut a1, "a1"), (&mut a2, "a2")]).await;
+    h.send(RunInput::Failed {
+        agent_id: "a2".into(),
+        reason: "out of memory".into(),
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(h.state().state, RunState::Running, "the run goes on");
+    done(&h, "a1");
+    h.finished().await;
+    let s = h.state();
+    assert_eq!(s.state, RunState::Incomplete);
+    assert!(s.message.contains("agent a2 was lost"), "{}", s.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abort_while_pending_ends_the_run_aborted_at_once() {
+    let (_dir, c) = controller();
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let t = Instant::now();
+    h.request_abort("by the test".into());
+    h.finished().await;
+    assert_eq!(t.elapsed(), Duration::ZERO);
+    let s = h.state();
+    assert_eq!(s.state, RunState::Aborted);
+    assert_eq!(s.message, "by the test");
+}

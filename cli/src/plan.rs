@@ -61,6 +61,14 @@ pub struct PlanReport {
     pub budget: Vec<AddressBudget>,
     /// Why the controller would refuse the run; empty when it would run.
     pub refusals: Vec<String>,
+    /// Where the agents' slots (their capacity, a constant load's connections) cannot carry
+    /// the plan, or carry it only if sessions stay within a latency budget shorter than the
+    /// request timeout; a run that then drops sessions ends `incomplete`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// The share of the planned sessions the slots can start at all, from the think times
+    /// alone (1 when they fit).
+    pub deliverable: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,6 +172,20 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
         None => (None, Vec::new()),
     };
     let cells = agents as usize * phase_defs.len();
+    let timeout = scenario.request_timeout.0;
+    let budgets = stampede_core::delivery::budgets(scenario, agents, args.capacity);
+    let warnings = budgets
+        .iter()
+        .filter(|b| b.undeliverable() || b.budget < timeout)
+        .map(|b| {
+            b.text(if b.what.starts_with("phase") {
+                "session slots (--capacity)"
+            } else {
+                "connections"
+            })
+        })
+        .collect();
+    let deliverable = budgets.iter().map(|b| b.deliverable).fold(1.0f64, f64::min);
     Ok(PlanReport {
         scenario: scenario.name.clone(),
         agents,
@@ -176,6 +198,8 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
         target,
         budget,
         refusals,
+        warnings,
+        deliverable,
     })
 }
 
@@ -250,7 +274,16 @@ pub fn render(r: &PlanReport, closed: bool) -> String {
             );
         }
     }
-    if r.refusals.is_empty() {
+    for w in &r.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    if r.refusals.is_empty() && r.deliverable < 1.0 {
+        let _ = writeln!(
+            out,
+            "verdict: the controller would run it, but at most {:.1}% of the planned sessions can start: it would end incomplete",
+            r.deliverable * 100.0
+        );
+    } else if r.refusals.is_empty() {
         let _ = writeln!(out, "verdict: the controller would run it");
     } else {
         for why in &r.refusals {
@@ -292,6 +325,42 @@ mod tests {
         let r = plan(&s, &args(6, &["each"])).unwrap();
         assert!(r.refusals.is_empty(), "{:?}", r.refusals);
         assert_eq!(r.budget.len(), 6);
+    }
+
+    /// 40 sessions/s that think 2 s on one agent of capacity 20: a quarter can start, and
+    /// the verdict says so; without the think time, the latency budget is the warning.
+    #[test]
+    fn a_capacity_too_small_for_the_plan_is_a_warning_with_the_share() {
+        let text = |think: &str| {
+            format!("name: c\ntarget: http://127.0.0.1:9\nphases: [ {{ name: steady, duration: 4s, arrival_rate: 40 }} ]\nsession:\n  - http: {{ path: / }}\n{think}")
+        };
+        let mut a = args(1, &[]);
+        a.capacity = 20;
+        let s = Scenario::from_yaml(&text("  - think_time: 2s\n")).unwrap();
+        let r = plan(&s, &a).unwrap();
+        assert_eq!(r.deliverable, 0.25);
+        let out = render(&r, false);
+        assert!(
+            out.contains("at most 25.0% of its sessions can start"),
+            "{out}"
+        );
+        assert!(
+            out.contains("verdict: the controller would run it, but at most 25.0%"),
+            "{out}"
+        );
+        let s = Scenario::from_yaml(&text("")).unwrap();
+        let out = render(&plan(&s, &a).unwrap(), false);
+        assert!(
+            out.contains("a session may take at most 500ms on average"),
+            "{out}"
+        );
+        assert!(
+            out.contains("verdict: the controller would run it\n"),
+            "{out}"
+        );
+        // The default capacity leaves a budget far above the request timeout: no warning.
+        let out = render(&plan(&s, &args(1, &[])).unwrap(), false);
+        assert!(!out.contains("warning"), "{out}");
     }
 
     #[test]

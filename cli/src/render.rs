@@ -111,7 +111,7 @@ fn phase_header(o: &mut String) {
 fn phase_line(o: &mut String, p: &stampede_core::report::PhaseReport) {
     let _ = writeln!(
         o,
-        "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}",
+        "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}{}",
         p.name,
         p.start_s,
         p.planned,
@@ -119,7 +119,9 @@ fn phase_line(o: &mut String, p: &stampede_core::report::PhaseReport) {
         p.failed,
         p.throughput_rps,
         us(p.latency.response_time.p50_us),
-        us(p.latency.response_time.p99_us)
+        us(p.latency.response_time.p99_us),
+        // Left out of the headline figures above it.
+        if p.warmup { "  warm-up" } else { "" }
     );
 }
 

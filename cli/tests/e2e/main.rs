@@ -17,6 +17,7 @@ mod security;
 mod sessions;
 mod spine;
 mod tls;
+mod verdicts;
 mod workloads;
 
 use std::io::{BufRead, BufReader};

@@ -171,6 +171,9 @@ impl Driver {
         } else {
             Vec::new()
         };
+        // Windowed thresholds are judged as soon as an interval closes, not at the next tick.
+        let windowed = live_thresholds.iter().any(|t| t.window_s.is_some());
+        let mut closed_seen = 0usize;
 
         // How long an agent whose stream closed may take to come back: its lease (its load
         // goes on until then) plus time for its reconnect backoff and registration.
@@ -219,6 +222,15 @@ impl Driver {
                             let Some(&i) = index.get(&agent_id) else { continue };
                             if members[i].received.insert(progress.interval) {
                                 self.merge(&mut acc, i, &agent_id, &progress);
+                                if windowed && failure.is_none() && acc.closed_rows() > closed_seen {
+                                    closed_seen = acc.closed_rows();
+                                    let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
+                                    if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
+                                        self.abort_members(&members, &msg).await;
+                                        failure = Some(Failure::Aborted(msg));
+                                        deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                                    }
+                                }
                             }
                             renewals.ack(i, members[i].received.next);
                         }

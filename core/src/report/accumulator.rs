@@ -144,6 +144,12 @@ impl RunAccumulator {
         self.max_interval
     }
 
+    /// Timeline intervals closed so far (every live agent reported them): a windowed
+    /// threshold has new windows to judge when this grows.
+    pub fn closed_rows(&self) -> usize {
+        self.closed.len()
+    }
+
     /// Number of phases (a Progress carries at most one sample per phase).
     pub fn phase_count(&self) -> usize {
         self.phases.len()

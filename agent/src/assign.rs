@@ -221,6 +221,7 @@ pub(crate) async fn prepare(
         context: dynamic,
         refresh,
         runs_setup: a.run_setup,
+        graceful_stop: scenario.graceful_stop(),
     })
 }
 

@@ -64,9 +64,24 @@ impl AsRawFd for Timer {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Set by tests whose tokio clock is paused: this thread's pacers use tokio's timer, which
+    /// that clock drives, instead of the kernel's.
+    pub(crate) static TOKIO_PACED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Pacer {
     /// A pacer for instants on a grid of `tick` (zero: any instant, each timed on its own).
     pub fn new(tick: Duration) -> Self {
+        #[cfg(test)]
+        if TOKIO_PACED.with(std::cell::Cell::get) {
+            return Self {
+                timer: None,
+                tick,
+                next: None,
+            };
+        }
         let timer = TimerFd::new(
             ClockId::CLOCK_MONOTONIC,
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,

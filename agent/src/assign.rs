@@ -225,6 +225,7 @@ pub(crate) async fn prepare(
         context: dynamic,
         refresh,
         runs_setup: a.run_setup,
+        graceful_stop: scenario.graceful_stop(),
     })
 }
 

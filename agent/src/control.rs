@@ -35,7 +35,8 @@ fn stop_run(stop: &CancellationToken, reason: &Mutex<Option<String>>, why: Strin
 /// Most unacknowledged run messages kept for replay; the oldest go first beyond it (a
 /// controller that acknowledges nothing for this long is not coming back for them).
 const MAX_RETAINED: usize = 4096;
-/// Longest the agent waits, after a shutdown signal, to hand its last data to the controller.
+/// Longest the agent waits, after a shutdown signal and its run's graceful stop, to hand its
+/// last data to the controller.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A shard prepared on Assign, waiting for Start.
@@ -66,6 +67,9 @@ struct AgentState {
     lease: Duration,
     /// This agent's data rows for the run about to be assigned (sent before its Assign).
     data: stampede_proto::data::Received,
+    /// The graceful stop of the run started last, in milliseconds: a shutdown waits for it
+    /// before the drain's own timeout.
+    graceful_stop_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The control loop: connects, reconnects with backoff, and drains on `quit`.
@@ -84,10 +88,13 @@ pub(crate) async fn control(
         run_rx,
         lease: Duration::from_secs(1),
         data: Default::default(),
+        graceful_stop_ms: Default::default(),
     };
-    let drained = async {
-        quit.cancelled().await;
-        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    let (grace, quitting) = (state.graceful_stop_ms.clone(), quit.clone());
+    let drained = async move {
+        quitting.cancelled().await;
+        let grace = Duration::from_millis(grace.load(std::sync::atomic::Ordering::Relaxed));
+        tokio::time::sleep(grace + DRAIN_TIMEOUT).await;
     };
     tokio::pin!(drained);
     let mut backoff = Duration::from_millis(100);
@@ -340,6 +347,10 @@ async fn handle(
                     tracing::warn!(run = %s.run_id, "the Start's setup values do not fit the scenario; ignored");
                 }
             }
+            let grace = u64::try_from(pending.spec.graceful_stop.as_millis()).unwrap_or(u64::MAX);
+            state
+                .graceful_stop_ms
+                .store(grace, std::sync::atomic::Ordering::Relaxed);
             let stop = CancellationToken::new();
             let reason = Arc::new(Mutex::new(None));
             let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));

@@ -15,6 +15,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::pool::{Closer, SlotQueue};
 
+#[cfg(test)]
+mod books;
 mod deadline;
 mod models;
 mod plan;
@@ -87,18 +89,30 @@ pub async fn execute(
     let mut loops = Vec::new();
     let mut connections = Vec::new();
     for spec in &run.workloads {
-        let started = start_workload(spec, &rec, &tracker, t0, &stop, &mut connections);
+        let started = start_workload(
+            spec,
+            &rec,
+            &tracker,
+            (t0, run.graceful_stop),
+            &stop,
+            &mut connections,
+        );
         loops.extend(started.arrivals);
         queues.extend(started.queue);
         cutoffs.extend(started.cutoff);
     }
-    // A stop aborts the connection tasks of the closed and constant models. They live for
-    // the whole run and do not wait on the stop themselves: that would lock the token's one
-    // waiter list at every poll of every connection, on every core.
+    // A stop aborts the connection tasks of the closed and constant models once their
+    // graceful stop is over (sooner when they all end: the tracker's wait below). They live
+    // for the whole run and do not wait on the stop themselves: that would lock the token's
+    // one waiter list at every poll of every connection, on every core. Until then they start
+    // no new request (a session reads the token before each) and their requests in flight
+    // finish and are recorded; a request still in flight when its task is aborted is counted
+    // interrupted as its session is dropped.
     let aborter = {
-        let stop = stop.clone();
+        let (stop, grace) = (stop.clone(), run.graceful_stop);
         tokio::spawn(async move {
             stop.cancelled().await;
+            tokio::time::sleep(grace).await;
             for task in connections {
                 task.abort();
             }
@@ -171,7 +185,7 @@ fn start_workload(
     spec: &Arc<RunSpec>,
     rec: &Arc<Recorder>,
     tracker: &TaskTracker,
-    t0: Instant,
+    (t0, graceful_stop): (Instant, std::time::Duration),
     stop: &CancellationToken,
     tasks: &mut Vec<tokio::task::AbortHandle>,
 ) -> Started {
@@ -179,6 +193,7 @@ fn start_workload(
     // The arrival loop is a task paced by a timerfd (`arrivals`): tokio's timer has
     // millisecond granularity, the kernel's lands within microseconds of the intended time.
     let (mut queue, mut cutoff) = (None, None);
+    let grace = graceful_stop;
     let arrivals = match spec.mode {
         Mode::Arrivals => {
             let (rec, spec, stop, tracker) =
@@ -206,11 +221,20 @@ fn start_workload(
                             kind,
                             fresh: false,
                         };
-                        // One wait on the stop per session, not per request.
-                        tokio::select! {
-                            biased;
-                            _ = stop.cancelled() => {}
-                            _ = session(&spec, &rec, at, &stop, &mut line) => {}
+                        // One wait on the stop per session, not per request; after a stop the
+                        // session's request in flight has the graceful stop to finish (it
+                        // starts no other), and is counted interrupted if it does not.
+                        {
+                            let mut running =
+                                std::pin::pin!(session(&spec, &rec, at, &stop, &mut line));
+                            let stopped = tokio::select! {
+                                biased;
+                                _ = stop.cancelled() => true,
+                                _ = running.as_mut() => false,
+                            };
+                            if stopped {
+                                let _ = tokio::time::timeout(grace, running).await;
+                            }
                         }
                         drop(line);
                     }));
@@ -377,7 +401,7 @@ mod tests {
                     .collect::<Vec<_>>()
             });
             let scenario = format!(
-                "name: hang\ntarget: http://{addr}\nrequest_timeout: 60s\n{load}\n\
+                "name: hang\ntarget: http://{addr}\nrequest_timeout: 60s\ngraceful_stop: 0s\n{load}\n\
                  session:\n  - http: {{ path: / }}\n"
             );
             let run = one_shard(scenario).await;
@@ -393,21 +417,23 @@ mod tests {
                 "{load}: stopped after {:?}",
                 stopped.elapsed()
             );
-            // Four requests were in flight, and none of them ended.
-            let (mut started, mut ended) = (0, 0);
+            // Four requests were in flight, and none of them ended: with `graceful_stop: 0s`
+            // they are counted interrupted at once.
+            let (mut started, mut ended, mut interrupted) = (0, 0, 0);
             while let Ok(m) = messages.try_recv() {
                 if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
                     for ph in &p.samples {
                         let c = ph.counters.as_ref().unwrap();
                         started += c.requests_started;
                         ended += c.requests_completed + c.requests_failed;
+                        interrupted += c.requests_interrupted;
                     }
                 }
             }
             // Open-model sessions go on arriving while the target holds the first four.
             assert!(
-                started >= 4 && ended == 0,
-                "{load}: {started} started, {ended} ended"
+                started >= 4 && ended == 0 && interrupted == started,
+                "{load}: {started} started, {ended} ended, {interrupted} interrupted"
             );
             drop(held);
         }
@@ -470,6 +496,8 @@ mod tests {
                     c.requests_started += s.requests_started;
                     c.requests_completed += s.requests_completed;
                     c.requests_failed += s.requests_failed;
+                    c.requests_interrupted += s.requests_interrupted;
+                    c.sessions_interrupted += s.sessions_interrupted;
                 }
             }
         }
@@ -483,8 +511,12 @@ mod tests {
             c.requests_failed,
         ];
         assert_eq!(counts, [4, 4, 1, 2, 6, 3, 2]);
-        // Five requests ended (two locks each) and one hangs (its start's lock).
-        assert_eq!(super::recorder::TAKES.with(|t| t.get()), 11);
+        // The hanging one is interrupted once the graceful stop (the request timeout, at most
+        // 5 s) is over, with its session.
+        assert_eq!((c.requests_interrupted, c.sessions_interrupted), (1, 1));
+        // Five requests ended (two locks each) and one hangs (its start's lock, and its
+        // interruption's).
+        assert_eq!(super::recorder::TAKES.with(|t| t.get()), 12);
         drop(held);
     }
 

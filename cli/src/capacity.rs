@@ -11,8 +11,10 @@ use stampede_core::report::{Report, RunOutcome};
 use stampede_core::scenario::{Phase, Scenario};
 use stampede_core::threshold::Threshold;
 use stampede_core::HumanDuration;
+use stampede_proto::v1;
 
 use crate::client;
+use crate::cmd::interrupt::Interrupts;
 use crate::local::LocalCluster;
 use crate::render::us;
 
@@ -149,6 +151,8 @@ pub struct Outcome {
 /// Runs the search; returns the exit code (0: a sustainable rate was found, 1: not even the
 /// first step held, 2: a step could not run).
 pub async fn command(a: CapacityArgs) -> Result<i32> {
+    // Before any load: a signal from here on ends the search with the steps it ran.
+    let mut signals = crate::cmd::interrupt::Interrupts::register()?;
     let (_, mut base) = client::read_scenario_with(&a.scenario, Scenario::from_yaml_loadless)?;
     // gRPC calls are encoded once, here, as for `run`: every step submits them as they are.
     let dir = a.scenario.parent().unwrap_or(std::path::Path::new("."));
@@ -176,13 +180,14 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
             &base,
             spec,
             agents,
-            &a,
+            (&a, &mut signals),
         )
         .await;
         cluster.stop().await;
         r?
     } else {
-        search(&a.controller, a.token.as_deref(), &base, spec, agents, &a).await?
+        let conn = (&a, &mut signals);
+        search(&a.controller, a.token.as_deref(), &base, spec, agents, conn).await?
     };
     if let Some(path) = &a.report {
         std::fs::write(path, serde_json::to_string_pretty(&outcome.report)? + "\n")
@@ -207,7 +212,9 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
             )
         );
     }
-    Ok(if outcome.search.sustainable().is_some() {
+    Ok(if outcome.report.outcome == RunOutcome::Aborted {
+        crate::exit::RUN_FAILED
+    } else if outcome.search.sustainable().is_some() {
         crate::exit::OK
     } else {
         crate::exit::THRESHOLD
@@ -220,12 +227,14 @@ async fn search(
     base: &Scenario,
     spec: SearchSpec,
     agents: u32,
-    a: &CapacityArgs,
+    (a, signals): (&CapacityArgs, &mut Interrupts),
 ) -> Result<Outcome> {
     let mut c = client::connect(url, token).await?;
     let min_achieved = spec.min_achieved;
     let mut search = Search::new(spec);
     let mut parts: Vec<(String, Report)> = Vec::new();
+    // The signal that stopped the search, and the report of the step it aborted.
+    let mut interrupted = None;
     while let Some((name, kind, rate)) = search.next_step() {
         let s = step_scenario(
             base,
@@ -243,7 +252,25 @@ async fn search(
                 a.step_duration.as_secs_f64()
             );
         }
-        let report = client::run_and_watch(&mut c, &text, Some(agents), None, |_| {}).await?;
+        let run_id = client::submit(&mut c, &text, Some(agents), None).await?;
+        let mut watcher = c.clone();
+        let mut quiet = |_: client::Live<'_>| {};
+        let watch = client::watch(&mut watcher, &run_id, &mut quiet);
+        tokio::pin!(watch);
+        let report = tokio::select! {
+            r = &mut watch => r?,
+            sig = signals.next() => {
+                let signal = sig.name();
+                eprintln!("\ninterrupted ({signal}): aborting step {name}; the report of the steps so far follows ({signal} again to quit at once)");
+                c.abort_run(v1::AbortRunRequest { run_id: run_id.clone(), reason: format!("interrupted from the CLI ({signal})") }).await.map_err(client::status_error)?;
+                let r = tokio::select! {
+                    r = &mut watch => r?,
+                    again = signals.next() => std::process::exit(again.exit_code()),
+                };
+                interrupted = Some((signal, name, r));
+                break;
+            }
+        };
         if matches!(report.outcome, RunOutcome::Failed | RunOutcome::Incomplete)
             || (report.outcome == RunOutcome::Aborted && report.threshold_abort.is_none())
         {
@@ -275,8 +302,18 @@ async fn search(
         search.record(v);
         parts.push((name, report));
     }
+    let stopped_at = interrupted.map(|(signal, step, r)| {
+        let why = format!("aborted ({signal}) during step {step}");
+        parts.push((step, r));
+        why
+    });
     let mut report = capacity::merge_steps(&base.name, &parts)?;
     report.message = Some(summary(&search));
+    if let Some(why) = stopped_at {
+        // What the steps before it found still stands; the search itself did not finish.
+        report.outcome = RunOutcome::Aborted;
+        report.message = Some(format!("{why}; {}", summary(&search)));
+    }
     Ok(Outcome { search, report })
 }
 

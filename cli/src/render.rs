@@ -207,6 +207,13 @@ pub fn report_text(r: &Report) -> String {
         t.sessions.failed,
         t.sessions.dropped
     );
+    if t.interrupted > 0 || t.sessions.interrupted > 0 {
+        let _ = writeln!(
+            o,
+            "Stopped   {} requests ({} sessions) were still in flight after the graceful stop: interrupted",
+            t.interrupted, t.sessions.interrupted
+        );
+    }
     let c = &r.connections;
     if c.opened > 0 || c.peak_open > 0 {
         let _ = writeln!(

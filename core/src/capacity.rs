@@ -239,6 +239,7 @@ pub fn narrow_to_workload(report: &Report, name: &str) -> Option<Report> {
     r.totals.started = f.started;
     r.totals.completed = f.completed;
     r.totals.failed = f.failed;
+    r.totals.interrupted = f.interrupted;
     r.totals.errors = f.errors.clone();
     r.totals.sessions = w.sessions.clone();
     r.latency = f.latency.clone();
@@ -402,6 +403,7 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
             });
             e.completed = e.completed.saturating_add(s.completed);
             e.failed = e.failed.saturating_add(s.failed);
+            e.interrupted = e.interrupted.saturating_add(s.interrupted);
             add_errors(&mut e.errors, &s.errors);
             e.latency = worst_latency(&e.latency, &s.latency);
         }
@@ -412,6 +414,7 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
                     x.started = x.started.saturating_add(a.started);
                     x.completed = x.completed.saturating_add(a.completed);
                     x.failed = x.failed.saturating_add(a.failed);
+                    x.interrupted = x.interrupted.saturating_add(a.interrupted);
                     x.lost |= a.lost;
                     x.clock_offset_us = a.clock_offset_us;
                     x.lag_p99_us = x.lag_p99_us.max(a.lag_p99_us);
@@ -494,6 +497,7 @@ fn add_totals(dst: &mut Totals, src: &Totals) {
     dst.started = dst.started.saturating_add(src.started);
     dst.completed = dst.completed.saturating_add(src.completed);
     dst.failed = dst.failed.saturating_add(src.failed);
+    dst.interrupted = dst.interrupted.saturating_add(src.interrupted);
     add_errors(&mut dst.errors, &src.errors);
     dst.bytes_sent = dst.bytes_sent.saturating_add(src.bytes_sent);
     dst.bytes_received = dst.bytes_received.saturating_add(src.bytes_received);
@@ -503,6 +507,7 @@ fn add_totals(dst: &mut Totals, src: &Totals) {
         started: d.started.saturating_add(s.started),
         completed: d.completed.saturating_add(s.completed),
         failed: d.failed.saturating_add(s.failed),
+        interrupted: d.interrupted.saturating_add(s.interrupted),
         dropped: d.dropped.saturating_add(s.dropped),
     };
 }

@@ -44,7 +44,11 @@ pub struct Extract {
 
 /// The file form of [`Extract`]: exactly one source.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an extraction: { json: /pointer }, { header: NAME }, { cookie: NAME }, \
+                 { regex: '...', group: N } or { between: [LEFT, RIGHT] }"
+)]
 struct ExtractRepr {
     /// An RFC 6901 JSON Pointer into the JSON body, e.g. `/data/token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -47,7 +47,10 @@ pub enum Payload {
 
 /// The file form of a [`Payload`]: a map with exactly one of its keys.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a payload: { text: .. }, { hex: .. }, { base64: .. } or { file: .. }"
+)]
 struct PayloadRepr {
     /// UTF-8 text (YAML escapes such as `"\n"` apply). In a `send` payload, a template:
     /// `${users.name}`, `${token}`, ... rendered per request (`$${` is a literal `${`).
@@ -176,8 +179,8 @@ pub fn encode_base64(bytes: &[u8]) -> String {
 
 /// How a TCP (or Unix-socket) step frames its request and finds the end of the reply:
 /// `length_prefixed`, `{ delimiter: <payload> }` or `{ fixed: N }`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "FramingRepr", into = "FramingRepr")]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(into = "FramingRepr")]
 pub enum Framing {
     /// A 4-byte big-endian length, then the payload (both ways).
     #[default]
@@ -188,8 +191,9 @@ pub enum Framing {
     Fixed(u32),
 }
 
-/// The file form of [`Framing`].
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+/// The file form of [`Framing`], for its JSON Schema and its serialised form; it is read by
+/// hand (below), so that a mistake names the accepted forms.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 enum FramingRepr {
     /// `length_prefixed`: a 4-byte big-endian length, then the payload (both ways).
@@ -199,7 +203,7 @@ enum FramingRepr {
     Map(FramingMap),
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum FramingWord {
     LengthPrefixed,
@@ -227,10 +231,34 @@ impl TryFrom<FramingRepr> for Framing {
                 delimiter: None,
                 fixed: Some(n),
             }) => Ok(Framing::Fixed(n)),
-            FramingRepr::Map(_) => {
-                Err("framing is length_prefixed, { delimiter: .. } or { fixed: N }".into())
+            FramingRepr::Map(_) => Err(FRAMING_FORMS.into()),
+        }
+    }
+}
+
+/// The forms a framing takes, named in every error about one.
+const FRAMING_FORMS: &str = "framing is length_prefixed, { delimiter: .. } or { fixed: N }";
+
+impl<'de> Deserialize<'de> for Framing {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Framing;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(FRAMING_FORMS)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Framing, E> {
+                match v.trim() {
+                    "length_prefixed" => Ok(Framing::LengthPrefixed),
+                    _ => Err(E::custom(format!("`{v}`: {FRAMING_FORMS}"))),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Framing, A::Error> {
+                let map = FramingMap::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Framing::try_from(FramingRepr::Map(map)).map_err(serde::de::Error::custom)
             }
         }
+        d.deserialize_any(V)
     }
 }
 
@@ -272,7 +300,10 @@ pub enum Expect {
 
 /// The file form of [`Expect`]: exactly one of its keys.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an expected reply: { exact: <payload> } or { prefix: <payload> }"
+)]
 struct ExpectRepr {
     /// The reply must be exactly these bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -134,6 +134,12 @@ pub struct Scenario {
     /// How long one request may take before it counts as a `timeout` error.
     #[serde(default = "default_request_timeout")]
     pub request_timeout: HumanDuration,
+    /// How long requests in flight when the run stops early (an abort, Ctrl-C or SIGTERM, a
+    /// lost agent under `fail`, a lapsed lease) may take to finish and be recorded; what is
+    /// still unanswered then is counted `interrupted`. Default: the request timeout, at most
+    /// 5s; `0s` stops at once; at most 60s. New requests never start after the stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graceful_stop: Option<HumanDuration>,
     /// Pass/fail criteria on the merged result, e.g. `p99 < 50ms`, `error_rate < 0.1%`,
     /// `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -168,6 +174,13 @@ pub const DEFAULT_ARRIVAL_RESOLUTION: std::time::Duration = std::time::Duration:
 
 /// The coarsest arrival resolution a scenario may ask for.
 pub const MAX_ARRIVAL_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The graceful stop when the scenario gives none: the request timeout, at most this.
+pub const DEFAULT_GRACEFUL_STOP_CAP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest graceful stop a scenario may ask for: the controller waits this long (and a
+/// margin) for the agents' last data after it stops a run.
+pub const MAX_GRACEFUL_STOP: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn default_request_timeout() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(10))
@@ -376,8 +389,8 @@ impl Load {
 }
 
 /// What to do when an agent is lost mid-run: `fail`, or `{ tolerate: PCT }`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(from = "LossPolicyRepr", into = "LossPolicyRepr")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(into = "LossPolicyRepr")]
 pub enum AgentLossPolicy {
     /// Abort the whole run.
     #[default]
@@ -386,40 +399,123 @@ pub enum AgentLossPolicy {
     Tolerate(f64),
 }
 
-/// The file form of [`AgentLossPolicy`]: the word `fail`, or a map `{ tolerate: PCT }`.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+/// The file form of [`AgentLossPolicy`]: the word `fail`, or a map `{ tolerate: PCT }`. It
+/// gives the JSON Schema and the serialised form; reading is by hand (below), so that a
+/// mistake names the accepted forms rather than "did not match any variant".
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 enum LossPolicyRepr {
     /// `fail`: abort the run when an agent is lost.
     Word(LossWord),
-    /// `{ tolerate: PCT }`: go on while at most PCT % of the load is lost.
+    /// `{ tolerate: PCT }`: go on while at most PCT % of the load is lost (`50%` or `50`).
     Tolerate {
         #[serde(rename = "tolerate")]
-        pct: f64,
+        pct: Percent,
     },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum LossWord {
     Fail,
-}
-
-impl From<LossPolicyRepr> for AgentLossPolicy {
-    fn from(r: LossPolicyRepr) -> Self {
-        match r {
-            LossPolicyRepr::Word(LossWord::Fail) => Self::Fail,
-            LossPolicyRepr::Tolerate { pct } => Self::Tolerate(pct),
-        }
-    }
 }
 
 impl From<AgentLossPolicy> for LossPolicyRepr {
     fn from(p: AgentLossPolicy) -> Self {
         match p {
             AgentLossPolicy::Fail => Self::Word(LossWord::Fail),
-            AgentLossPolicy::Tolerate(pct) => Self::Tolerate { pct },
+            AgentLossPolicy::Tolerate(pct) => Self::Tolerate { pct: Percent(pct) },
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentLossPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const FORMS: &str = "`fail`, or `{ tolerate: PCT }` with PCT a percentage like 50%";
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Tolerate {
+            tolerate: Percent,
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = AgentLossPolicy;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(FORMS)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AgentLossPolicy, E> {
+                match v.trim() {
+                    "fail" => Ok(AgentLossPolicy::Fail),
+                    _ => Err(E::custom(format!("`{v}` is not a policy: {FORMS}"))),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<AgentLossPolicy, A::Error> {
+                let t = Tolerate::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(AgentLossPolicy::Tolerate(t.tolerate.0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A percentage as a scenario writes it: `50%`, or the bare number `50` (both mean one half).
+/// Written back as the number.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Percent(pub f64);
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Percent;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a percentage like 50% (or the number 50)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Percent, E> {
+                let t = v.trim();
+                t.strip_suffix('%')
+                    .unwrap_or(t)
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| p.is_finite())
+                    .map(Percent)
+                    .ok_or_else(|| {
+                        E::custom(format!(
+                            "`{v}` is not a percentage like 50% (or the number 50)"
+                        ))
+                    })
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Percent, E> {
+                Ok(Percent(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Percent, E> {
+                Ok(Percent(v as f64))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Percent, E> {
+                Ok(Percent(v as f64))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for Percent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Percent".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A percentage: `50%`, or the number 50.",
+            "anyOf": [
+                { "type": "number" },
+                { "type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*%\\s*$" }
+            ]
+        })
     }
 }
 
@@ -553,9 +649,11 @@ impl<'de> Deserialize<'de> for ThinkTime {
                 f.write_str("a duration like 500ms, or { min: 1s, max: 3s }")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ThinkTime, E> {
-                crate::duration::DurationVisitor
-                    .visit_str(v)
-                    .map(ThinkTime::Fixed)
+                crate::duration::parse_duration(v)
+                    .map(|d| ThinkTime::Fixed(HumanDuration(d)))
+                    .map_err(|e| {
+                        E::custom(format!("{e} (a think time is a duration like 500ms, or {{ min: 1s, max: 3s }})"))
+                    })
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ThinkTime, E> {
                 crate::duration::DurationVisitor
@@ -728,6 +826,15 @@ impl Scenario {
             .as_deref()
             .and_then(|v| crate::threshold::parse_fraction(v.trim()))
             .unwrap_or(DEFAULT_MAX_DROPPED)
+    }
+
+    /// How long requests in flight at an early stop may take to finish (`graceful_stop`, or
+    /// the request timeout capped at [`DEFAULT_GRACEFUL_STOP_CAP`]).
+    pub fn graceful_stop(&self) -> std::time::Duration {
+        match self.graceful_stop {
+            Some(d) => d.0,
+            None => self.request_timeout.0.min(DEFAULT_GRACEFUL_STOP_CAP),
+        }
     }
 
     /// The thresholds, parsed; the error names the entry.

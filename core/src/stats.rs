@@ -51,10 +51,18 @@ pub struct Counters {
     /// Sessions whose every request succeeded.
     pub sessions_completed: u64,
     pub sessions_failed: u64,
+    /// Sessions started and still running when the run stopped (its grace included): neither
+    /// completed nor failed, so that started = completed + failed + interrupted.
+    #[serde(default)]
+    pub sessions_interrupted: u64,
     pub requests_started: u64,
     /// Requests answered successfully.
     pub requests_completed: u64,
     pub requests_failed: u64,
+    /// Requests sent and still unanswered when the run stopped and its `graceful_stop` was
+    /// over: their outcome is unknown, but the target may have served them.
+    #[serde(default)]
+    pub requests_interrupted: u64,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
     /// Sessions started more than [`LATE_THRESHOLD_US`] after their intended time.
@@ -91,6 +99,9 @@ pub struct TypeCounts {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Still running when the run stopped.
+    #[serde(default)]
+    pub interrupted: u64,
 }
 
 impl TypeCounts {
@@ -98,12 +109,14 @@ impl TypeCounts {
         self.started = self.started.saturating_add(o.started);
         self.completed = self.completed.saturating_add(o.completed);
         self.failed = self.failed.saturating_add(o.failed);
+        self.interrupted = self.interrupted.saturating_add(o.interrupted);
     }
 
     fn fits(&self, o: &TypeCounts) -> bool {
         self.started.checked_add(o.started).is_some()
             && self.completed.checked_add(o.completed).is_some()
             && self.failed.checked_add(o.failed).is_some()
+            && self.interrupted.checked_add(o.interrupted).is_some()
     }
 }
 
@@ -118,9 +131,15 @@ impl Counters {
         self.sessions_started = self.sessions_started.saturating_add(o.sessions_started);
         self.sessions_completed = self.sessions_completed.saturating_add(o.sessions_completed);
         self.sessions_failed = self.sessions_failed.saturating_add(o.sessions_failed);
+        self.sessions_interrupted = self
+            .sessions_interrupted
+            .saturating_add(o.sessions_interrupted);
         self.requests_started = self.requests_started.saturating_add(o.requests_started);
         self.requests_completed = self.requests_completed.saturating_add(o.requests_completed);
         self.requests_failed = self.requests_failed.saturating_add(o.requests_failed);
+        self.requests_interrupted = self
+            .requests_interrupted
+            .saturating_add(o.requests_interrupted);
         for (k, v) in &o.errors {
             let e = self.errors.entry(k.clone()).or_default();
             *e = e.saturating_add(*v);
@@ -150,9 +169,11 @@ impl Counters {
             (self.sessions_started, o.sessions_started),
             (self.sessions_completed, o.sessions_completed),
             (self.sessions_failed, o.sessions_failed),
+            (self.sessions_interrupted, o.sessions_interrupted),
             (self.requests_started, o.requests_started),
             (self.requests_completed, o.requests_completed),
             (self.requests_failed, o.requests_failed),
+            (self.requests_interrupted, o.requests_interrupted),
             (self.late_arrivals, o.late_arrivals),
             (self.dropped_arrivals, o.dropped_arrivals),
             (self.out_of_range, o.out_of_range),
@@ -312,6 +333,15 @@ impl Stats {
         }
     }
 
+    /// Records one request of request-step `step` that was sent and never answered: the run
+    /// stopped, and its grace ended, first.
+    pub fn record_interrupted(&mut self, step: usize) {
+        self.counters.requests_interrupted += 1;
+        if let Some(s) = self.steps.get_mut(step) {
+            s.requests_interrupted += 1;
+        }
+    }
+
     /// Records the start of a session `lag_us` behind its intended time.
     #[inline]
     pub fn record_start(&mut self, lag_us: u64) {
@@ -348,6 +378,7 @@ impl Stats {
 pub struct SparseStepStats {
     pub requests_completed: u64,
     pub requests_failed: u64,
+    pub requests_interrupted: u64,
     pub errors: BTreeMap<String, u64>,
     pub response: SparseHist,
     pub service: SparseHist,
@@ -357,6 +388,9 @@ impl SparseStepStats {
     pub fn add(&mut self, o: &SparseStepStats) {
         self.requests_completed = self.requests_completed.saturating_add(o.requests_completed);
         self.requests_failed = self.requests_failed.saturating_add(o.requests_failed);
+        self.requests_interrupted = self
+            .requests_interrupted
+            .saturating_add(o.requests_interrupted);
         for (k, v) in &o.errors {
             let e = self.errors.entry(k.clone()).or_default();
             *e = e.saturating_add(*v);

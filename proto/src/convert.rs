@@ -99,9 +99,11 @@ impl From<&Counters> for v1::Counters {
             sessions_started: c.sessions_started,
             sessions_completed: c.sessions_completed,
             sessions_failed: c.sessions_failed,
+            sessions_interrupted: c.sessions_interrupted,
             requests_started: c.requests_started,
             requests_completed: c.requests_completed,
             requests_failed: c.requests_failed,
+            requests_interrupted: c.requests_interrupted,
             errors: c.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             late_arrivals: c.late_arrivals,
             dropped_arrivals: c.dropped_arrivals,
@@ -125,6 +127,7 @@ impl From<&Counters> for v1::Counters {
                             started: v.started,
                             completed: v.completed,
                             failed: v.failed,
+                            interrupted: v.interrupted,
                         },
                     )
                 })
@@ -156,6 +159,7 @@ fn session_types_from_wire(
                     started: v.started,
                     completed: v.completed,
                     failed: v.failed,
+                    interrupted: v.interrupted,
                 },
             ))
         })
@@ -193,9 +197,11 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         sessions_started: c.sessions_started,
         sessions_completed: c.sessions_completed,
         sessions_failed: c.sessions_failed,
+        sessions_interrupted: c.sessions_interrupted,
         requests_started: c.requests_started,
         requests_completed: c.requests_completed,
         requests_failed: c.requests_failed,
+        requests_interrupted: c.requests_interrupted,
         errors: errors_from_wire(&format!("{field}.errors"), &c.errors)?,
         late_arrivals: c.late_arrivals,
         dropped_arrivals: c.dropped_arrivals,
@@ -249,6 +255,7 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
                 Ok(v1::StepSample {
                     requests_completed: st.requests_completed,
                     requests_failed: st.requests_failed,
+                    requests_interrupted: st.requests_interrupted,
                     errors: st.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                     response_hist: enc_sparse("steps.response_hist", &st.response)?,
                     service_hist: enc_sparse("steps.service_hist", &st.service)?,
@@ -286,6 +293,7 @@ pub fn sample_from_wire(
             Ok(SparseStepStats {
                 requests_completed: st.requests_completed,
                 requests_failed: st.requests_failed,
+                requests_interrupted: st.requests_interrupted,
                 errors: errors_from_wire(&format!("{field}.steps[{i}].errors"), &st.errors)?,
                 response: dec(
                     &format!("{field}.steps[{i}].response_hist"),

@@ -313,8 +313,13 @@ async fn pooled_loop<'a>(
     line.ticks = ticks;
     // When the connection's last session ended.
     let mut idle_from = None;
-    // A stop aborts this loop's task (`execute`); the queue closes when the arrivals end.
+    // A stop aborts this loop's task (`execute`) once its graceful stop is over; the queue
+    // closes when the arrivals end. A slot taken after the stop is never started.
     while let Some((intended, phase, index, kind)) = slots.pop().await {
+        if stop.is_cancelled() {
+            rec.drop_arrivals(phase, 1);
+            break;
+        }
         // Idle until now, not until the slot's time: a slot taken late has left the
         // connection idle for longer.
         if let Some(t) = idle_from {

@@ -255,6 +255,9 @@ pub struct ShardRun {
     pub refresh: Option<Arc<crate::setup::Refresh>>,
     /// This agent ran the setup, so it refreshes from the start.
     pub runs_setup: bool,
+    /// How long the requests in flight at a stop may take to finish and be recorded before
+    /// their sessions are dropped and counted interrupted (the scenario's `graceful_stop`).
+    pub graceful_stop: Duration,
 }
 
 impl ShardRun {

@@ -186,11 +186,14 @@ pub(super) fn session<'a, 's, 'l, 't>(
         // session's future (10,000 connections are 10,000 of them), think time or not.
         let mut rng = None;
         let mut tally = Tally {
+            rec,
+            phase,
             plan,
             intended,
             opened: false,
-            kind: spec.count_types.map(|base| base + kind),
+            kind: spec.count_types.map_or(NONE, |base| base + kind),
             ended: false,
+            in_request: NONE,
         };
         let last_step = steps.len().saturating_sub(1);
         // The time the next request should have been sent: the arrival for the first request,
@@ -250,6 +253,16 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         if *new_connection {
                             *conn = None;
                         }
+                        // After a stop no request starts: the session ends here, interrupted
+                        // if it had started (its tally's drop counts it), dropped if not. An
+                        // atomic read, no wait: the caller drops the session when the graceful
+                        // stop is over.
+                        if stop.is_cancelled() {
+                            if !tally.opened {
+                                dropped();
+                            }
+                            return Ended::Ran(due);
+                        }
                         let last = last_on_connection(steps, i, r + 1 < *repeat);
                         // The session's start lag is counted from its first request's start. A
                         // request on an open connection reads the clock once, at its end: it is
@@ -260,6 +273,8 @@ pub(super) fn session<'a, 's, 'l, 't>(
                             tally.open(s, started);
                             s.counters_mut().requests_started += 1;
                         });
+                        // Step ordinals are below the run's step count, far below u32::MAX.
+                        tally.in_request = u32::try_from(*ordinal).unwrap_or(NONE);
                         let deadline = started + spec.request_timeout;
                         // One timer for the connect and the request together. No wait on the
                         // stop here: the caller drops the session when the run stops.
@@ -284,6 +299,8 @@ pub(super) fn session<'a, 's, 'l, 't>(
                             }))
                         });
                         let done = arrival(conn, sent).unwrap_or_else(Instant::now);
+                        // Answered (or failed): recorded below, before any other await.
+                        tally.in_request = NONE;
                         match result {
                             Ok(answer) => {
                                 let fails = answer.error.is_some();
@@ -346,19 +363,63 @@ pub(super) fn session<'a, 's, 'l, 't>(
 /// What a session counts at its start (planned, where the closed model plans it as it starts
 /// it; started, with its lag; its type's start) and at its end (completed or failed), folded
 /// into the recorder locks its first and last requests take anyway: a session of one request
-/// takes the lock twice, not five times.
-struct Tally {
+/// takes the lock twice, not five times. A session dropped before its end (the run stopped and
+/// its graceful stop is over, or it stopped in a think time) is counted interrupted when its
+/// tally drops, with the request it had in flight: so that, at every stop, started =
+/// completed + failed + interrupted, for sessions and for requests.
+struct Tally<'r> {
+    rec: &'r Recorder,
+    phase: u32,
     plan: bool,
     /// When the session should have started: its start lag counts from here.
     intended: Instant,
     /// The start is counted.
     opened: bool,
-    /// The mix's type index, when the run counts sessions per type.
-    kind: Option<u32>,
+    /// The mix's type index, when the run counts sessions per type ([`NONE`] when not).
+    kind: u32,
     ended: bool,
+    /// The request step (its ordinal) of the request sent and not yet answered ([`NONE`]).
+    in_request: u32,
 }
 
-impl Tally {
+/// No session type, no request in flight: a [`Tally`] is part of every connection task's
+/// future, so it holds plain `u32`s rather than `Option`s twice their size.
+const NONE: u32 = u32::MAX;
+
+impl Tally<'_> {
+    fn kind(&self) -> Option<u32> {
+        (self.kind != NONE).then_some(self.kind)
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        let request = std::mem::replace(&mut self.in_request, NONE);
+        let request = (request != NONE).then_some(request as usize);
+        let session = self.opened && !self.ended;
+        if request.is_none() && !session {
+            return;
+        }
+        let kind = self.kind();
+        self.rec.with(self.phase, |s| {
+            if let Some(step) = request {
+                s.record_interrupted(step);
+            }
+            if session {
+                s.counters_mut().sessions_interrupted += 1;
+                if let Some(k) = kind {
+                    s.counters_mut()
+                        .session_types
+                        .entry(k)
+                        .or_default()
+                        .interrupted += 1;
+                }
+            }
+        });
+    }
+}
+
+impl Tally<'_> {
     /// Counts the start, once, as at `now`.
     fn open(&mut self, s: &mut IntervalStats, now: Instant) {
         if std::mem::replace(&mut self.opened, true) {
@@ -374,7 +435,7 @@ impl Tally {
             us(now.saturating_duration_since(self.intended))
         };
         s.record_start(lag);
-        if let Some(k) = self.kind {
+        if let Some(k) = self.kind() {
             s.counters_mut().session_types.entry(k).or_default().started += 1;
         }
     }
@@ -386,7 +447,7 @@ impl Tally {
             return;
         }
         let t = self
-            .kind
+            .kind()
             .map(|k| s.counters_mut().session_types.entry(k).or_default());
         if ok {
             if let Some(t) = t {

@@ -26,6 +26,8 @@ pub fn demo_scenario(target: &str, duration: Option<Duration>) -> Result<(String
 
 /// `stampede demo`.
 pub async fn demo(a: DemoArgs) -> Result<i32> {
+    // A signal from here on aborts the demo's run, whose report is still written.
+    let mut signals = crate::cmd::interrupt::Interrupts::register()?;
     use stampede_target_servers::http::{HttpConfig, HttpServer};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -60,6 +62,7 @@ pub async fn demo(a: DemoArgs) -> Result<i32> {
             quiet: false,
             scenario: &scenario,
         },
+        &mut signals,
     )
     .await;
     cluster.stop().await;

@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod inspect;
+pub mod interrupt;
 pub mod run;
 pub mod serve;
 

@@ -12,6 +12,7 @@ use stampede_core::Scenario;
 use stampede_proto::v1;
 
 use crate::client::{self, Live};
+use crate::cmd::interrupt::Interrupts;
 use crate::config::{Output, RunArgs};
 use crate::export::Artifact;
 use crate::local::LocalCluster;
@@ -125,6 +126,8 @@ fn check_writable(path: &Path) -> Result<()> {
 
 /// `stampede run`.
 pub async fn run(a: RunArgs) -> Result<i32> {
+    // Before anything else: a signal from here on aborts the run rather than the process.
+    let mut signals = Interrupts::register()?;
     let loaded = match load_scenario(&a) {
         Ok((text, scenario)) => resolve_grpc(&a, text, scenario).await,
         Err(e) => Err(e),
@@ -155,6 +158,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             Some(n),
             a.agent_wait,
             &watch,
+            &mut signals,
         )
         .await;
         cluster.stop().await;
@@ -168,6 +172,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             a.agents,
             a.agent_wait,
             &watch,
+            &mut signals,
         )
         .await?
     };
@@ -256,7 +261,8 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// Submits, follows, and on Ctrl-C aborts the run but still waits for its final report.
+/// Submits and follows; on SIGINT or SIGTERM (see [`Interrupts`]) aborts the run but still
+/// waits for its final report, which says `aborted`; a second signal quits at once.
 pub async fn submit_follow(
     url: &str,
     token: Option<&str>,
@@ -264,6 +270,7 @@ pub async fn submit_follow(
     agents: Option<u32>,
     wait: Option<Duration>,
     w: &Watch<'_>,
+    signals: &mut Interrupts,
 ) -> Result<Report> {
     let mut c = client::connect(url, token).await?;
     let run_id = client::submit(&mut c, text, agents, wait).await?;
@@ -274,12 +281,13 @@ pub async fn submit_follow(
     tokio::pin!(watch);
     let report = tokio::select! {
         r = &mut watch => r,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: aborting {run_id} (Ctrl-C again to quit at once)");
-            c.abort_run(v1::AbortRunRequest { run_id: run_id.clone(), reason: "interrupted from the CLI (Ctrl-C)".into() }).await.map_err(client::status_error)?;
+        sig = signals.next() => {
+            let name = sig.name();
+            eprintln!("\ninterrupted ({name}): aborting {run_id}; its report follows ({name} again to quit at once)");
+            c.abort_run(v1::AbortRunRequest { run_id: run_id.clone(), reason: format!("interrupted from the CLI ({name})") }).await.map_err(client::status_error)?;
             tokio::select! {
                 r = &mut watch => r,
-                _ = tokio::signal::ctrl_c() => std::process::exit(130),
+                again = signals.next() => std::process::exit(again.exit_code()),
             }
         }
     };

@@ -16,6 +16,7 @@ mod results;
 mod security;
 mod sessions;
 mod spine;
+mod stops;
 mod tls;
 mod verdicts;
 mod workloads;

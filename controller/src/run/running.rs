@@ -7,6 +7,9 @@ use super::*;
 /// as lost: its backoff's first retries and a registration.
 const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 
+/// What a stopped run's agents have, past their graceful stop, to send their last data.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
+
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
         for m in members.iter().filter(|m| !m.lost && !m.done) {
@@ -93,6 +96,12 @@ impl Driver {
     /// Upper bound of one session's length: every request timing out, every think at max.
     fn session_bound(&self) -> Duration {
         stampede_core::ports::worst_case_session(&self.scenario)
+    }
+
+    /// How long a stopped run waits for its agents' last data and `Done`: their graceful
+    /// stop (requests in flight finish and are recorded) and five seconds to send it.
+    fn stop_wait(&self) -> Duration {
+        self.scenario.graceful_stop() + STOP_MARGIN
     }
 
     pub(super) async fn run(mut self, (mut members, plan): (Vec<Member>, Plan)) {
@@ -211,7 +220,7 @@ impl Driver {
                         if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
                             self.abort_members(&members, &msg).await;
                             failure = Some(Failure::Aborted(msg));
-                            deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                            deadline = deadline.min(Instant::now() + self.stop_wait());
                         }
                     }
                 }
@@ -299,7 +308,7 @@ impl Driver {
                     let reason = self.abort_reason();
                     self.abort_members(&members, &reason).await;
                     failure = Some(Failure::Aborted(reason));
-                    deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                    deadline = deadline.min(Instant::now() + self.stop_wait());
                 }
                 _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
                     failure = Some(Failure::Aborted("controller shut down".into()));
@@ -431,13 +440,13 @@ impl Driver {
                     format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
                 self.abort_members(members, &msg).await;
                 *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
             }
             AgentLossPolicy::Tolerate(pct) if share > pct => {
                 let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
                 self.abort_members(members, &msg).await;
                 *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + Duration::from_secs(5));
+                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
             }
             AgentLossPolicy::Tolerate(pct) => {
                 self.h.set_state(RunState::Running, format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));

@@ -88,7 +88,10 @@ pub enum Op {
 
 /// How an [`Op`] is written: exactly one key.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an encoding step: a map of exactly one of its keys"
+)]
 struct OpRepr {
     /// Fields encoded by the CLI, sent as they are (base64).
     #[serde(default, skip_serializing_if = "Option::is_none")]

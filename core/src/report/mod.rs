@@ -113,6 +113,10 @@ pub struct SessionTotals {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Started and still running when the run stopped: started = completed + failed +
+    /// interrupted.
+    #[serde(default)]
+    pub interrupted: u64,
     pub dropped: u64,
 }
 
@@ -123,6 +127,10 @@ pub struct Totals {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Sent and still unanswered when the run stopped and its graceful stop was over (never
+    /// completed nor failed): started = completed + failed + interrupted.
+    #[serde(default)]
+    pub interrupted: u64,
     /// Errors by kind; empty when there were none.
     pub errors: BTreeMap<String, u64>,
     pub error_count: u64,
@@ -174,6 +182,10 @@ pub struct PhaseReport {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Sent and still unanswered when the run stopped and its graceful stop was over (never
+    /// completed nor failed): started = completed + failed + interrupted.
+    #[serde(default)]
+    pub interrupted: u64,
     pub errors: BTreeMap<String, u64>,
     pub sessions_planned: u64,
     pub throughput_rps: f64,
@@ -189,6 +201,10 @@ pub struct StepReport {
     pub name: String,
     pub completed: u64,
     pub failed: u64,
+    /// Sent and still unanswered when the run stopped and its graceful stop was over (never
+    /// completed nor failed): started = completed + failed + interrupted.
+    #[serde(default)]
+    pub interrupted: u64,
     pub errors: BTreeMap<String, u64>,
     pub latency: Latency,
 }
@@ -202,6 +218,10 @@ pub struct AgentReport {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Sent and still unanswered when the run stopped and its graceful stop was over (never
+    /// completed nor failed): started = completed + failed + interrupted.
+    #[serde(default)]
+    pub interrupted: u64,
     /// The agent was lost before it finished.
     pub lost: bool,
     /// Share of the whole run's planned requests this agent did not deliver because it was lost.

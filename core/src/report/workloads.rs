@@ -38,6 +38,9 @@ pub struct SessionTypeReport {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Sessions still running when the run stopped.
+    #[serde(default)]
+    pub interrupted: u64,
     /// Its share of the sessions the workload started.
     pub achieved_share: f64,
     /// Its requests (its steps' requests together).
@@ -97,6 +100,7 @@ pub(super) fn reports(
                             started: c.sessions_started,
                             completed: c.sessions_completed,
                             failed: c.sessions_failed,
+                            interrupted: c.sessions_interrupted,
                         }
                     } else {
                         type_counts(c, w.type_base + t)
@@ -122,6 +126,7 @@ pub(super) fn reports(
                         started: counts.started,
                         completed: counts.completed,
                         failed: counts.failed,
+                        interrupted: counts.interrupted,
                         achieved_share: if started_all > 0 {
                             counts.started as f64 / started_all as f64
                         } else {
@@ -146,6 +151,7 @@ pub(super) fn reports(
                     started: c.requests_started,
                     completed: c.requests_completed,
                     failed: c.requests_failed,
+                    interrupted: c.requests_interrupted,
                     errors: c.errors.clone(),
                     sessions_planned: sum(|r| r.sessions_planned),
                     throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
@@ -168,6 +174,7 @@ pub(super) fn reports(
                     started: c.sessions_started,
                     completed: c.sessions_completed,
                     failed: c.sessions_failed,
+                    interrupted: c.sessions_interrupted,
                     dropped: c.dropped_arrivals,
                 },
                 session_types,

@@ -45,6 +45,17 @@ impl Scenario {
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }
+        if let Some(g) = self.graceful_stop {
+            if g.0 > super::MAX_GRACEFUL_STOP {
+                return Err(ScenarioError::invalid(
+                    "graceful_stop",
+                    format!(
+                        "must be at most {} (0s stops at once)",
+                        HumanDuration(super::MAX_GRACEFUL_STOP)
+                    ),
+                ));
+            }
+        }
         if self.thresholds.len() > MAX_THRESHOLDS {
             return Err(ScenarioError::invalid(
                 "thresholds",

@@ -56,6 +56,11 @@ impl IntervalStats {
         self.stats.record_failure(step, kind);
     }
 
+    /// Records one request of request-step `step` sent and never answered (no latency).
+    pub fn record_interrupted(&mut self, step: usize) {
+        self.stats.record_interrupted(step);
+    }
+
     /// Records the start of a session `lag_us` behind its intended time (the lag histogram
     /// has no steps: nothing deferred).
     #[inline]

@@ -48,9 +48,11 @@ impl RunAccumulator {
             .map(|(i, s)| {
                 let c = &s.counters;
                 if live {
-                    let in_flight = c
-                        .requests_started
-                        .saturating_sub(c.requests_completed.saturating_add(c.requests_failed));
+                    let in_flight = c.requests_started.saturating_sub(
+                        c.requests_completed
+                            .saturating_add(c.requests_failed)
+                            .saturating_add(c.requests_interrupted),
+                    );
                     (
                         self.plan
                             .requests_of(i, c.sessions_planned)
@@ -97,6 +99,7 @@ impl RunAccumulator {
                     started: s.counters.requests_started,
                     completed: s.counters.requests_completed,
                     failed: s.counters.requests_failed,
+                    interrupted: s.counters.requests_interrupted,
                     errors: s.counters.errors.clone(),
                     sessions_planned: planned[i].1,
                     throughput_rps: s.counters.requests_completed as f64 / rate_over,
@@ -114,6 +117,7 @@ impl RunAccumulator {
                 name,
                 completed: s.requests_completed,
                 failed: s.requests_failed,
+                interrupted: s.requests_interrupted,
                 errors: s.errors.clone(),
                 latency: Latency {
                     response_time: Percentiles::of_sparse(&s.response),
@@ -136,6 +140,7 @@ impl RunAccumulator {
                     started: a.counters.requests_started,
                     completed: a.counters.requests_completed,
                     failed: a.counters.requests_failed,
+                    interrupted: a.counters.requests_interrupted,
                     lost: a.lost,
                     lost_share: if a.lost && total_planned > 0 {
                         planned.saturating_sub(a.counters.requests_started) as f64
@@ -201,6 +206,7 @@ impl RunAccumulator {
                 started: c.requests_started,
                 completed: c.requests_completed,
                 failed: c.requests_failed,
+                interrupted: c.requests_interrupted,
                 errors: c.errors.clone(),
                 error_count: c.error_count(),
                 error_rate: if finished > 0 {
@@ -219,6 +225,7 @@ impl RunAccumulator {
                     started: c.sessions_started,
                     completed: c.sessions_completed,
                     failed: c.sessions_failed,
+                    interrupted: c.sessions_interrupted,
                     dropped: c.dropped_arrivals,
                 },
                 bytes_sent: c.bytes_sent,

@@ -206,6 +206,10 @@ pub struct RunArgs {
     /// e.g. "$GITHUB_STEP_SUMMARY".
     #[arg(long, value_name = "FILE")]
     pub summary_md: Option<PathBuf>,
+    /// Print the text report with every column (min, p99.99, full names) and no wrapping;
+    /// without it the report fits 80 columns.
+    #[arg(long)]
+    pub wide: bool,
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,

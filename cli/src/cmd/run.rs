@@ -214,7 +214,11 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         r?
     };
     let written = outputs.write(&report);
-    print_report(&report, a.output)?;
+    if a.wide && a.output == Output::Text {
+        print!("{}", render::report_text_width(&report, true));
+    } else {
+        print_report(&report, a.output)?;
+    }
     Ok(if written {
         outcome_code(&report)
     } else {

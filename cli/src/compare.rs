@@ -41,6 +41,10 @@ pub struct CompareArgs {
     /// Also write a self-contained HTML page (tables, both latency distributions overlaid).
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write JUnit XML: a testcase per --max-regression limit, with the change measured
+    /// and a failure element where the limit was breached.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Bootstrap resamples per run and scope (more: steadier intervals, slower).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub resamples: u32,
@@ -102,6 +106,12 @@ pub fn command(a: CompareArgs) -> Result<i32> {
         let page = html::page(&c, &checks, &base, &new)
             .map_err(|e| anyhow::anyhow!("rendering the HTML comparison: {e}"))?;
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.junit {
+        let name = format!("stampede compare {} {}", base.run_id, new.run_id);
+        let xml = crate::ci::junit(&name, 0.0, &crate::ci::compare_cases(&checks))
+            .context("writing the JUnit XML")?;
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json || a.format == Format::Json {
         let out = JsonOut {

@@ -167,7 +167,7 @@ pub enum Command {
     Target(stampede_target_servers::TargetCommand),
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// The scenario file (YAML or JSON; `-` reads standard input). Optional with --url.
     pub scenario: Option<PathBuf>,
@@ -198,6 +198,18 @@ pub struct RunArgs {
     /// Write a self-contained HTML report (SVG charts, tables, threshold verdicts) to this file.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Write JUnit XML for CI to this file: a testcase per threshold with its measured
+    /// value, a failure element where one failed.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write a short Markdown summary (outcome, headline figures, thresholds) to this file,
+    /// e.g. "$GITHUB_STEP_SUMMARY".
+    #[arg(long, value_name = "FILE")]
+    pub summary_md: Option<PathBuf>,
+    /// Print the text report with every column (min, p99.99, full names) and no wrapping;
+    /// without it the report fits 80 columns.
+    #[arg(long)]
+    pub wide: bool,
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,

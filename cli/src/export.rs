@@ -12,6 +12,10 @@ pub enum Artifact {
     HdrLog,
     Csv,
     Html,
+    /// JUnit XML: a testcase per threshold (`--junit`).
+    Junit,
+    /// A short Markdown summary for a CI job page (`--summary-md`).
+    SummaryMd,
 }
 
 impl Artifact {
@@ -23,6 +27,9 @@ impl Artifact {
             Self::Csv => csv(r),
             Self::Html => crate::html::html(r)
                 .map_err(|e| anyhow::anyhow!("rendering the HTML report: {e}"))?,
+            Self::Junit => crate::ci::run_junit(r)
+                .map_err(|e| anyhow::anyhow!("writing the JUnit XML: {e}"))?,
+            Self::SummaryMd => crate::ci::summary_md(r),
         })
     }
 
@@ -33,6 +40,8 @@ impl Artifact {
             Self::HdrLog => "--hdr-log",
             Self::Csv => "--csv",
             Self::Html => "--html",
+            Self::Junit => "--junit",
+            Self::SummaryMd => "--summary-md",
         }
     }
 }

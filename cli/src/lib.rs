@@ -13,11 +13,12 @@
 //! - [`quick`]: the one-line run and the flags that override a file. [`grpc`]: gRPC schemas
 //!   resolved and calls encoded before submission. [`plan`]: the dry run.
 //! - [`render`] (the text report and the live line), [`html`], [`export`] (`.hlog`, CSV),
-//!   [`report_file`] (local JSON reports).
+//!   [`report_file`] (local JSON reports), [`ci`] (JUnit XML, a Markdown summary).
 //! - [`capacity`] and [`compare`]: the commands over `stampede_core::capacity` and
 //!   `stampede_core::compare`.
 
 pub mod capacity;
+pub mod ci;
 pub mod client;
 pub mod cmd;
 pub mod compare;

@@ -11,8 +11,11 @@ use stampede_cli::exit;
 fn init_logging(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colour only on a terminal: logs redirected to a file or a pipe carry no escape codes.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),

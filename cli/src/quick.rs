@@ -39,12 +39,24 @@ pub struct QuickArgs {
     /// Request body of a one-line run.
     #[arg(long)]
     pub body: Option<String>,
+    /// Send exactly this many requests (hey -n): at --rate, or spread over --duration, or at
+    /// up to 1000/s when neither is given; over --connections (default 10) kept-alive
+    /// connections, or one connection per request with --rate alone.
+    #[arg(long = "requests", short = 'n', value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: Option<u64>,
+    /// Skip TLS certificate verification of the target (a self-signed test server); sets the
+    /// scenario's `tls.insecure_skip_verify`.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Connections of a one-line run given neither --rate nor --connections (wrk's default).
 pub const DEFAULT_CONNECTIONS: u32 = 10;
 /// Duration of a one-line run without --duration (wrk's default).
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// Highest rate `-n` picks by itself (neither --rate nor --duration given): fast enough for a
+/// quick check, slow enough not to flood a laptop's server by surprise.
+pub const DEFAULT_COUNT_RATE: f64 = 1000.0;
 
 impl QuickArgs {
     /// True when no flag of this group was given.
@@ -56,6 +68,17 @@ impl QuickArgs {
             && self.method.is_none()
             && self.headers.is_empty()
             && self.body.is_none()
+            && self.requests.is_none()
+            && !self.insecure
+    }
+
+    /// The note a run prints when `--rate` alone makes every request open its own connection
+    /// (an open model without a pool): its latencies include a connect each time.
+    pub fn connection_note(&self) -> Option<&'static str> {
+        (self.rate.is_some() && self.connections.is_none()).then_some(
+            "note: --rate without --connections opens a new connection for every request \
+             (each latency includes a connect); add -c N to reuse N connections",
+        )
     }
 
     /// The scenario of a one-line run, as JSON text (parsed and validated by the caller).
@@ -87,6 +110,9 @@ impl QuickArgs {
             "agents": 1,
             "session": [ { "http": Value::Object(http) } ],
         });
+        if self.insecure {
+            s["tls"] = json!({ "insecure_skip_verify": true });
+        }
         self.set_load(&mut s, DEFAULT_DURATION, true)?;
         Ok(s.to_string())
     }
@@ -112,6 +138,14 @@ impl QuickArgs {
         if let Some(url) = &self.url {
             v["target"] = json!(url);
         }
+        if self.insecure {
+            let tls = v
+                .as_object_mut()
+                .context("a scenario is a mapping")?
+                .entry("tls")
+                .or_insert_with(|| json!({}));
+            tls["insecure_skip_verify"] = json!(true);
+        }
         self.set_load(&mut v, scenario.duration(), false)?;
         Ok(v.to_string())
     }
@@ -119,6 +153,9 @@ impl QuickArgs {
     /// Rewrites the load from --rate/--connections/--duration. With neither rate nor
     /// connections, a file keeps its load shape and only its length changes.
     fn set_load(&self, v: &mut Value, current: Duration, fresh: bool) -> Result<()> {
+        if let Some(n) = self.requests {
+            return self.set_count(v, n);
+        }
         let obj = v.as_object_mut().context("a scenario is a mapping")?;
         let duration = self.duration.unwrap_or(current);
         if duration.is_zero() {
@@ -183,6 +220,53 @@ impl QuickArgs {
     }
 }
 
+impl QuickArgs {
+    /// `-n N`: exactly N sessions (N requests in a one-line run). The uniform schedule puts
+    /// its k-th arrival at level k + ½, so a rate r over N / r seconds holds exactly N of them
+    /// whatever the rounding of the duration.
+    fn set_count(&self, v: &mut Value, n: u64) -> Result<()> {
+        let obj = v.as_object_mut().context("a scenario is a mapping")?;
+        let has_workloads = obj
+            .get("workloads")
+            .and_then(Value::as_array)
+            .is_some_and(|w| !w.is_empty());
+        if has_workloads {
+            bail!("--requests sets the load of a one-load scenario; this one has workloads");
+        }
+        let rate = match (self.rate, self.duration) {
+            (Some(_), Some(_)) => {
+                bail!("--requests with both --rate and --duration: give one of them (the other follows)")
+            }
+            (Some(r), None) if r > 0.0 && r.is_finite() => r,
+            (Some(r), None) => bail!("--rate {r}: must be > 0"),
+            (None, Some(d)) if !d.is_zero() => n as f64 / d.as_secs_f64(),
+            (None, Some(_)) => bail!("--duration must be > 0"),
+            (None, None) => (n as f64).min(DEFAULT_COUNT_RATE),
+        };
+        let d = format!("{}ms", n as f64 / rate * 1e3);
+        obj.remove("phases");
+        obj.remove("arrival");
+        obj.remove("load");
+        match (self.rate, self.connections) {
+            // --rate alone: the open model, as without -n.
+            (Some(_), None) => {
+                obj.insert(
+                    "phases".into(),
+                    json!([{ "name": "requests", "duration": d, "arrival_rate": rate }]),
+                );
+            }
+            (_, c) => {
+                let c = c.unwrap_or(DEFAULT_CONNECTIONS);
+                obj.insert(
+                    "load".into(),
+                    json!({ "model": "constant", "rate": rate, "connections": c, "duration": d }),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Scales every phase's duration by `new / current`, keeping their proportions (the demo's
 /// `--duration`, and `run FILE --duration`).
 pub fn scale_phases(phases: &mut [Value], current: Duration, new: Duration) -> Result<()> {
@@ -198,6 +282,18 @@ pub fn scale_phases(phases: &mut [Value], current: Duration, new: Duration) -> R
 
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_secs_f64() * 1e3)
+}
+
+/// Whether a `run` argument is a URL rather than a file name: a scheme stampede speaks, then
+/// `://` and a host (`stampede run http://host/`, as wrk, hey and oha take it).
+pub fn looks_like_url(arg: &str) -> bool {
+    let Some((scheme, rest)) = arg.split_once("://") else {
+        return false;
+    };
+    let known = [
+        "http", "https", "h2c", "grpc", "grpcs", "tcp", "udp", "unix",
+    ];
+    known.contains(&scheme.to_ascii_lowercase().as_str()) && !rest.is_empty()
 }
 
 /// `http://host:port/a/b?q` → (`http://host:port`, `/a/b?q`).

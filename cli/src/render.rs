@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use stampede_core::report::{Percentiles, Report, RunOutcome};
+use stampede_core::report::{Percentiles, Report};
 use stampede_proto::v1;
 
 /// `812µs`, `5.21ms`, `1.20s`.
@@ -98,8 +98,76 @@ fn workload_at(w: &stampede_core::workload::View<'_>, elapsed_s: f64) -> (String
     (String::new(), None)
 }
 
+/// The width of the final text report: 80 columns (a terminal's default) unless `--wide`.
+pub const REPORT_WIDTH: usize = 80;
+
+/// `s` cut to `n` characters, the last one an ellipsis when it was longer: a long phase or
+/// agent name must not push a table row past the report's width.
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Wraps every line longer than `width` at spaces, continuation lines indented by four more
+/// than the line's own indent: prose (messages, warnings, long threshold expressions) then
+/// fits the width the tables were laid out for.
+fn fit(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.chars().count() <= width {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let more = " ".repeat((indent + 4).min(width / 2));
+        let mut cur = line[..indent].to_string();
+        let mut fresh = true;
+        for word in line.split_whitespace() {
+            let (cw, ww) = (cur.chars().count(), word.chars().count());
+            if !fresh && cw + 1 + ww > width {
+                out.push_str(&cur);
+                out.push('\n');
+                cur = more.clone();
+                fresh = true;
+            }
+            if !fresh {
+                cur.push(' ');
+            }
+            // A word longer than a whole line is cut where the line ends.
+            let mut rest: String = word.to_string();
+            while cur.chars().count() + rest.chars().count() > width {
+                let room = width.saturating_sub(cur.chars().count()).max(1);
+                let head: String = rest.chars().take(room).collect();
+                rest = rest.chars().skip(room).collect();
+                cur.push_str(&head);
+                out.push_str(&cur);
+                out.push('\n');
+                cur = more.clone();
+            }
+            cur.push_str(&rest);
+            fresh = false;
+        }
+        out.push_str(&cur);
+        out.push('\n');
+    }
+    out
+}
+
 /// The header of the phase table (and of the workload table, whose rows are phase rows).
-fn phase_header(o: &mut String) {
+fn phase_header(o: &mut String, wide: bool) {
+    if !wide {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>6} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8}",
+            "name", "start", "planned", "complete", "failed", "rps", "p50", "p99"
+        );
+        return;
+    }
     let _ = writeln!(
         o,
         "  {:<16} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
@@ -108,7 +176,22 @@ fn phase_header(o: &mut String) {
 }
 
 /// One row of the phase table.
-fn phase_line(o: &mut String, p: &stampede_core::report::PhaseReport) {
+fn phase_line(o: &mut String, p: &stampede_core::report::PhaseReport, wide: bool) {
+    if !wide {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>5.1}s {:>8} {:>8} {:>6} {:>8.1} {:>8} {:>8}",
+            clip(&p.name, 14),
+            p.start_s,
+            short(p.planned as f64),
+            short(p.completed as f64),
+            short(p.failed as f64),
+            p.throughput_rps,
+            us(p.latency.response_time.p50_us),
+            us(p.latency.response_time.p99_us)
+        );
+        return;
+    }
     let _ = writeln!(
         o,
         "  {:<16} {:>6.1}s {:>9} {:>9} {:>7} {:>9.1} {:>9} {:>9}{}",
@@ -150,7 +233,38 @@ fn bytes(n: f64) -> String {
     }
 }
 
-fn lat_row(out: &mut String, name: &str, p: &Percentiles) {
+/// The latency table's header: 80 columns leave out min and p99.99 (the JSON has them).
+fn lat_header(out: &mut String, wide: bool) {
+    if !wide {
+        let _ = writeln!(
+            out,
+            "  {:<13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+    );
+}
+
+fn lat_row(out: &mut String, name: &str, p: &Percentiles, wide: bool) {
+    if !wide {
+        let _ = writeln!(
+            out,
+            "  {name:<13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            short(p.count as f64),
+            us(p.mean_us as u64),
+            us(p.p50_us),
+            us(p.p90_us),
+            us(p.p99_us),
+            us(p.p999_us),
+            us(p.max_us)
+        );
+        return;
+    }
     let _ = writeln!(
         out,
         "  {name:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -166,15 +280,26 @@ fn lat_row(out: &mut String, name: &str, p: &Percentiles) {
     );
 }
 
-/// The final report as text.
+/// The final report as text, [`REPORT_WIDTH`] columns wide.
 pub fn report_text(r: &Report) -> String {
+    report_text_width(r, false)
+}
+
+/// The final report as text: within [`REPORT_WIDTH`] columns, or with every column and no
+/// wrapping when `wide`.
+pub fn report_text_width(r: &Report, wide: bool) -> String {
+    let text = report_lines(r, wide);
+    if wide {
+        text
+    } else {
+        fit(&text, REPORT_WIDTH)
+    }
+}
+
+fn report_lines(r: &Report, wide: bool) -> String {
     let mut o = String::new();
-    let outcome = match r.outcome {
-        RunOutcome::Succeeded => "succeeded",
-        RunOutcome::Failed => "FAILED",
-        RunOutcome::Aborted => "ABORTED",
-        RunOutcome::Incomplete => "INCOMPLETE",
-    };
+    // The outcome the exit code reflects: a failed threshold is never `succeeded`.
+    let outcome = crate::ci::outcome_word(r);
     let _ = writeln!(o, "Run {}  ({})  {outcome}", r.run_id, r.scenario);
     if let Some(m) = &r.message {
         let _ = writeln!(o, "  {m}");
@@ -218,8 +343,14 @@ pub fn report_text(r: &Report) -> String {
     if c.opened > 0 || c.peak_open > 0 {
         let _ = writeln!(
             o,
-            "Conns     opened {}  peak open {} (most held at once, agents' per-interval peaks summed)",
-            c.opened, c.peak_open
+            "Conns     opened {}  peak open {}{}",
+            c.opened,
+            c.peak_open,
+            if wide {
+                " (most held at once, agents' per-interval peaks summed)"
+            } else {
+                " (most held at once)"
+            }
         );
     }
     if !t.status_codes.is_empty() {
@@ -251,16 +382,12 @@ pub fn report_text(r: &Report) -> String {
         );
     }
     let _ = writeln!(o, "Latency");
+    lat_header(&mut o, wide);
+    lat_row(&mut o, "response time", &r.latency.response_time, wide);
+    lat_row(&mut o, "service time", &r.latency.service_time, wide);
     let _ = writeln!(
         o,
-        "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"
-    );
-    lat_row(&mut o, "response time", &r.latency.response_time);
-    lat_row(&mut o, "service time", &r.latency.service_time);
-    let _ = writeln!(
-        o,
-        "  (response time counts from the intended send time; service time from the actual send)"
+        "  (response time from the intended send; service time from the actual send)"
     );
     let g = &r.generator;
     let _ = writeln!(
@@ -282,19 +409,32 @@ pub fn report_text(r: &Report) -> String {
     }
     if !r.phases.is_empty() {
         let _ = writeln!(o, "Phases");
-        phase_header(&mut o);
+        phase_header(&mut o, wide);
         for p in &r.phases {
-            phase_line(&mut o, p);
+            phase_line(&mut o, p, wide);
         }
     }
     // Workloads, and the session types of mixes, planned against achieved.
     if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
         let _ = writeln!(o, "Workloads");
-        phase_header(&mut o);
+        phase_header(&mut o, wide);
         for w in &r.workloads {
-            phase_line(&mut o, &w.figures);
+            phase_line(&mut o, &w.figures, wide);
             if w.session_types.len() > 1 {
                 for t in &w.session_types {
+                    if !wide {
+                        let _ = writeln!(
+                            o,
+                            "    {:<12} planned {:>7} started {:>7} {:>5.1}% of {:>5.1}% p99 {:>8}",
+                            clip(&t.name, 12),
+                            short(t.planned as f64),
+                            short(t.started as f64),
+                            t.achieved_share * 100.0,
+                            t.share * 100.0,
+                            us(t.latency.response_time.p99_us)
+                        );
+                        continue;
+                    }
                     let _ = writeln!(
                         o,
                         "    {:<14} sessions planned {:>8} started {:>8} ({:>5.1}% of {:>5.1}% asked)  p99 {:>9}",
@@ -312,6 +452,18 @@ pub fn report_text(r: &Report) -> String {
     if r.steps.len() > 1 {
         let _ = writeln!(o, "Steps");
         for s in &r.steps {
+            if !wide {
+                let _ = writeln!(
+                    o,
+                    "  {:<16} completed {:>8} failed {:>6} p50 {:>8} p99 {:>8}",
+                    clip(&s.name, 16),
+                    short(s.completed as f64),
+                    short(s.failed as f64),
+                    us(s.latency.response_time.p50_us),
+                    us(s.latency.response_time.p99_us)
+                );
+                continue;
+            }
             let _ = writeln!(
                 o,
                 "  {:<16} completed {:>9}  failed {:>6}  p50 {:>9}  p99 {:>9}",
@@ -336,9 +488,10 @@ pub fn report_text(r: &Report) -> String {
     }
     if !r.agents.is_empty() {
         let _ = writeln!(o, "Agents");
+        let idw = if wide { 20 } else { 16 };
         let _ = writeln!(
             o,
-            "  {:<20} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9}",
+            "  {:<idw$} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9}",
             "id", "planned", "completed", "failed", "clock off", "lag p99", "status"
         );
         for a in &r.agents {
@@ -349,8 +502,8 @@ pub fn report_text(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "  {:<20} {:>9} {:>9} {:>7} {:>8}µs {:>9} {:>9}",
-                a.id,
+                "  {:<idw$} {:>9} {:>9} {:>7} {:>8}µs {:>9} {:>9}",
+                if wide { a.id.clone() } else { clip(&a.id, idw) },
                 a.planned,
                 a.completed,
                 a.failed,
@@ -408,5 +561,163 @@ mod tests {
         assert!(line.contains("warm-up-and-"), "{line}");
         assert!(line.contains("150/150/s"), "{line}");
         assert!(line.contains("err 98.77M connect_refused"), "{line}");
+    }
+
+    /// Every line of a full report (two phases with long names, a workload mix, steps,
+    /// errors, failed thresholds, warnings, lost agents, big figures) fits 80 columns, and
+    /// `--wide` keeps the columns 80 columns leave out.
+    #[test]
+    fn a_full_report_fits_80_columns() {
+        use stampede_core::report::{
+            AgentReport, PhaseReport, SessionTypeReport, StepReport, WorkloadReport,
+        };
+        use stampede_core::threshold::ThresholdResult;
+        let lat = |base: u64| {
+            let p = Percentiles {
+                count: 123_456_789,
+                min_us: base,
+                mean_us: (base * 3) as f64,
+                p50_us: base * 2,
+                p90_us: base * 40,
+                p99_us: 999_990,
+                p999_us: 9_999_990,
+                p9999_us: 59_999_990,
+                max_us: 99_999_990,
+                ..Default::default()
+            };
+            stampede_core::report::Latency {
+                response_time: p.clone(),
+                service_time: p,
+            }
+        };
+        let phase = |i: u32, name: &str| PhaseReport {
+            index: i,
+            name: name.into(),
+            start_s: 3599.9,
+            duration_s: 3600.0,
+            planned: 123_456_789,
+            started: 123_456_789,
+            completed: 98_765_432,
+            failed: 24_691_357,
+            throughput_rps: 99_999.9,
+            latency: lat(900),
+            ..Default::default()
+        };
+        let mut r = Report {
+            run_id: "run-0123456789ab".into(),
+            scenario: "checkout flow with a very long scenario name that goes on and on".into(),
+            message: Some("a threshold failed: error_rate < 1% measured 20.00% at 12.0 s, and the run went on until its end as asked".into()),
+            duration_s: 7200.0,
+            planned_duration_s: 7200.0,
+            seed: u64::MAX,
+            arrival: "poisson".into(),
+            phases: vec![phase(0, "warm-up-with-a-long-name"), phase(1, "steady")],
+            ..Default::default()
+        };
+        r.totals.planned = 246_913_578;
+        r.totals.completed = 197_530_864;
+        r.totals.failed = 49_382_714;
+        r.totals.errors = [
+            ("status_500".to_string(), 49_000_000),
+            ("connect_refused".to_string(), 382_714),
+            ("extract.token".to_string(), 1),
+        ]
+        .into();
+        r.totals.status_codes = [(200, 197_530_864), (401, 12), (500, 49_000_000)].into();
+        r.totals.mean_request_bytes = 1234.0;
+        r.totals.mean_response_bytes = 4_567_890.0;
+        r.totals.bytes_received = u64::MAX / 4;
+        r.connections.opened = 123_456_789;
+        r.connections.peak_open = 10_000;
+        r.latency = lat(812);
+        r.generator.behind_schedule = true;
+        r.generator.warnings = vec![
+            "the generator fell behind its schedule: 1234 sessions started more than 10 ms late; the report must not be read as if it had not".into(),
+        ];
+        let t = |name: &str| SessionTypeReport {
+            name: name.into(),
+            planned: 123_456_789,
+            started: 123_456_789,
+            achieved_share: 0.755,
+            share: 0.75,
+            latency: lat(5000),
+            ..Default::default()
+        };
+        r.workloads = vec![WorkloadReport {
+            figures: phase(0, "web-shop-front"),
+            session_types: vec![t("browse-the-catalogue"), t("buy")],
+            ..Default::default()
+        }];
+        r.steps = ["web/browse/step-1-with-a-name", "login"]
+            .iter()
+            .map(|n| StepReport {
+                name: n.to_string(),
+                completed: 123_456_789,
+                failed: 1_234_567,
+                latency: lat(700),
+                ..Default::default()
+            })
+            .collect();
+        r.thresholds = [
+            "p99 < 5s",
+            "error_rate < 1%",
+            "phase(warm-up-with-a-long-name).p99 < 5s",
+            "step(web/browse/step-1-with-a-name).service.p99 < 5s",
+        ]
+        .iter()
+        .map(|e| ThresholdResult {
+            expr: e.to_string(),
+            measured: 0.2,
+            limit: 0.01,
+            passed: false,
+            measured_text: "20.00%".into(),
+        })
+        .collect();
+        r.agents = vec![AgentReport {
+            id: "stampede-agent-7d9f8c6b5-abcde".into(),
+            planned: 123_456_789,
+            completed: 98_765_432,
+            failed: 24_691_357,
+            lost: true,
+            lost_share: 0.123,
+            clock_offset_us: -1_234_567,
+            lag_p99_us: 999_990,
+            ..Default::default()
+        }];
+        r.lost_share = 0.123;
+        let text = report_text(&r);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= REPORT_WIDTH,
+                "{} columns: {line}\n{text}",
+                line.chars().count()
+            );
+        }
+        // Nothing is lost to the width: the sections, the errors and every threshold remain.
+        for want in [
+            "Phases",
+            "warm-up-with-…",
+            "Steps",
+            "Thresholds",
+            "status_500",
+            "p99.9",
+            "LOST",
+            "step(web/browse/step-1-with-a-name).service.p99",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        let wide = report_text_width(&r, true);
+        assert!(wide.contains("p99.99") && wide.contains("warm-up-with-a-long-name"));
+        assert!(wide.lines().any(|l| l.chars().count() > REPORT_WIDTH));
+    }
+
+    #[test]
+    fn fitting_wraps_prose_at_spaces_and_keeps_short_lines() {
+        let text = format!("short\n  {}\n{}\n", "word ".repeat(30), "x".repeat(200));
+        let out = fit(&text, 40);
+        assert!(out.lines().all(|l| l.chars().count() <= 40), "{out}");
+        assert!(out.starts_with("short\n  word word"), "{out}");
+        let words = |s: &str| s.split_whitespace().collect::<String>();
+        assert_eq!(words(&out), words(&text));
     }
 }

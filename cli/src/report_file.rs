@@ -18,6 +18,12 @@ pub struct Outputs {
     /// Write the HdrHistogram interval log (.hlog) to this file.
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
+    /// Write JUnit XML (a testcase per threshold) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write a short Markdown summary for a CI job page to this file.
+    #[arg(long, value_name = "FILE")]
+    pub summary_md: Option<PathBuf>,
 }
 
 impl Outputs {
@@ -28,6 +34,8 @@ impl Outputs {
             (Artifact::Html, &self.html),
             (Artifact::Csv, &self.csv),
             (Artifact::HdrLog, &self.hdr_log),
+            (Artifact::Junit, &self.junit),
+            (Artifact::SummaryMd, &self.summary_md),
         ] {
             if let Some(path) = path {
                 let text = kind.render(r)?;
@@ -114,6 +122,7 @@ mod tests {
             html: Some(dir.path().join("r.html")),
             csv: Some(dir.path().join("r.csv")),
             hdr_log: Some(dir.path().join("r.hlog")),
+            ..Outputs::default()
         };
         outputs.write(&load(&path).unwrap()).unwrap();
         let page = std::fs::read_to_string(dir.path().join("r.html")).unwrap();

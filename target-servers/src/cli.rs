@@ -260,6 +260,10 @@ pub struct HttpArgs {
     /// Names of the self-signed certificate (DNS names or IP addresses; repeat the flag).
     #[arg(long = "tls-name", value_name = "NAME", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()])]
     pub tls_names: Vec<String>,
+    /// Answer 404 to unknown paths instead of serving them as `/data`: a typo in a
+    /// scenario's path then fails its run instead of passing unnoticed.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 impl HttpArgs {
@@ -297,6 +301,7 @@ impl From<&HttpArgs> for HttpConfig {
             max_connections: a.max_connections,
             read_timeout: a.read_timeout,
             shutdown_grace: a.shutdown_grace,
+            strict: a.strict,
             access_log: a.access_log.clone(),
             access_log_buffer: a.access_log_buffer,
             max_source_ips: a.max_source_ips,

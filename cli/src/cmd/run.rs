@@ -21,6 +21,14 @@ use crate::{exit, render};
 /// Reads the scenario a `run` was given: the file (or `-` for standard input), with the
 /// target and load flags applied, or the one-line run the flags describe.
 pub fn load_scenario(args: &RunArgs) -> Result<(String, Scenario)> {
+    let positional;
+    let args = match positional_url(args)? {
+        Some(a) => {
+            positional = a;
+            &positional
+        }
+        None => args,
+    };
     let (text, scenario) = match &args.scenario {
         Some(path) => client::read_scenario(path)?,
         None => {
@@ -35,6 +43,27 @@ pub fn load_scenario(args: &RunArgs) -> Result<(String, Scenario)> {
     let text = args.quick.override_file(&scenario)?;
     let s = Scenario::from_yaml(&text).context("the scenario with the flags applied")?;
     Ok((text, s))
+}
+
+/// `stampede run URL`: a positional argument that parses as a URL and names no existing file
+/// is the one-line run's `--url` (the habit of wrk, hey and oha), never a file to read.
+fn positional_url(args: &RunArgs) -> Result<Option<RunArgs>> {
+    let Some(arg) = args.scenario.as_deref().and_then(Path::to_str) else {
+        return Ok(None);
+    };
+    if !crate::quick::looks_like_url(arg) || Path::new(arg).exists() {
+        return Ok(None);
+    }
+    if let Some(url) = &args.quick.url {
+        anyhow::bail!("two URLs: `{arg}` and --url {url}; give one");
+    }
+    let mut quick = args.quick.clone();
+    quick.url = Some(arg.to_string());
+    Ok(Some(RunArgs {
+        scenario: None,
+        quick,
+        ..args.clone()
+    }))
 }
 
 /// Encodes the scenario's gRPC calls once, here (see [`crate::grpc`]); the submitted text
@@ -75,6 +104,8 @@ impl<'a> Outputs<'a> {
             (Artifact::HdrLog, &a.hdr_log),
             (Artifact::Csv, &a.csv),
             (Artifact::Html, &a.html),
+            (Artifact::Junit, &a.junit),
+            (Artifact::SummaryMd, &a.summary_md),
         ]
         .into_iter()
         .filter_map(|(kind, p)| p.as_deref().map(|p| (kind, p)))
@@ -144,6 +175,11 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         eprintln!("error: {e:#} (nothing was run)");
         return Ok(exit::RUN_FAILED);
     }
+    if let Some(note) = a.quick.connection_note() {
+        if scenario.load.is_none() {
+            eprintln!("{note}");
+        }
+    }
     let watch = Watch {
         quiet: a.quiet,
         scenario: &scenario,
@@ -165,7 +201,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         r?
     } else {
         let ep = a.conn.endpoint().await?;
-        submit_follow(
+        let r = submit_follow(
             &ep.url,
             ep.token.as_deref(),
             &text,
@@ -174,14 +210,43 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             &watch,
             &mut signals,
         )
-        .await?
+        .await;
+        if let Err(e) = &r {
+            if let Some(hint) = local_hint(e, a.conn.controller.is_some()) {
+                eprintln!("{hint}");
+            }
+        }
+        r?
     };
     let written = outputs.write(&report);
-    print_report(&report, a.output)?;
+    if a.wide && a.output == Output::Text {
+        print!("{}", render::report_text_width(&report, true));
+    } else {
+        print_report(&report, a.output)?;
+    }
     Ok(if written {
         outcome_code(&report)
     } else {
         exit::RUN_FAILED
+    })
+}
+
+/// The hint printed when no controller answers: most first runs meant `--local`.
+fn local_hint(e: &anyhow::Error, explicit: bool) -> Option<String> {
+    let unreachable = e
+        .chain()
+        .any(|c| c.to_string().contains("cannot reach the controller"));
+    if !unreachable {
+        return None;
+    }
+    Some(if explicit {
+        "hint: is the controller running there? To run without one, add --local (a controller \
+         and agents in this process)"
+            .into()
+    } else {
+        "hint: no controller answers; add --local to run a controller and agents in this \
+         process, or give --controller URL"
+            .into()
     })
 }
 

@@ -7,7 +7,7 @@
 //! | `GET /delay?ms=N` | answers after N ms without using CPU |
 //! | `GET /bytes?n=N` | N bytes |
 //! | `POST /echo` (or `PUT`) | the request body (at most [`HttpConfig::max_body_bytes`], else 413) |
-//! | `GET /data` and any other `GET` path | the configured defaults: work [`HttpConfig::work_ms`], then delay [`HttpConfig::delay_ms`], then [`HttpConfig::bytes`] bytes; `?work_ms=`, `?delay_ms=`, `?bytes=` override them |
+//! | `GET /data` and any other `GET` path (404 with [`HttpConfig::strict`]) | the configured defaults: work [`HttpConfig::work_ms`], then delay [`HttpConfig::delay_ms`], then [`HttpConfig::bytes`] bytes; `?work_ms=`, `?delay_ms=`, `?bytes=` override them |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /healthz`, `GET /readyz` | `ok`; `/readyz` is 503 while draining |
 //!
@@ -86,6 +86,9 @@ pub struct HttpConfig {
     pub max_concurrent_streams: u32,
     /// Serve HTTPS (h2 and HTTP/1.1 by ALPN) instead of cleartext HTTP/1.1 and h2c.
     pub tls: Option<crate::tls::TlsServer>,
+    /// Answer 404 to paths that are not routes (instead of serving them as `/data`), so a
+    /// typo in a scenario's path shows as `status_404` rather than passing unnoticed.
+    pub strict: bool,
 }
 
 impl Default for HttpConfig {
@@ -106,6 +109,7 @@ impl Default for HttpConfig {
             max_source_ips: 65_536,
             max_concurrent_streams: 256,
             tls: None,
+            strict: false,
         }
     }
 }
@@ -352,6 +356,12 @@ impl Shared {
         let get = matches!(*req.method(), Method::GET | Method::HEAD);
         let path = req.uri().path();
         let route = Route::of(path);
+        if self.cfg.strict && route == Route::Data && path != "/data" {
+            return (
+                route,
+                text(StatusCode::NOT_FOUND, Body::from_static(b"no such path\n")),
+            );
+        }
         if route == Route::Echo {
             return if matches!(*req.method(), Method::POST | Method::PUT) {
                 (route, Box::pin(self.echo(req)).await)

@@ -392,3 +392,25 @@ async fn access_log_to_file() {
     })
     .await;
 }
+
+/// `--strict`: a path that is no route is 404 (a scenario's typo fails), routes still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_answers_404_to_unknown_paths() {
+    bounded(async {
+        let cfg = HttpConfig {
+            strict: true,
+            ..HttpConfig::default()
+        };
+        let (_server, addr, running) = start_http(cfg).await;
+        let mut c = h1(addr).await;
+        let (s, b) = get(&mut c, "/api/v1/mee").await;
+        assert_eq!((s, &b[..]), (StatusCode::NOT_FOUND, &b"no such path\n"[..]));
+        let (s, b) = get(&mut c, "/data?bytes=10").await;
+        assert_eq!((s, b.len()), (StatusCode::OK, 10));
+        let (s, _) = get(&mut c, "/").await;
+        assert_eq!(s, StatusCode::OK);
+        drop(c);
+        running.stop().await;
+    })
+    .await;
+}

@@ -52,6 +52,8 @@ pub struct RunAccumulator {
     closed_phases: Vec<bool>,
     /// Session types of the run (a sample counts at most these).
     n_types: usize,
+    /// The run's figures per endpoint (`endpoints:`), added as agents send them.
+    pub endpoints: crate::endpoints::EndpointAccumulator,
 }
 
 /// Agent data that does not fit the run.
@@ -119,6 +121,7 @@ impl RunAccumulator {
                 .map(|w| w.types.len())
                 .sum(),
             total_counters: Counters::default(),
+            endpoints: Default::default(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -471,6 +474,7 @@ impl RunAccumulator {
             }
         }
         report.judge_delivery();
+        report.endpoints = self.endpoints.report(&scenario.endpoints);
         Ok(report)
     }
 

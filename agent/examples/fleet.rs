@@ -394,6 +394,7 @@ async fn send_run(
             interval: k,
             samples: vec![s.wire.clone()],
             open_connections: 1,
+            endpoints: Vec::new(),
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

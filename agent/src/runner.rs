@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::pool::{Closer, SlotQueue};
 
 mod deadline;
+mod endpoints;
 mod models;
 mod plan;
 mod recorder;
@@ -47,7 +48,8 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let rec = Arc::new(Recorder::new(run.phases, run.steps));
+    let n_endpoints = run.workloads.first().map_or(0, |w| w.endpoints.len());
+    let rec = Arc::new(Recorder::new(run.phases, run.steps).with_endpoints(n_endpoints));
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -70,7 +72,8 @@ pub async fn execute(
                 // newest complete one.
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
-                let msg = progress(&spec.run_id, interval, &mut spare, rec.connections.open());
+                let mut msg = progress(&spec.run_id, interval, &mut spare, rec.connections.open());
+                rec.endpoints.attach(&mut msg);
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -133,7 +136,9 @@ pub async fn execute(
         next,
     );
     rec.swap(&mut spare);
-    let _ = out.send(progress(&run.run_id, last, &mut spare, 0));
+    let mut msg = progress(&run.run_id, last, &mut spare, 0);
+    rec.endpoints.attach(&mut msg);
+    let _ = out.send(msg);
     let end = if stop.is_cancelled() {
         RunEnd::Stopped
     } else {

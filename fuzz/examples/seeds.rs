@@ -143,6 +143,7 @@ fn progress() {
         interval,
         samples: phases.iter().map(|&p| sample(p)).collect(),
         open_connections: 2,
+        endpoints: Vec::new(),
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

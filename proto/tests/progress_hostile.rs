@@ -151,6 +151,7 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     interval,
                     samples,
                     open_connections: 0,
+                    endpoints: Vec::new(),
                 },
             )
         })
@@ -168,6 +169,7 @@ proptest! {
             interval,
             samples: vec![sample_to_wire(0, &phase0).unwrap(), sample_to_wire(1, &phase1).unwrap()],
             open_connections: 3,
+            endpoints: Vec::new(),
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

@@ -243,6 +243,20 @@ pub struct ShardRun {
     pub runs_setup: bool,
 }
 
+impl RunSpec {
+    /// Which of `endpoints` the connection or session with global index `connection` goes to
+    /// (0 without the list).
+    pub fn endpoint_index(&self, connection: u64) -> usize {
+        stampede_core::endpoints::endpoint_of(connection, self.endpoints.len())
+    }
+
+    /// The address to open the connection of endpoint `index` to: `target` without
+    /// `endpoints:`.
+    pub fn endpoint(&self, index: usize) -> &Endpoint {
+        self.endpoints.get(index).unwrap_or(&self.target)
+    }
+}
+
 impl ShardRun {
     /// Planned sessions of this shard, all workloads together.
     pub fn planned(&self) -> u64 {
@@ -262,6 +276,9 @@ pub struct RunSpec {
     /// holding its connections).
     pub filter: Option<ShardFilter>,
     pub target: Endpoint,
+    /// The scenario's `endpoints:`, resolved like `target` (empty without the list): the
+    /// connection or session with global index `i` goes to `endpoints[i mod n]`.
+    pub endpoints: Arc<[Endpoint]>,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
     /// run's global step order.
     pub types: Vec<Vec<StepPlan>>,

@@ -346,6 +346,19 @@ impl Driver {
         );
         if let Err(e) = acc.add_progress(i, progress.interval, &samples) {
             tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
+            return;
+        }
+        // Per-endpoint figures ride the same Progress (a replayed one was refused above).
+        match stampede_proto::convert::endpoints_from_wire(progress, self.scenario.endpoints.len())
+        {
+            Ok(rows) => {
+                for (e, s) in rows {
+                    acc.endpoints.add(e, &s);
+                }
+            }
+            Err(e) => {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected endpoint figures");
+            }
         }
     }
 

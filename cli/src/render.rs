@@ -213,6 +213,7 @@ pub fn report_text(r: &Report) -> String {
             c.opened, c.peak_open
         );
     }
+    crate::render_target::target_text(&mut o, r);
     if !t.status_codes.is_empty() {
         let list: Vec<String> = t
             .status_codes

@@ -112,6 +112,8 @@ impl Driver {
         let t0_unix_ns = unix_ns() + delay.as_nanos() as i64;
         let t0 = Instant::now() + delay;
         let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
+        let observer =
+            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
         for (i, m) in members.iter().enumerate() {
             acc.set_clock_offset(i, m.offset_ns / 1000);
             let start = v1::Start {
@@ -324,6 +326,7 @@ impl Driver {
             Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
         };
         self.release();
+        self.target_resources = observer.finish().await;
         self.finish(acc, outcome, message, started_at, duration_s);
     }
 

@@ -395,6 +395,7 @@ async fn send_run(
             samples: vec![s.wire.clone()],
             open_connections: 1,
             resources: None,
+            endpoints: Vec::new(),
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

@@ -78,6 +78,18 @@ pub(crate) async fn prepare(
             Endpoint::Http(addr, tls)
         };
     }
+    // `endpoints:`: the same transport (and TLS name) at each listed address, each checked
+    // against the target policy like the target's own address.
+    let addrs = stampede_core::endpoints::parse(&scenario.endpoints)
+        .map_err(|(path, why)| format!("{path}: {why}"))?;
+    let mut endpoints = Vec::with_capacity(addrs.len());
+    for (i, addr) in addrs.into_iter().enumerate() {
+        cfg.target_policy
+            .check(addr)
+            .map_err(|e| format!("endpoints[{i}]: {e}"))?;
+        endpoints.push(at_address(&endpoint, addr)?);
+    }
+    let endpoints: Arc<[Endpoint]> = endpoints.into();
     let (context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
     // Setup steps run here, on the one agent the controller asked to, before Ready: outside
@@ -198,6 +210,7 @@ pub(crate) async fn prepare(
             request_timeout: scenario.request_timeout.0,
             filter,
             target: endpoint.clone(),
+            endpoints: endpoints.clone(),
             types,
             mix,
             mix_offset,
@@ -375,6 +388,19 @@ fn dynamic_send(
 /// Data sources bind rows (and `stop` skips sessions) even when no step reads them.
 fn context_is_empty(scenario: &Scenario) -> bool {
     scenario.data.is_empty()
+}
+
+/// The endpoint `target` (resolved, with its TLS client) at another address.
+fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint, String> {
+    Ok(match target {
+        Endpoint::Http(_, tls) => Endpoint::Http(addr, tls.clone()),
+        Endpoint::H2(_, tls) => Endpoint::H2(addr, tls.clone()),
+        Endpoint::Tcp(_) => Endpoint::Tcp(addr),
+        Endpoint::Udp(_) => Endpoint::Udp(addr),
+        Endpoint::Unix(_) => {
+            return Err("endpoints: a unix:// target has one socket path, no addresses".into())
+        }
+    })
 }
 
 /// Resolves the target once per run.

@@ -18,6 +18,7 @@ use crate::pool::{Closer, SlotQueue};
 #[cfg(test)]
 mod books;
 mod deadline;
+mod endpoints;
 mod models;
 mod plan;
 mod recorder;
@@ -49,7 +50,8 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let rec = Arc::new(Recorder::per_phase(run.phase_steps()));
+    let n_endpoints = run.workloads.first().map_or(0, |w| w.endpoints.len());
+    let rec = Arc::new(Recorder::per_phase(run.phase_steps()).with_endpoints(n_endpoints));
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -74,7 +76,8 @@ pub async fn execute(
                 let interval = now_index.saturating_sub(1).max(next);
                 rec.swap(&mut spare);
                 let open = rec.connections.open();
-                let msg = progress(&spec.run_id, interval, &mut spare, open, watch.sample());
+                let mut msg = progress(&spec.run_id, interval, &mut spare, open, watch.sample());
+                rec.endpoints.attach(&mut msg);
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -149,7 +152,9 @@ pub async fn execute(
         next,
     );
     rec.swap(&mut spare);
-    let _ = out.send(progress(&run.run_id, last, &mut spare, 0, None));
+    let mut msg = progress(&run.run_id, last, &mut spare, 0, None);
+    rec.endpoints.attach(&mut msg);
+    let _ = out.send(msg);
     let end = if stop.is_cancelled() {
         RunEnd::Stopped
     } else {

@@ -226,6 +226,7 @@ mod tests {
                 limit: 5e6,
                 passed: true,
                 measured_text: "1.20ms".into(),
+                window: None,
             },
             ThresholdResult {
                 expr: "error_rate < 1%".into(),
@@ -233,6 +234,7 @@ mod tests {
                 limit: 0.01,
                 passed: false,
                 measured_text: "33.00%".into(),
+                window: None,
             },
         ];
         r

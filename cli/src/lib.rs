@@ -31,6 +31,7 @@ pub mod local;
 pub mod plan;
 pub mod quick;
 pub mod render;
+pub mod render_target;
 pub mod report_file;
 pub mod security;
 

@@ -353,6 +353,7 @@ fn report_lines(r: &Report, wide: bool) -> String {
             }
         );
     }
+    crate::render_target::target_text(&mut o, r);
     if !t.status_codes.is_empty() {
         let list: Vec<String> = t
             .status_codes
@@ -671,6 +672,7 @@ mod tests {
             limit: 0.01,
             passed: false,
             measured_text: "20.00%".into(),
+            window: None,
         })
         .collect();
         r.agents = vec![AgentReport {

@@ -27,6 +27,7 @@ mod control;
 mod data;
 pub mod k8s;
 mod metrics;
+mod observe;
 mod renew;
 mod run;
 pub mod store;

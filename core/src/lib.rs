@@ -23,6 +23,7 @@
 //!   map and start, and the exact weighted session mix.
 //! - [`plan`]: planned sessions and requests per agent and phase; the bounds shared by the agent
 //!   and the controller (`LATE_START_LIMIT`, `FINISH_MARGIN`).
+//! - [`endpoints`]: a target's several addresses, the split over them and their report rows.
 //! - [`ports`]: the port budget. [`target_policy`]: which addresses an agent may load.
 //!
 //! Measuring and reporting:
@@ -32,6 +33,7 @@
 //!   controller; `stats/interval` adds the run-wide histograms up from the steps once per interval.
 //! - [`report`]: the JSON contract; `report/accumulator` merges intervals in any order
 //!   (`RunAccumulator`) and assembles the live and final report.
+//! - [`observe`]: the target's own resources from its Prometheus metrics, per interval.
 //! - [`threshold`], [`capacity`] (the stair-step search), [`compare`] (two reports, with
 //!   bootstrap confidence intervals in `compare/noise`).
 
@@ -40,10 +42,12 @@ pub mod compare;
 pub mod data;
 pub mod delivery;
 pub mod duration;
+pub mod endpoints;
 pub mod extract;
 pub mod grpc;
 pub mod hist;
 pub mod http;
+pub mod observe;
 pub mod plan;
 pub mod ports;
 pub mod protocol;

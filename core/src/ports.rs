@@ -180,7 +180,7 @@ pub fn demand(
             }
         }
     }
-    let per_agent = pooled
+    let per_agent: Vec<u64> = pooled
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -190,7 +190,20 @@ pub fn demand(
             open.saturating_add(*p)
         })
         .collect();
-    Ok(vec![Demand { target, per_agent }])
+    let n = scenario.endpoints.len();
+    if n == 0 {
+        return Ok(vec![Demand { target, per_agent }]);
+    }
+    // Several endpoints: each destination ip:port has its own ports, and connection `i`
+    // goes to endpoint `i mod n`, so an agent holds at most ⌈its connections / n⌉ to each.
+    Ok(scenario
+        .endpoints
+        .iter()
+        .map(|e| Demand {
+            target: e.clone(),
+            per_agent: per_agent.iter().map(|p| p.div_ceil(n as u64)).collect(),
+        })
+        .collect())
 }
 
 /// Checks every demand against the agents (in shard order): the agents that share a source
@@ -305,6 +318,25 @@ mod tests {
         assert!(check(&d, &agents(1, 28_232, 4)).is_ok());
         // An unknown range is not checked.
         assert!(check(&d, &agents(1, 0, 1)).is_ok());
+    }
+
+    /// With `endpoints:`, each endpoint is a destination of its own: 100,000 connections over
+    /// four endpoints fit one agent's 28,232 ports, where one target would not.
+    #[test]
+    fn the_budget_is_checked_per_endpoint() {
+        let s = Scenario::from_yaml(
+            "name: p\ntarget: http://svc:8080\n\
+             endpoints: [\"10.0.0.1:8080\", \"10.0.0.2:8080\", \"10.0.0.3:8080\", \"10.0.0.4:8080\"]\n\
+             load: { model: closed, connections: 100001, duration: 5s }\nsession: [ { http: { path: / } } ]\n",
+        )
+        .unwrap();
+        let d = demand(&s, 1, 0, &[]).unwrap();
+        assert_eq!(d.len(), 4);
+        assert_eq!(d[3].target, "10.0.0.4:8080");
+        assert!(d.iter().all(|d| d.per_agent == vec![25_001]));
+        assert!(check(&d, &agents(1, 28_232, 1)).is_ok());
+        let e = check(&d, &agents(1, 20_000, 1)).unwrap_err().to_string();
+        assert!(e.contains("to 10.0.0.1:8080"), "{e}");
     }
 
     #[test]

@@ -59,6 +59,19 @@ pub struct Scenario {
     /// `grpc://host:port` and `grpcs://host:port` (grpc steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
+    /// The target's addresses, when it has several (the pods behind a Service, say):
+    /// `["10.0.0.7:8080", "10.0.0.8:8080"]`. Connections (closed and constant loads) and
+    /// sessions (arrival phases) are split over them exactly, by their global index; the
+    /// `target` URL still gives the scheme, the Host header and TLS name, and the path prefix.
+    /// The report then has a row per endpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
+    /// Where to read the target's own resources during the run, beside the latency:
+    /// `[{ prometheus: "http://10.0.0.7:9102/metrics" }]` scrapes the standard process metrics
+    /// (`process_cpu_seconds_total`, `process_resident_memory_bytes`) every interval; the
+    /// report then has `target_resources` (CPU cores used, memory) and req/s per target core.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe: Vec<crate::observe::ObserveSource>,
     /// Where the schema of the grpc steps comes from: `{ proto_files: [a.proto] }` or
     /// `{ reflection: true }`; resolved once by the CLI.
     #[serde(default, skip_serializing_if = "Option::is_none")]

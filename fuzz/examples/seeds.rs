@@ -144,6 +144,7 @@ fn progress() {
         samples: phases.iter().map(|&p| sample(p)).collect(),
         open_connections: 2,
             resources: None,
+        endpoints: Vec::new(),
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

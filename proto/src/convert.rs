@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use stampede_core::endpoints::EndpointStats;
 use stampede_core::hist::SparseHist;
 use stampede_core::hist::{self, HistError, HistSpec};
 use stampede_core::report::{LiveSnapshot, MergeError, RunAccumulator};
@@ -394,6 +395,64 @@ pub fn check_progress(
     Ok(samples)
 }
 
+/// Encodes one interval's per-endpoint figures (endpoint index, figures) for a Progress;
+/// endpoints with nothing recorded are left out.
+pub fn endpoints_to_wire(
+    rows: &[(usize, EndpointStats)],
+) -> Result<Vec<v1::EndpointSample>, ConvertError> {
+    rows.iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(i, s)| {
+            Ok(v1::EndpointSample {
+                endpoint: u32::try_from(*i).unwrap_or(u32::MAX),
+                completed: s.completed,
+                failed: s.failed,
+                connections_opened: s.connections,
+                response_hist: enc("endpoints.response_hist", &s.response.to_dense())?,
+            })
+        })
+        .collect()
+}
+
+/// Decodes a Progress's per-endpoint figures, refusing an index past the scenario's
+/// `endpoints` (of which there are `endpoints`) or a second sample for one endpoint.
+pub fn endpoints_from_wire(
+    p: &v1::Progress,
+    endpoints: usize,
+) -> Result<Vec<(usize, EndpointStats)>, ConvertError> {
+    let mut seen = vec![false; endpoints];
+    p.endpoints
+        .iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let field = format!("progress.endpoints[{k}]");
+            let i = w.endpoint as usize;
+            match seen.get_mut(i) {
+                None => Err(ConvertError::invalid(
+                    format!("{field}.endpoint"),
+                    format!("endpoint {i} is not one of the scenario's {endpoints}"),
+                )),
+                Some(true) => Err(ConvertError::invalid(
+                    format!("{field}.endpoint"),
+                    format!("two samples for endpoint {i}"),
+                )),
+                Some(s) => {
+                    *s = true;
+                    Ok((
+                        i,
+                        EndpointStats {
+                            completed: w.completed,
+                            failed: w.failed,
+                            connections: w.connections_opened,
+                            response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
+                        },
+                    ))
+                }
+            }
+        })
+        .collect()
+}
+
 impl From<&LiveSnapshot> for v1::LiveSnapshot {
     fn from(s: &LiveSnapshot) -> Self {
         Self {
@@ -482,6 +541,7 @@ mod tests {
             samples: vec![sample.clone()],
             open_connections: 0,
             resources: None,
+            endpoints: Vec::new(),
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -517,6 +577,7 @@ mod tests {
             samples: vec![sample_to_wire(0, &s).unwrap()],
             open_connections: 0,
             resources: None,
+            endpoints: Vec::new(),
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();
@@ -537,5 +598,37 @@ mod tests {
         other.significant_digits = 2;
         assert!(check_spec("register.hist_spec", Some(&other)).is_err());
         assert!(check_spec("register.hist_spec", None).is_err());
+    }
+
+    /// Per-endpoint figures cross the wire whole; an index past the scenario's endpoints
+    /// or a second sample for one endpoint is refused, naming the field.
+    #[test]
+    fn endpoint_samples_round_trip_and_are_bounded() {
+        let mut s = EndpointStats {
+            completed: 5,
+            failed: 1,
+            connections: 2,
+            ..Default::default()
+        };
+        s.response.record_n(1_500, 5);
+        let wire = endpoints_to_wire(&[(1, s.clone()), (0, EndpointStats::default())]).unwrap();
+        assert_eq!(wire.len(), 1, "an empty endpoint is left out");
+        let mut p = v1::Progress {
+            endpoints: wire,
+            ..Default::default()
+        };
+        let back = endpoints_from_wire(&p, 2).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].0, 1);
+        assert_eq!(
+            (back[0].1.completed, back[0].1.failed, back[0].1.connections),
+            (5, 1, 2)
+        );
+        assert_eq!(back[0].1.response.len(), 5);
+        let e = endpoints_from_wire(&p, 1).unwrap_err().to_string();
+        assert!(e.starts_with("progress.endpoints[0].endpoint"), "{e}");
+        p.endpoints.push(p.endpoints[0].clone());
+        let e = endpoints_from_wire(&p, 2).unwrap_err().to_string();
+        assert!(e.contains("two samples"), "{e}");
     }
 }

@@ -153,6 +153,7 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     samples,
                     open_connections: 0,
                     resources: None,
+                    endpoints: Vec::new(),
                 },
             )
         })
@@ -171,6 +172,7 @@ proptest! {
             samples: vec![sample_to_wire(0, &phase0).unwrap(), sample_to_wire(1, &phase1).unwrap()],
             open_connections: 3,
             resources: None,
+            endpoints: Vec::new(),
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

@@ -29,6 +29,7 @@ pub mod http;
 pub mod login;
 pub mod metrics;
 mod precise;
+mod process;
 pub mod tls;
 mod work;
 

@@ -47,6 +47,8 @@ pub(crate) fn render(registry: &Registry) -> String {
     if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut buf) {
         tracing::error!(error = %e, "encoding metrics");
     }
+    // The standard process metrics too, which every exporter has and `observe:` reads.
+    buf.extend_from_slice(crate::process::process_metrics_text().as_bytes());
     String::from_utf8(buf).unwrap_or_default()
 }
 

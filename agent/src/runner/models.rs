@@ -99,7 +99,7 @@ pub(super) async fn closed_streams(
 ) {
     // A stop before `t0` aborts this task like any other time (`execute`).
     tokio::time::sleep_until(t0).await;
-    let link = open_shared(&spec, &rec).await;
+    let link = open_shared(&spec, &rec, connection).await;
     let loops = (0..streams).map(|s| {
         let conn = stream_handle(link.as_ref(), &rec);
         let stripe = (connection * streams + s, total * streams);
@@ -111,11 +111,18 @@ pub(super) async fn closed_streams(
 
 /// Opens the connection that several streams share, counted once; `None` when it cannot be
 /// opened now (each stream then opens its own, and its session records why).
-async fn open_shared<'a>(spec: &RunSpec, rec: &'a Recorder) -> Option<Tracked<'a>> {
-    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(&spec.target)))
+async fn open_shared<'a>(
+    spec: &RunSpec,
+    rec: &'a Recorder,
+    connection: u64,
+) -> Option<Tracked<'a>> {
+    let endpoint = spec.endpoint_index(connection);
+    let target = spec.endpoint(endpoint);
+    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(target)))
         .await
         .ok()?
         .ok()?;
+    rec.endpoints.opened(endpoint);
     Some(rec.connections.track(link))
 }
 
@@ -289,7 +296,7 @@ pub(super) async fn pooled_streams(
     streams: u64,
     stop: CancellationToken,
 ) {
-    let link = open_shared(&spec, &rec).await;
+    let link = open_shared(&spec, &rec, connection).await;
     let loops = (0..streams).map(|_| {
         let conn = stream_handle(link.as_ref(), &rec);
         pooled_loop(&spec, &rec, (&slots, None), connection, conn, &stop)

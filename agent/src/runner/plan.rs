@@ -260,6 +260,20 @@ pub struct ShardRun {
     pub graceful_stop: Duration,
 }
 
+impl RunSpec {
+    /// Which of `endpoints` the connection or session with global index `connection` goes to
+    /// (0 without the list).
+    pub fn endpoint_index(&self, connection: u64) -> usize {
+        stampede_core::endpoints::endpoint_of(connection, self.endpoints.len())
+    }
+
+    /// The address to open the connection of endpoint `index` to: `target` without
+    /// `endpoints:`.
+    pub fn endpoint(&self, index: usize) -> &Endpoint {
+        self.endpoints.get(index).unwrap_or(&self.target)
+    }
+}
+
 impl ShardRun {
     /// The request steps each phase's statistics cover: up to the last step of the phase's
     /// workload (the recorder sizes a phase's stats by it, not by every step of the run).
@@ -301,6 +315,9 @@ pub struct RunSpec {
     /// holding its connections).
     pub filter: Option<ShardFilter>,
     pub target: Endpoint,
+    /// The scenario's `endpoints:`, resolved like `target` (empty without the list): the
+    /// connection or session with global index `i` goes to `endpoints[i mod n]`.
+    pub endpoints: Arc<[Endpoint]>,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
     /// run's global step order.
     pub types: Vec<Vec<StepPlan>>,

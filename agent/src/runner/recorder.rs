@@ -50,6 +50,8 @@ pub struct Recorder {
     pub in_flight: AtomicUsize,
     /// Connections open, their per-interval peak and how many were opened.
     pub connections: crate::net::ConnGauge,
+    /// Each of the scenario's `endpoints:` apart (empty without the list).
+    pub endpoints: super::endpoints::EndpointRecorder,
 }
 
 /// One lock of the recorder, on a cache line of its own (workers on other stripes do not
@@ -113,7 +115,14 @@ impl Recorder {
             steps: steps.into_boxed_slice(),
             in_flight: AtomicUsize::new(0),
             connections: crate::net::ConnGauge::default(),
+            endpoints: Default::default(),
         }
+    }
+
+    /// The same recorder keeping figures for each of `n` endpoints too.
+    pub fn with_endpoints(mut self, n: usize) -> Self {
+        self.endpoints = super::endpoints::EndpointRecorder::new(n);
+        self
     }
 
     /// This thread's stripe: the first until the thread finds it held once, then its spill
@@ -255,6 +264,7 @@ pub fn progress(
             samples,
             open_connections: open,
             resources,
+            endpoints: Vec::new(),
         })),
     }
 }

@@ -167,6 +167,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                 s.counters_mut().dropped_arrivals += 1;
             })
         };
+        let endpoint = spec.endpoint_index(connection);
         let Some(steps) = spec.types.get(kind as usize) else {
             // Not a type of this run (cannot happen).
             dropped();
@@ -280,7 +281,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         // stop here: the caller drops the session when the run stops.
                         let mut sent = started;
                         let request = exchange(
-                            spec,
+                            (spec, endpoint),
                             rec,
                             conn,
                             step,
@@ -314,9 +315,13 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     match answer.error {
                                         None => {
                                             let (response, service) = latencies(done, due, sent);
+                                            rec.endpoints.record(endpoint, Some(response));
                                             s.record_success(*ordinal, response, service)
                                         }
-                                        Some(kind) => s.record_failure(*ordinal, kind),
+                                        Some(kind) => {
+                                            rec.endpoints.record(endpoint, None);
+                                            s.record_failure(*ordinal, kind)
+                                        }
                                     }
                                     if ends {
                                         tally.close(s, !fails, done);
@@ -340,6 +345,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 clock = answer.keep_alive.then_some(done);
                             }
                             Err(Failure(kind)) => {
+                                rec.endpoints.record(endpoint, None);
                                 rec.with(phase, |s| {
                                     s.record_failure(*ordinal, kind);
                                     tally.close(s, false, done);
@@ -538,7 +544,7 @@ struct Answer<'s> {
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // the arguments held once: see above
 fn exchange<'a, 's, 'c, 'v>(
-    spec: &'s RunSpec,
+    (spec, endpoint): (&'s RunSpec, usize),
     rec: &'a Recorder,
     conn: &'c mut Option<Tracked<'a>>,
     step: &'s StepPlan,
@@ -561,7 +567,9 @@ fn exchange<'a, 's, 'c, 'v>(
             // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
             // inline it would make every session task that large for its whole life, though a
             // kept-alive connection opens once.
-            let opened = Box::pin(Link::open_sending(&spec.target, first, ticks)).await?;
+            let target = spec.endpoint(endpoint);
+            let opened = Box::pin(Link::open_sending(target, first, ticks)).await?;
+            rec.endpoints.opened(endpoint);
             ahead = opened.ahead;
             *sent = opened.at;
             *conn = Some(rec.connections.track(opened.link));

@@ -23,6 +23,7 @@ impl Driver {
         let mut report = match acc.finish(&self.scenario, meta) {
             Ok(mut r) => {
                 r.threshold_abort = self.threshold_abort.clone();
+                r.target_resources = self.target_resources.clone();
                 r
             }
             Err(e) => {

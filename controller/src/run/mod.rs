@@ -225,6 +225,7 @@ pub(crate) fn start(
         threshold_abort: None,
         setup: v1::SetupValues::default(),
         setup_agent: 0,
+        target_resources: None,
     };
     spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
@@ -325,6 +326,8 @@ struct Driver {
     /// The member that refreshes the setup values: the first (it ran the setup), or the one
     /// that took over when it was lost.
     setup_agent: usize,
+    /// The target's resources scraped during the run (`observe:`).
+    target_resources: Option<stampede_core::observe::TargetResources>,
 }
 
 enum Failure {

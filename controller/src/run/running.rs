@@ -121,6 +121,8 @@ impl Driver {
         let t0_unix_ns = unix_ns() + delay.as_nanos() as i64;
         let t0 = Instant::now() + delay;
         let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
+        let observer =
+            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
         for (i, m) in members.iter().enumerate() {
             acc.set_clock_offset(i, m.offset_ns / 1000);
             let start = v1::Start {
@@ -345,6 +347,7 @@ impl Driver {
             Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
         };
         self.release();
+        self.target_resources = observer.finish().await;
         self.finish(acc, outcome, message, started_at, duration_s);
     }
 
@@ -367,6 +370,19 @@ impl Driver {
         );
         if let Err(e) = acc.add_progress(i, progress.interval, &samples) {
             tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
+            return;
+        }
+        // Per-endpoint figures ride the same Progress (a replayed one was refused above).
+        match stampede_proto::convert::endpoints_from_wire(progress, self.scenario.endpoints.len())
+        {
+            Ok(rows) => {
+                for (e, s) in rows {
+                    acc.endpoints.add(e, &s);
+                }
+            }
+            Err(e) => {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected endpoint figures");
+            }
         }
         if let Some(r) = &progress.resources {
             let s = stampede_core::report::ResourceSample {

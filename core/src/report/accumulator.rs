@@ -60,6 +60,8 @@ pub struct RunAccumulator {
     usage: Vec<resources::AgentUse>,
     /// Each agent's CPU per timeline interval not yet closed into a row.
     cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
+    /// The run's figures per endpoint (`endpoints:`), added as agents send them.
+    pub endpoints: crate::endpoints::EndpointAccumulator,
 }
 
 /// Agent data that does not fit the run.
@@ -133,6 +135,7 @@ impl RunAccumulator {
             windows: super::windows::Windows::new(scenario, interval_s),
             usage: vec![Default::default(); n_agents],
             cpu_rows: BTreeMap::new(),
+            endpoints: Default::default(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -527,6 +530,7 @@ impl RunAccumulator {
         }
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
+        report.endpoints = self.endpoints.report(&scenario.endpoints);
         Ok(report)
     }
 

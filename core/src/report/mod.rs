@@ -380,6 +380,12 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_abort: Option<ThresholdAbort>,
     pub timeline: Vec<TimelineRow>,
+    /// Each of the scenario's `endpoints:` apart, in its order (absent without the list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<crate::endpoints::EndpointReport>,
+    /// The target's own resources, from the scenario's `observe:` sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_resources: Option<crate::observe::TargetResources>,
 }
 
 /// The live breach that aborted a run (`abort_on_fail`).

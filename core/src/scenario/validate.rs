@@ -65,6 +65,18 @@ impl Scenario {
                 ),
             ));
         }
+        if !self.endpoints.is_empty() {
+            if self.transport()? == Transport::Unix {
+                return Err(ScenarioError::invalid(
+                    "endpoints",
+                    "a unix:// target has one socket path, no addresses",
+                ));
+            }
+            crate::endpoints::parse(&self.endpoints)
+                .map_err(|(path, why)| ScenarioError::invalid(path, why))?;
+        }
+        crate::observe::validate(&self.observe)
+            .map_err(|(path, why)| ScenarioError::invalid(path, why))?;
         if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
             return Err(ScenarioError::invalid(
                 "http_version",

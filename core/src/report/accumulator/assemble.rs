@@ -259,6 +259,8 @@ impl RunAccumulator {
             thresholds: Vec::new(),
             threshold_abort: None,
             timeline,
+            endpoints: Vec::new(),
+            target_resources: None,
         };
         let mut report = report;
         // Thresholds parsed when the scenario was validated; evaluate on the merged data.

@@ -1,0 +1,292 @@
+//! A target's several addresses (`endpoints:`): which endpoint a connection or a session goes
+//! to, by arithmetic, and what the report says about each.
+//!
+//! A Service behind kube-proxy balances connections, not requests: with long-lived
+//! connections whole agents pin to one backend and nothing shows it. Listing the backends
+//! makes the split exact instead: the run's connection (closed and constant models) or
+//! session (open model) with global index `i` goes to endpoint `i mod n`. The agents own
+//! contiguous ranges of connection indexes (an even split) and the open model's arrivals
+//! round-robin, so each agent and the run as a whole are within one of an even split.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hist::SparseHist;
+
+/// Most endpoints a scenario may list (each costs the agent a histogram).
+pub const MAX_ENDPOINTS: usize = 1024;
+
+/// The endpoint of the connection or session with global index `index`, among `n`.
+pub fn endpoint_of(index: u64, n: usize) -> usize {
+    if n <= 1 {
+        return 0;
+    }
+    (index % n as u64) as usize
+}
+
+/// How many of the connections `first .. first + count` go to each of `n` endpoints: what an
+/// agent holding that range opens to each (the port budget per endpoint).
+pub fn split_range(first: u64, count: u64, n: usize) -> Vec<u64> {
+    let n = n.max(1);
+    let base = count / n as u64;
+    let extra = (count % n as u64) as usize;
+    let start = endpoint_of(first, n);
+    (0..n)
+        .map(|e| {
+            // The `extra` connections past the whole rounds go to the `extra` endpoints from
+            // `start` on, wrapping.
+            let offset = (e + n - start) % n;
+            base + u64::from(offset < extra)
+        })
+        .collect()
+}
+
+/// Parses the scenario's `endpoints:` list: each an `ip:port` (`[v6]:port` for IPv6), no
+/// duplicates. The error is (field path, reason).
+pub fn parse(list: &[String]) -> Result<Vec<SocketAddr>, (String, String)> {
+    if list.len() > MAX_ENDPOINTS {
+        return Err((
+            "endpoints".into(),
+            format!("{} endpoints; at most {MAX_ENDPOINTS}", list.len()),
+        ));
+    }
+    let mut out: Vec<SocketAddr> = Vec::with_capacity(list.len());
+    for (i, e) in list.iter().enumerate() {
+        let addr: SocketAddr = e.trim().parse().map_err(|_| {
+            (
+                format!("endpoints[{i}]"),
+                format!("`{e}` is not an ip:port address (write `10.0.0.7:8080` or `[::1]:8080`)"),
+            )
+        })?;
+        if addr.port() == 0 {
+            return Err((format!("endpoints[{i}]"), format!("`{e}` has port 0")));
+        }
+        if let Some(j) = out.iter().position(|a| *a == addr) {
+            return Err((
+                format!("endpoints[{i}]"),
+                format!("`{e}` is listed twice (also endpoints[{j}])"),
+            ));
+        }
+        out.push(addr);
+    }
+    Ok(out)
+}
+
+/// One endpoint's figures for one interval or a whole run, as agents send them and the
+/// controller adds them up.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointStats {
+    pub completed: u64,
+    pub failed: u64,
+    /// Connections opened to it.
+    pub connections: u64,
+    /// Response times of its completed requests, in microseconds.
+    pub response: SparseHist,
+}
+
+impl EndpointStats {
+    /// Adds `o` into this one (counters saturate).
+    pub fn add(&mut self, o: &EndpointStats) {
+        self.completed = self.completed.saturating_add(o.completed);
+        self.failed = self.failed.saturating_add(o.failed);
+        self.connections = self.connections.saturating_add(o.connections);
+        self.response.add(&o.response);
+    }
+
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self.completed == 0 && self.failed == 0 && self.connections == 0
+    }
+}
+
+/// The run's figures per endpoint, merged from every agent's intervals.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointAccumulator {
+    by_endpoint: Vec<EndpointStats>,
+}
+
+impl EndpointAccumulator {
+    /// Adds one agent's figures for endpoint `index` (one interval). An index past
+    /// [`MAX_ENDPOINTS`] is refused (false).
+    pub fn add(&mut self, index: usize, stats: &EndpointStats) -> bool {
+        if index >= MAX_ENDPOINTS {
+            return false;
+        }
+        if self.by_endpoint.len() <= index {
+            self.by_endpoint.resize_with(index + 1, Default::default);
+        }
+        self.by_endpoint[index].add(stats);
+        true
+    }
+
+    /// The report's rows, one per address in the scenario's order (an endpoint nothing was
+    /// recorded for has zeros).
+    pub fn report(&self, addresses: &[String]) -> Vec<EndpointReport> {
+        addresses
+            .iter()
+            .enumerate()
+            .map(|(i, address)| {
+                let s = self.by_endpoint.get(i).cloned().unwrap_or_default();
+                let [p50, p99] = if s.response.is_empty() {
+                    [0, 0]
+                } else {
+                    s.response.values_at_quantiles([0.5, 0.99])
+                };
+                EndpointReport {
+                    address: address.clone(),
+                    completed: s.completed,
+                    failed: s.failed,
+                    p50_us: p50,
+                    p99_us: p99,
+                    connections: s.connections,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One endpoint of the report (`endpoints:` in the JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointReport {
+    /// `ip:port` as the scenario listed it.
+    pub address: String,
+    pub completed: u64,
+    pub failed: u64,
+    /// Response-time percentiles of its completed requests, in microseconds.
+    pub p50_us: u64,
+    pub p99_us: u64,
+    /// Connections opened to it, all agents together.
+    pub connections: u64,
+}
+
+/// An endpoint whose p99 is more than twice the median of the others' p99 (one slow pod
+/// hides in a merged percentile): (its row, the others' median p99 in µs). Endpoints with
+/// nothing completed are left out; with fewer than two measured endpoints there is nothing
+/// to compare. The slowest such endpoint is named.
+pub fn slow_endpoint(rows: &[EndpointReport]) -> Option<(&EndpointReport, u64)> {
+    let measured: Vec<&EndpointReport> = rows.iter().filter(|r| r.completed > 0).collect();
+    if measured.len() < 2 {
+        return None;
+    }
+    measured
+        .iter()
+        .filter_map(|r| {
+            let mut others: Vec<u64> = measured
+                .iter()
+                .filter(|o| o.address != r.address)
+                .map(|o| o.p99_us)
+                .collect();
+            others.sort_unstable();
+            let median = others[(others.len() - 1) / 2];
+            (r.p99_us > median.saturating_mul(2)).then_some((*r, median))
+        })
+        .max_by_key(|(r, _)| r.p99_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every range of connections, split over `n` endpoints by index, is within one of even,
+    /// and the counts agree with walking the range.
+    #[test]
+    fn ranges_split_within_one_and_match_a_walk() {
+        for n in 1..6usize {
+            for first in 0..12u64 {
+                for count in 0..20u64 {
+                    let split = split_range(first, count, n);
+                    let mut walked = vec![0u64; n];
+                    for i in first..first + count {
+                        walked[endpoint_of(i, n)] += 1;
+                    }
+                    assert_eq!(split, walked, "n={n} first={first} count={count}");
+                    let (lo, hi) = (split.iter().min().unwrap(), split.iter().max().unwrap());
+                    assert!(hi - lo <= 1);
+                }
+            }
+        }
+    }
+
+    /// 30 connections over 2 agents (15 each, contiguous) and 3 endpoints: 10 on each in all,
+    /// each agent 5 ± 1.
+    #[test]
+    fn thirty_connections_two_agents_three_endpoints() {
+        let a = split_range(0, 15, 3);
+        let b = split_range(15, 15, 3);
+        assert_eq!(a, vec![5, 5, 5]);
+        let total: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        assert_eq!(total, vec![10, 10, 10]);
+        let c = split_range(0, 16, 3);
+        let d = split_range(16, 15, 3);
+        let total: Vec<u64> = c.iter().zip(&d).map(|(x, y)| x + y).collect();
+        assert_eq!(c, vec![6, 5, 5]);
+        assert_eq!(total, vec![11, 10, 10]);
+    }
+
+    #[test]
+    fn bad_endpoints_name_the_field() {
+        let e = |l: &[&str]| parse(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(e(&["127.0.0.1:80", "[::1]:81"]).unwrap().len(), 2);
+        let (path, why) = e(&["127.0.0.1:80", "localhost:80"]).unwrap_err();
+        assert_eq!(path, "endpoints[1]");
+        assert!(why.contains("not an ip:port"), "{why}");
+        let (path, why) = e(&["127.0.0.1:80", "127.0.0.1:80"]).unwrap_err();
+        assert_eq!(
+            (path.as_str(), why.contains("twice")),
+            ("endpoints[1]", true)
+        );
+        assert_eq!(e(&["127.0.0.1:0"]).unwrap_err().0, "endpoints[0]");
+    }
+
+    fn row(address: &str, p99_us: u64) -> EndpointReport {
+        EndpointReport {
+            address: address.into(),
+            completed: 10,
+            p99_us,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_slow_endpoint_is_named_against_the_others_median() {
+        let rows = [row("a", 2_000), row("b", 41_000), row("c", 2_100)];
+        let (slow, median) = slow_endpoint(&rows).unwrap();
+        assert_eq!((slow.address.as_str(), median), ("b", 2_000));
+        // Twice the median exactly is not slow; nothing measured is not compared.
+        assert!(slow_endpoint(&[row("a", 2_000), row("b", 4_000)]).is_none());
+        let mut idle = row("b", 0);
+        idle.completed = 0;
+        assert!(slow_endpoint(&[row("a", 9_000), idle]).is_none());
+    }
+
+    #[test]
+    fn the_accumulator_adds_agents_and_keeps_the_scenario_order() {
+        let mut acc = EndpointAccumulator::default();
+        let mut s = EndpointStats {
+            completed: 3,
+            connections: 1,
+            ..Default::default()
+        };
+        for us in [1_000, 2_000, 3_000] {
+            s.response.record_n(us, 1);
+        }
+        assert!(acc.add(1, &s));
+        assert!(acc.add(1, &s));
+        assert!(!acc.add(MAX_ENDPOINTS, &s));
+        let rows = acc.report(&["x:1".into(), "y:2".into()]);
+        assert_eq!(
+            rows[0],
+            EndpointReport {
+                address: "x:1".into(),
+                ..Default::default()
+            }
+        );
+        assert_eq!((rows[1].completed, rows[1].connections), (6, 2));
+        assert!(
+            rows[1].p50_us >= 1_990 && rows[1].p50_us <= 2_010,
+            "{}",
+            rows[1].p50_us
+        );
+    }
+}

@@ -731,7 +731,9 @@ mod future_size {
         });
         let connect = size_of_future(&|| super::Link::open(unreachable!()));
         eprintln!("closed connection task {task} B, connect {connect} B");
-        assert!(task <= 960, "a closed connection's future is {task} bytes");
+        // 976 bytes in the test profile once the connection also carried its endpoint and
+        // graceful stop (960 before); the bound stays under tokio's next 128-byte step.
+        assert!(task <= 1024, "a closed connection's future is {task} bytes");
         // Held by every connection at once while a large closed run connects.
         assert!(connect <= 256, "connecting takes {connect} bytes");
     }

@@ -450,7 +450,7 @@ mod tests {
         let base = Scenario::from_yaml_loadless(TWO).unwrap();
         let slos = [
             "p99 < 50ms".to_string(),
-            "step(step-1).p99 < 9ms".to_string(),
+            "step(checkout/step-1).p99 < 9ms".to_string(),
         ];
         let d = Duration::from_secs(5);
         let s = step_scenario(&base, "s1", 40.0, d, &slos, Some("checkout")).unwrap();
@@ -459,7 +459,10 @@ mod tests {
         assert_eq!(s.workloads[0], base.workloads[0]);
         assert_eq!(
             s.thresholds,
-            ["workload(checkout).p99 < 50ms", "step(step-1).p99 < 9ms"]
+            [
+                "workload(checkout).p99 < 50ms",
+                "step(checkout/step-1).p99 < 9ms"
+            ]
         );
         let e = step_scenario(&base, "s1", 40.0, d, &slos, None).unwrap_err();
         assert!(e.to_string().contains("background, checkout"), "{e}");
@@ -467,6 +470,11 @@ mod tests {
             "name: o\ntarget: http://127.0.0.1:1\nsession: [ { http: { path: / } } ]\n",
         )
         .unwrap();
+        // One workload: its steps are named without a workload prefix.
+        let slos = [
+            "p99 < 50ms".to_string(),
+            "step(step-1).p99 < 9ms".to_string(),
+        ];
         assert!(step_scenario(&one, "s1", 40.0, d, &slos, Some("x")).is_err());
         assert_eq!(
             step_scenario(&one, "s1", 40.0, d, &slos, None)

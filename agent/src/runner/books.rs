@@ -140,13 +140,15 @@ async fn run_and_stop(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn every_stop_balances_the_books(
         load in 0..LOADS.len(),
         session in 0..SESSIONS.len(),
-        delay_ms in prop_oneof![Just(0u64), 1u64..80, Just(700), Just(30_000)],
+        // At least 1 ms: on the paused clock a target that answers at once lets a closed
+        // loop run without time passing, so a 4 s run would never end.
+        delay_ms in prop_oneof![Just(1u64), 2u64..80, Just(700), Just(30_000)],
         timeout_ms in prop_oneof![Just(150u64), Just(1_000), Just(60_000)],
         grace in prop_oneof![Just(None), Just(Some(0u64)), (1u64..400).prop_map(Some), Just(Some(2_000))],
         stop_ms in prop_oneof![Just(None), (0u64..4_500).prop_map(Some)],

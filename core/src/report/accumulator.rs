@@ -245,6 +245,21 @@ impl RunAccumulator {
         Ok(())
     }
 
+    /// An agent of the run and an interval within its horizon: what every message an agent
+    /// sends must name.
+    fn check_agent_interval(&self, agent: usize, interval: u64) -> Result<(), MergeError> {
+        if agent >= self.agents.len() {
+            return Err(MergeError::UnknownAgent(agent));
+        }
+        if interval > self.max_interval {
+            return Err(MergeError::IntervalOutOfRange {
+                got: interval,
+                max: self.max_interval,
+            });
+        }
+        Ok(())
+    }
+
     /// Everything [`RunAccumulator::add`] refuses.
     pub fn check(
         &self,
@@ -290,15 +305,7 @@ impl RunAccumulator {
         samples: &[(u32, SparseStats)],
     ) -> Result<(), MergeError> {
         // A Progress without samples still names its agent and interval.
-        if agent >= self.agents.len() {
-            return Err(MergeError::UnknownAgent(agent));
-        }
-        if interval > self.max_interval {
-            return Err(MergeError::IntervalOutOfRange {
-                got: interval,
-                max: self.max_interval,
-            });
-        }
+        self.check_agent_interval(agent, interval)?;
         let mut sum = Counters::default();
         for (phase, s) in samples {
             self.check(agent, interval, *phase, s)?;

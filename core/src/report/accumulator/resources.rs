@@ -44,15 +44,7 @@ impl RunAccumulator {
         interval: u64,
         s: ResourceSample,
     ) -> Result<(), MergeError> {
-        if agent >= self.agents.len() {
-            return Err(MergeError::UnknownAgent(agent));
-        }
-        if interval > self.max_interval {
-            return Err(MergeError::IntervalOutOfRange {
-                got: interval,
-                max: self.max_interval,
-            });
-        }
+        self.check_agent_interval(agent, interval)?;
         if !(s.cpu_share.is_finite() && s.cores.is_finite()) || s.cpu_share < 0.0 || s.cores < 0.0 {
             return Err(MergeError::BadResources);
         }

@@ -362,11 +362,16 @@ mod tests {
 
     /// The whole of `scenario` prepared as this agent's one shard, as an `Assign` would.
     pub(super) async fn one_shard(scenario: String) -> super::ShardRun {
+        shard(&scenario, 0, 1).await
+    }
+
+    /// Shard `index` of `count` of `scenario`, as an `Assign` would prepare it.
+    pub(super) async fn shard(scenario: &str, index: u32, count: u32) -> super::ShardRun {
         let assign = stampede_proto::v1::Assign {
             run_id: "r".into(),
-            scenario,
-            shard_index: 0,
-            shard_count: 1,
+            scenario: scenario.to_string(),
+            shard_index: index,
+            shard_count: count,
             seed: 1,
             interval_ms: 1000,
             ..Default::default()

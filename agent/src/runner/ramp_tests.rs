@@ -44,23 +44,6 @@ async fn target(t0: Instant) -> (String, Arc<Mutex<Vec<Duration>>>) {
     (addr, opened)
 }
 
-/// Shard `index` of `count` of `scenario`, as an `Assign` would prepare it.
-async fn shard(scenario: &str, index: u32, count: u32) -> super::ShardRun {
-    let assign = v1::Assign {
-        run_id: "r".into(),
-        scenario: scenario.to_string(),
-        shard_index: index,
-        shard_count: count,
-        seed: 1,
-        interval_ms: 1000,
-        ..Default::default()
-    };
-    let cfg = crate::AgentConfig::new("http://127.0.0.1:1", "a");
-    crate::assign::prepare(&cfg, &assign, Default::default())
-        .await
-        .unwrap()
-}
-
 /// 0 → 200 connections over 4 s, then 2 s at 200, over two agents: the target sees one connect
 /// every 20 ms, at most the slope's 5 in any 100 ms (none at T0 in a burst), each agent
 /// opens 100, and every connection serves sessions until the end.
@@ -73,7 +56,7 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
     );
     let mut runs = Vec::new();
     for i in 0..2 {
-        let run = Arc::new(shard(&scenario, i, 2).await);
+        let run = Arc::new(super::tests::shard(&scenario, i, 2).await);
         let (out, messages) = tokio::sync::mpsc::unbounded_channel();
         let stop = tokio_util::sync::CancellationToken::new();
         runs.push((tokio::spawn(super::execute(run, t0, out, stop)), messages));

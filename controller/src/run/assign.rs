@@ -97,20 +97,11 @@ impl Driver {
                         "agent {agent_id} disconnected during assignment"
                     )));
                 };
-                members.push(Member {
-                    agent_id: agent_id.clone(),
-                    conn_id: *conn_id,
-                    tx: a.tx.clone(),
-                    heard: a.heard.clone(),
-                    offset_ns: a.clock.offset_ns,
-                    rtt_ns: a.clock.rtt_ns.unwrap_or(0),
-                    ready: false,
-                    done: false,
-                    lost: false,
-                    lost_why: String::new(),
-                    received: Received::default(),
-                    away_until: None,
-                });
+                let mut m =
+                    Member::assigned(agent_id.clone(), *conn_id, a.tx.clone(), a.heard.clone());
+                m.offset_ns = a.clock.offset_ns;
+                m.rtt_ns = a.clock.rtt_ns.unwrap_or(0);
+                members.push(m);
             }
         }
         for (i, m) in members.iter().enumerate() {
@@ -134,11 +125,11 @@ impl Driver {
                 .await;
         }
         let deadline = Instant::now() + self.inner.cfg.ready_timeout;
-        while members.iter().any(|m| !m.ready) {
+        while members.iter().any(|m| !m.is_ready()) {
             let input = tokio::select! {
                 i = self.rx.recv() => i,
                 _ = tokio::time::sleep_until(deadline) => {
-                    let slow: Vec<&str> = members.iter().filter(|m| !m.ready).map(|m| m.agent_id.as_str()).collect();
+                    let slow: Vec<&str> = members.iter().filter(|m| !m.is_ready()).map(|m| m.agent_id.as_str()).collect();
                     return Err(Failure::Failed(format!("agents did not acknowledge their shard in time: {}", slow.join(", "))));
                 }
                 _ = self.h.abort.cancelled() => return Err(Failure::Aborted(self.abort_reason())),
@@ -153,7 +144,7 @@ impl Driver {
                     let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
                         continue;
                     };
-                    members[i].ready = true;
+                    members[i].move_to(MemberState::Ready);
                     if i == 0 && !self.scenario.setup.is_empty() {
                         if let Err(why) = self.check_setup_values(&setup_values) {
                             self.abort_members(&members, "the setup failed").await;

@@ -5,6 +5,63 @@ use std::collections::BTreeSet;
 use stampede_proto::v1;
 use tokio::sync::mpsc;
 
+/// Where an agent is in its part of a run. The moves between states are all in
+/// [`MemberState::may_become`], so an agent cannot be both done and lost, and a late message
+/// cannot revive an agent the run has given up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum MemberState {
+    /// Its shard was sent; the run waits for its Ready.
+    Assigned,
+    /// It acknowledged its shard and waits for the Start.
+    Ready,
+    /// Its load runs and its stream is up.
+    Running,
+    /// Its stream closed mid-run: until this instant it may reconnect and resume (its load
+    /// goes on meanwhile, up to its lease and restart grace); after it, it is lost.
+    Away { until: tokio::time::Instant },
+    /// It sent its Done: every interval it ran is delivered.
+    Done,
+    /// The run gave up on it (failed, stopped early, away too long, too slow to finish).
+    Lost { why: String },
+}
+
+impl MemberState {
+    /// Whether an agent in this state may move to `next`: forward through Assigned, Ready and
+    /// Running, between Running and Away as its stream drops and comes back, and to Done or
+    /// Lost from any state that has not ended (Done only once it runs). Done and Lost are
+    /// final.
+    pub(super) fn may_become(&self, next: &MemberState) -> bool {
+        use MemberState::*;
+        match (self, next) {
+            (Done | Lost { .. }, _) => false,
+            (_, Lost { .. }) => true,
+            (Assigned, Ready) => true,
+            (Ready, Running) => true,
+            (Running, Away { .. }) => true,
+            (Away { .. }, Running | Away { .. }) => true,
+            (Running | Away { .. }, Done) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the agent has ended its part (done or lost).
+    pub(super) fn is_final(&self) -> bool {
+        matches!(self, MemberState::Done | MemberState::Lost { .. })
+    }
+
+    /// The name in logs and checkpoints.
+    pub(super) fn as_str(&self) -> &'static str {
+        match self {
+            MemberState::Assigned => "assigned",
+            MemberState::Ready => "ready",
+            MemberState::Running => "running",
+            MemberState::Away { .. } => "away",
+            MemberState::Done => "done",
+            MemberState::Lost { .. } => "lost",
+        }
+    }
+}
+
 /// An agent taking part in the run.
 pub(super) struct Member {
     pub(super) agent_id: String,
@@ -14,21 +71,78 @@ pub(super) struct Member {
     pub(super) heard: std::sync::Arc<crate::renew::Heard>,
     pub(super) offset_ns: i64,
     pub(super) rtt_ns: i64,
-    pub(super) ready: bool,
-    pub(super) done: bool,
-    pub(super) lost: bool,
-    /// Why it was lost (for the report's message).
-    pub(super) lost_why: String,
+    state: MemberState,
     pub(super) received: Received,
-    /// Its stream closed mid-run: until this instant it may reconnect and resume (its load
-    /// goes on meanwhile, up to its lease); after it, it is lost.
-    pub(super) away_until: Option<tokio::time::Instant>,
 }
 
 impl Member {
+    /// A member whose shard is about to be sent on `tx`.
+    pub(super) fn assigned(
+        agent_id: String,
+        conn_id: u64,
+        tx: mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>,
+        heard: std::sync::Arc<crate::renew::Heard>,
+    ) -> Self {
+        Self {
+            agent_id,
+            conn_id,
+            tx,
+            heard,
+            offset_ns: 0,
+            rtt_ns: 0,
+            state: MemberState::Assigned,
+            received: Received::default(),
+        }
+    }
+
+    pub(super) fn state(&self) -> &MemberState {
+        &self.state
+    }
+
+    /// Moves the member to `next` when [`MemberState::may_become`] allows it; a forbidden move
+    /// is logged and ignored. Returns whether it moved.
+    pub(super) fn move_to(&mut self, next: MemberState) -> bool {
+        if !self.state.may_become(&next) {
+            tracing::debug!(agent = %self.agent_id, from = self.state.as_str(), to = next.as_str(), "member state change refused");
+            return false;
+        }
+        self.state = next;
+        true
+    }
+
     /// Whether the run still waits for this agent (neither done nor lost).
     pub(super) fn pending(&self) -> bool {
-        !self.done && !self.lost
+        !self.state.is_final()
+    }
+
+    /// Whether it acknowledged its shard (or went further).
+    pub(super) fn is_ready(&self) -> bool {
+        !matches!(self.state, MemberState::Assigned)
+    }
+
+    pub(super) fn is_done(&self) -> bool {
+        self.state == MemberState::Done
+    }
+
+    /// Why it was lost, if it was.
+    pub(super) fn lost_why(&self) -> Option<&str> {
+        match &self.state {
+            MemberState::Lost { why } => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Until when a member whose stream closed may come back.
+    pub(super) fn away_until(&self) -> Option<tokio::time::Instant> {
+        match self.state {
+            MemberState::Away { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// Whether it is away and its time to come back has passed at `now`.
+    pub(super) fn overdue(&self, now: tokio::time::Instant) -> bool {
+        self.away_until().is_some_and(|t| t <= now)
     }
 }
 
@@ -65,6 +179,85 @@ impl Received {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    fn member() -> Member {
+        let (tx, _) = mpsc::channel(1);
+        Member::assigned("a".into(), 1, tx, crate::renew::Heard::new())
+    }
+
+    /// A member's whole life, and the moves that are refused: done and lost are final, and a
+    /// member cannot run before it is ready nor finish before it ran.
+    #[tokio::test(start_paused = true)]
+    async fn a_member_moves_forward_and_ends_once() {
+        let mut m = member();
+        assert!(!m.move_to(MemberState::Running), "not ready yet");
+        assert!(!m.move_to(MemberState::Done), "never ran");
+        assert!(m.move_to(MemberState::Ready) && m.is_ready());
+        assert!(m.move_to(MemberState::Running));
+        let until = Instant::now() + Duration::from_secs(3);
+        assert!(m.move_to(MemberState::Away { until }));
+        assert_eq!(m.away_until(), Some(until));
+        assert!(m.move_to(MemberState::Running), "it came back");
+        assert!(m.move_to(MemberState::Done) && m.is_done() && !m.pending());
+        assert!(
+            !m.move_to(MemberState::Lost { why: "late".into() }),
+            "done is final"
+        );
+        assert!(!m.move_to(MemberState::Running));
+        assert_eq!(m.lost_why(), None);
+
+        let mut l = member();
+        assert!(l.move_to(MemberState::Lost {
+            why: "refused".into()
+        }));
+        assert!(
+            !l.move_to(MemberState::Done),
+            "lost is final: never done and lost"
+        );
+        assert!(!l.move_to(MemberState::Ready));
+        assert_eq!(l.lost_why(), Some("refused"));
+    }
+
+    /// An away member is overdue exactly when its time to come back has passed, by the
+    /// paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn an_away_member_is_overdue_after_its_grace() {
+        let mut m = member();
+        assert!(m.move_to(MemberState::Ready) && m.move_to(MemberState::Running));
+        assert!(!m.overdue(Instant::now()));
+        let until = Instant::now() + Duration::from_millis(2500);
+        assert!(m.move_to(MemberState::Away { until }));
+        tokio::time::sleep(Duration::from_millis(2499)).await;
+        assert!(!m.overdue(Instant::now()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(m.overdue(Instant::now()));
+        assert!(m.pending(), "overdue is not lost until the run says so");
+    }
+
+    /// Every pair of states: the final ones never move, and every unfinished one may end lost.
+    #[test]
+    fn final_states_never_move() {
+        let now = Instant::now();
+        let all = [
+            MemberState::Assigned,
+            MemberState::Ready,
+            MemberState::Running,
+            MemberState::Away { until: now },
+            MemberState::Done,
+            MemberState::Lost { why: String::new() },
+        ];
+        for s in &all {
+            for n in &all {
+                if s.is_final() {
+                    assert!(!s.may_become(n), "{} -> {}", s.as_str(), n.as_str());
+                } else if matches!(n, MemberState::Lost { .. }) {
+                    assert!(s.may_become(n), "{} -> {}", s.as_str(), n.as_str());
+                }
+            }
+        }
+    }
 
     /// In order, out of order and replayed intervals: each counts once, and `next` is the
     /// first interval not yet received.

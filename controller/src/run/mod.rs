@@ -27,7 +27,7 @@ mod state;
 pub use state::{RunState, Status};
 
 use crate::{lock, unix_ms, unix_ns, Inner};
-use member::{Member, Received};
+use member::{Member, MemberState};
 
 /// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(10 * 366 * 86_400);

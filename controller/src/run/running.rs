@@ -12,7 +12,7 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
-        for m in members.iter().filter(|m| !m.lost && !m.done) {
+        for m in members.iter().filter(|m| m.pending()) {
             let abort = v1::Abort {
                 run_id: self.h.run_id.clone(),
                 reason: reason.to_string(),
@@ -73,7 +73,7 @@ impl Driver {
         }
         let Some(next) = members
             .iter()
-            .position(|m| m.pending() && m.away_until.is_none())
+            .position(|m| m.pending() && m.away_until().is_none())
             .or_else(|| members.iter().position(Member::pending))
         else {
             return;
@@ -123,7 +123,8 @@ impl Driver {
         let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
         let observer =
             crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
-        for (i, m) in members.iter().enumerate() {
+        for (i, m) in members.iter_mut().enumerate() {
+            m.move_to(MemberState::Running);
             acc.set_clock_offset(i, m.offset_ns / 1000);
             let start = v1::Start {
                 run_id: self.h.run_id.clone(),
@@ -193,17 +194,13 @@ impl Driver {
             if failure.is_some() {
                 renewals.stop();
             }
-            let away = members
-                .iter()
-                .filter(|m| m.pending())
-                .filter_map(|m| m.away_until)
-                .min();
+            let away = members.iter().filter_map(Member::away_until).min();
             tokio::select! {
                 _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
                     let now = Instant::now();
                     let gone: Vec<String> = members
                         .iter()
-                        .filter(|m| m.pending() && m.away_until.is_some_and(|t| t <= now))
+                        .filter(|m| m.overdue(now))
                         .map(|m| m.agent_id.clone())
                         .collect();
                     for agent_id in gone {
@@ -254,14 +251,14 @@ impl Driver {
                             }
                             if let Some(&i) = index.get(&agent_id) {
                                 let m = &mut members[i];
-                                m.done = true;
+                                m.move_to(MemberState::Done);
                                 renewals.retire(i);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
                             }
-                            if members.iter().all(|m| m.done || m.lost) {
+                            if !members.iter().any(Member::pending) {
                                 break;
                             }
-                            if failure.is_none() && members.iter().filter(|m| m.done).count() == 1 {
+                            if failure.is_none() && members.iter().filter(|m| m.is_done()).count() == 1 {
                                 self.h.set_state(RunState::Finishing, "waiting for the remaining agents");
                             }
                         }
@@ -277,7 +274,7 @@ impl Driver {
                                 continue;
                             }
                             renewals.retire(i);
-                            m.away_until = Some(Instant::now() + grace);
+                            m.move_to(MemberState::Away { until: Instant::now() + grace });
                             tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
                         }
                         RunInput::Reconnected { agent_id, conn_id, tx, heard } => {
@@ -286,7 +283,9 @@ impl Driver {
                             m.conn_id = conn_id;
                             m.tx = tx.clone();
                             m.heard = heard.clone();
-                            m.away_until = None;
+                            if matches!(m.state(), MemberState::Away { .. }) {
+                                m.move_to(MemberState::Running);
+                            }
                             if m.pending() && failure.is_none() {
                                 // It may have missed a refresh of the setup values.
                                 if self.setup.generation > 0 {
@@ -294,7 +293,7 @@ impl Driver {
                                 }
                                 renewals.reattach(i, tx, heard);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
-                            } else if !m.done {
+                            } else if !m.is_done() {
                                 // Counted lost, or the run is ending: it must not go on loading.
                                 let why = failure.as_ref().map_or("the run counted this agent lost", |f| match f { Failure::Failed(m) | Failure::Aborted(m) => m.as_str() }).to_string();
                                 let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Abort(v1::Abort { run_id: self.h.run_id.clone(), reason: why })) }));
@@ -318,10 +317,9 @@ impl Driver {
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     renewals.stop();
-                    for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| !m.done && !m.lost) {
+                    for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| m.pending()) {
                         tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
-                        m.lost = true;
-                        m.lost_why = "did not finish in time".into();
+                        m.move_to(MemberState::Lost { why: "did not finish in time".into() });
                         acc.mark_lost(i);
                     }
                     if failure.is_none() && matches!(policy, AgentLossPolicy::Fail) {
@@ -337,8 +335,7 @@ impl Driver {
         // the run delivered less than planned.
         let short: Vec<String> = members
             .iter()
-            .filter(|m| m.lost)
-            .map(|m| format!("agent {} was lost ({})", m.agent_id, m.lost_why))
+            .filter_map(|m| Some(format!("agent {} was lost ({})", m.agent_id, m.lost_why()?)))
             .collect();
         let (outcome, message) = match failure {
             None if !short.is_empty() => (RunOutcome::Incomplete, Some(short.join("; "))),
@@ -439,11 +436,11 @@ impl Driver {
         let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
             return;
         };
-        if members[i].done || members[i].lost {
+        if !members[i].move_to(MemberState::Lost {
+            why: why.to_string(),
+        }) {
             return;
         }
-        members[i].lost = true;
-        members[i].lost_why = why.to_string();
         acc.mark_lost(i);
         let share = acc.lost_share() * 100.0;
         tracing::warn!(run = %self.h.run_id, agent = %agent_id, why, share, "agent lost");

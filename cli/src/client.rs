@@ -142,29 +142,114 @@ pub async fn run_and_watch(
     watch(client, &run_id, &mut on_live).await
 }
 
-/// Follows a run until its final report.
+/// How long a watcher whose stream broke keeps trying to reach the controller again: a
+/// controller restarted on its data directory re-adopts the run and is back well within it.
+const WATCH_RETRY: Duration = Duration::from_secs(30);
+
+/// Follows a run until its final report. When the stream breaks (the controller restarted,
+/// or the link dropped), it reconnects and follows on, for up to [`WATCH_RETRY`] without
+/// hearing from the controller.
 pub async fn watch(
     client: &mut Client,
     run_id: &str,
     on_live: &mut impl FnMut(Live<'_>),
 ) -> Result<Report> {
-    let mut stream = client
+    let mut broken_since: Option<tokio::time::Instant> = None;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let (heard, status) = match watch_once(client, run_id, on_live).await {
+            Watched::Report(r) => return *r,
+            Watched::Broken { heard, status } => (heard, status),
+        };
+        if !retriable(&status) {
+            return Err(status_error(status));
+        }
+        if heard {
+            broken_since = None;
+            pause = Duration::from_millis(200);
+        }
+        let since = *broken_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= WATCH_RETRY {
+            return Err(status_error(status).context(format!(
+                "following run {run_id}: the controller did not come back within {} s",
+                WATCH_RETRY.as_secs()
+            )));
+        }
+        tracing::warn!(run = %run_id, error = %status.message(), "lost the controller; reconnecting to follow the run");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// How one watch of a run ended.
+enum Watched {
+    /// With the final report (or a report this CLI cannot read).
+    Report(Box<Result<Report>>),
+    /// Without it; `heard` says whether the controller sent anything first.
+    Broken { heard: bool, status: tonic::Status },
+}
+
+/// A watch that broke with this status may succeed once the controller is back.
+fn retriable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Internal
+            | tonic::Code::Cancelled
+            | tonic::Code::Aborted
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::FailedPrecondition
+    )
+}
+
+async fn watch_once(
+    client: &mut Client,
+    run_id: &str,
+    on_live: &mut impl FnMut(Live<'_>),
+) -> Watched {
+    let mut stream = match client
         .watch_run(v1::WatchRunRequest {
             run_id: run_id.to_string(),
         })
         .await
-        .map_err(status_error)?
-        .into_inner();
-    while let Some(ev) = stream.message().await.map_err(status_error)? {
-        match ev.event {
-            Some(Event::State(s)) => on_live(Live::State(&s)),
-            Some(Event::Snapshot(s)) => on_live(Live::Snapshot(&s)),
-            Some(Event::ReportJson(json)) => return parse_report(&json),
-            None => {}
+    {
+        Ok(s) => s.into_inner(),
+        Err(status) => {
+            return Watched::Broken {
+                heard: false,
+                status,
+            }
+        }
+    };
+    let mut heard = false;
+    loop {
+        match stream.message().await {
+            Ok(Some(ev)) => {
+                heard = true;
+                match ev.event {
+                    Some(Event::State(s)) => on_live(Live::State(&s)),
+                    Some(Event::Snapshot(s)) => on_live(Live::Snapshot(&s)),
+                    Some(Event::ReportJson(json)) => {
+                        return Watched::Report(Box::new(parse_report(&json)))
+                    }
+                    None => {}
+                }
+            }
+            Ok(None) => break,
+            Err(status) => return Watched::Broken { heard, status },
         }
     }
     // The stream ended without a report: ask for it once more (it is persisted first).
-    get_report(client, run_id).await
+    match client
+        .get_report(v1::GetReportRequest {
+            run_id: run_id.to_string(),
+        })
+        .await
+    {
+        Ok(r) => Watched::Report(Box::new(parse_report(&r.into_inner().report_json))),
+        Err(status) => Watched::Broken { heard, status },
+    }
 }
 
 pub async fn get_report(client: &mut Client, run_id: &str) -> Result<Report> {

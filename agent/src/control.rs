@@ -13,6 +13,11 @@ struct ActiveRun {
     reason: Arc<Mutex<Option<String>>>,
     lease_deadline: Arc<Mutex<Instant>>,
     lease: Duration,
+    /// How long beyond its lease the load goes on when its stream closes.
+    restart_grace: Duration,
+    /// Its stream closed and its lease was extended by the restart grace; the next renewal
+    /// (from the controller, back) brings the deadline back to the lease alone.
+    riding_out: bool,
     /// Where refreshed setup values go, and the newest generation applied (a replayed or
     /// reordered older one is ignored).
     context: Option<Arc<crate::dynamic::Context>>,
@@ -42,6 +47,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A shard prepared on Assign, waiting for Start.
 struct PendingRun {
     spec: Arc<ShardRun>,
+    /// The run's restart grace: the controller's, at most this agent's.
+    restart_grace: Duration,
 }
 
 impl Drop for AgentState {
@@ -123,6 +130,9 @@ pub(crate) async fn control(
             Ok(()) => tracing::info!("controller closed the stream; reconnecting"),
             Err(e) => tracing::warn!(error = %e, "controller connection failed; retrying"),
         }
+        if let Some(a) = state.active.as_mut() {
+            ride_out(a);
+        }
         if started.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
@@ -131,8 +141,33 @@ pub(crate) async fn control(
             _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
             _ = &mut drained => return Ok(()),
         }
-        backoff = (backoff * 2).min(cfg.max_backoff);
+        backoff = next_backoff(backoff, cfg.max_backoff, state.active.is_some());
     }
+}
+
+/// The pause after `backoff`: doubled, up to `max`, and up to [`RUN_MAX_BACKOFF`] while a run's
+/// load goes on (its restart grace is running down).
+fn next_backoff(backoff: Duration, max: Duration, running: bool) -> Duration {
+    let cap = if running {
+        max.min(RUN_MAX_BACKOFF)
+    } else {
+        max
+    };
+    (backoff * 2).min(cap)
+}
+
+/// The run's stream closed: its lease is extended, once per outage, by the restart grace, so
+/// a controller that restarts on its data directory finds the load still running. A renewal
+/// ends the outage.
+fn ride_out(a: &mut ActiveRun) {
+    let grace = a.restart_grace;
+    if a.riding_out || grace.is_zero() {
+        return;
+    }
+    a.riding_out = true;
+    let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
+    *d += grace;
+    tracing::warn!(run = %a.run_id, grace_ms = grace.as_millis() as u64, "controller stream closed: the load goes on for its lease and restart grace while reconnecting");
 }
 
 fn msg(m: Out) -> v1::AgentMessage {
@@ -310,6 +345,9 @@ async fn handle(
                             let setup_values = spec.setup_values.clone();
                             state.pending = Some(PendingRun {
                                 spec: Arc::new(spec),
+                                restart_grace: cfg
+                                    .restart_grace
+                                    .min(Duration::from_millis(a.restart_grace_ms)),
                             });
                             state.retained.clear();
                             Out::Ready(v1::Ready {
@@ -360,6 +398,8 @@ async fn handle(
                 reason: reason.clone(),
                 lease_deadline: lease_deadline.clone(),
                 lease: state.lease,
+                restart_grace: pending.restart_grace,
+                riding_out: false,
                 context: pending.spec.context.clone(),
                 setup_generation: 0,
                 refresh: pending.spec.refresh.clone(),
@@ -387,14 +427,19 @@ async fn handle(
             ));
         }
         In::Lease(l) => {
-            if let Some(a) = &state.active {
+            if let Some(a) = &mut state.active {
                 let lease = if l.lease_ms > 0 {
                     Duration::from_millis(l.lease_ms).min(MAX_LEASE)
                 } else {
                     a.lease
                 };
                 let mut d = a.lease_deadline.lock().unwrap_or_else(|p| p.into_inner());
-                *d = (*d).max(Instant::now() + lease);
+                if std::mem::take(&mut a.riding_out) {
+                    // The controller is back: the dead-man switch is the lease alone again.
+                    *d = Instant::now() + lease;
+                } else {
+                    *d = (*d).max(Instant::now() + lease);
+                }
                 drop(d);
                 if l.acked_below > 0 {
                     let run = a.run_id.clone();
@@ -490,7 +535,8 @@ fn acknowledged(m: &v1::AgentMessage, ack: &v1::Ack) -> bool {
     }
 }
 
-/// The dead-man switch: stops the run when its lease lapses.
+/// The dead-man switch: stops the run when its lease (and, after its stream closed, its
+/// restart grace) lapses.
 async fn watchdog(
     deadline: Arc<Mutex<Instant>>,
     stop: CancellationToken,
@@ -499,9 +545,12 @@ async fn watchdog(
     run_id: String,
 ) {
     loop {
+        // A deadline can move closer (a renewal ends a restart grace): it is looked at again
+        // every quarter lease at least.
         let d = *deadline.lock().unwrap_or_else(|p| p.into_inner());
+        let wake = d.min(Instant::now() + lease / 4);
         tokio::select! {
-            _ = tokio::time::sleep_until(d) => {}
+            _ = tokio::time::sleep_until(wake) => {}
             _ = stop.cancelled() => return,
         }
         let current = *deadline.lock().unwrap_or_else(|p| p.into_inner());
@@ -517,5 +566,117 @@ async fn watchdog(
             );
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run held by the agent, its lease running from now, watched by the dead-man switch.
+    fn active(lease: Duration, restart_grace: Duration) -> ActiveRun {
+        let stop = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        let lease_deadline = Arc::new(Mutex::new(Instant::now() + lease));
+        tokio::spawn(watchdog(
+            lease_deadline.clone(),
+            stop.clone(),
+            reason.clone(),
+            lease,
+            "run-1".into(),
+        ));
+        ActiveRun {
+            run_id: "run-1".into(),
+            stop,
+            reason,
+            lease_deadline,
+            lease,
+            restart_grace,
+            riding_out: false,
+            context: None,
+            setup_generation: 0,
+            refresh: None,
+            refreshing: false,
+        }
+    }
+
+    async fn advance(d: Duration) {
+        tokio::time::sleep(d).await;
+        tokio::task::yield_now().await;
+    }
+
+    /// With no renewal and an open stream, the load stops when the lease lapses, not later.
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_lease_stops_the_load() {
+        let a = active(Duration::from_secs(1), Duration::from_secs(15));
+        advance(Duration::from_millis(999)).await;
+        assert!(!a.stop.is_cancelled());
+        advance(Duration::from_millis(2)).await;
+        assert!(a.stop.is_cancelled());
+        let why = a.reason.lock().unwrap().clone().unwrap();
+        assert!(why.contains("lease lapsed"), "{why}");
+    }
+
+    /// A closed stream extends the lease by the restart grace once per outage: the load goes
+    /// on until lease + grace after the last renewal, and stops then if nothing came back.
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_stream_rides_out_the_grace_and_then_stops() {
+        let mut a = active(Duration::from_secs(1), Duration::from_secs(15));
+        advance(Duration::from_millis(500)).await;
+        ride_out(&mut a);
+        ride_out(&mut a); // a second failed attempt adds nothing
+        advance(Duration::from_millis(15_499)).await;
+        assert!(!a.stop.is_cancelled(), "stopped within lease + grace");
+        advance(Duration::from_millis(2)).await;
+        assert!(a.stop.is_cancelled(), "still loading past lease + grace");
+    }
+
+    /// A renewal after an outage brings the dead-man switch back to the lease alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_an_outage_restores_the_lease() {
+        let lease = Duration::from_secs(1);
+        let mut a = active(lease, Duration::from_secs(15));
+        ride_out(&mut a);
+        advance(Duration::from_secs(3)).await;
+        assert!(!a.stop.is_cancelled());
+        // What `handle` does with a Lease message.
+        assert!(std::mem::take(&mut a.riding_out));
+        *a.lease_deadline.lock().unwrap() = Instant::now() + lease;
+        advance(Duration::from_millis(1001)).await;
+        assert!(a.stop.is_cancelled(), "the grace outlived the outage");
+    }
+
+    /// A run with no restart grace (a controller that does not re-adopt runs) stops at its
+    /// lease though its stream closed.
+    #[tokio::test(start_paused = true)]
+    async fn no_restart_grace_stops_at_the_lease() {
+        let mut a = active(Duration::from_secs(1), Duration::ZERO);
+        ride_out(&mut a);
+        advance(Duration::from_millis(1001)).await;
+        assert!(a.stop.is_cancelled());
+    }
+
+    /// Backoff doubles up to its bound, and to a second while a run's load goes on.
+    #[test]
+    fn backoff_doubles_up_to_its_bound() {
+        let max = Duration::from_secs(5);
+        let mut b = Duration::from_millis(100);
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            b = next_backoff(b, max, false);
+            idle.push(b.as_millis());
+        }
+        assert_eq!(idle, [200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+        let mut b = Duration::from_millis(100);
+        let mut running = Vec::new();
+        for _ in 0..5 {
+            b = next_backoff(b, max, true);
+            running.push(b.as_millis());
+        }
+        assert_eq!(running, [200, 400, 800, 1000, 1000]);
+        assert_eq!(
+            next_backoff(Duration::from_millis(100), Duration::from_millis(300), true),
+            Duration::from_millis(200)
+        );
     }
 }

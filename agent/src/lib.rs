@@ -98,6 +98,12 @@ pub struct AgentConfig {
     pub pod_ip: String,
     /// Longest pause between reconnection attempts.
     pub max_backoff: Duration,
+    /// How long, beyond its lease, the agent keeps running a run's load when its stream to the
+    /// controller closes: a controller that restarts on its data directory re-adopts the run
+    /// if the agent is back within it. The run's own grace (the controller's) applies, at most
+    /// this one. A link that stays open but carries no renewal still stops the load at the
+    /// lease.
+    pub restart_grace: Duration,
     /// Local addresses to open load connections from, round-robin (`--source-ips`); empty:
     /// the kernel's choice. Process-wide: set when [`run`] starts.
     pub source_ips: Vec<std::net::IpAddr>,
@@ -131,6 +137,7 @@ impl AgentConfig {
             node_name: String::new(),
             pod_ip: String::new(),
             max_backoff: Duration::from_secs(5),
+            restart_grace: DEFAULT_RESTART_GRACE,
             source_ips: Vec::new(),
         }
     }
@@ -173,6 +180,14 @@ pub fn ephemeral_ports() -> v1::PortRange {
         _ => v1::PortRange { low: 0, high: 0 },
     }
 }
+
+/// The default [`AgentConfig::restart_grace`]: a controller pod rescheduled on its node, or a
+/// process restarted by its supervisor, is back well within it.
+pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(15);
+
+/// Longest pause between reconnection attempts while a run's load goes on: the run's data
+/// waits in the replay buffer meanwhile, and its restart grace is running down.
+const RUN_MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The longest lease the agent accepts: "load stops within a second" must not silently become
 /// an hour because a controller asked for it.

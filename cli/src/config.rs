@@ -247,6 +247,11 @@ pub struct ControllerArgs {
     /// (100ms to 60s).
     #[arg(long, default_value = "1s", value_parser = parse_lease)]
     pub lease: Duration,
+    /// How long beyond their lease a run's agents keep loading when their stream closes, and
+    /// how long the run waits for them to come back: a controller restarted on the same data
+    /// directory within it re-adopts its runs (0s: runs end when the controller goes)
+    #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
+    pub restart_grace: Duration,
     /// Most agents one run may ask for; the agent Deployment is never scaled above it.
     #[arg(long, env = "STAMPEDE_MAX_AGENTS", default_value_t = stampede_core::scenario::MAX_AGENTS)]
     pub max_agents: u32,
@@ -319,6 +324,11 @@ pub struct AgentArgs {
     /// 10.0.0.2,10.0.0.3); each multiplies the port budget per target.
     #[arg(long, value_delimiter = ',', env = "STAMPEDE_SOURCE_IPS")]
     pub source_ips: Vec<std::net::IpAddr>,
+    /// Most time beyond its lease this agent keeps a run's load going when its stream to the
+    /// controller closes, waiting for the controller to come back (the run's own grace applies
+    /// when shorter; 0s: stop at the lease)
+    #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
+    pub restart_grace: Duration,
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -331,7 +331,8 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
             },
         ),
     };
-    // Intervals of a live run are acknowledged in its lease renewals; its Done here. Whatever
+    // Intervals of a live run are acknowledged in its lease renewals, its Done by the run once
+    // it is durable (checkpointed or in the stored report). Whatever
     // belongs to a run this controller does not know (any more) is acknowledged whole, so the
     // agent stops replaying it.
     let whole_run = v1::Ack {
@@ -341,9 +342,11 @@ fn route(inner: &Inner, conn_id: u64, agent_id: &str, m: v1::AgentMessage) -> Op
     let is_data = is_done || matches!(input, RunInput::Progress { .. });
     let handle = lock(&inner.runs).get(&run_id).cloned();
     match handle {
+        // An ended run has all it will ever keep: the rest is acknowledged, not replayed.
+        Some(h) if h.state().state.is_terminal() => is_data.then_some(whole_run),
         Some(h) => {
             h.send(input);
-            is_done.then_some(whole_run)
+            None
         }
         None => {
             tracing::debug!(agent = %agent_id, run = %run_id, "message for an unknown run dropped");

@@ -62,6 +62,10 @@ pub struct ControllerConfig {
     pub tls: Option<ServerTls>,
     /// Lease granted to agents; renewed every third of it (`renew::RENEWALS_PER_LEASE`).
     pub lease: Duration,
+    /// How long beyond their lease a run's agents keep loading when their stream closes, and
+    /// how long a run waits for them to come back: long enough for this controller to restart
+    /// on its data directory and re-adopt the run (agents cap it with their own setting).
+    pub restart_grace: Duration,
     /// How long a submitted run waits for enough agents before failing.
     pub agent_wait: Duration,
     /// How long agents have to acknowledge an assignment.
@@ -103,6 +107,10 @@ pub struct ServerTls {
     pub client_ca_pem: Option<Vec<u8>>,
 }
 
+/// The default [`ControllerConfig::restart_grace`]: a controller pod rescheduled on its node,
+/// or a process restarted by its supervisor, is back well within it.
+pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(15);
+
 /// Shortest lease the controller grants: renewals go out every third of it, and a lease
 /// shorter than a few scheduling hiccups would stop healthy agents.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -117,6 +125,7 @@ impl ControllerConfig {
             agent_token: None,
             tls: None,
             lease: Duration::from_secs(1),
+            restart_grace: DEFAULT_RESTART_GRACE,
             agent_wait: Duration::from_secs(30),
             ready_timeout: Duration::from_secs(15),
             interval: Duration::from_secs(1),
@@ -201,21 +210,25 @@ pub struct Controller {
 impl Controller {
     pub fn new(cfg: ControllerConfig) -> Result<Self, ControllerError> {
         let store = ReportStore::open(&cfg.data_dir)?;
-        for r in store.recover_interrupted() {
+        let inner = Arc::new(Inner {
+            cfg,
+            store,
+            agents: Mutex::new(BTreeMap::new()),
+            agents_changed: Notify::new(),
+            runs: Mutex::new(BTreeMap::new()),
+            next_conn: AtomicU64::new(1),
+            shutdown: CancellationToken::new(),
+            metrics: metrics::Metrics::default(),
+            kube: OnceLock::new(),
+        });
+        // Runs checkpointed by the previous controller on this data directory go on; the
+        // others it had in flight are lost, and recorded as failed.
+        let adopted = run::adopt_all(&inner);
+        for r in inner.store.recover_interrupted(&adopted) {
             tracing::warn!(run = %r.run_id, scenario = %r.scenario, "run was in flight when the controller stopped: recorded as failed");
         }
         Ok(Self {
-            inner: Arc::new(Inner {
-                cfg,
-                store,
-                agents: Mutex::new(BTreeMap::new()),
-                agents_changed: Notify::new(),
-                runs: Mutex::new(BTreeMap::new()),
-                next_conn: AtomicU64::new(1),
-                shutdown: CancellationToken::new(),
-                metrics: metrics::Metrics::default(),
-                kube: OnceLock::new(),
-            }),
+            inner,
             health: tonic_health::server::HealthReporter::new(),
         })
     }

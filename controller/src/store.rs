@@ -62,7 +62,7 @@ fn atomic_write(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError>
     })
 }
 
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
         && id
@@ -109,10 +109,10 @@ impl ReportStore {
         }
     }
 
-    /// After a restart: every run still marked in flight was lost with the previous process.
-    /// Each gets a stored `failed` report that says so (unless its report was stored just
-    /// before the crash); returns those reports.
-    pub fn recover_interrupted(&self) -> Vec<Report> {
+    /// After a restart: every run still marked in flight, besides the re-adopted ones in
+    /// `adopted`, was lost with the previous process. Each gets a stored `failed` report that
+    /// says so (unless its report was stored just before the crash); returns those reports.
+    pub fn recover_interrupted(&self, adopted: &[String]) -> Vec<Report> {
         let Ok(entries) = std::fs::read_dir(&self.inflight) else {
             return Vec::new();
         };
@@ -122,6 +122,9 @@ impl ReportStore {
             let marker: Option<InFlight> = std::fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
+            if marker.as_ref().is_some_and(|m| adopted.contains(&m.run_id)) {
+                continue; // still in flight, under this controller
+            }
             if let Some(m) = marker.filter(|m| valid_id(&m.run_id)) {
                 if matches!(self.load(&m.run_id), Ok(None)) {
                     let report = Report::lost(
@@ -256,7 +259,7 @@ mod tests {
         store.save(&done).unwrap();
         // A new process over the same directory.
         let store = ReportStore::open(dir.path()).unwrap();
-        let lost = store.recover_interrupted();
+        let lost = store.recover_interrupted(&[]);
         assert_eq!(lost.len(), 1);
         assert_eq!(lost[0].run_id, "r-lost");
         let back: Report = serde_json::from_str(&store.load("r-lost").unwrap().unwrap()).unwrap();
@@ -267,7 +270,7 @@ mod tests {
         assert_eq!(kept, done);
         assert!(store.load("r-cleared").unwrap().is_none());
         // Once only.
-        assert!(store.recover_interrupted().is_empty());
+        assert!(store.recover_interrupted(&[]).is_empty());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     cfg.tls = creds.tls;
     cfg.agent_wait = a.agent_wait;
     cfg.lease = a.lease;
+    cfg.restart_grace = a.restart_grace;
     cfg.max_agents = a.max_agents.max(1);
     cfg.reports_keep = a.reports_keep.max(1);
     cfg.reports_max_age = Some(a.reports_max_age);
@@ -132,6 +133,7 @@ pub async fn agent(a: AgentArgs, cli_tls: ClientTls) -> Result<i32> {
     cfg.server_name = material.server_name;
     cfg.capacity = a.capacity;
     cfg.source_ips = a.source_ips;
+    cfg.restart_grace = a.restart_grace;
     cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();
     cfg.node_name = std::env::var("NODE_NAME").unwrap_or_default();
     cfg.pod_ip = std::env::var("POD_IP").unwrap_or_default();

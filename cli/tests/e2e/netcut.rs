@@ -117,8 +117,14 @@ impl Rig {
     async fn start(lease: &str) -> Self {
         let target = Target::start(0).await;
         let data = tempfile::tempdir().unwrap();
-        let (controller, url) =
-            spawn_controller_with("127.0.0.1:0", TOKEN, data.path(), &["--lease", lease]);
+        let (controller, url) = spawn_controller_with(
+            "127.0.0.1:0",
+            TOKEN,
+            data.path(),
+            // Cuts the kernel reports are ridden out within a restart grace: these tests are
+            // about the lease alone.
+            &["--lease", lease, "--restart-grace", "0s"],
+        );
         let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
         Self {
             target,

@@ -21,7 +21,7 @@ fn source_host(info: &v1::AgentInfo) -> String {
 
 impl Driver {
     /// Waits for agents, assigns shards and collects Ready.
-    pub(super) async fn prepare(&mut self) -> Result<(Vec<Member>, Plan), Failure> {
+    pub(super) async fn prepare(&mut self) -> Result<(Vec<Member>, Plan, u64), Failure> {
         let n = self.n as usize;
         let deadline = Instant::now() + self.agent_wait;
         let picked: Vec<(u64, String)> = loop {
@@ -117,6 +117,8 @@ impl Driver {
                 planned_sessions: plan.agent_sessions(i),
                 data,
                 run_setup: i == 0 && !self.scenario.setup.is_empty(),
+                restart_grace_ms: u64::try_from(self.inner.cfg.restart_grace.as_millis())
+                    .unwrap_or(u64::MAX),
             };
             let _ =
                 m.tx.send(Ok(v1::ControllerMessage {
@@ -184,7 +186,7 @@ impl Driver {
                 }
             }
         }
-        Ok((members, plan))
+        Ok((members, plan, seed))
     }
 
     /// Setup values as an agent sent them fit the scenario: one per name the setup steps

@@ -17,6 +17,8 @@ fn controller() -> (tempfile::TempDir, crate::Controller) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = crate::ControllerConfig::new(dir.path());
     cfg.lease = LEASE;
+    // Agents that drop out are given their lease and the rejoin margin, no restart grace.
+    cfg.restart_grace = Duration::ZERO;
     cfg.ready_timeout = READY_TIMEOUT;
     cfg.interval = Duration::from_secs(1);
     cfg.start_delay = Duration::from_millis(100);
@@ -295,4 +297,138 @@ async fn an_abort_while_pending_ends_the_run_aborted_at_once() {
     let s = h.state();
     assert_eq!(s.state, RunState::Aborted);
     assert_eq!(s.message, "by the test");
+}
+
+/// A controller with a restart grace over `dir`: its runs are checkpointed.
+fn controller_on(dir: &std::path::Path, grace: Duration) -> crate::Controller {
+    let mut cfg = crate::ControllerConfig::new(dir);
+    cfg.lease = LEASE;
+    cfg.restart_grace = grace;
+    cfg.ready_timeout = READY_TIMEOUT;
+    cfg.interval = Duration::from_secs(1);
+    cfg.start_delay = Duration::from_millis(100);
+    crate::Controller::new(cfg).unwrap()
+}
+
+/// Starts a one-agent run of `len` on a checkpointing controller over `dir`, then shuts that
+/// controller down mid-run; returns the run's id once the run is checkpointed and left.
+async fn run_then_shut_down(dir: &std::path::Path, grace: Duration) -> String {
+    let c = controller_on(dir, grace);
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(
+        c.inner.clone(),
+        Scenario::from_yaml(
+            "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 30s, arrival_rate: 1 }\n\
+             session:\n  - http: { path: / }\n",
+        )
+        .unwrap(),
+        1,
+        Duration::from_secs(30),
+    );
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.inner.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        h.state().state,
+        RunState::Running,
+        "left for the next controller"
+    );
+    assert!(dir
+        .join("checkpoints")
+        .join(format!("{}.json", h.run_id))
+        .exists());
+    h.run_id.clone()
+}
+
+/// A controller shut down mid-run leaves the run checkpointed; the next one on the data
+/// directory re-adopts it as running, takes the agent back on its new stream, and finishes
+/// the run with a stored report (and no checkpoint left).
+#[tokio::test(start_paused = true)]
+async fn a_restarted_controller_re_adopts_the_run_and_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(15);
+    let run_id = run_then_shut_down(dir.path(), grace).await;
+    let c = controller_on(dir.path(), grace);
+    let h = lock(&c.inner.runs)
+        .get(&run_id)
+        .cloned()
+        .expect("re-adopted");
+    let s = h.state();
+    assert_eq!(s.state, RunState::Running);
+    assert!(s.message.contains("re-adopted"), "{}", s.message);
+    // The agent comes back within the grace, on a new stream, and finishes.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (tx, mut back) = mpsc::channel(16);
+    h.send(RunInput::Reconnected {
+        agent_id: "a1".into(),
+        conn_id: 7,
+        tx,
+        heard: Heard::new(),
+    });
+    done(&h, "a1");
+    h.finished().await;
+    let s = h.state();
+    assert!(!s.message.contains("lost"), "{}", s.message);
+    assert!(c.inner.store.load(&run_id).unwrap().is_some(), "stored");
+    assert!(!dir
+        .path()
+        .join("checkpoints")
+        .join(format!("{run_id}.json"))
+        .exists());
+    // Its Done is acknowledged on the new stream once the report is stored.
+    let mut acked = false;
+    while let Ok(m) = back.try_recv() {
+        acked |= matches!(m.unwrap().msg, Some(Out::Ack(_)));
+    }
+    assert!(acked);
+}
+
+/// A re-adopted run whose agent never comes back fails when its lease, restart grace and
+/// rejoin margin, counted from the restart, are over, naming the agent.
+#[tokio::test(start_paused = true)]
+async fn a_re_adopted_run_fails_when_its_agent_is_not_back_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(4);
+    let run_id = run_then_shut_down(dir.path(), grace).await;
+    let t = Instant::now();
+    let c = controller_on(dir.path(), grace);
+    let h = lock(&c.inner.runs)
+        .get(&run_id)
+        .cloned()
+        .expect("re-adopted");
+    h.finished().await;
+    assert_eq!(t.elapsed(), LEASE + grace + Duration::from_secs(2));
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a1") && s.message.contains("not back within 7.0 s"),
+        "{}",
+        s.message
+    );
+    assert!(c.inner.store.load(&run_id).unwrap().is_some());
+}
+
+/// Without a restart grace nothing is checkpointed, and a restart fails the run in flight.
+#[tokio::test(start_paused = true)]
+async fn without_a_restart_grace_a_restart_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller_on(dir.path(), Duration::ZERO);
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    assert!(!dir
+        .path()
+        .join("checkpoints")
+        .join(format!("{}.json", h.run_id))
+        .exists());
+    let c2 = controller_on(dir.path(), Duration::ZERO);
+    assert!(lock(&c2.inner.runs).get(&h.run_id).is_none());
+    let json = c2
+        .inner
+        .store
+        .load(&h.run_id)
+        .unwrap()
+        .expect("a failed report");
+    assert!(json.contains("controller restarted"), "{json}");
 }

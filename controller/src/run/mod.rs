@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::renew::Renewals;
 
+mod adopt;
 mod assign;
+mod checkpoint;
 #[cfg(test)]
 mod driver_tests;
 mod finish;
@@ -24,6 +26,7 @@ mod member;
 mod running;
 mod state;
 
+pub(crate) use adopt::adopt_all;
 pub use state::{RunState, Status};
 
 use crate::{lock, unix_ms, unix_ns, Inner};
@@ -304,6 +307,7 @@ fn end_orphaned_run(inner: &Inner, h: &RunHandle, why: &str) {
         Err(_) => serde_json::to_string_pretty(&report).unwrap_or_default(),
     };
     inner.store.clear_in_flight(&h.run_id);
+    checkpoint::discard(&inner.cfg.data_dir, &h.run_id);
     let _ = h.report_json.set(json.clone());
     h.set_state(RunState::Failed, why);
     let _ = h.events.send(v1::RunEvent {

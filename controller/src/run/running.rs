@@ -10,6 +10,12 @@ const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 /// What a stopped run's agents have, past their graceful stop, to send their last data.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long an agent whose stream closed may take to come back: its lease and restart grace
+/// (its load goes on until then) plus time for its backoff and registration.
+pub(super) fn away_grace(cfg: &crate::ControllerConfig) -> Duration {
+    cfg.lease + cfg.restart_grace + REJOIN_MARGIN
+}
+
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
         for m in members.iter().filter(|m| m.pending()) {
@@ -104,7 +110,7 @@ impl Driver {
         self.scenario.graceful_stop() + STOP_MARGIN
     }
 
-    pub(super) async fn run(mut self, (mut members, plan): (Vec<Member>, Plan)) {
+    pub(super) async fn run(self, (mut members, plan, seed): (Vec<Member>, Plan, u64)) {
         let ids = members.iter().map(|m| m.agent_id.clone()).collect();
         let mut acc = RunAccumulator::new(
             &self.scenario,
@@ -121,8 +127,6 @@ impl Driver {
         let t0_unix_ns = unix_ns() + delay.as_nanos() as i64;
         let t0 = Instant::now() + delay;
         let started_at = (t0_unix_ns / 1_000_000).max(0) as u64;
-        let observer =
-            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
         for (i, m) in members.iter_mut().enumerate() {
             m.move_to(MemberState::Running);
             acc.set_clock_offset(i, m.offset_ns / 1000);
@@ -152,6 +156,22 @@ impl Driver {
             ),
         );
 
+        let checkpoint = self.start_checkpoint(&members, seed, t0_unix_ns, started_at);
+        self.supervise(members, acc, (t0, started_at), checkpoint)
+            .await;
+    }
+
+    /// From the start (or a re-adoption) to the report: merges, renews, checkpoints, applies
+    /// the agent-loss policy, and finishes the run.
+    pub(super) async fn supervise(
+        mut self,
+        mut members: Vec<Member>,
+        mut acc: RunAccumulator,
+        (t0, started_at): (Instant, u64),
+        mut checkpoint: Option<checkpoint::Writer>,
+    ) {
+        let observer =
+            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -162,6 +182,13 @@ impl Driver {
             crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval),
             t0,
         );
+        for (i, m) in members.iter().enumerate() {
+            // What a re-adopted run merged before the restart is durable: acknowledged.
+            renewals.ack(i, m.received.next);
+            if !matches!(m.state(), MemberState::Running) {
+                renewals.retire(i);
+            }
+        }
         let index: HashMap<String, usize> = members
             .iter()
             .enumerate()
@@ -187,9 +214,7 @@ impl Driver {
         let windowed = live_thresholds.iter().any(|t| t.window_s.is_some());
         let mut closed_seen = 0usize;
 
-        // How long an agent whose stream closed may take to come back: its lease (its load
-        // goes on until then) plus time for its reconnect backoff and registration.
-        let grace = self.inner.cfg.lease + REJOIN_MARGIN;
+        let grace = away_grace(&self.inner.cfg);
         while members.iter().any(Member::pending) {
             if failure.is_some() {
                 renewals.stop();
@@ -209,6 +234,7 @@ impl Driver {
                     }
                 }
                 _ = snap.tick() => {
+                    self.flush_checkpoint(&mut checkpoint, &members, &renewals);
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
                         let mut w = v1::LiveSnapshot::from(&s);
@@ -230,6 +256,9 @@ impl Driver {
                             let Some(&i) = index.get(&agent_id) else { continue };
                             if members[i].received.insert(progress.interval) {
                                 self.merge(&mut acc, i, &agent_id, &progress);
+                                if let Some(c) = &mut checkpoint {
+                                    c.record(i, &progress);
+                                }
                                 if windowed && failure.is_none() && acc.closed_rows() > closed_seen {
                                     closed_seen = acc.closed_rows();
                                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
@@ -240,7 +269,10 @@ impl Driver {
                                     }
                                 }
                             }
-                            renewals.ack(i, members[i].received.next);
+                            // With a checkpoint, intervals are acknowledged once durable.
+                            if checkpoint.is_none() {
+                                renewals.ack(i, members[i].received.next);
+                            }
                         }
                         RunInput::Done { agent_id, done } => {
                             if done.stopped_early && failure.is_none() {
@@ -250,10 +282,15 @@ impl Driver {
                                 self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
                             }
                             if let Some(&i) = index.get(&agent_id) {
-                                let m = &mut members[i];
-                                m.move_to(MemberState::Done);
+                                members[i].move_to(MemberState::Done);
                                 renewals.retire(i);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
+                                if !members.iter().any(Member::pending) {
+                                    break; // acknowledged once the report is stored
+                                }
+                                // Its Done is acknowledged once the checkpoint holds it.
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                                self.ack_done(&members[i]);
                             }
                             if !members.iter().any(Member::pending) {
                                 break;
@@ -312,6 +349,15 @@ impl Driver {
                     deadline = deadline.min(Instant::now() + self.stop_wait());
                 }
                 _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
+                    if failure.is_none() && !self.inner.cfg.restart_grace.is_zero() {
+                        self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                        if checkpoint.is_some() {
+                            // The next controller on this data directory re-adopts the run;
+                            // its agents ride out the restart grace meanwhile.
+                            tracing::warn!(run = %self.h.run_id, "controller shutting down: the run is checkpointed for the next controller on this data directory");
+                            return;
+                        }
+                    }
                     failure = Some(Failure::Aborted("controller shut down".into()));
                     break;
                 }
@@ -346,11 +392,33 @@ impl Driver {
         self.release();
         self.target_resources = observer.finish().await;
         self.finish(acc, outcome, message, started_at, duration_s);
+        if let Some(c) = checkpoint {
+            c.remove();
+        }
+        for m in members.iter().filter(|m| m.is_done()) {
+            self.ack_done(m);
+        }
+    }
+
+    /// Tells a member its Done is kept (it drops the run's data from its replay buffer).
+    fn ack_done(&self, m: &Member) {
+        let ack = v1::Ack {
+            run_id: self.h.run_id.clone(),
+        };
+        let _ = m.tx.try_send(Ok(v1::ControllerMessage {
+            msg: Some(Out::Ack(ack)),
+        }));
     }
 
     /// Validates, decodes (once) and merges one agent's Progress. A Progress that does not
     /// fit the run is refused whole and logged; nothing of it is counted.
-    fn merge(&self, acc: &mut RunAccumulator, i: usize, agent_id: &str, progress: &v1::Progress) {
+    pub(super) fn merge(
+        &self,
+        acc: &mut RunAccumulator,
+        i: usize,
+        agent_id: &str,
+        progress: &v1::Progress,
+    ) {
         let samples = match check_progress(acc, i, progress) {
             Ok(s) => s,
             Err(e) => {

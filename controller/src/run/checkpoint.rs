@@ -1,0 +1,463 @@
+//! A running run's checkpoint, so that a controller restarted on the same data directory
+//! re-adopts the run instead of losing it.
+//!
+//! Two files per run under `<data-dir>/checkpoints/`:
+//! - `<run>.progress`, an append-only log of every Progress the run merged, in the order it
+//!   merged them: `[member u32 LE][length u32 LE][the Progress, protobuf]`. Merging is
+//!   deterministic, so replaying the log into a fresh accumulator rebuilds the merged state
+//!   exactly, histograms included, in the wire's own codec.
+//! - `<run>.json`, the header: the format's version, the scenario as agents receive it, the
+//!   seed (the plan follows from it), T0, each member's state, and how many bytes of the log
+//!   are durable. It is replaced atomically (temporary file, fsync, rename) after the log's
+//!   new bytes are synced, so a crash mid-write leaves the previous header, which ignores the
+//!   torn tail.
+//!
+//! Writes are throttled to one per interval (and one per agent's Done), and an agent's
+//! intervals are acknowledged only once they are in the checkpoint: what the controller has
+//! not made durable, the agent still holds for replay. The log is bounded
+//! ([`MAX_LOG_BYTES`]); a run that outgrows it stops checkpointing (and acknowledges as it
+//! merges again), and a restart then ends it `failed`, as a controller without a checkpoint
+//! would.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use stampede_proto::v1;
+
+/// The header's format; a controller refuses (and fails) checkpoints of another version.
+pub(crate) const VERSION: u32 = 1;
+/// Most bytes of merged Progress one run's log may hold (a thousand agents' hour of
+/// one-second intervals of a small scenario is about this).
+pub(crate) const MAX_LOG_BYTES: u64 = 512 << 20;
+/// Largest header read back: the scenario's bound and room for a thousand members.
+const MAX_HEADER_BYTES: u64 = (stampede_core::scenario::MAX_SCENARIO_BYTES as u64) * 2 + (1 << 20);
+/// Largest single Progress record: the wire's own bound on a message.
+const MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// Checkpoint failures.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckpointError {
+    /// The file could not be written, synced or renamed.
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file could not be read.
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The header is not a checkpoint this controller can read.
+    #[error("checkpoint {path} is not valid")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The header comes from another version of the format.
+    #[error("checkpoint {path} has format version {found}, this controller reads {VERSION}")]
+    Version { path: PathBuf, found: u32 },
+    /// The log does not hold what its header says.
+    #[error("checkpoint log {path}: {why}")]
+    Log { path: PathBuf, why: String },
+    /// The log outgrew [`MAX_LOG_BYTES`].
+    #[error("the run's merged data outgrew the checkpoint's {} MiB", MAX_LOG_BYTES >> 20)]
+    TooLarge,
+}
+
+/// Where a member stood at the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub(crate) enum MemberRecord {
+    /// Loading (its stream up or away): it must come back within the restart grace.
+    Running,
+    /// Its Done arrived: its data is all in the log.
+    Done,
+    /// The run gave up on it, for this reason.
+    Lost { why: String },
+}
+
+/// One member in the header.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct MemberEntry {
+    pub(crate) agent_id: String,
+    #[serde(flatten)]
+    pub(crate) state: MemberRecord,
+    /// Its clock offset (agent − controller), applied to its samples.
+    pub(crate) offset_ns: i64,
+}
+
+/// The header: everything but the merged data.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Header {
+    pub(crate) version: u32,
+    pub(crate) run_id: String,
+    pub(crate) scenario_name: String,
+    pub(crate) submitted_at_unix_ms: u64,
+    /// The scenario as agents receive it (JSON), from which the plan is rebuilt.
+    pub(crate) scenario: String,
+    pub(crate) agents: u32,
+    pub(crate) seed: u64,
+    pub(crate) t0_unix_ns: i64,
+    pub(crate) started_at_unix_ms: u64,
+    pub(crate) members: Vec<MemberEntry>,
+    /// Bytes of the log that are durable and merged; anything past them is ignored.
+    pub(crate) log_len: u64,
+}
+
+/// A checkpoint read back: its header and the Progress it merged, in order, by member index.
+pub(crate) struct Saved {
+    pub(crate) header: Header,
+    pub(crate) progress: Vec<(usize, v1::Progress)>,
+}
+
+/// The checkpoints' folder in a data directory.
+pub(crate) fn dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("checkpoints")
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One run's checkpoint, as its driver writes it.
+pub(crate) struct Writer {
+    header: Header,
+    header_path: PathBuf,
+    log_path: PathBuf,
+    log: std::fs::File,
+    /// Records merged since the last flush.
+    pending: Vec<u8>,
+}
+
+impl Writer {
+    /// Starts the checkpoint of a run whose load has just been started: an empty log and its
+    /// header, both durable before this returns.
+    pub(crate) fn create(data_dir: &Path, header: Header) -> Result<Self, CheckpointError> {
+        let dir = dir(data_dir);
+        std::fs::create_dir_all(&dir).map_err(write_err(&dir))?;
+        let log_path = dir.join(format!("{}.progress", header.run_id));
+        let header_path = dir.join(format!("{}.json", header.run_id));
+        let log = std::fs::File::create(&log_path).map_err(write_err(&log_path))?;
+        let mut w = Self {
+            header,
+            header_path,
+            log_path,
+            log,
+            pending: Vec::new(),
+        };
+        w.header.log_len = 0;
+        w.write_header()?;
+        Ok(w)
+    }
+
+    /// Resumes the checkpoint of a re-adopted run: the log is cut back to its durable length
+    /// (dropping a torn tail) and appended to from there.
+    pub(crate) fn resume(data_dir: &Path, header: Header) -> Result<Self, CheckpointError> {
+        let dir = dir(data_dir);
+        let log_path = dir.join(format!("{}.progress", header.run_id));
+        let header_path = dir.join(format!("{}.json", header.run_id));
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log_path)
+            .map_err(write_err(&log_path))?;
+        log.set_len(header.log_len).map_err(write_err(&log_path))?;
+        let mut log = log;
+        std::io::Seek::seek(&mut log, std::io::SeekFrom::End(0)).map_err(write_err(&log_path))?;
+        Ok(Self {
+            header,
+            header_path,
+            log_path,
+            log,
+            pending: Vec::new(),
+        })
+    }
+
+    /// Adds a Progress of member `i` the run has just merged (written at the next flush).
+    pub(crate) fn record(&mut self, i: usize, progress: &v1::Progress) {
+        let len = progress.encoded_len();
+        self.pending
+            .extend_from_slice(&u32::try_from(i).unwrap_or(u32::MAX).to_le_bytes());
+        self.pending
+            .extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+        progress.encode(&mut self.pending).unwrap_or_default();
+    }
+
+    /// Makes everything recorded durable with the members' states: the log's new bytes are
+    /// written and synced, then the header is replaced.
+    pub(crate) fn flush(&mut self, members: Vec<MemberEntry>) -> Result<(), CheckpointError> {
+        let grown = self.header.log_len + self.pending.len() as u64;
+        if grown > MAX_LOG_BYTES {
+            return Err(CheckpointError::TooLarge);
+        }
+        if !self.pending.is_empty() {
+            self.log
+                .write_all(&self.pending)
+                .map_err(write_err(&self.log_path))?;
+            self.log.sync_data().map_err(write_err(&self.log_path))?;
+            self.pending.clear();
+        }
+        self.header.log_len = grown;
+        self.header.members = members;
+        self.write_header()
+    }
+
+    fn write_header(&self) -> Result<(), CheckpointError> {
+        let json = serde_json::to_vec(&self.header).map_err(|source| CheckpointError::Corrupt {
+            path: self.header_path.clone(),
+            source,
+        })?;
+        let tmp = self.header_path.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&json)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.header_path)?;
+            if let Some(d) = self.header_path.parent() {
+                if let Ok(d) = std::fs::File::open(d) {
+                    let _ = d.sync_all();
+                }
+            }
+            Ok(())
+        };
+        write().map_err(write_err(&self.header_path))
+    }
+
+    /// The run ended (its report is stored): the checkpoint goes.
+    pub(crate) fn remove(self) {
+        remove(&self.header_path, &self.log_path);
+    }
+}
+
+fn remove(header: &Path, log: &Path) {
+    let _ = std::fs::remove_file(header);
+    let _ = std::fs::remove_file(log);
+}
+
+/// Removes run `run_id`'s checkpoint, if any.
+pub(crate) fn discard(data_dir: &Path, run_id: &str) {
+    let dir = dir(data_dir);
+    remove(
+        &dir.join(format!("{run_id}.json")),
+        &dir.join(format!("{run_id}.progress")),
+    );
+}
+
+/// The run ids that have a checkpoint header in `data_dir`.
+pub(crate) fn list(data_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir(data_dir)) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".json")?;
+            crate::store::valid_id(id).then(|| id.to_string())
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Reads run `run_id`'s checkpoint back, trusting no length in it.
+pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointError> {
+    let dir = dir(data_dir);
+    let header_path = dir.join(format!("{run_id}.json"));
+    let log_path = dir.join(format!("{run_id}.progress"));
+    let read_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CheckpointError::Read { path, source }
+    };
+    let mut text = Vec::new();
+    std::fs::File::open(&header_path)
+        .map_err(read_err(&header_path))?
+        .take(MAX_HEADER_BYTES)
+        .read_to_end(&mut text)
+        .map_err(read_err(&header_path))?;
+    let header: Header =
+        serde_json::from_slice(&text).map_err(|source| CheckpointError::Corrupt {
+            path: header_path.clone(),
+            source,
+        })?;
+    if header.version != VERSION {
+        return Err(CheckpointError::Version {
+            path: header_path,
+            found: header.version,
+        });
+    }
+    let log_err = |why: String| CheckpointError::Log {
+        path: log_path.clone(),
+        why,
+    };
+    if header.log_len > MAX_LOG_BYTES {
+        return Err(log_err(format!(
+            "the header claims {} bytes, more than the {} MiB bound",
+            header.log_len,
+            MAX_LOG_BYTES >> 20
+        )));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&log_path)
+        .map_err(read_err(&log_path))?
+        .take(header.log_len)
+        .read_to_end(&mut bytes)
+        .map_err(read_err(&log_path))?;
+    if (bytes.len() as u64) < header.log_len {
+        return Err(log_err(format!(
+            "{} bytes, the header says {} are durable",
+            bytes.len(),
+            header.log_len
+        )));
+    }
+    let progress = decode_log(&bytes, header.members.len()).map_err(log_err)?;
+    Ok(Saved { header, progress })
+}
+
+/// The records of a log: each member index below `members`, each length within the bytes
+/// left and the record bound, each Progress decodable.
+fn decode_log(mut bytes: &[u8], members: usize) -> Result<Vec<(usize, v1::Progress)>, String> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let at = out.len();
+        let (head, rest) = bytes
+            .split_first_chunk::<8>()
+            .ok_or_else(|| format!("record {at}: a truncated record header"))?;
+        let i = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+        if i >= members {
+            return Err(format!("record {at}: member {i}, the run has {members}"));
+        }
+        if len > rest.len() || len > MAX_RECORD_BYTES {
+            return Err(format!("record {at}: {len} bytes, {} left", rest.len()));
+        }
+        let p = v1::Progress::decode(&rest[..len]).map_err(|e| format!("record {at}: {e}"))?;
+        out.push((i, p));
+        bytes = &rest[len..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(run_id: &str) -> Header {
+        Header {
+            version: VERSION,
+            run_id: run_id.into(),
+            scenario_name: "s".into(),
+            submitted_at_unix_ms: 1,
+            scenario: "{}".into(),
+            agents: 2,
+            seed: 7,
+            t0_unix_ns: 5,
+            started_at_unix_ms: 6,
+            members: vec![
+                MemberEntry {
+                    agent_id: "a".into(),
+                    state: MemberRecord::Running,
+                    offset_ns: 3,
+                },
+                MemberEntry {
+                    agent_id: "b".into(),
+                    state: MemberRecord::Lost { why: "gone".into() },
+                    offset_ns: -3,
+                },
+            ],
+            log_len: 0,
+        }
+    }
+
+    fn progress(interval: u64) -> v1::Progress {
+        v1::Progress {
+            run_id: "run-1".into(),
+            interval,
+            open_connections: interval,
+            ..Default::default()
+        }
+    }
+
+    /// What was flushed comes back in order; what was recorded after the last flush, or
+    /// written past the durable length (a torn tail), does not.
+    #[test]
+    fn a_checkpoint_reads_back_what_was_flushed_and_nothing_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::create(dir.path(), header("run-1")).unwrap();
+        w.record(0, &progress(0));
+        w.record(1, &progress(0));
+        w.record(0, &progress(1));
+        let members = header("run-1").members;
+        w.flush(members.clone()).unwrap();
+        w.record(0, &progress(2)); // never flushed
+        let saved = load(dir.path(), "run-1").unwrap();
+        assert_eq!(saved.header.members, members);
+        let got: Vec<(usize, u64)> = saved
+            .progress
+            .iter()
+            .map(|(i, p)| (*i, p.interval))
+            .collect();
+        assert_eq!(got, [(0, 0), (1, 0), (0, 1)]);
+        // A torn tail past the durable length is cut when the run is resumed.
+        drop(w);
+        let log = dir.path().join("checkpoints/run-1.progress");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .unwrap()
+            .write_all(&[1, 2, 3])
+            .unwrap();
+        let mut w = Writer::resume(dir.path(), saved.header).unwrap();
+        w.record(0, &progress(2));
+        w.flush(members).unwrap();
+        let again = load(dir.path(), "run-1").unwrap();
+        assert_eq!(again.progress.len(), 4);
+        assert_eq!(again.progress[3].1.interval, 2);
+        assert_eq!(list(dir.path()), ["run-1"]);
+        w.remove();
+        assert!(list(dir.path()).is_empty());
+    }
+
+    /// A log whose records lie (a member out of range, a length past the end) or a header of
+    /// another version is refused with the reason, never trusted.
+    #[test]
+    fn a_hostile_checkpoint_is_refused() {
+        assert!(decode_log(&[9, 0, 0, 0, 0, 0, 0, 0], 2)
+            .unwrap_err()
+            .contains("member 9"));
+        assert!(decode_log(&[0, 0, 0, 0, 255, 255, 255, 255, 1], 2)
+            .unwrap_err()
+            .contains("bytes"));
+        assert!(decode_log(&[0, 0, 0], 2).unwrap_err().contains("truncated"));
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = header("run-2");
+        h.version = 99;
+        let w = Writer::create(dir.path(), h).unwrap();
+        drop(w);
+        assert!(matches!(
+            load(dir.path(), "run-2"),
+            Err(CheckpointError::Version { found: 99, .. })
+        ));
+        let mut h = header("run-3");
+        h.log_len = 100;
+        let w = Writer::create(dir.path(), header("run-3")).unwrap();
+        drop(w);
+        std::fs::write(
+            dir.path().join("checkpoints/run-3.json"),
+            serde_json::to_vec(&h).unwrap(),
+        )
+        .unwrap();
+        assert!(matches!(
+            load(dir.path(), "run-3"),
+            Err(CheckpointError::Log { .. })
+        ));
+    }
+}

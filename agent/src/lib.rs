@@ -2,10 +2,12 @@
 //! schedule over real sockets, records both latencies, and streams interval histograms.
 //!
 //! The dead-man switch (`docs/design.md`): a run holds a lease the controller renews. If the
-//! lease lapses — controller gone, stream broken — load stops within the lease period. The
-//! data already collected is kept and replayed when the controller comes back; the
-//! controller drops intervals it already has, and acknowledges what it received so the replay
-//! buffer only holds what is unacknowledged (and is bounded).
+//! lease lapses, load stops within the lease period; when the stream closed (a controller
+//! that restarts), the lease is extended once by the run's restart grace, so a controller
+//! back on its data directory re-adopts the run. The data already collected is kept and
+//! replayed when the controller comes back; the controller drops intervals it already has,
+//! and acknowledges what it made durable so the replay buffer only holds what is
+//! unacknowledged (and is bounded).
 //!
 //! The control loop (stream, lease, watchdog) runs on its own thread and runtime, apart from
 //! the load: a process whose load saturates its cores still reads its renewals on time, so it

@@ -11,7 +11,9 @@
 //! - `run`: one run's life, driven by one task. `run/assign` waits for agents, checks the port
 //!   budget and sends the shards; `run/running` starts them at one T0, merges their Progress and
 //!   applies the agent-loss policy; `run/member` is an agent's part in a run; `run/finish`
-//!   stores the report before the run is declared finished.
+//!   stores the report before the run is declared finished; `run/checkpoint` writes a running
+//!   run's merged state to the data directory, and `run/adopt` re-adopts those runs when a
+//!   controller starts on it.
 //! - `renew`: lease renewals from a task of their own, only to agents heard from.
 //! - `control`: the user-facing `ControlService` (submit, watch, report, list, abort).
 //! - `data`: each agent's data rows, sent before its shard.

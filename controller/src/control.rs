@@ -61,6 +61,7 @@ impl v1::control_service_server::ControlService for ControlSvc {
         };
         // Subscribe before looking at the state, so nothing falls between the two.
         let mut rx = h.events.subscribe();
+        let shutdown = self.inner.shutdown.clone();
         let stream = async_stream(move |tx| async move {
             let crate::run::Status { state, message } = h.state();
             let first = v1::RunEvent {
@@ -78,7 +79,13 @@ impl v1::control_service_server::ControlService for ControlSvc {
                 return;
             }
             loop {
-                match rx.recv().await {
+                // A controller shutting down leaves a checkpointed run to the next one: the
+                // watcher reconnects there.
+                let ev = tokio::select! {
+                    ev = rx.recv() => ev,
+                    _ = shutdown.cancelled() => return,
+                };
+                match ev {
                     Ok(ev) => {
                         let last = matches!(ev.event, Some(v1::run_event::Event::ReportJson(_)));
                         if tx.send(Ok(ev)).await.is_err() || last {

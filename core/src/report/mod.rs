@@ -386,6 +386,9 @@ pub struct Report {
     /// The target's own resources, from the scenario's `observe:` sources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_resources: Option<crate::observe::TargetResources>,
+    /// The first failed requests of each step and error kind (see [`crate::samples`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_samples: Vec<crate::samples::FailureSample>,
 }
 
 /// The live breach that aborted a run (`abort_on_fail`).

@@ -261,6 +261,7 @@ impl RunAccumulator {
             timeline,
             endpoints: Vec::new(),
             target_resources: None,
+            failure_samples: Vec::new(),
         };
         let mut report = report;
         // Thresholds parsed when the scenario was validated; evaluate on the merged data.

@@ -542,6 +542,7 @@ mod tests {
             open_connections: 0,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -578,6 +579,7 @@ mod tests {
             open_connections: 0,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();
@@ -615,6 +617,7 @@ mod tests {
         assert_eq!(wire.len(), 1, "an empty endpoint is left out");
         let mut p = v1::Progress {
             endpoints: wire,
+            failure_samples: Vec::new(),
             ..Default::default()
         };
         let back = endpoints_from_wire(&p, 2).unwrap();

@@ -265,6 +265,7 @@ pub fn progress(
             open_connections: open,
             resources,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         })),
     }
 }

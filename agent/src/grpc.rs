@@ -220,6 +220,11 @@ impl GrpcRequest {
     pub async fn call(&self, conn: &mut H2Conn) -> Result<Reply, Failure> {
         exchange(conn, &self.request).await
     }
+
+    /// The call's method path (`/pkg.Service/Method`), for a failure sample.
+    pub fn method_path(&self) -> &str {
+        self.uri.path()
+    }
 }
 
 /// Sends `request` on a new stream of `conn` and reads its answer to the end.

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::deadline::RequestTimer;
+use super::samples::Failed;
 use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 
@@ -327,6 +328,18 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         tally.close(s, !fails, done);
                                     }
                                 });
+                                if let Some(kind) = answer.error {
+                                    let failed = Failed {
+                                        kind,
+                                        status: answer.status,
+                                        done,
+                                    };
+                                    rec.samples.note(
+                                        step,
+                                        (spec.dynamic.as_deref(), vars.as_deref()),
+                                        failed,
+                                    );
+                                }
                                 if !answer.keep_alive {
                                     close_after_server(conn, spec.request_timeout).await;
                                 }
@@ -345,6 +358,13 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 clock = answer.keep_alive.then_some(done);
                             }
                             Err(Failure(kind)) => {
+                                let failed = Failed {
+                                    kind,
+                                    status: 0,
+                                    done,
+                                };
+                                rec.samples
+                                    .note(step, (spec.dynamic.as_deref(), None), failed);
                                 rec.endpoints.record(endpoint, None);
                                 rec.with(phase, |s| {
                                     s.record_failure(*ordinal, kind);

@@ -382,6 +382,7 @@ fn report_lines(r: &Report, wide: bool) -> String {
             t.error_rate * 100.0
         );
     }
+    crate::render_samples::samples_text(&mut o, r, REPORT_WIDTH, wide);
     let _ = writeln!(o, "Latency");
     lat_header(&mut o, wide);
     lat_row(&mut o, "response time", &r.latency.response_time, wide);

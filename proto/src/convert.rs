@@ -118,6 +118,11 @@ impl From<&Counters> for v1::Counters {
                 .iter()
                 .map(|(k, v)| (u32::from(*k), *v))
                 .collect(),
+            grpc_statuses: c
+                .grpc_statuses
+                .iter()
+                .map(|(k, v)| (u32::from(*k), *v))
+                .collect(),
             session_types: c
                 .session_types
                 .iter()
@@ -183,6 +188,22 @@ fn status_codes_from_wire(
         .collect()
 }
 
+/// gRPC status codes are 0 to 16; anything else is refused, so the map stays small.
+fn grpc_statuses_from_wire(
+    field: &str,
+    m: &std::collections::HashMap<u32, u64>,
+) -> Result<BTreeMap<u8, u64>, ConvertError> {
+    m.iter()
+        .map(|(k, v)| match u8::try_from(*k) {
+            Ok(code) if code <= 16 => Ok((code, *v)),
+            _ => Err(ConvertError::invalid(
+                field,
+                format!("grpc-status {k} is not between 0 and 16"),
+            )),
+        })
+        .collect()
+}
+
 fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, ConvertError> {
     if c.peak_open_connections > MAX_OPEN_CONNECTIONS {
         return Err(ConvertError::invalid(
@@ -212,6 +233,10 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
         status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,
+        grpc_statuses: grpc_statuses_from_wire(
+            &format!("{field}.grpc_statuses"),
+            &c.grpc_statuses,
+        )?,
         session_types: session_types_from_wire(
             &format!("{field}.session_types"),
             &c.session_types,

@@ -362,6 +362,14 @@ fn report_lines(r: &Report, wide: bool) -> String {
             .collect();
         let _ = writeln!(o, "Status    {}", list.join(", "));
     }
+    if !t.grpc_statuses.is_empty() {
+        let list: Vec<String> = t
+            .grpc_statuses
+            .iter()
+            .map(|(k, v)| format!("{k} ×{v}"))
+            .collect();
+        let _ = writeln!(o, "gRPC      {}", list.join(", "));
+    }
     if t.mean_response_bytes > 0.0 || t.mean_request_bytes > 0.0 {
         let _ = writeln!(
             o,

@@ -396,6 +396,7 @@ async fn send_run(
             open_connections: 1,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

@@ -239,6 +239,7 @@ pub(crate) async fn prepare(
         refresh,
         runs_setup: a.run_setup,
         graceful_stop: scenario.graceful_stop(),
+        samples: scenario.samples,
     })
 }
 

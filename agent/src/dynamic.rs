@@ -46,6 +46,10 @@ pub struct Context {
 /// One data source as the agent holds it.
 #[derive(Debug)]
 struct Source {
+    /// The source's name, for failure samples.
+    name: String,
+    /// Its values may be shown in a failure sample: not a `secret` source's.
+    shown_columns: usize,
     /// This agent's rows: those of the keys it runs.
     share: Share,
     per: DataScope,
@@ -119,6 +123,12 @@ impl Context {
             .data
             .iter()
             .map(|(name, d)| Source {
+                name: name.clone(),
+                shown_columns: if d.secret.is_some() {
+                    0
+                } else {
+                    d.columns.len()
+                },
                 share: {
                     let mut share = shares.remove(name).unwrap_or_else(|| Share::new(d));
                     if d.order == stampede_core::data::DataOrder::Random {
@@ -226,6 +236,20 @@ impl Context {
         }
     }
 
+    /// The rows `vars` has bound, for a failure sample: each source's name, the row's
+    /// position in the source's pass, and its values (none from a `secret` source).
+    pub fn bound_rows<'a>(
+        &'a self,
+        vars: &'a SessionVars,
+    ) -> impl Iterator<Item = (&'a str, u64, Vec<&'a str>)> + 'a {
+        self.sources.iter().zip(&vars.rows).filter_map(|(s, row)| {
+            let row = (*row)?;
+            let position = s.share.positions().get(row as usize)?;
+            let values = (0..s.shown_columns).map(|c| s.share.cell(row, c)).collect();
+            Some((s.name.as_str(), u64::from(*position), values))
+        })
+    }
+
     /// Binds the next row of each `per: request` source in `sources` (those a request reads).
     fn bind_request(&self, sources: &[usize], vars: &mut SessionVars) {
         if !sources.is_empty() && vars.reads.is_empty() {
@@ -241,6 +265,28 @@ impl Context {
 }
 
 impl SessionVars {
+    /// The last request rendered: a whole HTTP/1.1 request, an h2 path, or a tcp or udp
+    /// payload.
+    pub fn rendered(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// The last tcp or udp payload rendered (before framing), or HTTP body.
+    pub fn payload(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body of the last answer captured (at most its start).
+    pub fn captured_body(&self) -> &[u8] {
+        &self.capture.body
+    }
+
+    /// Keeps `body` as the last answer's captured body (an uncaptured step's failure excerpt).
+    pub(crate) fn keep_body(&mut self, body: &[u8]) {
+        self.capture.body.clear();
+        self.capture.body.extend_from_slice(body);
+    }
+
     /// In a setup run, makes what the setup steps extracted so far readable as
     /// `${setup.NAME}` by the next ones.
     pub fn keep_setup(&mut self) {

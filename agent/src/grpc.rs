@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use stampede_core::grpc::program::{Encoder, VALUE_ERROR};
-use stampede_core::grpc::{status_kind, FrameScanner, GrpcCall, MAX_MESSAGE};
+use stampede_core::grpc::{status_code, status_kind, FrameScanner, GrpcCall, MAX_MESSAGE};
 use stampede_core::scenario::Scenario;
 use stampede_core::stats::error_kind;
 
@@ -41,6 +41,8 @@ pub struct Reply {
     pub received: u64,
     /// The error kind of a failed call; `None` for OK.
     pub error: Option<&'static str>,
+    /// The call's `grpc-status` code, when the answer had one.
+    pub grpc_status: Option<u8>,
 }
 
 /// The templated parts of a call, compiled once per run.
@@ -141,6 +143,7 @@ impl DynamicCall {
                     status: 0,
                     received: 0,
                     error: Some(kind),
+                    grpc_status: None,
                 };
                 return Ok((0, reply));
             }
@@ -220,6 +223,11 @@ impl GrpcRequest {
     pub async fn call(&self, conn: &mut H2Conn) -> Result<Reply, Failure> {
         exchange(conn, &self.request).await
     }
+
+    /// The call's method path (`/pkg.Service/Method`), for a failure sample.
+    pub fn method_path(&self) -> &str {
+        self.uri.path()
+    }
 }
 
 /// Sends `request` on a new stream of `conn` and reads its answer to the end.
@@ -232,9 +240,11 @@ async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failu
             status,
             received: 0,
             error: None,
+            grpc_status: None,
         };
         // A trailers-only answer (an error before any message) has its status in the head.
         if let Some(s) = head.headers.get("grpc-status") {
+            reply.grpc_status = status_code(s.as_bytes());
             reply.error = status_error(s.as_bytes(), None);
             return Ok(reply);
         }
@@ -255,7 +265,10 @@ async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failu
         }
         let trailers = body.trailers().await.map_err(|e| h2_failure(&e))?;
         reply.error = match trailers.as_ref().and_then(|t| t.get("grpc-status")) {
-            Some(s) => status_error(s.as_bytes(), scan.finish().ok()),
+            Some(s) => {
+                reply.grpc_status = status_code(s.as_bytes());
+                status_error(s.as_bytes(), scan.finish().ok())
+            }
             None => Some(error_kind::PROTOCOL),
         };
         Ok(reply)

@@ -214,7 +214,8 @@ impl H2Conn {
     ) -> Result<Response, Failure> {
         let response = self.start(req, body).await?;
         let status = response.status().as_u16();
-        if S::KEEP {
+        sink.status(status);
+        if S::HEADERS {
             for (k, v) in response.headers() {
                 sink.header(k.as_str(), v.as_bytes());
             }

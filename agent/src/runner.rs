@@ -22,6 +22,7 @@ mod endpoints;
 mod models;
 mod plan;
 mod recorder;
+mod samples;
 mod session;
 
 use models::{
@@ -51,7 +52,11 @@ pub async fn execute(
     stop: CancellationToken,
 ) -> RunEnd {
     let n_endpoints = run.workloads.first().map_or(0, |w| w.endpoints.len());
-    let rec = Arc::new(Recorder::per_phase(run.phase_steps()).with_endpoints(n_endpoints));
+    let rec = Arc::new(
+        Recorder::per_phase(run.phase_steps())
+            .with_endpoints(n_endpoints)
+            .with_samples(t0, run.samples),
+    );
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -78,6 +83,7 @@ pub async fn execute(
                 let open = rec.connections.open();
                 let mut msg = progress(&spec.run_id, interval, &mut spare, open, watch.sample());
                 rec.endpoints.attach(&mut msg);
+                rec.samples.attach(&mut msg);
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -154,6 +160,7 @@ pub async fn execute(
     rec.swap(&mut spare);
     let mut msg = progress(&run.run_id, last, &mut spare, 0, None);
     rec.endpoints.attach(&mut msg);
+    rec.samples.attach(&mut msg);
     let _ = out.send(msg);
     let end = if stop.is_cancelled() {
         RunEnd::Stopped

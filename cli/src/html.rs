@@ -447,7 +447,9 @@ pub fn html(r: &Report) -> Result<String, String> {
             esc(&s.name), s.completed, s.failed, esc(&errs.join(", ")), ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
         );
     }
-    o.push_str("</table></div>\n<h2>Agents</h2><div class=\"scroll\"><table><tr><th>agent</th><th>shard</th><th>planned</th><th>started</th><th>completed</th><th>failed</th><th>lost</th><th>clock offset µs</th><th>lag p99 µs</th><th>lag max µs</th><th>late arrivals</th></tr>");
+    o.push_str("</table></div>");
+    o.push_str(&crate::render_samples::samples_html(r));
+    o.push_str("\n<h2>Agents</h2><div class=\"scroll\"><table><tr><th>agent</th><th>shard</th><th>planned</th><th>started</th><th>completed</th><th>failed</th><th>lost</th><th>clock offset µs</th><th>lag p99 µs</th><th>lag max µs</th><th>late arrivals</th></tr>");
     for a in &r.agents {
         let _ = write!(
             o,

@@ -362,6 +362,14 @@ fn report_lines(r: &Report, wide: bool) -> String {
             .collect();
         let _ = writeln!(o, "Status    {}", list.join(", "));
     }
+    if !t.grpc_statuses.is_empty() {
+        let list: Vec<String> = t
+            .grpc_statuses
+            .iter()
+            .map(|(k, v)| format!("{k} ×{v}"))
+            .collect();
+        let _ = writeln!(o, "gRPC      {}", list.join(", "));
+    }
     if t.mean_response_bytes > 0.0 || t.mean_request_bytes > 0.0 {
         let _ = writeln!(
             o,
@@ -382,6 +390,7 @@ fn report_lines(r: &Report, wide: bool) -> String {
             t.error_rate * 100.0
         );
     }
+    crate::render_samples::samples_text(&mut o, r, REPORT_WIDTH, wide);
     let _ = writeln!(o, "Latency");
     lat_header(&mut o, wide);
     lat_row(&mut o, "response time", &r.latency.response_time, wide);

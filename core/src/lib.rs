@@ -34,6 +34,8 @@
 //! - [`report`]: the JSON contract; `report/accumulator` merges intervals in any order
 //!   (`RunAccumulator`) and assembles the live and final report.
 //! - [`observe`]: the target's own resources from its Prometheus metrics, per interval.
+//! - [`samples`]: failure samples (the first few failed requests of each step and error kind),
+//!   bounded on the agent and merged by time for the report.
 //! - [`threshold`], [`capacity`] (the stair-step search), [`compare`] (two reports, with
 //!   bootstrap confidence intervals in `compare/noise`).
 
@@ -53,6 +55,7 @@ pub mod ports;
 pub mod protocol;
 pub mod ramp;
 pub mod report;
+pub mod samples;
 pub mod scenario;
 
 pub use duration::HumanDuration;

@@ -116,6 +116,13 @@ pub struct Scenario {
     /// matching; attributes and expiry are ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookies: bool,
+    /// Keep failure samples: the first few failed requests of each step and error kind (the
+    /// data row, the request line, the status and the start of the answer) go into the
+    /// report. The request line and the answer are shown as they were, so a token in a query
+    /// or a user's data in an answer would be too; `false` keeps none. Headers are never
+    /// sampled.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub samples: bool,
     /// HTTP steps run once per run before the load (getting an OAuth token, say), by one
     /// agent, outside any measurement: nothing of them is recorded. Every session on every
     /// agent reads the values they extract as `${setup.NAME}`; a setup step that fails
@@ -194,6 +201,10 @@ pub const DEFAULT_GRACEFUL_STOP_CAP: std::time::Duration = std::time::Duration::
 /// The longest graceful stop a scenario may ask for: the controller waits this long (and a
 /// margin) for the agents' last data after it stops a run.
 pub const MAX_GRACEFUL_STOP: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn yes() -> bool {
+    true
+}
 
 fn default_request_timeout() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(10))

@@ -87,6 +87,10 @@ pub struct Counters {
     /// HTTP responses by status code, expected or not (empty for tcp and udp).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub status_codes: BTreeMap<u16, u64>,
+    /// gRPC calls by `grpc-status` code (0 OK to 16): a call's HTTP status is 200 whether it
+    /// succeeded or not, so its outcome is counted here and not among `status_codes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc_statuses: BTreeMap<u8, u64>,
     /// Sessions by session type (the run's global type index), counted for weighted mixes
     /// only: the report's planned-against-achieved per type.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -157,6 +161,10 @@ impl Counters {
             let e = self.status_codes.entry(*k).or_default();
             *e = e.saturating_add(*v);
         }
+        for (k, v) in &o.grpc_statuses {
+            let e = self.grpc_statuses.entry(*k).or_default();
+            *e = e.saturating_add(*v);
+        }
         for (k, v) in &o.session_types {
             self.session_types.entry(*k).or_default().add(v);
         }
@@ -199,6 +207,14 @@ impl Counters {
                     .checked_add(*v)
                     .is_some()
             })
+            && o.grpc_statuses.iter().all(|(k, v)| {
+                self.grpc_statuses
+                    .get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .checked_add(*v)
+                    .is_some()
+            })
             && o.session_types.iter().all(|(k, v)| {
                 self.session_types
                     .get(k)
@@ -211,6 +227,11 @@ impl Counters {
     /// Counts one HTTP response's status code.
     pub fn count_status(&mut self, code: u16) {
         *self.status_codes.entry(code).or_default() += 1;
+    }
+
+    /// Counts one gRPC call's `grpc-status` code.
+    pub fn count_grpc(&mut self, code: u8) {
+        *self.grpc_statuses.entry(code).or_default() += 1;
     }
 
     pub fn error_count(&self) -> u64 {

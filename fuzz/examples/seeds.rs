@@ -145,6 +145,7 @@ fn progress() {
         open_connections: 2,
             resources: None,
         endpoints: Vec::new(),
+        failure_samples: Vec::new(),
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

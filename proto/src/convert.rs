@@ -118,6 +118,11 @@ impl From<&Counters> for v1::Counters {
                 .iter()
                 .map(|(k, v)| (u32::from(*k), *v))
                 .collect(),
+            grpc_statuses: c
+                .grpc_statuses
+                .iter()
+                .map(|(k, v)| (u32::from(*k), *v))
+                .collect(),
             session_types: c
                 .session_types
                 .iter()
@@ -183,6 +188,22 @@ fn status_codes_from_wire(
         .collect()
 }
 
+/// gRPC status codes are 0 to 16; anything else is refused, so the map stays small.
+fn grpc_statuses_from_wire(
+    field: &str,
+    m: &std::collections::HashMap<u32, u64>,
+) -> Result<BTreeMap<u8, u64>, ConvertError> {
+    m.iter()
+        .map(|(k, v)| match u8::try_from(*k) {
+            Ok(code) if code <= 16 => Ok((code, *v)),
+            _ => Err(ConvertError::invalid(
+                field,
+                format!("grpc-status {k} is not between 0 and 16"),
+            )),
+        })
+        .collect()
+}
+
 fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, ConvertError> {
     if c.peak_open_connections > MAX_OPEN_CONNECTIONS {
         return Err(ConvertError::invalid(
@@ -212,6 +233,10 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
         status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,
+        grpc_statuses: grpc_statuses_from_wire(
+            &format!("{field}.grpc_statuses"),
+            &c.grpc_statuses,
+        )?,
         session_types: session_types_from_wire(
             &format!("{field}.session_types"),
             &c.session_types,
@@ -542,6 +567,7 @@ mod tests {
             open_connections: 0,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -578,6 +604,7 @@ mod tests {
             open_connections: 0,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();
@@ -615,6 +642,7 @@ mod tests {
         assert_eq!(wire.len(), 1, "an empty endpoint is left out");
         let mut p = v1::Progress {
             endpoints: wire,
+            failure_samples: Vec::new(),
             ..Default::default()
         };
         let back = endpoints_from_wire(&p, 2).unwrap();

@@ -6,6 +6,7 @@
 //! - `v1`: the code generated from `stampede/v1/stampede.proto`.
 //! - [`convert`]: wire messages to core values and back, bounded and validated;
 //!   `check_progress` checks an agent's Progress against its run before it is merged.
+//! - [`samples`]: a Progress's failure samples, bounded and validated.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
 
@@ -20,6 +21,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub mod convert;
 pub mod data;
+pub mod samples;
 pub mod tls;
 
 pub use convert::ConvertError;

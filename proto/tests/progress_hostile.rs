@@ -154,6 +154,7 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     open_connections: 0,
                     resources: None,
                     endpoints: Vec::new(),
+                    failure_samples: Vec::new(),
                 },
             )
         })
@@ -173,6 +174,7 @@ proptest! {
             open_connections: 3,
             resources: None,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

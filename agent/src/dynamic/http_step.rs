@@ -10,7 +10,7 @@ use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
 
 use super::{compile, request_sources, Compiled, Context, Outcome, SessionVars};
-use crate::http1::{Conn, Discard};
+use crate::http1::{Conn, Excerpt};
 use crate::net::Failure;
 
 use super::judge::Judge;
@@ -102,6 +102,11 @@ impl DynamicHttp {
             per_request,
             size_hint,
         })
+    }
+
+    /// The request's method, for a failure sample's request line.
+    pub fn method(&self) -> &str {
+        &self.method
     }
 
     /// Renders the body into `vars.body`, then the whole HTTP/1.1 request into `vars.out`.
@@ -206,6 +211,16 @@ impl DynamicHttp {
         }
     }
 
+    /// How much of a captured body to keep: what the checks and extraction read, or the
+    /// start a failure sample shows (one byte more marks a cut).
+    fn capture_limit(&self) -> usize {
+        if self.capture_body {
+            MAX_CAPTURED_BODY
+        } else {
+            stampede_core::samples::MAX_BODY + 1
+        }
+    }
+
     fn wants_capture(&self) -> bool {
         self.capture_body || !self.judge.is_empty() || self.cookies
     }
@@ -220,16 +235,14 @@ impl DynamicHttp {
         ctx.bind_request(&self.per_request, vars);
         self.render_http1(ctx, vars)?;
         let resp = if self.wants_capture() {
-            let limit = if self.capture_body {
-                MAX_CAPTURED_BODY
-            } else {
-                0
-            };
-            vars.capture.clear(limit);
+            vars.capture.clear(self.capture_limit());
             conn.exchange(&vars.out, self.head, &mut vars.capture)
                 .await?
         } else {
-            conn.exchange(&vars.out, self.head, Discard).await?
+            let mut excerpt = Excerpt::new(true, &self.expect);
+            let resp = conn.exchange(&vars.out, self.head, &mut excerpt).await?;
+            vars.keep_body(excerpt.kept());
+            resp
         };
         let error = self.verdict(resp.status, vars);
         Ok(Outcome {
@@ -302,15 +315,13 @@ impl DynamicHttp {
         }
         sent += body.len() as u64;
         let resp = if self.wants_capture() {
-            let limit = if self.capture_body {
-                MAX_CAPTURED_BODY
-            } else {
-                0
-            };
-            vars.capture.clear(limit);
+            vars.capture.clear(self.capture_limit());
             conn.send(req, Bytes::from(body), &mut vars.capture).await?
         } else {
-            conn.send(req, Bytes::from(body), &mut Discard).await?
+            let mut excerpt = Excerpt::new(true, &self.expect);
+            let resp = conn.send(req, Bytes::from(body), &mut excerpt).await?;
+            vars.keep_body(excerpt.kept());
+            resp
         };
         let error = self.verdict(resp.status, vars);
         Ok(Outcome {

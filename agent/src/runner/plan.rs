@@ -258,6 +258,8 @@ pub struct ShardRun {
     /// How long the requests in flight at a stop may take to finish and be recorded before
     /// their sessions are dropped and counted interrupted (the scenario's `graceful_stop`).
     pub graceful_stop: Duration,
+    /// The first failed requests of each step and error kind are sampled (`samples:`).
+    pub samples: bool,
 }
 
 impl RunSpec {

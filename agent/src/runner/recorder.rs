@@ -52,6 +52,8 @@ pub struct Recorder {
     pub connections: crate::net::ConnGauge,
     /// Each of the scenario's `endpoints:` apart (empty without the list).
     pub endpoints: super::endpoints::EndpointRecorder,
+    /// The first failed requests of each step and error kind (off until [`Self::with_samples`]).
+    pub samples: super::samples::SampleRecorder,
 }
 
 /// One lock of the recorder, on a cache line of its own (workers on other stripes do not
@@ -116,12 +118,19 @@ impl Recorder {
             in_flight: AtomicUsize::new(0),
             connections: crate::net::ConnGauge::default(),
             endpoints: Default::default(),
+            samples: Default::default(),
         }
     }
 
     /// The same recorder keeping figures for each of `n` endpoints too.
     pub fn with_endpoints(mut self, n: usize) -> Self {
         self.endpoints = super::endpoints::EndpointRecorder::new(n);
+        self
+    }
+
+    /// The same recorder sampling failures from `t0` on, when `on`.
+    pub fn with_samples(mut self, t0: Instant, on: bool) -> Self {
+        self.samples = super::samples::SampleRecorder::new(t0, on);
         self
     }
 
@@ -265,6 +274,7 @@ pub fn progress(
             open_connections: open,
             resources,
             endpoints: Vec::new(),
+            failure_samples: Vec::new(),
         })),
     }
 }

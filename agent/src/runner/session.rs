@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::deadline::RequestTimer;
+use super::samples::Failed;
 use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 
@@ -309,7 +310,9 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 rec.with(phase, |s| {
                                     s.counters_mut().bytes_sent += answer.sent;
                                     s.counters_mut().bytes_received += answer.received;
-                                    if answer.status != 0 {
+                                    if let Some(code) = answer.grpc {
+                                        s.counters_mut().count_grpc(code);
+                                    } else if answer.status != 0 {
                                         s.counters_mut().count_status(answer.status);
                                     }
                                     match answer.error {
@@ -327,6 +330,24 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         tally.close(s, !fails, done);
                                     }
                                 });
+                                if let Some(kind) = answer.error {
+                                    let failed = Failed {
+                                        kind,
+                                        // A gRPC call's HTTP 200 says nothing; its kind names
+                                        // the grpc-status.
+                                        status: if answer.grpc.is_some() {
+                                            0
+                                        } else {
+                                            answer.status
+                                        },
+                                        done,
+                                    };
+                                    rec.samples.note(
+                                        step,
+                                        (spec.dynamic.as_deref(), vars.as_deref()),
+                                        failed,
+                                    );
+                                }
                                 if !answer.keep_alive {
                                     close_after_server(conn, spec.request_timeout).await;
                                 }
@@ -345,6 +366,13 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 clock = answer.keep_alive.then_some(done);
                             }
                             Err(Failure(kind)) => {
+                                let failed = Failed {
+                                    kind,
+                                    status: 0,
+                                    done,
+                                };
+                                rec.samples
+                                    .note(step, (spec.dynamic.as_deref(), None), failed);
                                 rec.endpoints.record(endpoint, None);
                                 rec.with(phase, |s| {
                                     s.record_failure(*ordinal, kind);
@@ -531,6 +559,9 @@ struct Answer<'s> {
     status: u16,
     /// The connection may carry another request.
     keep_alive: bool,
+    /// A gRPC call's `grpc-status` code: counted instead of its HTTP status, which is 200
+    /// whatever the call's outcome.
+    grpc: Option<u8>,
 }
 
 /// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
@@ -613,6 +644,7 @@ fn exchange<'a, 's, 'c, 'v>(
                 error: status_error(expect.as_deref(), resp.status),
                 status: resp.status,
                 keep_alive: true,
+                grpc: None,
             }),
             // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
             (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
@@ -690,6 +722,7 @@ fn exchange<'a, 's, 'c, 'v>(
                             error: reply.error,
                             status: reply.status,
                             keep_alive: true,
+                            grpc: reply.grpc_status,
                         })
                 }
                 _ => Err(Failure(error_kind::PROTOCOL)),
@@ -701,6 +734,7 @@ fn exchange<'a, 's, 'c, 'v>(
                     error: reply.error,
                     status: reply.status,
                     keep_alive: true,
+                    grpc: reply.grpc_status,
                 })
             }
             // Validation ties the step kind to the target's scheme; this cannot happen.
@@ -722,6 +756,7 @@ impl<'s> Answer<'s> {
             error: status_error(expect.as_deref(), resp.status),
             status: resp.status,
             keep_alive: resp.keep_alive,
+            grpc: None,
         }
     }
 
@@ -733,6 +768,7 @@ impl<'s> Answer<'s> {
             error: None,
             status: 0,
             keep_alive: true,
+            grpc: None,
         }
     }
 }
@@ -745,6 +781,7 @@ impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
             error: o.error,
             status: o.status,
             keep_alive: o.keep_alive,
+            grpc: None,
         }
     }
 }

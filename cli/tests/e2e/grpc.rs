@@ -78,6 +78,29 @@ async fn calls_from_proto_files_and_reflection_are_what_the_target_served() {
         [(&"grpc_invalid_argument".to_string(), &40)]
     );
     assert_eq!(r.report.totals.sessions.failed, 40);
+    // Counted by grpc-status, never as the HTTP 200 every call was answered with.
+    assert_eq!(
+        t.grpc_statuses.iter().collect::<Vec<_>>(),
+        [
+            (&"INVALID_ARGUMENT".to_string(), &40),
+            (&"OK".to_string(), &80)
+        ]
+    );
+    assert!(t.status_codes.is_empty(), "{:?}", t.status_codes);
+    assert!(
+        r.stdout.contains("gRPC      INVALID_ARGUMENT ×40, OK ×80"),
+        "{}",
+        r.stdout
+    );
+    let sample = &r.report.failure_samples[0];
+    assert_eq!(
+        (sample.kind.as_str(), sample.status, sample.request.as_str()),
+        (
+            "grpc_invalid_argument",
+            None,
+            "/stampede.target.v1.Target/Echo"
+        )
+    );
     assert_eq!(server.calls("Echo", "ok"), 80);
     assert_eq!(server.calls("Work", "ok"), 80);
     assert_eq!(server.calls("Echo", "invalid_argument"), 40);

@@ -13,6 +13,7 @@ mod netcut;
 mod ports;
 mod protocols;
 mod results;
+mod samples;
 mod security;
 mod sessions;
 mod spine;

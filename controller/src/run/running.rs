@@ -449,6 +449,13 @@ impl Driver {
                 tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected endpoint figures");
             }
         }
+        // Failure samples ride the same Progress, refused apart from the figures.
+        match stampede_proto::samples::samples_from_wire(progress, acc.step_count()) {
+            Ok(samples) => acc.samples.add(i as u32, &samples),
+            Err(e) => {
+                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected failure samples");
+            }
+        }
         if let Some(r) = &progress.resources {
             let s = stampede_core::report::ResourceSample {
                 cpu_share: r.cpu_share,

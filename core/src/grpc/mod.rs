@@ -373,6 +373,42 @@ const KINDS: [&str; 17] = [
     "grpc_unauthenticated",
 ];
 
+/// The name of each `grpc-status` code, as gRPC writes it.
+const NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// The code of a `grpc-status` value (a code past 16 is 2, `UNKNOWN`, as gRPC clients read
+/// it); `None` when it is not a number.
+pub fn status_code(value: &[u8]) -> Option<u8> {
+    if value.is_empty() || value.len() > 10 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let code = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(u8::try_from(code).ok().filter(|c| *c <= 16).unwrap_or(2))
+}
+
+/// The name of a `grpc-status` code (`UNAVAILABLE`); `None` past 16.
+pub fn status_name(code: u8) -> Option<&'static str> {
+    NAMES.get(usize::from(code)).copied()
+}
+
 /// What a `grpc-status` value says: `Ok(None)` for OK, `Ok(Some(kind))` for a failure (a code
 /// past 16 is `grpc_unknown`, as gRPC clients read it), `Err(())` when it is not a number (the
 /// caller counts a `protocol` error).
@@ -478,6 +514,16 @@ impl FrameScanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_codes_and_names() {
+        assert_eq!(status_code(b"14"), Some(14));
+        assert_eq!(status_name(14), Some("UNAVAILABLE"));
+        assert_eq!(status_code(b"99"), Some(2), "past 16 reads as UNKNOWN");
+        assert_eq!(status_code(b"x"), None);
+        assert_eq!(status_code(b""), None);
+        assert_eq!(status_name(17), None);
+    }
     use proptest::prelude::*;
 
     fn call(method: &str) -> GrpcCall {

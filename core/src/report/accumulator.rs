@@ -62,6 +62,8 @@ pub struct RunAccumulator {
     cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
     /// The run's figures per endpoint (`endpoints:`), added as agents send them.
     pub endpoints: crate::endpoints::EndpointAccumulator,
+    /// The first failure samples of each step and error kind, as agents send them.
+    pub samples: crate::samples::SampleMerge,
 }
 
 /// Agent data that does not fit the run.
@@ -136,6 +138,7 @@ impl RunAccumulator {
             usage: vec![Default::default(); n_agents],
             cpu_rows: BTreeMap::new(),
             endpoints: Default::default(),
+            samples: Default::default(),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -538,6 +541,15 @@ impl RunAccumulator {
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
         report.endpoints = self.endpoints.report(&scenario.endpoints);
+        let agents: Vec<String> = self.agents.iter().map(|a| a.id.clone()).collect();
+        // A secret source's values never reach a report, whoever sent them.
+        report.failure_samples = self.samples.report(&scenario.step_names(), &agents, |src| {
+            scenario
+                .data
+                .get(src)
+                .filter(|d| d.secret.is_none())
+                .map(|d| d.columns.as_slice())
+        });
         Ok(report)
     }
 

@@ -146,6 +146,10 @@ pub struct Totals {
     /// HTTP responses by status code, all of them (2xx and 3xx included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub status_codes: BTreeMap<u16, u64>,
+    /// gRPC calls by `grpc-status` name (`OK`, `UNAVAILABLE`, …): a failed call's HTTP status
+    /// is 200, so gRPC calls are counted here and not among `status_codes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc_statuses: BTreeMap<String, u64>,
     /// Mean bytes received per finished request (headers included for HTTP).
     #[serde(default)]
     pub mean_response_bytes: f64,
@@ -386,6 +390,9 @@ pub struct Report {
     /// The target's own resources, from the scenario's `observe:` sources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_resources: Option<crate::observe::TargetResources>,
+    /// The first failed requests of each step and error kind (see [`crate::samples`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_samples: Vec<crate::samples::FailureSample>,
 }
 
 /// The live breach that aborted a run (`abort_on_fail`).

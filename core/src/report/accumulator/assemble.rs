@@ -231,6 +231,14 @@ impl RunAccumulator {
                 bytes_sent: c.bytes_sent,
                 bytes_received: c.bytes_received,
                 status_codes: c.status_codes.clone(),
+                grpc_statuses: c
+                    .grpc_statuses
+                    .iter()
+                    .map(|(code, n)| {
+                        let name = crate::grpc::status_name(*code).unwrap_or("UNKNOWN");
+                        (name.to_string(), *n)
+                    })
+                    .collect(),
                 mean_response_bytes: if finished > 0 {
                     c.bytes_received as f64 / finished as f64
                 } else {
@@ -261,6 +269,7 @@ impl RunAccumulator {
             timeline,
             endpoints: Vec::new(),
             target_resources: None,
+            failure_samples: Vec::new(),
         };
         let mut report = report;
         // Thresholds parsed when the scenario was validated; evaluate on the merged data.

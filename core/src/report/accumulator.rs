@@ -60,7 +60,8 @@ pub struct RunAccumulator {
     usage: Vec<resources::AgentUse>,
     /// Each agent's CPU per timeline interval not yet closed into a row.
     cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
-    /// The run's figures per endpoint (`endpoints:`), added as agents send them.
+    /// The run's figures per endpoint (`endpoints:`, or a target name's addresses), added as
+    /// agents send them.
     pub endpoints: crate::endpoints::EndpointAccumulator,
 }
 
@@ -458,6 +459,7 @@ impl RunAccumulator {
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
             agent_cpu_pct: self.agent_cpu(interval),
+            endpoints: Vec::new(),
         })
     }
 
@@ -537,7 +539,6 @@ impl RunAccumulator {
         }
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
-        report.endpoints = self.endpoints.report(&scenario.endpoints);
         Ok(report)
     }
 

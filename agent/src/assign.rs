@@ -3,6 +3,7 @@
 //! session types compiled into a [`RunSpec`].
 
 use super::*;
+use crate::runner::EndpointSet;
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
 pub(crate) async fn prepare(
@@ -51,11 +52,19 @@ pub(crate) async fn prepare(
                 .into(),
         );
     }
-    let mut endpoint = resolve(&target).await?;
+    let resolver = cfg
+        .resolver
+        .clone()
+        .unwrap_or_else(crate::resolve::DnsResolver::system);
+    let (mut endpoint, resolved) = resolve(&target, &resolver).await?;
     let host_header = target.authority();
-    // The address the run will really use, after resolution: a name that resolves to a
+    // The addresses the run will really use, after resolution: a name that resolves to a
     // refused address is refused too.
-    if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
+    if let Some(r) = &resolved {
+        for addr in &r.addrs {
+            cfg.target_policy.check(*addr)?;
+        }
+    } else if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
         cfg.target_policy.check(*addr)?;
     }
     // gRPC is HTTP/2 underneath: h2c with prior knowledge, or h2 by ALPN over TLS.
@@ -87,9 +96,29 @@ pub(crate) async fn prepare(
         cfg.target_policy
             .check(addr)
             .map_err(|e| format!("endpoints[{i}]: {e}"))?;
-        endpoints.push(at_address(&endpoint, addr)?);
+        endpoints.push((addr, at_address(&endpoint, addr)?));
     }
-    let endpoints: Arc<[Endpoint]> = endpoints.into();
+    // Without the list, a target name's addresses (all of them, followed during the run).
+    let mut follow = None;
+    let endpoints = if !endpoints.is_empty() {
+        Arc::new(EndpointSet::fixed(endpoints))
+    } else if let (Some(r), Some(host)) = (resolved, crate::resolve::host_name(target.host())) {
+        let f = crate::resolve::Follow {
+            resolver,
+            host: host.to_string(),
+            port: r.addrs[0].port(),
+            set: Arc::default(),
+            template: endpoint.clone(),
+            policy: cfg.target_policy.clone(),
+            first_refresh: r.refresh,
+        };
+        f.set.replace(f.endpoints(&r.addrs), true);
+        let set = f.set.clone();
+        follow = Some(Arc::new(f));
+        set
+    } else {
+        Arc::default()
+    };
     let (context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
     // Setup steps run here, on the one agent the controller asked to, before Ready: outside
@@ -240,6 +269,7 @@ pub(crate) async fn prepare(
         runs_setup: a.run_setup,
         graceful_stop: scenario.graceful_stop(),
         samples: scenario.samples,
+        follow,
     })
 }
 
@@ -404,20 +434,39 @@ fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint,
     })
 }
 
-/// Resolves the target once per run.
-async fn resolve(target: &stampede_core::target::Target) -> Result<Endpoint, String> {
+/// Resolves the target: its first address, and every address of a host name (`None` for an
+/// IP address or a socket path).
+async fn resolve(
+    target: &stampede_core::target::Target,
+    resolver: &crate::resolve::DnsResolver,
+) -> Result<(Endpoint, Option<crate::resolve::Resolved>), String> {
     if let Some(path) = target.unix_path() {
-        return Ok(Endpoint::Unix(path.into()));
+        return Ok((Endpoint::Unix(path.into()), None));
     }
     let authority = target.socket_authority().unwrap_or_default();
-    let addr = tokio::net::lookup_host(&authority)
-        .await
-        .map_err(|e| format!("target: cannot resolve `{authority}`: {e}"))?
-        .next()
-        .ok_or_else(|| format!("target: `{authority}` resolved to no address"))?;
-    Ok(match target.transport() {
+    let (addr, resolved) = match crate::resolve::host_name(target.host()) {
+        Some(host) => {
+            let port = authority
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or_default();
+            let r = resolver.lookup(host, port).await.map_err(|e| {
+                let why = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+                format!("target: {e}{why}")
+            })?;
+            (r.addrs[0], Some(r))
+        }
+        None => (
+            authority
+                .parse()
+                .map_err(|_| format!("target: `{authority}` is not an address"))?,
+            None,
+        ),
+    };
+    let endpoint = match target.transport() {
         Transport::Tcp => Endpoint::Tcp(addr),
         Transport::Udp => Endpoint::Udp(addr),
         _ => Endpoint::Http(addr, None),
-    })
+    };
+    Ok((endpoint, resolved))
 }

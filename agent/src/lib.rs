@@ -21,6 +21,7 @@
 //! - `assign`: an `Assign` turned into a `ShardRun` (`runner/plan`): the scenario checked, the
 //!   agent's data rows taken, the target resolved and checked against the target policy.
 //! - [`setup`]: the setup steps, run once before `Ready` and again every `setup_refresh`.
+//! - [`resolve`]: a target name's every address, looked up again on its TTL during the run.
 //!
 //! The load:
 //! - [`runner`]: one `RunSpec` per workload started from one T0 into one recorder.
@@ -46,6 +47,7 @@ pub mod h2;
 pub mod http1;
 pub mod net;
 mod pool;
+pub mod resolve;
 pub mod runner;
 pub mod selfwatch;
 pub mod setup;
@@ -109,6 +111,8 @@ pub struct AgentConfig {
     /// Local addresses to open load connections from, round-robin (`--source-ips`); empty:
     /// the kernel's choice. Process-wide: set when [`run`] starts.
     pub source_ips: Vec<std::net::IpAddr>,
+    /// How target names are looked up; `None`: the system's configuration.
+    pub resolver: Option<resolve::DnsResolver>,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -141,6 +145,7 @@ impl AgentConfig {
             max_backoff: Duration::from_secs(5),
             restart_grace: DEFAULT_RESTART_GRACE,
             source_ips: Vec::new(),
+            resolver: None,
         }
     }
 }

@@ -122,6 +122,7 @@ impl ConnGauge {
             conn,
             gauge: self,
             counted: true,
+            endpoint: NO_ENDPOINT,
         }
     }
 
@@ -132,6 +133,7 @@ impl ConnGauge {
             conn,
             gauge: self,
             counted: false,
+            endpoint: NO_ENDPOINT,
         }
     }
 
@@ -156,7 +158,13 @@ pub struct Tracked<'a, T> {
     /// False for a handle on a connection counted elsewhere (another stream of a shared
     /// HTTP/2 connection).
     counted: bool,
+    /// The id of the endpoint it was opened to ([`NO_ENDPOINT`]: the target's one address),
+    /// so that a session notices when the run's endpoints moved its connection elsewhere.
+    pub endpoint: u32,
 }
+
+/// The endpoint id of a connection to the target's one address.
+pub const NO_ENDPOINT: u32 = u32::MAX;
 
 impl<T> Drop for Tracked<'_, T> {
     fn drop(&mut self) {

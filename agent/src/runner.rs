@@ -25,6 +25,7 @@ mod recorder;
 mod samples;
 mod session;
 
+pub use endpoints::{EndpointSet, EndpointSlot};
 use models::{
     closed_connection, closed_streams, drop_queued, end_queue_at, enqueue, late_start_cutoff,
     pooled_connection, pooled_streams, ticked_pool, MAX_QUEUED_SLOTS,
@@ -51,12 +52,21 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let n_endpoints = run.workloads.first().map_or(0, |w| w.endpoints.len());
+    let endpoints = run
+        .workloads
+        .first()
+        .map(|w| w.endpoints.clone())
+        .unwrap_or_default();
     let rec = Arc::new(
         Recorder::per_phase(run.phase_steps())
-            .with_endpoints(n_endpoints)
+            .with_endpoints(endpoints)
             .with_samples(t0, run.samples),
     );
+    // A target name's addresses, followed while the run goes on.
+    let follower = run
+        .follow
+        .clone()
+        .map(|f| tokio::spawn(crate::resolve::follow(f, stop.clone())));
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -136,6 +146,9 @@ pub async fn execute(
     tracker.close();
     tracker.wait().await;
     aborter.abort();
+    if let Some(f) = follower {
+        f.abort();
+    }
     // The pools have ended: their queues are empty and closed, unless the run stopped early.
     for cutoff in cutoffs {
         cutoff.abort();

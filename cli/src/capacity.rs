@@ -146,6 +146,8 @@ pub fn step_scenario(
 pub struct Outcome {
     pub search: Search,
     pub report: Report,
+    /// Each step's target side (CPU, slow endpoint, generator), in the search's order.
+    pub sides: Vec<capacity::TargetSide>,
 }
 
 /// Runs the search; returns the exit code (0: a sustainable rate was found, 1: not even the
@@ -199,7 +201,10 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
     if a.output == "json" {
-        println!("{}", serde_json::to_string_pretty(&json(&outcome.search))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json(&outcome.search, &outcome.sides))?
+        );
     } else {
         print!(
             "{}",
@@ -211,6 +216,9 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
                 &outcome.search
             )
         );
+        for line in capacity::findings(&outcome.search, &outcome.sides) {
+            println!("Finding: {line}");
+        }
     }
     Ok(if outcome.report.outcome == RunOutcome::Aborted {
         crate::exit::RUN_FAILED
@@ -233,6 +241,7 @@ async fn search(
     let min_achieved = spec.min_achieved;
     let mut search = Search::new(spec);
     let mut parts: Vec<(String, Report)> = Vec::new();
+    let mut sides = Vec::new();
     // The signal that stopped the search, and the report of the step it aborted.
     let mut interrupted = None;
     while let Some((name, kind, rate)) = search.next_step() {
@@ -299,6 +308,9 @@ async fn search(
         if !a.quiet {
             eprintln!("  {}", row(&v));
         }
+        sides.push(capacity::TargetSide::of(
+            narrowed.as_ref().unwrap_or(&report),
+        ));
         search.record(v);
         parts.push((name, report));
     }
@@ -314,7 +326,11 @@ async fn search(
         report.outcome = RunOutcome::Aborted;
         report.message = Some(format!("{why}; {}", summary(&search)));
     }
-    Ok(Outcome { search, report })
+    Ok(Outcome {
+        search,
+        report,
+        sides,
+    })
 }
 
 fn verdict_text(v: &StepVerdict) -> String {
@@ -413,7 +429,7 @@ pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search
     o
 }
 
-fn json(s: &Search) -> serde_json::Value {
+fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
     let step = |v: &StepVerdict| {
         serde_json::json!({
             "name": v.name,
@@ -433,6 +449,8 @@ fn json(s: &Search) -> serde_json::Value {
         "sustainable_rate": s.sustainable().map(|v| v.rate),
         "first_failing_rate": s.first_failing().map(|v| v.rate),
         "first_failing_reason": s.first_failing().and_then(|v| v.reason.clone()),
+        "findings": capacity::findings(s, sides),
+        "target_cpu_cores": sides.iter().map(|t| t.cpu_cores).collect::<Vec<_>>(),
         "steps": s.verdicts.iter().map(step).collect::<Vec<_>>(),
     })
 }

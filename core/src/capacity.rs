@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 
+mod findings;
+pub use findings::{findings, TargetSide};
+
 use crate::hist;
 use crate::report::{
     AgentReport, Generator, Latency, Percentiles, PhaseReport, Report, RunOutcome, SessionTotals,

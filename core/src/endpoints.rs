@@ -8,6 +8,7 @@
 //! contiguous ranges of connection indexes (an even split) and the open model's arrivals
 //! round-robin, so each agent and the run as a whole are within one of an even split.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,12 @@ pub fn parse(list: &[String]) -> Result<Vec<SocketAddr>, (String, String)> {
     Ok(out)
 }
 
+/// The scenario's `endpoints:` as addresses (empty when the list is empty or invalid: a
+/// scenario is validated before it runs).
+pub fn listed(list: &[String]) -> Vec<SocketAddr> {
+    parse(list).unwrap_or_default()
+}
+
 /// One endpoint's figures for one interval or a whole run, as agents send them and the
 /// controller adds them up.
 #[derive(Debug, Clone, Default)]
@@ -100,56 +107,101 @@ impl EndpointStats {
     }
 }
 
-/// The run's figures per endpoint, merged from every agent's intervals.
+/// Most endpoints whose figures are kept interval by interval (every endpoint is in the
+/// run's totals): a timeline row per endpoint is for reading, and beyond this many it is not.
+pub const MAX_INTERVAL_ENDPOINTS: usize = 64;
+
+/// The run's figures per endpoint, merged from every agent's intervals: the whole run, and
+/// each interval apart.
 #[derive(Debug, Clone, Default)]
 pub struct EndpointAccumulator {
-    by_endpoint: Vec<EndpointStats>,
+    total: BTreeMap<SocketAddr, EndpointStats>,
+    intervals: BTreeMap<u64, BTreeMap<SocketAddr, EndpointStats>>,
 }
 
 impl EndpointAccumulator {
-    /// Adds one agent's figures for endpoint `index` (one interval). An index past
+    /// Adds one agent's figures for endpoint `address` in `interval`. A new address past
     /// [`MAX_ENDPOINTS`] is refused (false).
-    pub fn add(&mut self, index: usize, stats: &EndpointStats) -> bool {
-        if index >= MAX_ENDPOINTS {
+    pub fn add(&mut self, interval: u64, address: SocketAddr, stats: &EndpointStats) -> bool {
+        if !self.total.contains_key(&address) && self.total.len() >= MAX_ENDPOINTS {
             return false;
         }
-        if self.by_endpoint.len() <= index {
-            self.by_endpoint.resize_with(index + 1, Default::default);
+        self.total.entry(address).or_default().add(stats);
+        if self.total.len() <= MAX_INTERVAL_ENDPOINTS {
+            self.intervals
+                .entry(interval)
+                .or_default()
+                .entry(address)
+                .or_default()
+                .add(stats);
         }
-        self.by_endpoint[index].add(stats);
         true
     }
 
-    /// The report's rows, one per address in the scenario's order (an endpoint nothing was
-    /// recorded for has zeros).
-    pub fn report(&self, addresses: &[String]) -> Vec<EndpointReport> {
-        addresses
-            .iter()
-            .enumerate()
-            .map(|(i, address)| {
-                let s = self.by_endpoint.get(i).cloned().unwrap_or_default();
-                let [p50, p99] = if s.response.is_empty() {
-                    [0, 0]
-                } else {
-                    s.response.values_at_quantiles([0.5, 0.99])
-                };
-                EndpointReport {
-                    address: address.clone(),
-                    completed: s.completed,
-                    failed: s.failed,
-                    p50_us: p50,
-                    p99_us: p99,
-                    connections: s.connections,
-                }
-            })
-            .collect()
+    /// Nothing was recorded for any endpoint.
+    pub fn is_empty(&self) -> bool {
+        self.total.is_empty()
     }
+
+    /// The report's rows: the scenario's `listed` endpoints in its order (one nothing was
+    /// recorded for has zeros), then every other address that was loaded, in address order.
+    pub fn report(&self, listed: &[SocketAddr]) -> Vec<EndpointReport> {
+        rows(&self.total, listed)
+    }
+
+    /// The rows of one interval (in the order of [`Self::report`]); empty when the interval
+    /// recorded nothing per endpoint or the run has too many endpoints to keep them.
+    pub fn interval(&self, interval: u64, listed: &[SocketAddr]) -> Vec<EndpointReport> {
+        match (
+            self.total.len() <= MAX_INTERVAL_ENDPOINTS,
+            self.intervals.get(&interval),
+        ) {
+            (true, Some(by)) => {
+                let order: Vec<SocketAddr> = self.total.keys().copied().collect();
+                let listed: Vec<SocketAddr> = listed.iter().chain(&order).copied().collect();
+                rows(by, &listed)
+                    .into_iter()
+                    .filter(|r| r.completed + r.failed + r.connections > 0)
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One row per address of `listed`, then per other address of `by`, without repeats.
+fn rows(by: &BTreeMap<SocketAddr, EndpointStats>, listed: &[SocketAddr]) -> Vec<EndpointReport> {
+    let mut order: Vec<SocketAddr> = Vec::with_capacity(listed.len() + by.len());
+    for a in listed.iter().chain(by.keys()) {
+        if !order.contains(a) {
+            order.push(*a);
+        }
+    }
+    order
+        .into_iter()
+        .map(|address| {
+            let s = by.get(&address).cloned().unwrap_or_default();
+            let [p50, p99] = if s.response.is_empty() {
+                [0, 0]
+            } else {
+                s.response.values_at_quantiles([0.5, 0.99])
+            };
+            EndpointReport {
+                address: address.to_string(),
+                completed: s.completed,
+                failed: s.failed,
+                p50_us: p50,
+                p99_us: p99,
+                connections: s.connections,
+            }
+        })
+        .collect()
 }
 
 /// One endpoint of the report (`endpoints:` in the JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointReport {
-    /// `ip:port` as the scenario listed it.
+    /// `ip:port` (`[v6]:port`).
     pub address: String,
     pub completed: u64,
     pub failed: u64,
@@ -271,14 +323,16 @@ mod tests {
         for us in [1_000, 2_000, 3_000] {
             s.response.record_n(us, 1);
         }
-        assert!(acc.add(1, &s));
-        assert!(acc.add(1, &s));
-        assert!(!acc.add(MAX_ENDPOINTS, &s));
-        let rows = acc.report(&["x:1".into(), "y:2".into()]);
+        let [x, y, z]: [SocketAddr; 3] =
+            ["10.0.0.9:1", "10.0.0.2:2", "10.0.0.1:3"].map(|a| a.parse().unwrap());
+        assert!(acc.add(0, y, &s));
+        assert!(acc.add(1, y, &s));
+        assert!(acc.add(1, z, &s));
+        let rows = acc.report(&[x, y]);
         assert_eq!(
             rows[0],
             EndpointReport {
-                address: "x:1".into(),
+                address: "10.0.0.9:1".into(),
                 ..Default::default()
             }
         );
@@ -287,6 +341,26 @@ mod tests {
             rows[1].p50_us >= 1_990 && rows[1].p50_us <= 2_010,
             "{}",
             rows[1].p50_us
+        );
+        assert_eq!(rows[2].address, "10.0.0.1:3", "one not listed comes after");
+        // Interval 1 has y and z, in the same order; interval 0 only y; 2 nothing.
+        let one: Vec<String> = acc
+            .interval(1, &[x, y])
+            .into_iter()
+            .map(|r| r.address)
+            .collect();
+        assert_eq!(one, ["10.0.0.2:2", "10.0.0.1:3"]);
+        assert_eq!(acc.interval(0, &[x, y])[0].completed, 3);
+        assert!(acc.interval(2, &[x, y]).is_empty());
+        // New addresses past the cap are refused; known ones still count.
+        for i in 0..MAX_ENDPOINTS as u32 {
+            acc.add(0, SocketAddr::from((std::net::Ipv4Addr::from(i), 9)), &s);
+        }
+        assert!(!acc.add(0, "192.0.2.1:1".parse().unwrap(), &s));
+        assert!(acc.add(0, y, &s));
+        assert!(
+            acc.interval(1, &[]).is_empty(),
+            "too many for interval rows"
         );
     }
 }

@@ -3,7 +3,9 @@
 //! `step(login).service.p99 < 20ms`.
 //!
 //! Grammar: `[scope.]metric op value`, where scope is `phase(NAME)`, `step(NAME)`,
-//! `workload(NAME)` or `session(NAME)` (a session type of a mix);
+//! `workload(NAME)`, `session(NAME)` (a session type of a mix), or `endpoint(IP:PORT)` /
+//! `endpoint(*)` (one of the target's endpoints, or every one of them: `p50`, `p99`,
+//! `error_rate` and `throughput`);
 //! metric is a latency (`min`, `mean`, `max`, `p50` … `p99.99`, optionally prefixed by
 //! `service.`; response time otherwise), `error_rate`, or `throughput`; op is `<`, `<=`, `>`,
 //! `>=`; value is a duration (`us`, `ms`, `s`), a percentage or fraction (`error_rate`), or
@@ -22,7 +24,13 @@ pub enum Scope {
     Workload(String),
     /// A session type of a weighted mix, by name (in any workload).
     Session(String),
+    /// One endpoint by its `ip:port`, or every endpoint ([`ALL_ENDPOINTS`]): each must pass,
+    /// because a merged percentile hides one slow backend.
+    Endpoint(String),
 }
+
+/// The `endpoint(*)` scope: every endpoint of the run.
+pub const ALL_ENDPOINTS: &str = "*";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
@@ -209,14 +217,14 @@ impl Threshold {
             _ => Op::Ge,
         };
         let (mut window_s, lhs) = strip_window(expr, lhs)?;
-        let scoped = ["phase(", "step(", "workload(", "session("]
+        let scoped = ["phase(", "step(", "workload(", "session(", "endpoint("]
             .iter()
             .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
         let (scope, metric_text) = if let Some((kind, rest)) = scoped {
             let (name, tail) = rest.split_once(").").ok_or_else(|| {
                 bad(
                     expr,
-                    "expected `SCOPE(NAME).metric` (phase, step, workload or session)",
+                    "expected `SCOPE(NAME).metric` (phase, step, workload, session or endpoint)",
                 )
             })?;
             if name.is_empty() {
@@ -227,6 +235,17 @@ impl Threshold {
                 "phase(" => Scope::Phase(name),
                 "step(" => Scope::Step(name),
                 "workload(" => Scope::Workload(name),
+                "endpoint(" if name == ALL_ENDPOINTS => Scope::Endpoint(name),
+                "endpoint(" => Scope::Endpoint(
+                    name.parse::<std::net::SocketAddr>()
+                        .map_err(|_| {
+                            bad(
+                                expr,
+                                "endpoint(...) takes an ip:port (`[v6]:port` for IPv6) or `*`",
+                            )
+                        })?
+                        .to_string(),
+                ),
                 _ => Scope::Session(name),
             };
             (scope, tail)
@@ -294,6 +313,27 @@ impl Threshold {
                 "throughput is not defined per step or session type",
             ));
         }
+        if matches!(scope, Scope::Endpoint(_)) {
+            if window_s.is_some() {
+                return Err(bad(
+                    expr,
+                    "an endpoint scope is judged on the whole run, not in a window(...)",
+                ));
+            }
+            let ok = match metric {
+                Metric::Latency { service, stat } => {
+                    !service && matches!(stat, LatencyStat::Quantile(q) if q == 0.5 || q == 0.99)
+                }
+                Metric::ErrorRate | Metric::Throughput => true,
+                Metric::ThroughputOfPlanned => false,
+            };
+            if !ok {
+                return Err(bad(
+                    expr,
+                    "an endpoint has p50, p99, error_rate and throughput (requests/s)",
+                ));
+            }
+        }
         Ok(Self {
             expr: expr.to_string(),
             scope,
@@ -326,6 +366,9 @@ impl Threshold {
     /// Evaluates against a report. A scope that names no phase or step fails with a message,
     /// and so does a scope with no finished request: a threshold never passes on nothing.
     pub fn evaluate(&self, r: &Report) -> ThresholdResult {
+        if let Scope::Endpoint(which) = &self.scope {
+            return self.evaluate_endpoints(which, r);
+        }
         let measured = match self.scope_samples(r) {
             Some(0) => {
                 return ThresholdResult {
@@ -368,6 +411,79 @@ impl Threshold {
             Metric::ErrorRate | Metric::ThroughputOfPlanned => format!("{:.3}%", v * 100.0),
             Metric::Throughput => format!("{v:.1}/s"),
         }
+    }
+
+    /// An endpoint scope: the one endpoint, or each of them, judged on its own figures; the
+    /// verdict is the worst endpoint's (the first that fails), named in the text.
+    fn evaluate_endpoints(&self, which: &str, r: &Report) -> ThresholdResult {
+        let result = |measured: f64, passed: bool, measured_text: String| ThresholdResult {
+            expr: self.expr.clone(),
+            measured,
+            limit: self.limit,
+            passed,
+            measured_text,
+            window: None,
+        };
+        let rows: Vec<&crate::endpoints::EndpointReport> = r
+            .endpoints
+            .iter()
+            .filter(|e| which == ALL_ENDPOINTS || e.address == which)
+            .collect();
+        if rows.is_empty() {
+            return result(
+                f64::NAN,
+                false,
+                "no such endpoint in the report".to_string(),
+            );
+        }
+        let mut worst: Option<(f64, bool, &str)> = None;
+        for e in rows {
+            let Some(v) = self.endpoint_value(e, r.duration_s) else {
+                return result(
+                    f64::NAN,
+                    false,
+                    format!("no finished requests at {}", e.address),
+                );
+            };
+            let passed = self.op.holds(v, self.limit);
+            // The first failing endpoint, else the one closest to its limit.
+            let closer = match worst {
+                None => true,
+                Some((w, wp, _)) => {
+                    (wp && !passed)
+                        || (wp == passed
+                            && passed
+                            && match self.op {
+                                Op::Lt | Op::Le => v > w,
+                                Op::Gt | Op::Ge => v < w,
+                            })
+                }
+            };
+            if closer {
+                worst = Some((v, passed, &e.address));
+            }
+        }
+        let (v, passed, at) = worst.unwrap_or((f64::NAN, false, ""));
+        result(v, passed, format!("{} at {at}", self.format(v)))
+    }
+
+    /// One endpoint's figure for this threshold's metric; `None` when it finished nothing.
+    fn endpoint_value(&self, e: &crate::endpoints::EndpointReport, duration_s: f64) -> Option<f64> {
+        let n = e.completed.saturating_add(e.failed);
+        if n == 0 {
+            return None;
+        }
+        Some(match self.metric {
+            Metric::Latency {
+                stat: LatencyStat::Quantile(q),
+                ..
+            } if q <= 0.5 => e.p50_us as f64,
+            Metric::Latency { .. } => e.p99_us as f64,
+            Metric::ErrorRate => e.failed as f64 / n as f64,
+            Metric::Throughput | Metric::ThroughputOfPlanned => {
+                e.completed as f64 / duration_s.max(1e-9)
+            }
+        })
     }
 
     fn measure(&self, r: &Report) -> Option<f64> {
@@ -458,6 +574,8 @@ impl Threshold {
                     Metric::Throughput | Metric::ThroughputOfPlanned => return None,
                 })
             }
+            // Judged endpoint by endpoint (`evaluate_endpoints`).
+            Scope::Endpoint(_) => None,
         }
     }
 }
@@ -515,6 +633,16 @@ impl Threshold {
                 .map(|w| w.figures.completed.saturating_add(w.figures.failed)),
             Scope::Session(name) => session_type(r, name)
                 .map(|t| t.requests_completed.saturating_add(t.requests_failed)),
+            Scope::Endpoint(which) => {
+                let mut rows = r
+                    .endpoints
+                    .iter()
+                    .filter(|e| which == ALL_ENDPOINTS || &e.address == which)
+                    .peekable();
+                rows.peek()?;
+                // Every endpoint must have enough requests: the smallest count.
+                rows.map(|e| e.completed.saturating_add(e.failed)).min()
+            }
         }
     }
 }
@@ -740,5 +868,91 @@ mod tests {
         assert!(!Threshold::parse("phase(ramp).error_rate < 5%")
             .unwrap()
             .is_run_error_rate());
+    }
+
+    fn endpoint(
+        address: &str,
+        p99_us: u64,
+        completed: u64,
+        failed: u64,
+    ) -> crate::endpoints::EndpointReport {
+        crate::endpoints::EndpointReport {
+            address: address.into(),
+            completed,
+            failed,
+            p50_us: p99_us / 2,
+            p99_us,
+            connections: 1,
+        }
+    }
+
+    /// `endpoint(*)` passes only when every endpoint does, and names the one that fails;
+    /// `endpoint(ADDR)` judges that one; an address not in the report fails.
+    #[test]
+    fn endpoint_scopes_judge_each_endpoint_and_name_the_failing_one() {
+        let mut r = report();
+        r.duration_s = 10.0;
+        r.endpoints = vec![
+            endpoint("127.0.0.1:80", 2_000, 1_000, 0),
+            endpoint("127.0.0.2:80", 41_000, 500, 10),
+            endpoint("127.0.0.3:80", 3_000, 1_000, 0),
+        ];
+        let v = Threshold::parse("endpoint(*).p99 < 50ms")
+            .unwrap()
+            .evaluate(&r);
+        assert!(v.passed, "{v:?}");
+        assert_eq!(
+            v.measured_text, "41.00ms at 127.0.0.2:80",
+            "the closest to its limit"
+        );
+        let v = Threshold::parse("endpoint(*).p99 < 10ms")
+            .unwrap()
+            .evaluate(&r);
+        assert!(!v.passed);
+        assert_eq!(v.measured_text, "41.00ms at 127.0.0.2:80");
+        let v = Threshold::parse("endpoint(127.0.0.3:80).p50 < 2ms")
+            .unwrap()
+            .evaluate(&r);
+        assert!(v.passed, "{v:?}");
+        let v = Threshold::parse("endpoint(*).error_rate < 1%")
+            .unwrap()
+            .evaluate(&r);
+        assert!(
+            !v.passed && v.measured_text.ends_with("at 127.0.0.2:80"),
+            "{v:?}"
+        );
+        let v = Threshold::parse("endpoint(*).throughput >= 60")
+            .unwrap()
+            .evaluate(&r);
+        assert!(
+            !v.passed && v.measured_text == "50.0/s at 127.0.0.2:80",
+            "{v:?}"
+        );
+        let v = Threshold::parse("endpoint(10.0.0.1:80).p99 < 1s")
+            .unwrap()
+            .evaluate(&r);
+        assert!(!v.passed && v.measured_text.contains("no such endpoint"));
+        assert_eq!(
+            Threshold::parse("endpoint(*).p99 < 1s")
+                .unwrap()
+                .scope_samples(&r),
+            Some(510)
+        );
+    }
+
+    #[test]
+    fn endpoint_scopes_refuse_what_an_endpoint_does_not_have() {
+        for (expr, why) in [
+            ("endpoint(host:80).p99 < 1s", "ip:port"),
+            ("endpoint(*).p90 < 1s", "p50, p99"),
+            ("endpoint(*).service.p99 < 1s", "p50, p99"),
+            ("endpoint(*).throughput >= 99% planned", "p50, p99"),
+            ("window(10s).endpoint(*).p99 < 1s", "whole run"),
+        ] {
+            let e = Threshold::parse(expr).unwrap_err();
+            assert!(e.contains(why), "{expr}: {e}");
+        }
+        let t = Threshold::parse("endpoint([::1]:80).p99 < 1s").unwrap();
+        assert_eq!(t.scope, Scope::Endpoint("[::1]:80".into()));
     }
 }

@@ -2,6 +2,7 @@
 //! histograms are decoded defensively, and sizes of maps and lists are bounded.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use stampede_core::endpoints::EndpointStats;
 use stampede_core::hist::SparseHist;
@@ -420,16 +421,17 @@ pub fn check_progress(
     Ok(samples)
 }
 
-/// Encodes one interval's per-endpoint figures (endpoint index, figures) for a Progress;
+/// Encodes one interval's per-endpoint figures (address, figures) for a Progress;
 /// endpoints with nothing recorded are left out.
 pub fn endpoints_to_wire(
-    rows: &[(usize, EndpointStats)],
+    rows: &[(SocketAddr, EndpointStats)],
 ) -> Result<Vec<v1::EndpointSample>, ConvertError> {
     rows.iter()
         .filter(|(_, s)| !s.is_empty())
-        .map(|(i, s)| {
+        .map(|(a, s)| {
             Ok(v1::EndpointSample {
-                endpoint: u32::try_from(*i).unwrap_or(u32::MAX),
+                endpoint: 0,
+                address: a.to_string(),
                 completed: s.completed,
                 failed: s.failed,
                 connections_opened: s.connections,
@@ -439,41 +441,65 @@ pub fn endpoints_to_wire(
         .collect()
 }
 
-/// Decodes a Progress's per-endpoint figures, refusing an index past the scenario's
-/// `endpoints` (of which there are `endpoints`) or a second sample for one endpoint.
+/// Longest `ip:port` text (a full IPv6 address with a zone and a port is shorter).
+const MAX_ADDRESS_LEN: usize = 64;
+
+/// Decodes a Progress's per-endpoint figures, each named by its address, or (without one)
+/// by its index among the scenario's `listed` endpoints. Refuses an address that is not
+/// `ip:port`, an index past the list, a second sample for one endpoint, or more samples
+/// than [`stampede_core::endpoints::MAX_ENDPOINTS`].
 pub fn endpoints_from_wire(
     p: &v1::Progress,
-    endpoints: usize,
-) -> Result<Vec<(usize, EndpointStats)>, ConvertError> {
-    let mut seen = vec![false; endpoints];
+    listed: &[SocketAddr],
+) -> Result<Vec<(SocketAddr, EndpointStats)>, ConvertError> {
+    let max = stampede_core::endpoints::MAX_ENDPOINTS;
+    if p.endpoints.len() > max {
+        return Err(ConvertError::invalid(
+            "progress.endpoints",
+            format!("{} samples; at most {max}", p.endpoints.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(p.endpoints.len());
     p.endpoints
         .iter()
         .enumerate()
         .map(|(k, w)| {
             let field = format!("progress.endpoints[{k}]");
-            let i = w.endpoint as usize;
-            match seen.get_mut(i) {
-                None => Err(ConvertError::invalid(
-                    format!("{field}.endpoint"),
-                    format!("endpoint {i} is not one of the scenario's {endpoints}"),
-                )),
-                Some(true) => Err(ConvertError::invalid(
-                    format!("{field}.endpoint"),
-                    format!("two samples for endpoint {i}"),
-                )),
-                Some(s) => {
-                    *s = true;
-                    Ok((
-                        i,
-                        EndpointStats {
-                            completed: w.completed,
-                            failed: w.failed,
-                            connections: w.connections_opened,
-                            response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
-                        },
-                    ))
+            let address = if w.address.is_empty() {
+                let i = w.endpoint as usize;
+                *listed.get(i).ok_or_else(|| {
+                    ConvertError::invalid(
+                        format!("{field}.endpoint"),
+                        format!("endpoint {i} is not one of the scenario's {}", listed.len()),
+                    )
+                })?
+            } else {
+                let text = w.address.get(..MAX_ADDRESS_LEN.min(w.address.len()));
+                match (w.address.len() <= MAX_ADDRESS_LEN, text.map(str::parse)) {
+                    (true, Some(Ok(a))) => a,
+                    _ => {
+                        return Err(ConvertError::invalid(
+                            format!("{field}.address"),
+                            "not an ip:port address".to_string(),
+                        ))
+                    }
                 }
+            };
+            if !seen.insert(address) {
+                return Err(ConvertError::invalid(
+                    format!("{field}.address"),
+                    format!("two samples for endpoint {address}"),
+                ));
             }
+            Ok((
+                address,
+                EndpointStats {
+                    completed: w.completed,
+                    failed: w.failed,
+                    connections: w.connections_opened,
+                    response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
+                },
+            ))
         })
         .collect()
 }
@@ -627,8 +653,9 @@ mod tests {
         assert!(check_spec("register.hist_spec", None).is_err());
     }
 
-    /// Per-endpoint figures cross the wire whole; an index past the scenario's endpoints
-    /// or a second sample for one endpoint is refused, naming the field.
+    /// Per-endpoint figures cross the wire whole, named by address; an index past the
+    /// scenario's endpoints, an address that is not one, or a second sample for one endpoint
+    /// is refused, naming the field.
     #[test]
     fn endpoint_samples_round_trip_and_are_bounded() {
         let mut s = EndpointStats {
@@ -638,25 +665,35 @@ mod tests {
             ..Default::default()
         };
         s.response.record_n(1_500, 5);
-        let wire = endpoints_to_wire(&[(1, s.clone()), (0, EndpointStats::default())]).unwrap();
+        let (a, b): (SocketAddr, SocketAddr) =
+            ("127.0.0.2:80".parse().unwrap(), "[::1]:80".parse().unwrap());
+        let wire = endpoints_to_wire(&[(a, s.clone()), (b, EndpointStats::default())]).unwrap();
         assert_eq!(wire.len(), 1, "an empty endpoint is left out");
         let mut p = v1::Progress {
             endpoints: wire,
             failure_samples: Vec::new(),
             ..Default::default()
         };
-        let back = endpoints_from_wire(&p, 2).unwrap();
+        let back = endpoints_from_wire(&p, &[]).unwrap();
         assert_eq!(back.len(), 1);
-        assert_eq!(back[0].0, 1);
+        assert_eq!(back[0].0, a);
         assert_eq!(
             (back[0].1.completed, back[0].1.failed, back[0].1.connections),
             (5, 1, 2)
         );
         assert_eq!(back[0].1.response.len(), 5);
-        let e = endpoints_from_wire(&p, 1).unwrap_err().to_string();
-        assert!(e.starts_with("progress.endpoints[0].endpoint"), "{e}");
         p.endpoints.push(p.endpoints[0].clone());
-        let e = endpoints_from_wire(&p, 2).unwrap_err().to_string();
+        let e = endpoints_from_wire(&p, &[]).unwrap_err().to_string();
         assert!(e.contains("two samples"), "{e}");
+        // Without an address, the index names one of the scenario's endpoints.
+        p.endpoints[1].address.clear();
+        p.endpoints[1].endpoint = 1;
+        let back = endpoints_from_wire(&p, &[a, b]).unwrap();
+        assert_eq!(back[1].0, b);
+        let e = endpoints_from_wire(&p, &[a]).unwrap_err().to_string();
+        assert!(e.starts_with("progress.endpoints[1].endpoint"), "{e}");
+        p.endpoints[1].address = "x".repeat(10_000);
+        let e = endpoints_from_wire(&p, &[a]).unwrap_err().to_string();
+        assert!(e.starts_with("progress.endpoints[1].address"), "{e}");
     }
 }

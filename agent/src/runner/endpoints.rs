@@ -1,45 +1,146 @@
-//! What each of the scenario's `endpoints:` got in one interval: requests completed and
-//! failed, their response times, connections opened. Kept apart from the phase stats (one
-//! lock per endpoint, a sparse histogram each) and sent in the same Progress, so a run
-//! without `endpoints:` pays nothing.
+//! The endpoints a run loads and what each got in one interval: requests completed and
+//! failed, their response times, connections opened.
+//!
+//! The set is fixed by the scenario's `endpoints:`, or follows a host name's addresses as
+//! they are re-resolved (`crate::resolve`). Every address the run has loaded keeps its
+//! [`EndpointSlot`] for the whole run, so a request still in flight on an address that left
+//! the set is recorded where it was sent. The connection or session with global index `i`
+//! goes to the `i mod n`-th current endpoint, in address order, the same on every agent.
+//! Figures are kept apart from the phase stats (one lock per endpoint, a sparse histogram
+//! each) and sent in the same Progress, keyed by address; a run with one address pays one
+//! atomic read per session and per request.
 
-use std::sync::{Mutex, MutexGuard};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use stampede_core::endpoints::EndpointStats;
+use stampede_core::endpoints::{EndpointStats, MAX_ENDPOINTS};
 use stampede_proto::v1;
 
-/// One interval's figures per endpoint; empty (and never locked) without `endpoints:`.
-#[derive(Debug, Default)]
-pub struct EndpointRecorder {
-    by_endpoint: Box<[Mutex<EndpointStats>]>,
+use super::plan::Endpoint;
+
+/// One address of the run: where to connect, and its figures for the current interval.
+#[derive(Debug)]
+pub struct EndpointSlot {
+    /// Its place among the run's slots (in order of first appearance): what a connection
+    /// remembers to notice that the set moved it elsewhere.
+    pub id: u32,
+    pub address: SocketAddr,
+    pub endpoint: Endpoint,
+    stats: Mutex<EndpointStats>,
 }
 
-impl EndpointRecorder {
-    /// A recorder for `n` endpoints (0: records nothing).
-    pub fn new(n: usize) -> Self {
-        Self {
-            by_endpoint: (0..n)
-                .map(|_| Mutex::new(EndpointStats::default()))
-                .collect(),
+impl EndpointSlot {
+    fn lock(&self) -> MutexGuard<'_, EndpointStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The endpoint a session goes to: `None` sends it to the target's one address.
+pub type Pick = Option<Arc<EndpointSlot>>;
+
+/// The run's endpoints: every slot it has had, and the current ones.
+#[derive(Debug, Default)]
+pub struct EndpointSet {
+    slots: RwLock<Vec<Arc<EndpointSlot>>>,
+    current: RwLock<Arc<[Arc<EndpointSlot>]>>,
+    /// How many endpoints are current: 0 (nothing to pick, and no lock taken) for a target
+    /// that is one address.
+    live: AtomicUsize,
+    /// Figures are kept per endpoint: the scenario lists its endpoints, or the name has had
+    /// several addresses. One address of a name is the target itself, and costs no lock.
+    measured: AtomicBool,
+}
+
+impl EndpointSet {
+    /// A fixed set: the scenario's `endpoints:`, in its order (empty: none).
+    pub fn fixed(endpoints: Vec<(SocketAddr, Endpoint)>) -> Self {
+        let set = Self::default();
+        let listed = !endpoints.is_empty();
+        set.replace(endpoints, false);
+        set.measured.store(listed, Ordering::Relaxed);
+        set
+    }
+
+    /// Makes `endpoints` the current set, in the order given (the caller sorts resolved
+    /// addresses, so every agent agrees). Addresses seen before keep their slot; an empty
+    /// list leaves the set as it was. Past [`MAX_ENDPOINTS`] slots, new addresses are left
+    /// out (false).
+    pub fn replace(&self, endpoints: Vec<(SocketAddr, Endpoint)>, several: bool) -> bool {
+        if endpoints.is_empty() {
+            return true;
+        }
+        let mut all = true;
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = Vec::with_capacity(endpoints.len());
+        for (address, endpoint) in endpoints {
+            if let Some(s) = slots.iter().find(|s| s.address == address) {
+                current.push(s.clone());
+            } else if slots.len() < MAX_ENDPOINTS {
+                let s = Arc::new(EndpointSlot {
+                    id: slots.len() as u32,
+                    address,
+                    endpoint,
+                    stats: Mutex::new(EndpointStats::default()),
+                });
+                slots.push(s.clone());
+                current.push(s);
+            } else {
+                all = false;
+            }
+        }
+        drop(slots);
+        if several && current.len() > 1 {
+            self.measured.store(true, Ordering::Relaxed);
+        }
+        let n = current.len();
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = current.into();
+        self.live.store(n, Ordering::Relaxed);
+        all
+    }
+
+    /// The current endpoints' addresses, in their order.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|s| s.address)
+            .collect()
+    }
+
+    /// How many endpoints are current (0 for a target that is one address).
+    pub fn len(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// No endpoint is current: sessions go to the target's one address.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The endpoint of the connection or session with global index `index`: the
+    /// `index mod n`-th current one.
+    pub fn pick(&self, index: u64) -> Pick {
+        if self.live.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let current = self.current.read().unwrap_or_else(|p| p.into_inner());
+        let i = stampede_core::endpoints::endpoint_of(index, current.len());
+        current.get(i).cloned()
+    }
+
+    /// Counts a connection opened to `to`.
+    pub fn opened(&self, to: &Pick) {
+        if let Some(s) = to.as_ref().filter(|_| self.measured()) {
+            s.lock().connections += 1;
         }
     }
 
-    fn lock(&self, i: usize) -> Option<MutexGuard<'_, EndpointStats>> {
-        self.by_endpoint
-            .get(i)
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Counts a connection opened to endpoint `i`.
-    pub fn opened(&self, i: usize) {
-        if let Some(mut s) = self.lock(i) {
-            s.connections += 1;
-        }
-    }
-
-    /// Records a request to endpoint `i`: completed in `response_us`, or failed (`None`).
-    pub fn record(&self, i: usize, response_us: Option<u64>) {
-        if let Some(mut s) = self.lock(i) {
+    /// Records a request sent to `to`: completed in `response_us`, or failed (`None`).
+    pub fn record(&self, to: &Pick, response_us: Option<u64>) {
+        if let Some(s) = to.as_ref().filter(|_| self.measured()) {
+            let mut s = s.lock();
             match response_us {
                 Some(us) => {
                     s.completed += 1;
@@ -50,16 +151,23 @@ impl EndpointRecorder {
         }
     }
 
+    fn measured(&self) -> bool {
+        self.measured.load(Ordering::Relaxed)
+    }
+
     /// Takes the interval's figures, leaving every endpoint empty.
-    pub fn take(&self) -> Vec<(usize, EndpointStats)> {
-        (0..self.by_endpoint.len())
-            .filter_map(|i| Some((i, std::mem::take(&mut *self.lock(i)?))))
+    pub fn take(&self) -> Vec<(SocketAddr, EndpointStats)> {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots
+            .iter()
+            .map(|s| (s.address, std::mem::take(&mut *s.lock())))
             .collect()
     }
 
-    /// Takes the interval's figures into a Progress message (nothing without endpoints).
+    /// Takes the interval's figures into a Progress message (nothing when no figures are
+    /// kept).
     pub fn attach(&self, msg: &mut v1::AgentMessage) {
-        if self.by_endpoint.is_empty() {
+        if !self.measured() {
             return;
         }
         let rows = self.take();
@@ -78,27 +186,73 @@ impl EndpointRecorder {
 mod tests {
     use super::*;
 
+    fn at(a: &str) -> (SocketAddr, Endpoint) {
+        let addr: SocketAddr = a.parse().unwrap();
+        (addr, Endpoint::Tcp(addr))
+    }
+
     #[test]
     fn an_interval_is_taken_whole_and_attached() {
-        let rec = EndpointRecorder::new(2);
-        rec.opened(1);
-        rec.record(1, Some(2_000));
-        rec.record(1, None);
-        rec.record(7, Some(1)); // not an endpoint of the run: ignored
+        let set = EndpointSet::fixed(vec![at("127.0.0.1:1"), at("127.0.0.2:1")]);
+        assert_eq!(set.len(), 2);
+        let second = set.pick(1);
+        set.opened(&second);
+        set.record(&second, Some(2_000));
+        set.record(&second, None);
+        set.record(&None, Some(1)); // the target's one address: not an endpoint
         let mut msg = v1::AgentMessage {
             msg: Some(v1::agent_message::Msg::Progress(v1::Progress::default())),
         };
-        rec.attach(&mut msg);
+        set.attach(&mut msg);
         let Some(v1::agent_message::Msg::Progress(p)) = msg.msg else {
             panic!("not a progress")
         };
         assert_eq!(p.endpoints.len(), 1);
         let e = &p.endpoints[0];
         assert_eq!(
-            (e.endpoint, e.completed, e.failed, e.connections_opened),
-            (1, 1, 1, 1)
+            (
+                e.address.as_str(),
+                e.completed,
+                e.failed,
+                e.connections_opened
+            ),
+            ("127.0.0.2:1", 1, 1, 1)
         );
-        assert!(rec.take().iter().all(|(_, s)| s.is_empty()), "taken whole");
+        assert!(set.take().iter().all(|(_, s)| s.is_empty()), "taken whole");
+    }
+
+    /// A name's set: one address keeps no figures; two make the split by index; a set
+    /// that drops an address keeps its slot (a request in flight there is still recorded),
+    /// and an address that comes back gets its old slot again.
+    #[test]
+    fn a_followed_set_moves_connections_and_keeps_slots() {
+        let set = EndpointSet::default();
+        assert!(set.pick(0).is_none(), "nothing current: the target itself");
+        set.replace(vec![at("127.0.0.1:1")], true);
+        let only = set.pick(5);
+        set.record(&only, Some(1));
+        assert!(
+            set.take().iter().all(|(_, s)| s.is_empty()),
+            "one address: no figures"
+        );
+        set.replace(vec![at("127.0.0.1:1"), at("127.0.0.2:1")], true);
+        let ids: Vec<u32> = (0..4).map(|i| set.pick(i).unwrap().id).collect();
+        assert_eq!(ids, [0, 1, 0, 1]);
+        let leaving = set.pick(1);
+        set.replace(vec![at("127.0.0.1:1"), at("127.0.0.3:1")], true);
+        set.record(&leaving, Some(7));
+        assert_eq!(set.pick(1).unwrap().address, at("127.0.0.3:1").0);
+        let rows = set.take();
+        assert_eq!(rows.len(), 3, "every address the run had keeps its slot");
+        assert_eq!((rows[1].0, rows[1].1.completed), (at("127.0.0.2:1").0, 1));
+        set.replace(vec![at("127.0.0.2:1")], true);
+        assert_eq!(
+            set.pick(9).unwrap().id,
+            1,
+            "an address back in its old slot"
+        );
+        set.replace(Vec::new(), true);
+        assert_eq!(set.len(), 1, "an empty answer keeps the last set");
     }
 
     /// A closed load of 7 connections, this agent the second of two (connections 4, 5 and
@@ -208,12 +362,13 @@ mod tests {
         let mut acc = stampede_core::endpoints::EndpointAccumulator::default();
         while let Ok(m) = messages.try_recv() {
             if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
-                for (i, s) in stampede_proto::convert::endpoints_from_wire(&p, 2).unwrap() {
-                    acc.add(i, &s);
+                for (a, s) in stampede_proto::convert::endpoints_from_wire(&p, &[]).unwrap() {
+                    acc.add(p.interval, a, &s);
                 }
             }
         }
-        let rows = acc.report(&addrs);
+        let listed: Vec<SocketAddr> = addrs.iter().map(|a| a.parse().unwrap()).collect();
+        let rows = acc.report(&listed);
         assert_eq!((rows[0].connections, rows[1].connections), (2, 1));
         assert!(rows[0].completed >= 2 && rows[1].completed >= 1, "{rows:?}");
         let total: u64 = rows.iter().map(|r| r.completed + r.failed).sum();

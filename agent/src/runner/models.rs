@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{forget_if_gone, session, At, Ended, Line};
 use super::{Endpoint, Link, Recorder, RunSpec, StepPlan, Tracked};
+use crate::net::NO_ENDPOINT;
 use crate::pool::{RateSlot, Refused, SlotQueue};
 use crate::ticked::Ticks;
 
@@ -117,20 +118,26 @@ async fn open_shared<'a>(
     connection: u64,
 ) -> Option<Tracked<'a>> {
     let endpoint = spec.endpoint_index(connection);
-    let target = spec.endpoint(endpoint);
+    let target = spec.endpoint(&endpoint);
     let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(target)))
         .await
         .ok()?
         .ok()?;
-    rec.endpoints.opened(endpoint);
-    Some(rec.connections.track(link))
+    rec.endpoints.opened(&endpoint);
+    let mut tracked = rec.connections.track(link);
+    tracked.endpoint = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
+    Some(tracked)
 }
 
 /// A handle for one stream on the shared connection `link` (not counted again); `None`
 /// when there is none, and the stream then opens a connection of its own.
 fn stream_handle<'a>(link: Option<&Tracked<'a>>, rec: &'a Recorder) -> Option<Tracked<'a>> {
-    link.and_then(|l| l.conn.share())
-        .map(|l| rec.connections.shared(l))
+    link.and_then(|l| Some((l.conn.share()?, l.endpoint)))
+        .map(|(l, endpoint)| {
+            let mut handle = rec.connections.shared(l);
+            handle.endpoint = endpoint;
+            handle
+        })
 }
 
 /// The loop of [`closed_connection`]: sessions back to back on `conn` (opened on first use

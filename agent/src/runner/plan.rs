@@ -260,19 +260,20 @@ pub struct ShardRun {
     pub graceful_stop: Duration,
     /// The first failed requests of each step and error kind are sampled (`samples:`).
     pub samples: bool,
+    /// The target name whose addresses the run follows (`None`: a fixed set of endpoints).
+    pub follow: Option<Arc<crate::resolve::Follow>>,
 }
 
 impl RunSpec {
-    /// Which of `endpoints` the connection or session with global index `connection` goes to
-    /// (0 without the list).
-    pub fn endpoint_index(&self, connection: u64) -> usize {
-        stampede_core::endpoints::endpoint_of(connection, self.endpoints.len())
+    /// The endpoint the connection or session with global index `connection` goes to
+    /// (`None`: the target's one address).
+    pub fn endpoint_index(&self, connection: u64) -> super::endpoints::Pick {
+        self.endpoints.pick(connection)
     }
 
-    /// The address to open the connection of endpoint `index` to: `target` without
-    /// `endpoints:`.
-    pub fn endpoint(&self, index: usize) -> &Endpoint {
-        self.endpoints.get(index).unwrap_or(&self.target)
+    /// Where to open the connection of endpoint `to`: `target` without one.
+    pub fn endpoint<'a>(&'a self, to: &'a super::endpoints::Pick) -> &'a Endpoint {
+        to.as_ref().map_or(&self.target, |s| &s.endpoint)
     }
 }
 
@@ -317,9 +318,10 @@ pub struct RunSpec {
     /// holding its connections).
     pub filter: Option<ShardFilter>,
     pub target: Endpoint,
-    /// The scenario's `endpoints:`, resolved like `target` (empty without the list): the
-    /// connection or session with global index `i` goes to `endpoints[i mod n]`.
-    pub endpoints: Arc<[Endpoint]>,
+    /// The scenario's `endpoints:`, or the target name's addresses as last resolved (empty
+    /// for a target that is one address): the connection or session with global index `i`
+    /// goes to the `i mod n`-th. Shared by the run's workloads.
+    pub endpoints: Arc<super::endpoints::EndpointSet>,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
     /// run's global step order.
     pub types: Vec<Vec<StepPlan>>,

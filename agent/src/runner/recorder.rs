@@ -50,8 +50,9 @@ pub struct Recorder {
     pub in_flight: AtomicUsize,
     /// Connections open, their per-interval peak and how many were opened.
     pub connections: crate::net::ConnGauge,
-    /// Each of the scenario's `endpoints:` apart (empty without the list).
-    pub endpoints: super::endpoints::EndpointRecorder,
+    /// The run's endpoints, whose figures go out with each interval (empty for a target that
+    /// is one address).
+    pub endpoints: std::sync::Arc<super::endpoints::EndpointSet>,
     /// The first failed requests of each step and error kind (off until [`Self::with_samples`]).
     pub samples: super::samples::SampleRecorder,
 }
@@ -122,9 +123,12 @@ impl Recorder {
         }
     }
 
-    /// The same recorder keeping figures for each of `n` endpoints too.
-    pub fn with_endpoints(mut self, n: usize) -> Self {
-        self.endpoints = super::endpoints::EndpointRecorder::new(n);
+    /// The same recorder sending the figures of the run's `endpoints` too.
+    pub fn with_endpoints(
+        mut self,
+        endpoints: std::sync::Arc<super::endpoints::EndpointSet>,
+    ) -> Self {
+        self.endpoints = endpoints;
         self
     }
 

@@ -15,6 +15,7 @@ use super::deadline::RequestTimer;
 use super::samples::Failed;
 use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
+use crate::net::NO_ENDPOINT;
 
 pub(super) fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -169,6 +170,12 @@ pub(super) fn session<'a, 's, 'l, 't>(
             })
         };
         let endpoint = spec.endpoint_index(connection);
+        // The endpoint set moved this connection elsewhere (a name re-resolved): the session
+        // opens a connection to its new endpoint, and the old one closes with nothing in flight.
+        let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
+        if conn.as_ref().is_some_and(|c| c.endpoint != to) {
+            *conn = None;
+        }
         let Some(steps) = spec.types.get(kind as usize) else {
             // Not a type of this run (cannot happen).
             dropped();
@@ -282,7 +289,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         // stop here: the caller drops the session when the run stops.
                         let mut sent = started;
                         let request = exchange(
-                            (spec, endpoint),
+                            (spec, &endpoint),
                             rec,
                             conn,
                             step,
@@ -318,11 +325,11 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     match answer.error {
                                         None => {
                                             let (response, service) = latencies(done, due, sent);
-                                            rec.endpoints.record(endpoint, Some(response));
+                                            rec.endpoints.record(&endpoint, Some(response));
                                             s.record_success(*ordinal, response, service)
                                         }
                                         Some(kind) => {
-                                            rec.endpoints.record(endpoint, None);
+                                            rec.endpoints.record(&endpoint, None);
                                             s.record_failure(*ordinal, kind)
                                         }
                                     }
@@ -373,7 +380,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 };
                                 rec.samples
                                     .note(step, (spec.dynamic.as_deref(), None), failed);
-                                rec.endpoints.record(endpoint, None);
+                                rec.endpoints.record(&endpoint, None);
                                 rec.with(phase, |s| {
                                     s.record_failure(*ordinal, kind);
                                     tally.close(s, false, done);
@@ -575,7 +582,7 @@ struct Answer<'s> {
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // the arguments held once: see above
 fn exchange<'a, 's, 'c, 'v>(
-    (spec, endpoint): (&'s RunSpec, usize),
+    (spec, endpoint): (&'s RunSpec, &'c super::endpoints::Pick),
     rec: &'a Recorder,
     conn: &'c mut Option<Tracked<'a>>,
     step: &'s StepPlan,
@@ -603,7 +610,9 @@ fn exchange<'a, 's, 'c, 'v>(
             rec.endpoints.opened(endpoint);
             ahead = opened.ahead;
             *sent = opened.at;
-            *conn = Some(rec.connections.track(opened.link));
+            let mut tracked = rec.connections.track(opened.link);
+            tracked.endpoint = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
+            *conn = Some(tracked);
         }
         let Some(c) = conn.as_mut() else {
             return Err(Failure(error_kind::CONNECT));

@@ -438,11 +438,11 @@ impl Driver {
             return;
         }
         // Per-endpoint figures ride the same Progress (a replayed one was refused above).
-        match stampede_proto::convert::endpoints_from_wire(progress, self.scenario.endpoints.len())
-        {
+        let listed = stampede_core::endpoints::listed(&self.scenario.endpoints);
+        match stampede_proto::convert::endpoints_from_wire(progress, &listed) {
             Ok(rows) => {
-                for (e, s) in rows {
-                    acc.endpoints.add(e, &s);
+                for (address, s) in rows {
+                    acc.endpoints.add(progress.interval, address, &s);
                 }
             }
             Err(e) => {

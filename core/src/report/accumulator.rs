@@ -60,7 +60,8 @@ pub struct RunAccumulator {
     usage: Vec<resources::AgentUse>,
     /// Each agent's CPU per timeline interval not yet closed into a row.
     cpu_rows: BTreeMap<u64, Vec<Option<f64>>>,
-    /// The run's figures per endpoint (`endpoints:`), added as agents send them.
+    /// The run's figures per endpoint (`endpoints:`, or a target name's addresses), added as
+    /// agents send them.
     pub endpoints: crate::endpoints::EndpointAccumulator,
     /// The first failure samples of each step and error kind, as agents send them.
     pub samples: crate::samples::SampleMerge,
@@ -461,6 +462,7 @@ impl RunAccumulator {
             response_hist: b64(&s.response)?,
             service_hist: b64(&s.service)?,
             agent_cpu_pct: self.agent_cpu(interval),
+            endpoints: Vec::new(),
         })
     }
 
@@ -540,7 +542,6 @@ impl RunAccumulator {
         }
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
-        report.endpoints = self.endpoints.report(&scenario.endpoints);
         let agents: Vec<String> = self.agents.iter().map(|a| a.id.clone()).collect();
         // A secret source's values never reach a report, whoever sent them.
         report.failure_samples = self.samples.report(&scenario.step_names(), &agents, |src| {

@@ -300,6 +300,9 @@ pub struct TimelineRow {
     /// `null` for an agent that sent no figure for it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent_cpu_pct: Vec<Option<f64>>,
+    /// Each endpoint that got load in this interval, in the order of the run's `endpoints`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<crate::endpoints::EndpointReport>,
 }
 
 /// The closed or constant-rate load of a run, and what it achieved.
@@ -384,7 +387,8 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_abort: Option<ThresholdAbort>,
     pub timeline: Vec<TimelineRow>,
-    /// Each of the scenario's `endpoints:` apart, in its order (absent without the list).
+    /// Each endpoint apart: the scenario's `endpoints:` in its order, then the other addresses
+    /// loaded (a target name's several addresses). Absent for a target with one address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<crate::endpoints::EndpointReport>,
     /// The target's own resources, from the scenario's `observe:` sources.

@@ -139,6 +139,8 @@ impl Windows {
                             .collect(),
                         phases: measured.clone(),
                     },
+                    // Refused when parsed: an endpoint scope has no window.
+                    Scope::Endpoint(_) => return None,
                 };
                 let k = ((window_s as f64 / interval_s).round() as u64).max(1);
                 Some(Track {

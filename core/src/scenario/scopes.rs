@@ -12,6 +12,10 @@ pub struct ScopeNames {
     pub steps: Vec<String>,
     pub workloads: Vec<String>,
     pub sessions: Vec<String>,
+    /// The scenario's `endpoints:`, as `ip:port`.
+    pub endpoints: Vec<String>,
+    /// The target is a host name, whose addresses are known only when it is resolved.
+    pub named_target: bool,
 }
 
 impl ScopeNames {
@@ -35,6 +39,13 @@ impl ScopeNames {
             steps: s.step_names(),
             workloads: views.iter().map(|w| w.name.to_string()).collect(),
             sessions,
+            endpoints: crate::endpoints::listed(&s.endpoints)
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
+            named_target: s.target.as_ref().is_some_and(|t| {
+                t.unix_path().is_none() && t.host().parse::<std::net::IpAddr>().is_err()
+            }),
         }
     }
 
@@ -49,6 +60,17 @@ impl ScopeNames {
             Scope::Step(n) => ("step", "request steps", n, &self.steps),
             Scope::Workload(n) => ("workload", "workloads", n, &self.workloads),
             Scope::Session(n) => ("session", "session types", n, &self.sessions),
+            // A host name's addresses are known once it is resolved; a scope naming none of
+            // them fails in the report.
+            Scope::Endpoint(_) if self.endpoints.is_empty() && self.named_target => return None,
+            Scope::Endpoint(n) if self.endpoints.is_empty() => {
+                return Some(format!(
+                    "endpoint({n}): the target is one address; list the addresses in \
+                     `endpoints:` or give the target as a host name with several"
+                ))
+            }
+            Scope::Endpoint(n) if n == crate::threshold::ALL_ENDPOINTS => return None,
+            Scope::Endpoint(n) => ("endpoint", "endpoints", n, &self.endpoints),
         };
         if names.iter().any(|x| x == name) {
             return None;
@@ -169,5 +191,32 @@ mod tests {
         assert!(Scenario::from_yaml_loadless(text).is_ok());
         let typo = text.replace("phase(steady)", "step(nope)");
         assert!(Scenario::from_yaml_loadless(&typo).is_err());
+    }
+
+    /// `endpoint(ADDR)` must be one of `endpoints:`; with a target that is one IP address and
+    /// no list, no endpoint scope can name anything; a host name's addresses are known only
+    /// when it is resolved, so any address is accepted there.
+    #[test]
+    fn endpoint_scopes_are_checked_against_the_endpoints() {
+        let listed = "name: t\ntarget: http://127.0.0.1:8080\nendpoints: [\"127.0.0.1:8080\", \"127.0.0.2:8080\"]\nload: { model: closed, connections: 2, duration: 1s }\nsession:\n  - http: { path: / }\n";
+        let ok = format!("{listed}thresholds: [ \"endpoint(*).p99 < 50ms\", \"endpoint(127.0.0.2:8080).error_rate < 1%\" ]\n");
+        if let Err(e) = Scenario::from_yaml(&ok) {
+            panic!("{e}");
+        }
+        let e = refused(&format!(
+            "{listed}thresholds: [ \"endpoint(127.0.0.3:8080).p99 < 50ms\" ]\n"
+        ));
+        assert_eq!(e.path(), "thresholds[0]");
+        assert!(
+            e.to_string()
+                .contains("no such endpoint; endpoints are 127.0.0.1:8080, 127.0.0.2:8080"),
+            "{e}"
+        );
+        let one = "name: t\ntarget: http://127.0.0.1:8080\nload: { model: closed, connections: 2, duration: 1s }\nsession:\n  - http: { path: / }\nthresholds: [ \"endpoint(*).p99 < 50ms\" ]\n";
+        assert!(refused(one)
+            .to_string()
+            .contains("the target is one address"));
+        let named = one.replace("127.0.0.1", "svc.example");
+        assert!(Scenario::from_yaml(&named).is_ok());
     }
 }

@@ -272,6 +272,7 @@ impl RunAccumulator {
             failure_samples: Vec::new(),
         };
         let mut report = report;
+        self.endpoint_rows(scenario, &mut report);
         // Thresholds parsed when the scenario was validated; evaluate on the merged data.
         if let Ok(ts) = scenario.parsed_thresholds() {
             report.thresholds = crate::threshold::evaluate_all(&ts, &report);
@@ -283,6 +284,22 @@ impl RunAccumulator {
             }
         }
         Ok(report)
+    }
+}
+
+impl RunAccumulator {
+    /// The per-endpoint rows of the run and of each timeline interval. A target name that
+    /// kept one address has no table: its one row would repeat the run's figures.
+    fn endpoint_rows(&self, scenario: &Scenario, report: &mut Report) {
+        let listed = crate::endpoints::listed(&scenario.endpoints);
+        let rows = self.endpoints.report(&listed);
+        if listed.is_empty() && rows.len() < 2 {
+            return;
+        }
+        report.endpoints = rows;
+        for row in &mut report.timeline {
+            row.endpoints = self.endpoints.interval(row.interval, &listed);
+        }
     }
 }
 

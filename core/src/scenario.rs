@@ -1201,9 +1201,11 @@ pub fn json_schema() -> serde_json::Value {
 }
 
 mod files;
+mod ready;
 mod scopes;
 mod validate;
 
+pub use ready::{NotReady, ReadyScenario};
 pub use scopes::ScopeNames;
 
 #[cfg(test)]

@@ -129,31 +129,53 @@ impl Scenario {
 
     /// True when a `file:` payload or `body_file` is still to be read by the CLI.
     pub fn has_files(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
-            || self.data.values().any(|d| d.file.is_some())
-            || self.setup.iter().any(Step::has_files)
-            || self
-                .step_lists()
-                .iter()
-                .flat_map(|(_, s)| s.iter())
-                .any(Step::has_files)
+        self.first_unread_file().is_some()
+    }
+
+    /// The field of the first file path still to be read (`tls.ca_file`, `data.NAME.file`,
+    /// `session[2].http.body_file`, `setup[0].http.body_file`, `session[1].tcp.send`), for the
+    /// error that refuses such a scenario where no file can be read.
+    pub fn first_unread_file(&self) -> Option<String> {
+        if self.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
+            return Some("tls.ca_file".into());
+        }
+        if let Some((name, _)) = self.data.iter().find(|(_, d)| d.file.is_some()) {
+            return Some(format!("data.{name}.file"));
+        }
+        let setup = ("setup".to_string(), self.setup.as_slice());
+        std::iter::once(setup)
+            .chain(self.step_lists())
+            .find_map(|(path, steps)| {
+                steps
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, s)| s.unread_file().map(|field| format!("{path}[{i}].{field}")))
+            })
     }
 }
 
 impl Step {
-    /// True when the step still names a file (`body_file`, a `file:` payload) to be read.
-    pub fn has_files(&self) -> bool {
+    /// The field, relative to the step, of a file path it still names (`http.body_file`,
+    /// `tcp.send`, `udp.expect`).
+    pub fn unread_file(&self) -> Option<&'static str> {
         use protocol::Payload::File;
         let expects_file = |e: &Option<protocol::Expect>| {
             e.as_ref().is_some_and(|e| matches!(e.payload(), File(_)))
         };
         match &self.kind {
-            StepKind::Http(h) => h.body_file.is_some(),
+            StepKind::Http(h) => h.body_file.is_some().then_some("http.body_file"),
             StepKind::Tcp(TcpRequest { send, expect, .. })
             | StepKind::Udp(UdpRequest { send, expect, .. }) => {
-                matches!(send, File(_)) || expects_file(expect)
+                let tcp = matches!(self.kind, StepKind::Tcp(_));
+                match (matches!(send, File(_)), expects_file(expect), tcp) {
+                    (true, _, true) => Some("tcp.send"),
+                    (true, _, false) => Some("udp.send"),
+                    (false, true, true) => Some("tcp.expect"),
+                    (false, true, false) => Some("udp.expect"),
+                    (false, false, _) => None,
+                }
             }
-            StepKind::Grpc(_) | StepKind::Think(_) => false,
+            StepKind::Grpc(_) | StepKind::Think(_) => None,
         }
     }
 }

@@ -860,10 +860,10 @@ pub enum ScenarioError {
 }
 
 impl ScenarioError {
-    fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
+    fn invalid(path: impl Into<String>, reason: impl std::fmt::Display) -> Self {
         Self::Invalid {
             path: path.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
     /// The dotted field path the error is about.

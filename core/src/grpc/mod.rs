@@ -165,7 +165,7 @@ impl GrpcCall {
         let Some(b64) = &self.frame else {
             return Ok(None);
         };
-        let bytes = crate::protocol::decode_base64(b64)?;
+        let bytes = crate::protocol::decode_base64(b64).map_err(|e| e.to_string())?;
         let mut scan = FrameScanner::new(MAX_MESSAGE);
         scan.feed(&bytes).map_err(|e| e.to_string())?;
         match scan.finish() {
@@ -217,7 +217,7 @@ impl GrpcCall {
                 continue;
             };
             if name.ends_with("-bin") {
-                crate::protocol::decode_base64(value).map_err(|e| (f.clone(), e))?;
+                crate::protocol::decode_base64(value).map_err(|e| (f.clone(), e.to_string()))?;
             } else if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
                 return Err((
                     f,

@@ -37,7 +37,7 @@ pub enum ReplyCheck {
 
 impl ReplyCheck {
     pub fn new(e: &Expect) -> Result<Self, String> {
-        let bytes = Bytes::from(e.payload().bytes()?);
+        let bytes = Bytes::from(e.payload().bytes().map_err(|e| e.to_string())?);
         Ok(match e {
             Expect::Exact(_) => ReplyCheck::Exact(bytes),
             Expect::Prefix(_) => ReplyCheck::Prefix(bytes),

@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use stampede_core::scenario::{NotReady, ReadyScenario};
 use stampede_core::Scenario;
 use stampede_proto::v1;
 use tokio::sync::broadcast::error::RecvError;
@@ -186,12 +187,13 @@ impl v1::control_service_server::ControlService for ControlSvc {
     }
 }
 
-/// Starts a run: the one path for gRPC `SubmitRun` and `LoadTest` resources. `agents` 0 means
-/// the scenario's `agents` (default 1). In a cluster, the agent Deployment is scaled up first
-/// when fewer agents are attached than the run needs.
+/// Starts a run: the one path for gRPC `SubmitRun` and `LoadTest` resources, each of which
+/// reads what it can (a LoadTest's ConfigMaps, Secrets and `.proto` files) before it makes the
+/// [`ReadyScenario`]. `agents` 0 means the scenario's `agents` (default 1). In a cluster, the
+/// agent Deployment is scaled up first when fewer agents are attached than the run needs.
 pub(crate) fn submit(
     inner: Arc<Inner>,
-    scenario: Scenario,
+    scenario: ReadyScenario,
     agents: u32,
     wait: Option<Duration>,
 ) -> Result<Arc<run::RunHandle>, ControllerError> {
@@ -200,34 +202,6 @@ pub(crate) fn submit(
     } else {
         scenario.agents.unwrap_or(1)
     };
-    // The agents' form (rows left out) is what the controller sends, never what it takes.
-    if let Some(name) = scenario
-        .data
-        .iter()
-        .find_map(|(n, d)| d.rows_in_all.is_some().then_some(n))
-    {
-        return Err(ControllerError::Invalid(format!(
-            "data.{name}.rows_in_all: a submitted scenario carries its rows"
-        )));
-    }
-    // Rows are read before submission: files by the CLI, ConfigMaps and Secrets by the
-    // LoadTest reconciler. A source still naming one has nobody left to read it.
-    if let Some((name, d)) = scenario.data.iter().find(|(_, d)| d.is_unread()) {
-        let field = d.object().map_or("file", |(kind, _)| kind.field());
-        return Err(ControllerError::Invalid(format!(
-            "data.{name}.{field}: a submitted scenario carries its rows (the CLI reads a file; \
-             a config_map or secret is read only for a LoadTest)"
-        )));
-    }
-    // gRPC messages are encoded against the schema before submission: by the CLI, or for a
-    // LoadTest by its reconciler from `grpc.config_map`. Nothing here holds a schema.
-    if let Some(path) = stampede_core::grpc::first_unresolved(&scenario) {
-        return Err(ControllerError::Invalid(format!(
-            "{path}: the call is not encoded: the CLI encodes gRPC messages against the schema \
-             (`stampede run`, `stampede capacity`), and a LoadTest's reconciler against the \
-             .proto files of its grpc.config_map"
-        )));
-    }
     let max = inner
         .cfg
         .max_agents
@@ -242,7 +216,7 @@ pub(crate) fn submit(
         stampede_core::target_policy::check_literal(target).map_err(ControllerError::Invalid)?;
     }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
-    let handle = run::start(inner.clone(), scenario, agents, wait);
+    let handle = run::start(inner.clone(), scenario.into_inner(), agents, wait);
     if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {
         tokio::spawn(scaler.hold(agents, handle.clone()));
     }
@@ -253,19 +227,23 @@ pub(crate) fn submit(
 /// what it parses into).
 static PARSES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
-/// Parses and validates a submitted scenario on the blocking pool, at most [`PARSES`] at a
-/// time: a large or hostile text (bounded by `MAX_SCENARIO_BYTES` before any parsing) then
-/// never holds the async workers, which also carry every run's lease renewals and agent
-/// streams.
-async fn parse_off_the_workers(text: String) -> Result<Scenario, Status> {
+/// Parses and validates a submitted scenario, and checks it needs nothing read or encoded, on
+/// the blocking pool, at most [`PARSES`] at a time: a large or hostile text (bounded by
+/// `MAX_SCENARIO_BYTES` before any parsing) then never holds the async workers, which also
+/// carry every run's lease renewals and agent streams.
+async fn parse_off_the_workers(text: String) -> Result<ReadyScenario, Status> {
     let _turn = PARSES
         .acquire()
         .await
         .map_err(|_| Status::unavailable("the controller is shutting down"))?;
-    tokio::task::spawn_blocking(move || Scenario::from_yaml(&text))
-        .await
-        .map_err(|e| Status::internal(format!("parsing the scenario failed: {e}")))?
-        .map_err(|e| ControllerError::from(e).into())
+    tokio::task::spawn_blocking(move || {
+        Scenario::from_yaml(&text)
+            .map_err(NotReady::from)
+            .and_then(ReadyScenario::new)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("parsing the scenario failed: {e}")))?
+    .map_err(|e| ControllerError::from(e).into())
 }
 
 /// A stream fed by a spawned task through a channel.

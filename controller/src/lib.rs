@@ -145,6 +145,10 @@ impl ControllerConfig {
 pub enum ControllerError {
     #[error("scenario: {0}")]
     Scenario(#[from] stampede_core::ScenarioError),
+    /// A scenario that still needs something only its submitter can do: a file read, data
+    /// fetched, a gRPC call encoded. The message names the field.
+    #[error(transparent)]
+    NotReady(#[from] stampede_core::scenario::NotReady),
     #[error("run {0} not found")]
     RunNotFound(String),
     #[error("run {0} has not finished yet")]
@@ -160,9 +164,9 @@ pub enum ControllerError {
 impl From<ControllerError> for Status {
     fn from(e: ControllerError) -> Self {
         match &e {
-            ControllerError::Scenario(_) | ControllerError::Invalid(_) => {
-                Status::invalid_argument(e.to_string())
-            }
+            ControllerError::Scenario(_)
+            | ControllerError::NotReady(_)
+            | ControllerError::Invalid(_) => Status::invalid_argument(e.to_string()),
             ControllerError::RunNotFound(_) => Status::not_found(e.to_string()),
             ControllerError::NotFinished(_) => Status::failed_precondition(e.to_string()),
             ControllerError::Store(StoreError::BadId(_)) => Status::invalid_argument(e.to_string()),

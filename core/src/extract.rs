@@ -70,11 +70,42 @@ struct ExtractRepr {
     between: Option<[String; 2]>,
 }
 
+/// An extraction that cannot work; the caller names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtractError {
+    /// `group` without `regex`.
+    #[error("group only applies to regex")]
+    GroupWithoutRegex,
+    /// Not exactly one place to take the value from.
+    #[error("give exactly one of: json, header, cookie, regex, between")]
+    Form,
+    /// A pattern the regex engine refuses (or that compiles too large); its reason.
+    #[error("not a valid regular expression: {0}")]
+    Regex(String),
+    /// A `json` path that is not a JSON Pointer.
+    #[error("`{0}` is not a JSON Pointer (it starts with /)")]
+    Pointer(String),
+    /// A capture group the pattern does not have.
+    #[error("group {group}: the pattern has {groups} groups")]
+    Group {
+        /// The group asked for.
+        group: usize,
+        /// The groups the pattern has.
+        groups: usize,
+    },
+    /// A header or cookie without its name.
+    #[error("needs a name")]
+    NoName,
+    /// `between` with an empty side.
+    #[error("between needs two non-empty strings")]
+    EmptyBetween,
+}
+
 impl TryFrom<ExtractRepr> for Extract {
-    type Error = String;
-    fn try_from(r: ExtractRepr) -> Result<Self, String> {
+    type Error = ExtractError;
+    fn try_from(r: ExtractRepr) -> Result<Self, ExtractError> {
         if r.group.is_some() && r.regex.is_none() {
-            return Err("group only applies to regex".into());
+            return Err(ExtractError::GroupWithoutRegex);
         }
         let from = match (r.json, r.header, r.cookie, r.regex, r.between) {
             (Some(p), None, None, None, None) => Extractor::Json(p),
@@ -82,7 +113,7 @@ impl TryFrom<ExtractRepr> for Extract {
             (None, None, Some(c), None, None) => Extractor::Cookie(c),
             (None, None, None, Some(re), None) => Extractor::Regex(re, r.group),
             (None, None, None, None, Some([l, r])) => Extractor::Between(l, r),
-            _ => return Err("give exactly one of: json, header, cookie, regex, between".into()),
+            _ => return Err(ExtractError::Form),
         };
         Ok(Self { from })
     }
@@ -124,13 +155,13 @@ impl PartialEq for Pattern {
 impl Eq for Pattern {}
 
 impl TryFrom<String> for Pattern {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = ExtractError;
+    fn try_from(s: String) -> Result<Self, ExtractError> {
         regex::bytes::RegexBuilder::new(&s)
             .size_limit(1 << 20)
             .build()
             .map(Pattern)
-            .map_err(|e| format!("not a valid regular expression: {e}"))
+            .map_err(|e| ExtractError::Regex(e.to_string()))
     }
 }
 
@@ -238,23 +269,23 @@ impl Extract {
     }
 
     /// Checks what the types cannot; `Err(reason)`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ExtractError> {
         match &self.from {
             Extractor::Json(p) if !(p.is_empty() || p.starts_with('/')) => {
-                Err(format!("`{p}` is not a JSON Pointer (it starts with /)"))
+                Err(ExtractError::Pointer(p.clone()))
             }
             Extractor::Regex(p, group) => match group {
-                Some(g) if *g >= p.0.captures_len() => Err(format!(
-                    "group {g}: the pattern has {} groups",
-                    p.0.captures_len() - 1
-                )),
+                Some(g) if *g >= p.0.captures_len() => Err(ExtractError::Group {
+                    group: *g,
+                    groups: p.0.captures_len() - 1,
+                }),
                 _ => Ok(()),
             },
             Extractor::Header(n) | Extractor::Cookie(n) if n.is_empty() => {
-                Err("needs a name".into())
+                Err(ExtractError::NoName)
             }
             Extractor::Between(l, r) if l.is_empty() || r.is_empty() => {
-                Err("between needs two non-empty strings".into())
+                Err(ExtractError::EmptyBetween)
             }
             _ => Ok(()),
         }

@@ -45,6 +45,68 @@ pub enum Payload {
     File(String),
 }
 
+/// A payload, framing or expected reply that cannot be used, or a file that cannot be read
+/// into one. The message is the reason; the caller names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// A payload map without exactly one of its keys.
+    #[error("a payload needs exactly one of: text, hex, base64, file")]
+    PayloadForm,
+    /// A framing map that is neither `{ delimiter: .. }` nor `{ fixed: N }`.
+    #[error("{FRAMING_FORMS}")]
+    FramingForm,
+    /// An `expect` map without exactly one of `exact` and `prefix`.
+    #[error("expect needs exactly one of: exact, prefix")]
+    ExpectForm,
+    /// A `text:` payload that is not a valid template.
+    #[error("text: {0}")]
+    Text(String),
+    /// A text with references where only fixed bytes make sense (a delimiter, an expected reply).
+    #[error("`{0}` has ${{...}} references: only a send payload is a template")]
+    NotStatic(String),
+    /// A `file:` payload still unread where its bytes are needed.
+    #[error("file `{0}` was not read: file payloads are read by the CLI before submission")]
+    Unread(String),
+    /// `file:` with an empty name.
+    #[error("file: must name a file")]
+    EmptyFile,
+    /// Hex with an odd number of digits.
+    #[error("not hex: an odd number of digits ({0})")]
+    OddHex(usize),
+    /// Hex with a character that is not a digit (shown escaped).
+    #[error("not hex: unexpected character `{0}`")]
+    NotHex(String),
+    /// Text that is not base64; the decoder's reason.
+    #[error("not base64: {0}")]
+    NotBase64(String),
+    /// A payload longer than its field allows.
+    #[error("is {len} bytes, more than the limit of {max}")]
+    TooLong {
+        /// The payload's length.
+        len: usize,
+        /// The field's limit.
+        max: usize,
+    },
+    /// A file that cannot be read; the system's reason.
+    #[error("cannot read `{}`: {reason}", path.display())]
+    Read {
+        /// The file, joined to the scenario's folder.
+        path: std::path::PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A file longer than its field allows.
+    #[error("`{}` is {len} bytes, more than the limit of {max}", path.display())]
+    FileTooLong {
+        /// The file, joined to the scenario's folder.
+        path: std::path::PathBuf,
+        /// Its length.
+        len: usize,
+        /// The field's limit.
+        max: usize,
+    },
+}
+
 /// The file form of a [`Payload`]: a map with exactly one of its keys.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(
@@ -68,16 +130,16 @@ struct PayloadRepr {
 }
 
 impl TryFrom<PayloadRepr> for Payload {
-    type Error = String;
-    fn try_from(r: PayloadRepr) -> Result<Self, String> {
+    type Error = PayloadError;
+    fn try_from(r: PayloadRepr) -> Result<Self, PayloadError> {
         match (r.text, r.hex, r.base64, r.file) {
             (Some(t), None, None, None) => Template::parse(&t)
                 .map(Payload::Text)
-                .map_err(|e| format!("text: {e}")),
+                .map_err(|e| PayloadError::Text(e.to_string())),
             (None, Some(h), None, None) => Ok(Payload::Hex(h)),
             (None, None, Some(b), None) => Ok(Payload::Base64(b)),
             (None, None, None, Some(f)) => Ok(Payload::File(f)),
-            _ => Err("a payload needs exactly one of: text, hex, base64, file".into()),
+            _ => Err(PayloadError::PayloadForm),
         }
     }
 }
@@ -119,38 +181,31 @@ impl Payload {
     }
 
     /// The bytes. A `file` payload has no bytes until the CLI inlines it.
-    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+    pub fn bytes(&self) -> Result<Vec<u8>, PayloadError> {
         match self {
-            Payload::Text(t) => t.as_static().map(|s| s.as_bytes().to_vec()).ok_or_else(|| {
-                format!("`{t}` has ${{...}} references: only a send payload is a template")
-            }),
+            Payload::Text(t) => t
+                .as_static()
+                .map(|s| s.as_bytes().to_vec())
+                .ok_or_else(|| PayloadError::NotStatic(t.to_string())),
             Payload::Hex(h) => decode_hex(h),
             Payload::Base64(b) => decode_base64(b),
-            Payload::File(p) => Err(format!(
-                "file `{p}` was not read: file payloads are read by the CLI before submission"
-            )),
+            Payload::File(p) => Err(PayloadError::Unread(p.clone())),
         }
     }
 }
 
 /// Decodes hex digits, ignoring ASCII whitespace.
-pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
+pub fn decode_hex(text: &str) -> Result<Vec<u8>, PayloadError> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     if !digits.len().is_multiple_of(2) {
-        return Err(format!(
-            "not hex: an odd number of digits ({})",
-            digits.len()
-        ));
+        return Err(PayloadError::OddHex(digits.len()));
     }
-    let nibble = |b: u8| -> Result<u8, String> {
+    let nibble = |b: u8| -> Result<u8, PayloadError> {
         match b {
             b'0'..=b'9' => Ok(b - b'0'),
             b'a'..=b'f' => Ok(b - b'a' + 10),
             b'A'..=b'F' => Ok(b - b'A' + 10),
-            _ => Err(format!(
-                "not hex: unexpected character `{}`",
-                b.escape_ascii()
-            )),
+            _ => Err(PayloadError::NotHex(b.escape_ascii().to_string())),
         }
     };
     digits
@@ -160,7 +215,7 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Decodes standard base64; padding is optional, whitespace is ignored.
-pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, PayloadError> {
     let clean: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     let engine = base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
@@ -169,7 +224,7 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
     );
     engine
         .decode(clean.as_bytes())
-        .map_err(|e| format!("not base64: {e}"))
+        .map_err(|e| PayloadError::NotBase64(e.to_string()))
 }
 
 /// Encodes bytes as standard base64 (how the CLI inlines files).
@@ -219,8 +274,8 @@ struct FramingMap {
 }
 
 impl TryFrom<FramingRepr> for Framing {
-    type Error = String;
-    fn try_from(r: FramingRepr) -> Result<Self, String> {
+    type Error = PayloadError;
+    fn try_from(r: FramingRepr) -> Result<Self, PayloadError> {
         match r {
             FramingRepr::Word(FramingWord::LengthPrefixed) => Ok(Framing::LengthPrefixed),
             FramingRepr::Map(FramingMap {
@@ -231,7 +286,7 @@ impl TryFrom<FramingRepr> for Framing {
                 delimiter: None,
                 fixed: Some(n),
             }) => Ok(Framing::Fixed(n)),
-            FramingRepr::Map(_) => Err(FRAMING_FORMS.into()),
+            FramingRepr::Map(_) => Err(PayloadError::FramingForm),
         }
     }
 }
@@ -314,12 +369,12 @@ struct ExpectRepr {
 }
 
 impl TryFrom<ExpectRepr> for Expect {
-    type Error = String;
-    fn try_from(r: ExpectRepr) -> Result<Self, String> {
+    type Error = PayloadError;
+    fn try_from(r: ExpectRepr) -> Result<Self, PayloadError> {
         match (r.exact, r.prefix) {
             (Some(p), None) => Ok(Expect::Exact(p)),
             (None, Some(p)) => Ok(Expect::Prefix(p)),
-            _ => Err("expect needs exactly one of: exact, prefix".into()),
+            _ => Err(PayloadError::ExpectForm),
         }
     }
 }
@@ -427,17 +482,17 @@ impl Transport {
 }
 
 /// Checks a payload at `path`: it decodes, and is not longer than `max`.
-pub(crate) fn check_payload(p: &Payload, max: usize) -> Result<usize, String> {
+pub(crate) fn check_payload(p: &Payload, max: usize) -> Result<usize, PayloadError> {
     if let Payload::File(f) = p {
         if f.trim().is_empty() {
-            return Err("file: must name a file".into());
+            return Err(PayloadError::EmptyFile);
         }
         // Read by the CLI; its length is checked then.
         return Ok(0);
     }
     let n = p.bytes()?.len();
     if n > max {
-        return Err(format!("is {n} bytes, more than the limit of {max}"));
+        return Err(PayloadError::TooLong { len: n, max });
     }
     Ok(n)
 }
@@ -445,7 +500,7 @@ pub(crate) fn check_payload(p: &Payload, max: usize) -> Result<usize, String> {
 /// Checks a `send` payload: a template's length is known only once rendered (a rendered
 /// payload over `max` fails its request with a `template` error), its references are checked
 /// with the scenario's.
-fn check_send(p: &Payload, max: usize) -> Result<usize, String> {
+fn check_send(p: &Payload, max: usize) -> Result<usize, PayloadError> {
     match p.template() {
         Some(_) => Ok(0),
         None => check_payload(p, max),
@@ -468,18 +523,20 @@ fn send_holds(send: &Payload, delim: &[u8]) -> bool {
 
 /// Validates a TCP step; the error is `(field suffix, reason)`.
 pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
-    check_send(&t.send, MAX_FRAME).map_err(|e| ("send", e))?;
+    check_send(&t.send, MAX_FRAME).map_err(|e| ("send", e.to_string()))?;
     match &t.framing {
         Framing::LengthPrefixed => {}
         Framing::Delimiter(d) => {
-            let n = check_payload(d, 64).map_err(|e| ("framing.delimiter", e))?;
+            let n = check_payload(d, 64).map_err(|e| ("framing.delimiter", e.to_string()))?;
             if n == 0 && !matches!(d, Payload::File(_)) {
                 return Err(("framing.delimiter", "must not be empty".into()));
             }
             if matches!(d, Payload::File(_)) {
                 return Err(("framing.delimiter", "give the delimiter inline".into()));
             }
-            let d = d.bytes().map_err(|e| ("framing.delimiter", e))?;
+            let d = d
+                .bytes()
+                .map_err(|e| ("framing.delimiter", e.to_string()))?;
             if send_holds(&t.send, &d) {
                 return Err((
                     "send",
@@ -497,7 +554,7 @@ pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
         }
     }
     if let Some(e) = &t.expect {
-        let n = check_payload(e.payload(), MAX_FRAME).map_err(|e| ("expect", e))?;
+        let n = check_payload(e.payload(), MAX_FRAME).map_err(|e| ("expect", e.to_string()))?;
         if let (Framing::Fixed(f), Expect::Exact(_)) = (&t.framing, e) {
             if !matches!(e.payload(), Payload::File(_)) && n != *f as usize {
                 return Err((
@@ -512,12 +569,12 @@ pub(crate) fn check_tcp(t: &TcpRequest) -> Result<(), (&'static str, String)> {
 
 /// Validates a UDP step; the error is `(field suffix, reason)`.
 pub(crate) fn check_udp(u: &UdpRequest) -> Result<(), (&'static str, String)> {
-    check_send(&u.send, MAX_DATAGRAM).map_err(|e| ("send", e))?;
+    check_send(&u.send, MAX_DATAGRAM).map_err(|e| ("send", e.to_string()))?;
     if u.timeout.is_some_and(|t| t.0.is_zero()) {
         return Err(("timeout", "must be > 0".into()));
     }
     if let Some(e) = &u.expect {
-        check_payload(e.payload(), MAX_DATAGRAM).map_err(|e| ("expect", e))?;
+        check_payload(e.payload(), MAX_DATAGRAM).map_err(|e| ("expect", e.to_string()))?;
     }
     Ok(())
 }
@@ -529,7 +586,7 @@ pub(crate) fn inline_payload(
     base: &Path,
     max: usize,
     read: &mut dyn FnMut(&Path) -> std::io::Result<Vec<u8>>,
-) -> Result<bool, String> {
+) -> Result<bool, PayloadError> {
     let Payload::File(f) = p else {
         return Ok(false);
     };
@@ -543,15 +600,18 @@ pub(crate) fn read_file(
     base: &Path,
     max: usize,
     read: &mut dyn FnMut(&Path) -> std::io::Result<Vec<u8>>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, PayloadError> {
     let path = base.join(f);
-    let bytes = read(&path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    let bytes = read(&path).map_err(|e| PayloadError::Read {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
     if bytes.len() > max {
-        return Err(format!(
-            "`{}` is {} bytes, more than the limit of {max}",
-            path.display(),
-            bytes.len()
-        ));
+        return Err(PayloadError::FileTooLong {
+            path,
+            len: bytes.len(),
+            max,
+        });
     }
     Ok(bytes)
 }
@@ -561,7 +621,7 @@ pub(crate) fn inline_expect(
     base: &Path,
     max: usize,
     read: &mut dyn FnMut(&Path) -> std::io::Result<Vec<u8>>,
-) -> Result<bool, String> {
+) -> Result<bool, PayloadError> {
     match e {
         Some(e) => inline_payload(e.payload_mut(), base, max, read),
         None => Ok(false),

@@ -25,12 +25,46 @@ pub struct Target {
     unix_path: String,
 }
 
+/// A target URL that cannot be used; each variant holds the URL (or the part) it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// No `scheme://`.
+    #[error("`{0}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://)")]
+    NoScheme(String),
+    /// A scheme no transport speaks.
+    #[error("`{0}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs)")]
+    Scheme(String),
+    /// A `unix://` URL without an absolute path.
+    #[error("`{0}` is not unix:///absolute/path")]
+    UnixPath(String),
+    /// Nothing between `://` and the path.
+    #[error("`{0}` has no host")]
+    NoHost(String),
+    /// A host that is empty or holds `@` or a space.
+    #[error("`{0}` has no valid host")]
+    Host(String),
+    /// A port that is not a number from 1 to 65535.
+    #[error("`{url}`: `{port}` is not a port")]
+    Port {
+        /// The whole URL.
+        url: String,
+        /// What stood where the port goes.
+        port: String,
+    },
+    /// A transport without a default port, or a path where none is taken.
+    #[error("`{0}` needs host:port")]
+    NeedsPort(String),
+    /// An http(s) URL with a query or fragment, which a prefix cannot hold.
+    #[error("`{0}`: a target may have a path prefix, not a query or fragment")]
+    QueryOrFragment(String),
+}
+
 impl Target {
     /// Parses a target URL; the error says what is wrong.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://)")
-        })?;
+    pub fn parse(url: &str) -> Result<Self, TargetError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| TargetError::NoScheme(url.to_string()))?;
         let transport = match scheme {
             "http" => Transport::Http,
             "https" => Transport::Https,
@@ -39,11 +73,7 @@ impl Target {
             "unix" => Transport::Unix,
             "grpc" => Transport::Grpc,
             "grpcs" => Transport::Grpcs,
-            other => {
-                return Err(format!(
-                "`{other}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs)"
-            ))
-            }
+            other => return Err(TargetError::Scheme(other.to_string())),
         };
         let mut t = Self {
             text: url.to_string(),
@@ -56,7 +86,7 @@ impl Target {
         };
         if transport == Transport::Unix {
             if !rest.starts_with('/') || rest.len() < 2 {
-                return Err(format!("`{url}` is not unix:///absolute/path"));
+                return Err(TargetError::UnixPath(url.to_string()));
             }
             t.unix_path = rest.to_string();
             return Ok(t);
@@ -66,7 +96,7 @@ impl Target {
             None => (rest, ""),
         };
         if authority.is_empty() {
-            return Err(format!("`{url}` has no host"));
+            return Err(TargetError::NoHost(url.to_string()));
         }
         let (host, port) = match authority.rfind(']') {
             Some(close) if authority.starts_with('[') => {
@@ -79,38 +109,39 @@ impl Target {
             },
         };
         if host.is_empty() || host == "[]" || host.contains(['@', ' ']) {
-            return Err(format!("`{url}` has no valid host"));
+            return Err(TargetError::Host(url.to_string()));
         }
         t.host = host.to_string();
         match port {
             Some(p) => {
-                t.port = p
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("`{url}`: `{p}` is not a port"))?;
+                t.port =
+                    p.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| TargetError::Port {
+                            url: url.to_string(),
+                            port: p.to_string(),
+                        })?;
                 t.explicit_port = true;
             }
             None => {
                 t.port = match transport {
                     Transport::Http => 80,
                     Transport::Https | Transport::Grpcs => 443,
-                    _ => return Err(format!("`{url}` needs host:port")),
+                    _ => return Err(TargetError::NeedsPort(url.to_string())),
                 }
             }
         }
         match transport {
             Transport::Http | Transport::Https => {
                 if path.contains(['?', '#']) || path.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "`{url}`: a target may have a path prefix, not a query or fragment"
-                    ));
+                    return Err(TargetError::QueryOrFragment(url.to_string()));
                 }
                 t.prefix = path.trim_end_matches('/').to_string();
             }
             _ => {
                 if !path.is_empty() && path != "/" {
-                    return Err(format!("`{url}` needs host:port"));
+                    return Err(TargetError::NeedsPort(url.to_string()));
                 }
             }
         }
@@ -165,8 +196,8 @@ impl std::fmt::Display for Target {
 }
 
 impl TryFrom<String> for Target {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = TargetError;
+    fn try_from(s: String) -> Result<Self, TargetError> {
         Self::parse(&s)
     }
 }
@@ -178,8 +209,8 @@ impl From<Target> for String {
 }
 
 impl std::str::FromStr for Target {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = TargetError;
+    fn from_str(s: &str) -> Result<Self, TargetError> {
         Self::parse(s)
     }
 }

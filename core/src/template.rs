@@ -117,11 +117,60 @@ pub enum Filter {
     Hex,
 }
 
+/// A template that does not parse, or an `${env:NAME}` that cannot be resolved. The message
+/// says what is wrong and where; the caller names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// The text is longer than a template may be.
+    #[error("{0} bytes; at most {MAX_TEMPLATE}")]
+    TooLong(usize),
+    /// A `${` without its `}` (the text from it, clipped).
+    #[error("`{0}` is not closed by }}")]
+    Unclosed(String),
+    /// A reference that does not parse: what is between `${` and `}`, and why.
+    #[error("${{{inner}}}: {why}")]
+    Ref {
+        /// The reference's text.
+        inner: String,
+        /// What is wrong with it.
+        why: RefError,
+    },
+    /// An `${env:NAME}` whose variable is not set where the scenario is submitted.
+    #[error("${{env:{0}}} is not set in the environment")]
+    EnvNotSet(String),
+}
+
+/// What is wrong with one `${...}` reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    /// After `|`, a name that is not a filter.
+    #[error("`{0}` is not a filter (url, json, hex)")]
+    Filter(String),
+    /// After `env:`, a name that is not an environment variable's.
+    #[error("`{0}` is not an environment variable name")]
+    EnvName(String),
+    /// A dotted name under a reserved prefix (`session.`, `run.`, `now.`) that is no built-in.
+    #[error("`{0}` is not a built-in (session.index, session.agent, run.id, now, now.s, now.iso)")]
+    NotBuiltin(String),
+    /// Not a variable name at all.
+    #[error("`{0}` is not a variable name")]
+    NotName(String),
+    /// A generator argument that is not an integer.
+    #[error("`{0}` is not an integer")]
+    NotInteger(String),
+    /// `int(MIN,MAX)` with MIN above MAX.
+    #[error("int(MIN,MAX) needs MIN <= MAX")]
+    IntRange,
+    /// A call that is not one of the generators, with its arguments.
+    #[error("`{0}` is not a generator (uuid(), int(MIN,MAX), seq(START,STEP))")]
+    NotGenerator(String),
+}
+
 impl Template {
     /// Parses a template; the error says what is wrong and where.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
         if text.len() > MAX_TEMPLATE {
-            return Err(format!("{} bytes; at most {MAX_TEMPLATE}", text.len()));
+            return Err(TemplateError::TooLong(text.len()));
         }
         let mut segments = Vec::new();
         let mut lit = String::new();
@@ -141,9 +190,12 @@ impl Template {
             let body_start = at + 2;
             let end = rest[body_start..]
                 .find('}')
-                .ok_or_else(|| format!("`{}` is not closed by }}", clip(&rest[at..])))?;
+                .ok_or_else(|| TemplateError::Unclosed(clip(&rest[at..]).to_string()))?;
             let inner = &rest[body_start..body_start + end];
-            let r = parse_ref(inner).map_err(|why| format!("${{{inner}}}: {why}"))?;
+            let r = parse_ref(inner).map_err(|why| TemplateError::Ref {
+                inner: inner.to_string(),
+                why,
+            })?;
             if !lit.is_empty() {
                 segments.push(Segment::Literal(std::mem::take(&mut lit)));
             }
@@ -186,7 +238,10 @@ impl Template {
 
     /// Replaces every `${env:NAME}` with `lookup(NAME)`; the error names the variable that is
     /// not set. Returns whether anything changed.
-    pub fn resolve_env(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<bool, String> {
+    pub fn resolve_env(
+        &mut self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<bool, TemplateError> {
         if !self.refs().any(|r| matches!(r.var, Var::Env(_))) {
             return Ok(false);
         }
@@ -198,8 +253,7 @@ impl Template {
                     filter,
                 }) => {
                     let filter = *filter;
-                    let v = lookup(name)
-                        .ok_or_else(|| format!("${{env:{name}}} is not set in the environment"))?;
+                    let v = lookup(name).ok_or_else(|| TemplateError::EnvNotSet(name.clone()))?;
                     let mut buf = Vec::new();
                     apply_filter(filter, v.as_bytes(), &mut buf);
                     Segment::Literal(String::from_utf8_lossy(&buf).into_owned())
@@ -246,7 +300,7 @@ pub fn is_name(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
-fn parse_ref(inner: &str) -> Result<Ref, String> {
+fn parse_ref(inner: &str) -> Result<Ref, RefError> {
     let (name, filter) = match inner.split_once('|') {
         Some((n, f)) => (n.trim(), Some(f.trim())),
         None => (inner.trim(), None),
@@ -256,11 +310,11 @@ fn parse_ref(inner: &str) -> Result<Ref, String> {
         Some("url") => Some(Filter::Url),
         Some("json") => Some(Filter::Json),
         Some("hex") => Some(Filter::Hex),
-        Some(other) => return Err(format!("`{other}` is not a filter (url, json, hex)")),
+        Some(other) => return Err(RefError::Filter(other.to_string())),
     };
     let var = if let Some(env) = name.strip_prefix("env:") {
         if env.is_empty() || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(format!("`{env}` is not an environment variable name"));
+            return Err(RefError::EnvName(env.to_string()));
         }
         Var::Env(env.to_string())
     } else if let Some((gen, args)) = name.strip_suffix(')').and_then(|n| n.split_once('(')) {
@@ -277,9 +331,7 @@ fn parse_ref(inner: &str) -> Result<Ref, String> {
                 Some(("setup", name)) if is_name(name) => Var::Setup(name.to_string()),
                 Some((source, column)) if is_name(source) && !column.is_empty() => {
                     if RESERVED.contains(&source) {
-                        return Err(format!(
-                            "`{name}` is not a built-in (session.index, session.agent, run.id, now, now.s, now.iso)"
-                        ));
+                        return Err(RefError::NotBuiltin(name.to_string()));
                     }
                     Var::Data {
                         source: source.to_string(),
@@ -287,15 +339,15 @@ fn parse_ref(inner: &str) -> Result<Ref, String> {
                     }
                 }
                 None if is_name(name) => Var::Extracted(name.to_string()),
-                _ => return Err(format!("`{name}` is not a variable name")),
+                _ => return Err(RefError::NotName(name.to_string())),
             },
         }
     };
     Ok(Ref { var, filter })
 }
 
-fn parse_generator(name: &str, args: &str) -> Result<Generator, String> {
-    let nums = || -> Result<Vec<i64>, String> {
+fn parse_generator(name: &str, args: &str) -> Result<Generator, RefError> {
+    let nums = || -> Result<Vec<i64>, RefError> {
         if args.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -303,7 +355,7 @@ fn parse_generator(name: &str, args: &str) -> Result<Generator, String> {
             .map(|a| {
                 a.trim()
                     .parse::<i64>()
-                    .map_err(|_| format!("`{}` is not an integer", a.trim()))
+                    .map_err(|_| RefError::NotInteger(a.trim().to_string()))
             })
             .collect()
     };
@@ -313,7 +365,7 @@ fn parse_generator(name: &str, args: &str) -> Result<Generator, String> {
             min: *min,
             max: *max,
         }),
-        ("int", [_, _]) => Err("int(MIN,MAX) needs MIN <= MAX".into()),
+        ("int", [_, _]) => Err(RefError::IntRange),
         ("seq", []) => Ok(Generator::Seq { start: 0, step: 1 }),
         ("seq", [start]) => Ok(Generator::Seq {
             start: *start,
@@ -323,9 +375,7 @@ fn parse_generator(name: &str, args: &str) -> Result<Generator, String> {
             start: *start,
             step: *step,
         }),
-        _ => Err(format!(
-            "`{name}({args})` is not a generator (uuid(), int(MIN,MAX), seq(START,STEP))"
-        )),
+        _ => Err(RefError::NotGenerator(format!("{name}({args})"))),
     }
 }
 
@@ -452,8 +502,8 @@ fn write_literal(
 }
 
 impl TryFrom<String> for Template {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = TemplateError;
+    fn try_from(s: String) -> Result<Self, TemplateError> {
         Self::parse(&s)
     }
 }
@@ -687,7 +737,7 @@ mod tests {
             ("${env:}", "environment variable"),
         ] {
             let e = Template::parse(text).unwrap_err();
-            assert!(e.contains(want), "{text}: {e}");
+            assert!(e.to_string().contains(want), "{text}: {e}");
         }
     }
 
@@ -701,7 +751,11 @@ mod tests {
         u.resolve_env(&lookup).unwrap();
         assert_eq!(u.as_static(), Some("a%20b"));
         let mut missing = Template::parse("${env:NOPE}").unwrap();
-        assert!(missing.resolve_env(&lookup).unwrap_err().contains("NOPE"));
+        assert!(missing
+            .resolve_env(&lookup)
+            .unwrap_err()
+            .to_string()
+            .contains("NOPE"));
     }
 
     #[test]
@@ -722,6 +776,7 @@ mod tests {
         assert_eq!(setup.to_string(), "Bearer ${setup.token}");
         assert!(Template::parse("${now.x}")
             .unwrap_err()
+            .to_string()
             .contains("is not a built-in"));
         let write = |ms, f| {
             let mut out = Vec::new();

@@ -526,3 +526,38 @@ async fn udp_replies_are_checked_and_their_values_carried() {
     assert_eq!(errors(&r), [("check.json", 20)]);
     assert_eq!(server.stats().frames_total, 60);
 }
+
+/// A scenario that still names a file, sent straight to the gRPC service rather than through
+/// the CLI (which inlines it), is refused naming the field: the controller cannot read the
+/// file, and running without it would load the target with a request the user did not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_submit_with_an_unread_file_is_refused_naming_the_field() {
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    let mut c = stampede_cli::client::connect(&cluster.url(), Some(&cluster.token))
+        .await
+        .unwrap();
+    let body = "name: raw\ntarget: http://127.0.0.1:9\nphases: [ { duration: 1s, arrival_rate: 1 } ]\nsession:\n  - http: { path: / }\n  - http: { method: POST, path: /orders }\n  - http: { method: POST, path: /orders, body_file: order.json }\n";
+    let ca = "name: raw\ntarget: https://127.0.0.1:9\nphases: [ { duration: 1s, arrival_rate: 1 } ]\nsession:\n  - http: { path: / }\ntls: { ca_file: ca.pem }\n";
+    let mut refusals = Vec::new();
+    for text in [body, ca] {
+        let e = stampede_cli::client::submit(&mut c, text, Some(1), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        refusals.push(e);
+    }
+    cluster.stop().await;
+    assert!(
+        refusals[0].contains(
+            "session[2].http.body_file: a file path cannot be read by the controller; submit \
+             with the CLI, which inlines it"
+        ),
+        "{}",
+        refusals[0]
+    );
+    assert!(
+        refusals[1].contains("tls.ca_file: a file path cannot be read by the controller"),
+        "{}",
+        refusals[1]
+    );
+}

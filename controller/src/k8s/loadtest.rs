@@ -35,6 +35,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use stampede_core::report::Report;
+use stampede_core::scenario::ReadyScenario;
 
 use super::crd::{
     lost_agents, terminal_phase, LoadTest, LoadTestCondition, LoadTestPhase, LoadTestStatus,
@@ -231,6 +232,13 @@ async fn read_inputs(
     Ok((!read.is_empty()).then(|| read.join("; ")))
 }
 
+/// A LoadTest's scenario once its ConfigMaps and Secrets are read: refused, with the event
+/// reason and the message of its status, when it still needs what only the CLI does (a file
+/// beside the scenario) or does not validate.
+fn ready(scenario: stampede_core::Scenario) -> Result<ReadyScenario, (&'static str, String)> {
+    ReadyScenario::new(scenario).map_err(|e| ("Invalid", format!("scenario: {e}")))
+}
+
 /// A new LoadTest: read its data from ConfigMaps and Secrets, validate, hold the finalizer,
 /// submit the run, record Pending.
 async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
@@ -283,11 +291,10 @@ async fn start(ctx: &Arc<Ctx>, lt: Arc<LoadTest>) -> Result<Action, KubeError> {
             if let Some(summary) = read {
                 set_data_condition(&mut st, &prev, true, "Read", &summary);
             }
-            match scenario.validate() {
-                Ok(()) => crate::control::submit(ctx.inner.clone(), scenario, 0, None)
-                    .map_err(|e| ("Invalid", e.to_string())),
-                Err(e) => Err(("Invalid", format!("scenario: {e}"))),
-            }
+            ready(scenario).and_then(|s| {
+                crate::control::submit(ctx.inner.clone(), s, 0, None)
+                    .map_err(|e| ("Invalid", e.to_string()))
+            })
         }
     };
     let h = match submitted {
@@ -514,6 +521,41 @@ async fn event(ctx: &Ctx, lt: &LoadTest, type_: EventType, reason: &str, note: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A LoadTest whose scenario names a file is refused: no file is read in the cluster, and
+    /// the run would otherwise send its requests without the body.
+    #[test]
+    fn a_loadtest_naming_a_file_is_refused_with_the_field() {
+        let spec = |session: &str, extra: &str| {
+            let yaml = format!(
+                "name: lt\ntarget: http://web:80\nphases: [ {{ duration: 1s, arrival_rate: 1 }} ]\nsession:\n{session}{extra}"
+            );
+            serde_norway::from_str::<crate::k8s::crd::LoadTestSpec>(&yaml)
+                .unwrap()
+                .0
+        };
+        let (reason, message) = ready(spec(
+            "  - http: { path: / }\n  - http: { path: /a }\n  - http: { method: POST, path: /o, body_file: o.json }\n",
+            "",
+        ))
+        .unwrap_err();
+        assert_eq!(reason, "Invalid");
+        assert_eq!(
+            message,
+            "scenario: session[2].http.body_file: a file path cannot be read by the controller; \
+             submit with the CLI, which inlines it"
+        );
+        let (_, message) = ready(spec(
+            "  - http: { path: / }\n",
+            "tls: { ca_file: ca.pem }\n",
+        ))
+        .unwrap_err();
+        assert!(
+            message.starts_with("scenario: tls.ca_file: a file path cannot be read"),
+            "{message}"
+        );
+        ready(spec("  - http: { path: / }\n", "")).unwrap();
+    }
 
     #[test]
     fn missing_data_is_looked_for_again_sooner_then_later() {

@@ -32,7 +32,7 @@ impl GrpcMessage {
         for (path, text) in found {
             match Template::parse(&text) {
                 Ok(t) => m.templates.push((path, t)),
-                Err(why) if m.error.is_none() => m.error = Some((path, why)),
+                Err(why) if m.error.is_none() => m.error = Some((path, why.to_string())),
                 Err(_) => {}
             }
         }

@@ -295,7 +295,7 @@ impl Encoder {
         for op in &program.0 {
             steps.push(match op {
                 Op::Bytes(b64) => {
-                    let b = crate::protocol::decode_base64(b64)?;
+                    let b = crate::protocol::decode_base64(b64).map_err(|e| e.to_string())?;
                     literal += b.len();
                     Step::Bytes(b.into())
                 }

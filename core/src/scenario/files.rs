@@ -66,7 +66,7 @@ impl Scenario {
         let mut changed = false;
         // A setup step's body_file is read like a session step's.
         for (i, step) in self.setup.iter_mut().enumerate() {
-            if let Some(h) = &mut step.http {
+            if let StepKind::Http(h) = &mut step.kind {
                 changed |= inline_body_file(h, &format!("setup[{i}].http.body_file"), base, read)?;
             }
         }
@@ -76,26 +76,27 @@ impl Scenario {
                 .enumerate()
                 .map(move |(i, s)| (path.clone(), i, s))
         }) {
-            if let Some(h) = &mut step.http {
-                changed |= inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
-            }
-            if let Some(t) = &mut step.tcp {
-                let field =
-                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].tcp.{f}"), why);
-                changed |= protocol::inline_payload(&mut t.send, base, protocol::MAX_FRAME, read)
-                    .map_err(|w| field("send", w))?;
-                changed |= protocol::inline_expect(&mut t.expect, base, protocol::MAX_FRAME, read)
-                    .map_err(|w| field("expect", w))?;
-            }
-            if let Some(u) = &mut step.udp {
-                let field =
-                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].udp.{f}"), why);
-                changed |=
-                    protocol::inline_payload(&mut u.send, base, protocol::MAX_DATAGRAM, read)
+            let key = step.kind.key();
+            let field =
+                |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].{key}.{f}"), why);
+            match &mut step.kind {
+                StepKind::Http(h) => {
+                    changed |=
+                        inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
+                }
+                StepKind::Tcp(TcpRequest { send, expect, .. }) => {
+                    changed |= protocol::inline_payload(send, base, protocol::MAX_FRAME, read)
                         .map_err(|w| field("send", w))?;
-                changed |=
-                    protocol::inline_expect(&mut u.expect, base, protocol::MAX_DATAGRAM, read)
+                    changed |= protocol::inline_expect(expect, base, protocol::MAX_FRAME, read)
                         .map_err(|w| field("expect", w))?;
+                }
+                StepKind::Udp(UdpRequest { send, expect, .. }) => {
+                    changed |= protocol::inline_payload(send, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("send", w))?;
+                    changed |= protocol::inline_expect(expect, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("expect", w))?;
+                }
+                StepKind::Grpc(_) | StepKind::Think(_) => {}
             }
         }
         for (name, d) in &mut self.data {
@@ -128,32 +129,54 @@ impl Scenario {
 
     /// True when a `file:` payload or `body_file` is still to be read by the CLI.
     pub fn has_files(&self) -> bool {
+        self.first_unread_file().is_some()
+    }
+
+    /// The field of the first file path still to be read (`tls.ca_file`, `data.NAME.file`,
+    /// `session[2].http.body_file`, `setup[0].http.body_file`, `session[1].tcp.send`), for the
+    /// error that refuses such a scenario where no file can be read.
+    pub fn first_unread_file(&self) -> Option<String> {
+        if self.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
+            return Some("tls.ca_file".into());
+        }
+        if let Some((name, _)) = self.data.iter().find(|(_, d)| d.file.is_some()) {
+            return Some(format!("data.{name}.file"));
+        }
+        let setup = ("setup".to_string(), self.setup.as_slice());
+        std::iter::once(setup)
+            .chain(self.step_lists())
+            .find_map(|(path, steps)| {
+                steps
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, s)| s.unread_file().map(|field| format!("{path}[{i}].{field}")))
+            })
+    }
+}
+
+impl Step {
+    /// The field, relative to the step, of a file path it still names (`http.body_file`,
+    /// `tcp.send`, `udp.expect`).
+    pub fn unread_file(&self) -> Option<&'static str> {
         use protocol::Payload::File;
-        self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
-            || self.data.values().any(|d| d.file.is_some())
-            || self
-                .setup
-                .iter()
-                .any(|s| s.http.as_ref().is_some_and(|h| h.body_file.is_some()))
-            || self
-                .step_lists()
-                .iter()
-                .flat_map(|(_, s)| s.iter())
-                .any(|s| {
-                    s.http.as_ref().is_some_and(|h| h.body_file.is_some())
-                        || s.tcp.as_ref().is_some_and(|t| {
-                            matches!(t.send, File(_))
-                                || t.expect
-                                    .as_ref()
-                                    .is_some_and(|e| matches!(e.payload(), File(_)))
-                        })
-                        || s.udp.as_ref().is_some_and(|u| {
-                            matches!(u.send, File(_))
-                                || u.expect
-                                    .as_ref()
-                                    .is_some_and(|e| matches!(e.payload(), File(_)))
-                        })
-                })
+        let expects_file = |e: &Option<protocol::Expect>| {
+            e.as_ref().is_some_and(|e| matches!(e.payload(), File(_)))
+        };
+        match &self.kind {
+            StepKind::Http(h) => h.body_file.is_some().then_some("http.body_file"),
+            StepKind::Tcp(TcpRequest { send, expect, .. })
+            | StepKind::Udp(UdpRequest { send, expect, .. }) => {
+                let tcp = matches!(self.kind, StepKind::Tcp(_));
+                match (matches!(send, File(_)), expects_file(expect), tcp) {
+                    (true, _, true) => Some("tcp.send"),
+                    (true, _, false) => Some("udp.send"),
+                    (false, true, true) => Some("tcp.expect"),
+                    (false, true, false) => Some("udp.expect"),
+                    (false, false, _) => None,
+                }
+            }
+            StepKind::Grpc(_) | StepKind::Think(_) => None,
+        }
     }
 }
 

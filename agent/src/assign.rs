@@ -283,8 +283,17 @@ impl Compiler<'_> {
             let at = format!("{}[{i}]", t.path);
             let (repeat, new_connection) = (s.repeat(), s.new_connection);
             let plan = if let Some(h) = s.http.as_ref().filter(|h| {
-                !h.is_static() || !s.extract.is_empty() || s.check.is_some() || scenario.cookies
+                !h.is_static()
+                    || !s.extract.is_empty()
+                    || s.check.is_some()
+                    || scenario.cookies
+                    || h.stream.is_some()
             }) {
+                if http2 && h.stream.is_some() {
+                    return Err(format!(
+                        "{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")"
+                    ));
+                }
                 *any_dynamic = true;
                 StepPlan::HttpDynamic {
                     ordinal,

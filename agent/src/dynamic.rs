@@ -103,6 +103,8 @@ pub struct Outcome<'a> {
     pub error: Option<&'a str>,
     /// The HTTP status code.
     pub status: u16,
+    /// A streamed reply's arrivals (`stream:` steps only).
+    pub arrivals: Option<Box<crate::http1::stream::Arrivals>>,
 }
 
 impl Context {

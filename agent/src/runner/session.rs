@@ -316,7 +316,14 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         None => {
                                             let (response, service) = latencies(done, due, sent);
                                             rec.endpoints.record(endpoint, Some(response));
-                                            s.record_success(*ordinal, response, service)
+                                            s.record_success(*ordinal, response, service);
+                                            if let Some(a) = &answer.arrivals {
+                                                // From the intended send, as the response time.
+                                                let first = a
+                                                    .first
+                                                    .map(|t| us(t.saturating_duration_since(due)));
+                                                s.record_stream(*ordinal, first, &a.gaps_us);
+                                            }
                                         }
                                         Some(kind) => {
                                             rec.endpoints.record(endpoint, None);
@@ -531,6 +538,8 @@ struct Answer<'s> {
     status: u16,
     /// The connection may carry another request.
     keep_alive: bool,
+    /// A streamed reply's arrivals.
+    arrivals: Option<Box<crate::http1::stream::Arrivals>>,
 }
 
 /// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
@@ -613,6 +622,7 @@ fn exchange<'a, 's, 'c, 'v>(
                 error: status_error(expect.as_deref(), resp.status),
                 status: resp.status,
                 keep_alive: true,
+                arrivals: None,
             }),
             // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
             (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
@@ -690,6 +700,7 @@ fn exchange<'a, 's, 'c, 'v>(
                             error: reply.error,
                             status: reply.status,
                             keep_alive: true,
+                            arrivals: None,
                         })
                 }
                 _ => Err(Failure(error_kind::PROTOCOL)),
@@ -701,6 +712,7 @@ fn exchange<'a, 's, 'c, 'v>(
                     error: reply.error,
                     status: reply.status,
                     keep_alive: true,
+                    arrivals: None,
                 })
             }
             // Validation ties the step kind to the target's scheme; this cannot happen.
@@ -722,6 +734,7 @@ impl<'s> Answer<'s> {
             error: status_error(expect.as_deref(), resp.status),
             status: resp.status,
             keep_alive: resp.keep_alive,
+            arrivals: None,
         }
     }
 
@@ -733,6 +746,7 @@ impl<'s> Answer<'s> {
             error: None,
             status: 0,
             keep_alive: true,
+            arrivals: None,
         }
     }
 }
@@ -745,6 +759,7 @@ impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
             error: o.error,
             status: o.status,
             keep_alive: o.keep_alive,
+            arrivals: o.arrivals,
         }
     }
 }

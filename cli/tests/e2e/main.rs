@@ -17,6 +17,7 @@ mod security;
 mod sessions;
 mod spine;
 mod stops;
+mod streams;
 mod tls;
 mod verdicts;
 mod workloads;

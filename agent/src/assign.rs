@@ -3,6 +3,7 @@
 //! session types compiled into a [`RunSpec`].
 
 use super::*;
+use stampede_core::scenario::StepKind;
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
 pub(crate) async fn prepare(
@@ -282,39 +283,40 @@ impl Compiler<'_> {
         for (i, s) in t.steps.iter().enumerate() {
             let at = format!("{}[{i}]", t.path);
             let (repeat, new_connection) = (s.repeat(), s.new_connection);
-            let plan = if let Some(h) = s.http.as_ref().filter(|h| {
-                !h.is_static()
-                    || !s.extract.is_empty()
-                    || s.check.is_some()
-                    || scenario.cookies
-                    || h.stream.is_some()
-            }) {
-                if http2 && h.stream.is_some() {
-                    return Err(format!(
-                        "{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")"
-                    ));
+            let plan = match &s.kind {
+                StepKind::Http(h)
+                    if !h.is_static()
+                        || !s.extract.is_empty()
+                        || s.check.is_some()
+                        || scenario.cookies
+                        || h.stream.is_some() =>
+                {
+                    if http2 && h.stream.is_some() {
+                        return Err(format!(
+                            "{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")"
+                        ));
+                    }
+                    *any_dynamic = true;
+                    StepPlan::HttpDynamic {
+                        ordinal,
+                        step: Arc::new(
+                            dynamic::DynamicHttp::new(
+                                h,
+                                &s.extract,
+                                s.check.as_ref(),
+                                scenario,
+                                slots,
+                                host_header,
+                                prefix,
+                                https,
+                            )
+                            .map_err(|e| format!("{at}.{e}"))?,
+                        ),
+                        repeat,
+                        new_connection,
+                    }
                 }
-                *any_dynamic = true;
-                StepPlan::HttpDynamic {
-                    ordinal,
-                    step: Arc::new(
-                        dynamic::DynamicHttp::new(
-                            h,
-                            &s.extract,
-                            s.check.as_ref(),
-                            scenario,
-                            slots,
-                            host_header,
-                            prefix,
-                            https,
-                        )
-                        .map_err(|e| format!("{at}.{e}"))?,
-                    ),
-                    repeat,
-                    new_connection,
-                }
-            } else if let Some(h) = &s.http {
-                StepPlan::Http {
+                StepKind::Http(h) => StepPlan::Http {
                     ordinal,
                     request: PreparedRequest::new(h, host_header, prefix),
                     h2: if http2 {
@@ -328,50 +330,52 @@ impl Compiler<'_> {
                     expect: h.expect_status.clone(),
                     repeat,
                     new_connection,
+                },
+                StepKind::Tcp(tcp) => {
+                    let send = dynamic_send(s, &tcp.send, scenario, slots, any_dynamic)
+                        .map_err(|e| format!("{at}.tcp.{e}"))?;
+                    StepPlan::Tcp {
+                        ordinal,
+                        request: FramedRequest::new(tcp).map_err(|e| format!("{at}.tcp.{e}"))?,
+                        send,
+                        repeat,
+                        new_connection,
+                    }
                 }
-            } else if let Some(tcp) = &s.tcp {
-                let send = dynamic_send(s, &tcp.send, scenario, slots, any_dynamic)
-                    .map_err(|e| format!("{at}.tcp.{e}"))?;
-                StepPlan::Tcp {
-                    ordinal,
-                    request: FramedRequest::new(tcp).map_err(|e| format!("{at}.tcp.{e}"))?,
-                    send,
-                    repeat,
-                    new_connection,
+                StepKind::Grpc(g) => {
+                    let dynamic = crate::grpc::DynamicCall::new(g, scenario, slots)
+                        .map_err(|e| format!("{at}.grpc.{e}"))?
+                        .map(Arc::new);
+                    *any_dynamic |= dynamic.is_some();
+                    StepPlan::Grpc {
+                        ordinal,
+                        request: crate::grpc::GrpcRequest::new(
+                            g,
+                            https,
+                            host_header,
+                            scenario.request_timeout.0,
+                        )
+                        .map_err(|e| format!("{at}.grpc.{e}"))?,
+                        dynamic,
+                        repeat,
+                        new_connection,
+                    }
                 }
-            } else if let Some(g) = &s.grpc {
-                let dynamic = crate::grpc::DynamicCall::new(g, scenario, slots)
-                    .map_err(|e| format!("{at}.grpc.{e}"))?
-                    .map(Arc::new);
-                *any_dynamic |= dynamic.is_some();
-                StepPlan::Grpc {
-                    ordinal,
-                    request: crate::grpc::GrpcRequest::new(
-                        g,
-                        https,
-                        host_header,
-                        scenario.request_timeout.0,
-                    )
-                    .map_err(|e| format!("{at}.grpc.{e}"))?,
-                    dynamic,
-                    repeat,
-                    new_connection,
+                StepKind::Udp(u) => {
+                    let send = dynamic_send(s, &u.send, scenario, slots, any_dynamic)
+                        .map_err(|e| format!("{at}.udp.{e}"))?;
+                    StepPlan::Udp {
+                        ordinal,
+                        request: DatagramRequest::new(u).map_err(|e| format!("{at}.udp.{e}"))?,
+                        send,
+                        repeat,
+                        new_connection,
+                    }
                 }
-            } else if let Some(u) = &s.udp {
-                let send = dynamic_send(s, &u.send, scenario, slots, any_dynamic)
-                    .map_err(|e| format!("{at}.udp.{e}"))?;
-                StepPlan::Udp {
-                    ordinal,
-                    request: DatagramRequest::new(u).map_err(|e| format!("{at}.udp.{e}"))?,
-                    send,
-                    repeat,
-                    new_connection,
+                StepKind::Think(think) => {
+                    steps.push(StepPlan::Think(*think));
+                    continue;
                 }
-            } else {
-                steps.push(StepPlan::Think(s.think_time.unwrap_or(
-                    stampede_core::scenario::ThinkTime::Fixed(Default::default()),
-                )));
-                continue;
             };
             ordinal += 1;
             steps.push(plan);

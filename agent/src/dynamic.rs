@@ -558,7 +558,10 @@ session:
         let s = Scenario::from_yaml(&text).unwrap();
         assert_eq!(s.requests_reading("users"), 1);
         let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
-        let h = s.session[0].http.as_ref().unwrap();
+        let h = match &s.session[0].kind {
+            stampede_core::scenario::StepKind::Http(x) => x,
+            k => panic!("not a http step: {k:?}"),
+        };
         let login =
             DynamicHttp::new(h, &s.session[0].extract, None, &s, &slots, "h", "", false).unwrap();
         let mut seen = Vec::new();
@@ -586,7 +589,10 @@ session:
     fn requests_render_from_rows_and_extracted_values() {
         let s = Scenario::from_yaml(SCENARIO).unwrap();
         let (ctx, slots) = Context::new(&s, whole(&s, 3), 3, 0, "r1");
-        let h = s.session[0].http.as_ref().unwrap();
+        let h = match &s.session[0].kind {
+            stampede_core::scenario::StepKind::Http(x) => x,
+            k => panic!("not a http step: {k:?}"),
+        };
         let login = DynamicHttp::new(
             h,
             &s.session[0].extract,
@@ -612,7 +618,10 @@ session:
         vars.capture.clear(MAX_CAPTURED_BODY);
         vars.capture.body.extend_from_slice(br#"{"token":"t-9"}"#);
         assert_eq!(login.judge(200, &mut vars), None);
-        let me = s.session[1].http.as_ref().unwrap();
+        let me = match &s.session[1].kind {
+            stampede_core::scenario::StepKind::Http(x) => x,
+            k => panic!("not a http step: {k:?}"),
+        };
         let me =
             DynamicHttp::new(me, &BTreeMap::new(), None, &s, &slots, "h", "/api", false).unwrap();
         me.render_http1(&ctx, &mut vars).unwrap();

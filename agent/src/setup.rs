@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stampede_core::scenario::Scenario;
+use stampede_core::scenario::{Scenario, StepKind};
 use stampede_core::stats::error_kind;
 use stampede_proto::v1;
 use tokio::sync::mpsc;
@@ -123,10 +123,9 @@ pub async fn run(
     let slots = dynamic::setup_slots(scenario);
     let mut steps = Vec::with_capacity(scenario.setup.len());
     for (i, s) in scenario.setup.iter().enumerate() {
-        let h = s
-            .http
-            .as_ref()
-            .ok_or_else(|| format!("setup[{i}]: a setup step is an http step"))?;
+        let StepKind::Http(h) = &s.kind else {
+            return Err(format!("setup[{i}]: a setup step is an http step"));
+        };
         let step = DynamicHttp::new(
             h,
             &s.extract,

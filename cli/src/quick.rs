@@ -339,7 +339,10 @@ mod tests {
         assert_eq!(s.phases.len(), 1);
         assert_eq!(s.phases[0].arrival_rate, 50.0);
         assert_eq!(s.duration(), Duration::from_secs(2));
-        let http = s.session[0].http.as_ref().unwrap();
+        let http = match &s.session[0].kind {
+            stampede_core::scenario::StepKind::Http(x) => x,
+            k => panic!("not a http step: {k:?}"),
+        };
         assert_eq!(http.path.to_string(), "/api/me?x=1");
         assert_eq!(http.headers["authorization"].to_string(), "Bearer t");
 

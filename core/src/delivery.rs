@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::scenario::{LoadModel, Scenario, ThinkTime};
+use crate::scenario::{LoadModel, Scenario, StepKind, ThinkTime};
 use crate::shard::split_evenly;
 
 /// What one phase or load asks of an agent's slots.
@@ -64,10 +64,10 @@ impl SlotBudget {
 fn min_hold(steps: &[crate::scenario::Step]) -> Duration {
     steps
         .iter()
-        .map(|s| match s.think_time {
-            Some(ThinkTime::Fixed(d)) => d.0,
-            Some(ThinkTime::Range { min, .. }) => min.0,
-            None => Duration::ZERO,
+        .map(|s| match s.kind {
+            StepKind::Think(ThinkTime::Fixed(d)) => d.0,
+            StepKind::Think(ThinkTime::Range { min, .. }) => min.0,
+            _ => Duration::ZERO,
         })
         .fold(Duration::ZERO, Duration::saturating_add)
 }

@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::scenario::{Scenario, ThinkTime};
+use crate::scenario::{Scenario, StepKind, ThinkTime};
 use crate::schedule::Schedule;
 use crate::shard::{split_evenly, ShardError};
 
@@ -122,10 +122,10 @@ fn worst_case_steps(scenario: &Scenario, steps: &[crate::scenario::Step]) -> Dur
     let timeout = scenario.request_timeout.0;
     steps
         .iter()
-        .map(|s| match s.think_time {
-            Some(ThinkTime::Fixed(d)) => d.0,
-            Some(ThinkTime::Range { max, .. }) => max.0,
-            None => timeout.saturating_mul(s.repeat()),
+        .map(|s| match s.kind {
+            StepKind::Think(ThinkTime::Fixed(d)) => d.0,
+            StepKind::Think(ThinkTime::Range { max, .. }) => max.0,
+            _ => timeout.saturating_mul(s.repeat()),
         })
         .fold(Duration::ZERO, Duration::saturating_add)
 }

@@ -541,51 +541,198 @@ impl JsonSchema for AgentLossPolicy {
     }
 }
 
-/// One step of a session.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+/// One step of a session: what it does (`kind`) and how (repeats, connection, extraction,
+/// checks). Read from a map with exactly one of `http`, `tcp`, `udp`, `grpc` and
+/// `think_time`, so a step that names none or two is refused where it is parsed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawStep", into = "RawStep")]
 pub struct Step {
     /// Name used in per-step breakdowns; defaults to `step-N`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// An HTTP request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http: Option<HttpRequest>,
-    /// A framed request/response over TCP (or a Unix socket): `tcp://` and `unix://` targets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tcp: Option<TcpRequest>,
-    /// A datagram and its reply: `udp://` targets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub udp: Option<UdpRequest>,
-    /// A unary gRPC call: `grpc://` and `grpcs://` targets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grpc: Option<crate::grpc::GrpcCall>,
-    /// A pause before the next step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub think_time: Option<ThinkTime>,
+    /// The request the step sends, or the pause it makes.
+    pub kind: StepKind,
     /// Run this step N times in a row.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u32>,
     /// Open a new connection for each request of this step instead of reusing the session's.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_connection: bool,
     /// Values taken from the response, read as `${NAME}` by later steps of the session. A
     /// value that is missing fails the request with the error kind `extract.NAME`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extract: BTreeMap<String, Extract>,
     /// Assertions on the response; a failed one fails the request with the error kind
     /// `check.status`, `check.body_contains` or `check.json`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Check>,
 }
 
+/// What a step does: one request of the target's protocol, or a pause. The variant is the
+/// step's key in the scenario (`http:`, `tcp:`, `udp:`, `grpc:`, `think_time:`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepKind {
+    /// An HTTP request: `http://` and `https://` targets.
+    Http(HttpRequest),
+    /// A framed request/response over TCP (or a Unix socket): `tcp://` and `unix://` targets.
+    Tcp(TcpRequest),
+    /// A datagram and its reply: `udp://` targets.
+    Udp(UdpRequest),
+    /// A unary gRPC call: `grpc://` and `grpcs://` targets.
+    Grpc(crate::grpc::GrpcCall),
+    /// A pause before the next step.
+    Think(ThinkTime),
+}
+
+impl StepKind {
+    /// The step's key in the scenario, which is also the field prefix in error paths.
+    pub fn key(&self) -> &'static str {
+        match self {
+            StepKind::Http(_) => "http",
+            StepKind::Tcp(_) => "tcp",
+            StepKind::Udp(_) => "udp",
+            StepKind::Grpc(_) => "grpc",
+            StepKind::Think(_) => "think_time",
+        }
+    }
+
+    /// Whether the step sends a request (every kind but a pause).
+    pub fn is_request(&self) -> bool {
+        !matches!(self, StepKind::Think(_))
+    }
+}
+
+// The file form of a `Step`: the five kinds as optional keys, checked into one by `TryFrom`.
+// Its schema is the step's, so its doc comment is the step's description for users.
+/// One step of a session.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Step")]
+struct RawStep {
+    /// Name used in per-step breakdowns; defaults to `step-N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    /// An HTTP request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpRequest>,
+    /// A framed request/response over TCP (or a Unix socket): `tcp://` and `unix://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tcp: Option<TcpRequest>,
+    /// A datagram and its reply: `udp://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    udp: Option<UdpRequest>,
+    /// A unary gRPC call: `grpc://` and `grpcs://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    grpc: Option<crate::grpc::GrpcCall>,
+    /// A pause before the next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    think_time: Option<ThinkTime>,
+    /// Run this step N times in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    repeat: Option<u32>,
+    /// Open a new connection for each request of this step instead of reusing the session's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    new_connection: bool,
+    /// Values taken from the response, read as `${NAME}` by later steps of the session. A
+    /// value that is missing fails the request with the error kind `extract.NAME`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    extract: BTreeMap<String, Extract>,
+    /// Assertions on the response; a failed one fails the request with the error kind
+    /// `check.status`, `check.body_contains` or `check.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    check: Option<Check>,
+}
+
+/// A step map without exactly one kind key; the parser reports it at the step's path.
+#[derive(Debug, thiserror::Error)]
+pub enum StepKindError {
+    /// None of the kind keys is present.
+    #[error("a step needs exactly one of: http, tcp, udp, grpc, think_time (it has none)")]
+    Missing,
+    /// More than one kind key is present; they are listed as http, tcp, udp, grpc, think_time.
+    #[error("a step needs exactly one of: http, tcp, udp, grpc, think_time (it has {})", .0.join(" and "))]
+    Several(Vec<&'static str>),
+}
+
+impl TryFrom<RawStep> for Step {
+    type Error = StepKindError;
+
+    fn try_from(raw: RawStep) -> Result<Self, StepKindError> {
+        let kinds: Vec<StepKind> = [
+            raw.http.map(StepKind::Http),
+            raw.tcp.map(StepKind::Tcp),
+            raw.udp.map(StepKind::Udp),
+            raw.grpc.map(StepKind::Grpc),
+            raw.think_time.map(StepKind::Think),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let kind = match <[StepKind; 1]>::try_from(kinds) {
+            Ok([kind]) => kind,
+            Err(kinds) if kinds.is_empty() => return Err(StepKindError::Missing),
+            Err(kinds) => {
+                return Err(StepKindError::Several(
+                    kinds.iter().map(StepKind::key).collect(),
+                ))
+            }
+        };
+        Ok(Step {
+            name: raw.name,
+            kind,
+            repeat: raw.repeat,
+            new_connection: raw.new_connection,
+            extract: raw.extract,
+            check: raw.check,
+        })
+    }
+}
+
+impl From<Step> for RawStep {
+    fn from(step: Step) -> Self {
+        let mut raw = RawStep {
+            name: step.name,
+            repeat: step.repeat,
+            new_connection: step.new_connection,
+            extract: step.extract,
+            check: step.check,
+            ..RawStep::default()
+        };
+        match step.kind {
+            StepKind::Http(h) => raw.http = Some(h),
+            StepKind::Tcp(t) => raw.tcp = Some(t),
+            StepKind::Udp(u) => raw.udp = Some(u),
+            StepKind::Grpc(g) => raw.grpc = Some(g),
+            StepKind::Think(t) => raw.think_time = Some(t),
+        }
+        raw
+    }
+}
+
+impl JsonSchema for Step {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Step".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        RawStep::json_schema(g)
+    }
+}
+
 impl Step {
+    /// A step of `kind` with every other field at its default, for code that builds
+    /// scenarios (the CLI's one-liner, tests).
+    pub fn new(kind: StepKind) -> Self {
+        Step {
+            name: None,
+            kind,
+            repeat: None,
+            new_connection: false,
+            extract: BTreeMap::new(),
+            check: None,
+        }
+    }
+
     pub fn repeat(&self) -> u32 {
         self.repeat.unwrap_or(1)
     }
     /// Number of requests this step sends.
     pub fn requests(&self) -> u64 {
-        if self.http.is_some() || self.tcp.is_some() || self.udp.is_some() || self.grpc.is_some() {
+        if self.kind.is_request() {
             u64::from(self.repeat())
         } else {
             0
@@ -600,48 +747,43 @@ impl Step {
     /// Every template of the step's request, with its field relative to the step
     /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`,
     /// `grpc.message.FIELD`, `grpc.metadata.NAME`).
-    pub fn templates(&self) -> impl Iterator<Item = (String, &crate::template::Template)> {
-        let sends = [
-            ("tcp", self.tcp.as_ref().map(|t| &t.send)),
-            ("udp", self.udp.as_ref().map(|u| &u.send)),
-        ]
-        .into_iter()
-        .filter_map(|(kind, p)| match p {
-            Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
-            _ => None,
-        });
-        self.http
-            .iter()
-            .flat_map(|h| h.templates().map(|(f, t)| (format!("http.{f}"), t)))
-            .chain(sends)
-            .chain(
-                self.grpc
-                    .iter()
-                    .flat_map(|g| g.templates().map(|(f, t)| (format!("grpc.{f}"), t))),
-            )
+    pub fn templates(&self) -> Box<dyn Iterator<Item = (String, &crate::template::Template)> + '_> {
+        match &self.kind {
+            StepKind::Http(h) => Box::new(h.templates().map(|(f, t)| (format!("http.{f}"), t))),
+            StepKind::Tcp(TcpRequest { send, .. }) | StepKind::Udp(UdpRequest { send, .. }) => {
+                let key = self.kind.key();
+                Box::new(
+                    match send {
+                        protocol::Payload::Text(t) => Some((format!("{key}.send"), t)),
+                        _ => None,
+                    }
+                    .into_iter(),
+                )
+            }
+            StepKind::Grpc(g) => Box::new(g.templates().map(|(f, t)| (format!("grpc.{f}"), t))),
+            StepKind::Think(_) => Box::new(std::iter::empty()),
+        }
     }
 
     /// Mutable access to every template (the CLI's `${env:...}` resolution).
     pub fn templates_mut(
         &mut self,
-    ) -> impl Iterator<Item = (String, &mut crate::template::Template)> {
-        let tcp = self.tcp.as_mut().map(|t| &mut t.send);
-        let udp = self.udp.as_mut().map(|u| &mut u.send);
-        let sends = [("tcp", tcp), ("udp", udp)]
-            .into_iter()
-            .filter_map(|(kind, p)| match p {
-                Some(protocol::Payload::Text(t)) => Some((format!("{kind}.send"), t)),
-                _ => None,
-            });
-        self.http
-            .iter_mut()
-            .flat_map(|h| h.templates_mut().map(|(f, t)| (format!("http.{f}"), t)))
-            .chain(sends)
-            .chain(
-                self.grpc
-                    .iter_mut()
-                    .flat_map(|g| g.templates_mut().map(|(f, t)| (format!("grpc.{f}"), t))),
-            )
+    ) -> Box<dyn Iterator<Item = (String, &mut crate::template::Template)> + '_> {
+        let key = self.kind.key();
+        match &mut self.kind {
+            StepKind::Http(h) => Box::new(h.templates_mut().map(|(f, t)| (format!("http.{f}"), t))),
+            StepKind::Tcp(TcpRequest { send, .. }) | StepKind::Udp(UdpRequest { send, .. }) => {
+                Box::new(
+                    match send {
+                        protocol::Payload::Text(t) => Some((format!("{key}.send"), t)),
+                        _ => None,
+                    }
+                    .into_iter(),
+                )
+            }
+            StepKind::Grpc(g) => Box::new(g.templates_mut().map(|(f, t)| (format!("grpc.{f}"), t))),
+            StepKind::Think(_) => Box::new(std::iter::empty()),
+        }
     }
 }
 

@@ -245,13 +245,13 @@ message Order { int64 id = 1; }
     }
 
     fn frame(s: &Scenario) -> Vec<u8> {
-        s.session[0]
-            .grpc
-            .as_ref()
-            .unwrap()
-            .frame_bytes()
-            .unwrap()
-            .unwrap()
+        (match &s.session[0].kind {
+            stampede_core::scenario::StepKind::Grpc(x) => x,
+            k => panic!("not a grpc step: {k:?}"),
+        })
+        .frame_bytes()
+        .unwrap()
+        .unwrap()
     }
 
     #[test]
@@ -362,7 +362,7 @@ message Order { int64 id = 1; }
             ("shop.v1.Orders/Watch", "{}", "streaming"),
         ] {
             let mut s = s.clone();
-            let g = s.session[0].grpc.as_mut().unwrap();
+            let g = match &mut s.session[0].kind { stampede_core::scenario::StepKind::Grpc(x) => x, k => panic!("not a grpc step: {k:?}") };
             g.method = method.into();
             g.message = serde_json::from_str::<serde_json::Value>(message).unwrap().into();
             let e = encode_all(&mut s, &pool).unwrap_err().to_string();

@@ -13,6 +13,7 @@ use prost_reflect::prost::Message as _;
 use prost_reflect::prost_types::FileDescriptorProto;
 use prost_reflect::DescriptorPool;
 use stampede_core::protocol::Transport;
+use stampede_core::scenario::StepKind;
 use stampede_core::Scenario;
 use stampede_grpc_schema::SchemaError;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -94,7 +95,10 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
         .step_lists()
         .into_iter()
         .flat_map(|(_, steps)| steps.iter())
-        .filter_map(|st| st.grpc.as_ref()?.parts().map(|(svc, _)| svc.to_string()))
+        .filter_map(|st| match &st.kind {
+            StepKind::Grpc(g) => g.parts().map(|(svc, _)| svc.to_string()),
+            _ => None,
+        })
         .collect();
     let mut wanted: Vec<MessageRequest> = services
         .into_iter()
@@ -198,13 +202,13 @@ message Item { int64 id = 1; string note = 2; }
     fn proto_files_compile_and_messages_are_encoded_once() {
         let (dir, mut s) = pool();
         assert!(resolve_files(&mut s, dir.path()).unwrap());
-        let frame = s.session[0]
-            .grpc
-            .as_ref()
-            .unwrap()
-            .frame_bytes()
-            .unwrap()
-            .unwrap();
+        let frame = (match &s.session[0].kind {
+            StepKind::Grpc(x) => x,
+            k => panic!("not a grpc step: {k:?}"),
+        })
+        .frame_bytes()
+        .unwrap()
+        .unwrap();
         // id = 7 (field 1, varint), then note (field 2, length-delimited).
         assert_eq!(&frame[5..7], [0x08, 7]);
         assert_eq!(&frame[7..11], [0x12, 2, b'h', b'i']);

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use message::GrpcMessage;
 pub use program::MessageProgram;
 
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError, StepKind};
 use crate::template::Template;
 
 /// Largest request message the CLI encodes, and largest response message an agent accepts
@@ -277,7 +277,9 @@ pub(crate) fn check_scenario(s: &Scenario) -> Result<(), ScenarioError> {
             .into_iter()
             .flat_map(|(_, steps)| steps.iter())
     };
-    let calls = steps().filter(|st| st.grpc.is_some()).count();
+    let calls = steps()
+        .filter(|st| matches!(st.kind, StepKind::Grpc(_)))
+        .count();
     match &s.grpc {
         Some(o) => {
             if calls == 0 {
@@ -317,11 +319,9 @@ fn invalid(path: impl Into<String>, reason: impl Into<String>) -> ScenarioError 
 /// schema (only the CLI compiles `proto_files` or asks the target's reflection).
 pub fn first_unresolved(s: &Scenario) -> Option<String> {
     s.step_lists().into_iter().find_map(|(path, steps)| {
-        steps.iter().enumerate().find_map(|(i, st)| {
-            st.grpc
-                .as_ref()
-                .filter(|g| !g.is_resolved())
-                .map(|_| format!("{path}[{i}].grpc"))
+        steps.iter().enumerate().find_map(|(i, st)| match &st.kind {
+            StepKind::Grpc(g) if !g.is_resolved() => Some(format!("{path}[{i}].grpc")),
+            _ => None,
         })
     })
 }
@@ -333,7 +333,10 @@ pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = (String, &mut GrpcCal
         steps
             .iter_mut()
             .enumerate()
-            .filter_map(move |(i, st)| st.grpc.as_mut().map(|g| (format!("{path}[{i}].grpc"), g)))
+            .filter_map(move |(i, st)| match &mut st.kind {
+                StepKind::Grpc(g) => Some((format!("{path}[{i}].grpc"), g)),
+                _ => None,
+            })
     })
 }
 
@@ -603,7 +606,15 @@ mod tests {
         let call = "grpc: { method: p.S/M, message: { id: 1 } }";
         let s =
             Scenario::from_yaml(&doc("grpc://h:1", "grpc: { reflection: true }\n", call)).unwrap();
-        assert_eq!(s.session[0].grpc.as_ref().unwrap().message.json()["id"], 1);
+        assert_eq!(
+            (match &s.session[0].kind {
+                crate::scenario::StepKind::Grpc(x) => x,
+                k => panic!("not a grpc step: {k:?}"),
+            })
+            .message
+            .json()["id"],
+            1
+        );
         assert_eq!(s.requests_per_session(), 1);
         Scenario::from_yaml(&doc(
             "grpcs://h",
@@ -716,7 +727,10 @@ mod tests {
         assert!(!submitted.contains("env:"), "{submitted}");
         let agent = Scenario::from_yaml(&submitted).unwrap();
         assert!(!agent.has_env_refs());
-        let g = agent.session[0].grpc.as_ref().unwrap();
+        let g = match &agent.session[0].kind {
+            crate::scenario::StepKind::Grpc(x) => x,
+            k => panic!("not a grpc step: {k:?}"),
+        };
         assert_eq!(g.message.literal_json()["key"], "s3cret");
         assert_eq!(g.metadata["x-key"].as_static(), Some("s3cret"));
     }

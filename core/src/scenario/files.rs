@@ -66,7 +66,7 @@ impl Scenario {
         let mut changed = false;
         // A setup step's body_file is read like a session step's.
         for (i, step) in self.setup.iter_mut().enumerate() {
-            if let Some(h) = &mut step.http {
+            if let StepKind::Http(h) = &mut step.kind {
                 changed |= inline_body_file(h, &format!("setup[{i}].http.body_file"), base, read)?;
             }
         }
@@ -76,26 +76,27 @@ impl Scenario {
                 .enumerate()
                 .map(move |(i, s)| (path.clone(), i, s))
         }) {
-            if let Some(h) = &mut step.http {
-                changed |= inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
-            }
-            if let Some(t) = &mut step.tcp {
-                let field =
-                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].tcp.{f}"), why);
-                changed |= protocol::inline_payload(&mut t.send, base, protocol::MAX_FRAME, read)
-                    .map_err(|w| field("send", w))?;
-                changed |= protocol::inline_expect(&mut t.expect, base, protocol::MAX_FRAME, read)
-                    .map_err(|w| field("expect", w))?;
-            }
-            if let Some(u) = &mut step.udp {
-                let field =
-                    |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].udp.{f}"), why);
-                changed |=
-                    protocol::inline_payload(&mut u.send, base, protocol::MAX_DATAGRAM, read)
+            let key = step.kind.key();
+            let field =
+                |f: &str, why| ScenarioError::invalid(format!("{path}[{i}].{key}.{f}"), why);
+            match &mut step.kind {
+                StepKind::Http(h) => {
+                    changed |=
+                        inline_body_file(h, &format!("{path}[{i}].http.body_file"), base, read)?;
+                }
+                StepKind::Tcp(TcpRequest { send, expect, .. }) => {
+                    changed |= protocol::inline_payload(send, base, protocol::MAX_FRAME, read)
                         .map_err(|w| field("send", w))?;
-                changed |=
-                    protocol::inline_expect(&mut u.expect, base, protocol::MAX_DATAGRAM, read)
+                    changed |= protocol::inline_expect(expect, base, protocol::MAX_FRAME, read)
                         .map_err(|w| field("expect", w))?;
+                }
+                StepKind::Udp(UdpRequest { send, expect, .. }) => {
+                    changed |= protocol::inline_payload(send, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("send", w))?;
+                    changed |= protocol::inline_expect(expect, base, protocol::MAX_DATAGRAM, read)
+                        .map_err(|w| field("expect", w))?;
+                }
+                StepKind::Grpc(_) | StepKind::Think(_) => {}
             }
         }
         for (name, d) in &mut self.data {
@@ -128,32 +129,32 @@ impl Scenario {
 
     /// True when a `file:` payload or `body_file` is still to be read by the CLI.
     pub fn has_files(&self) -> bool {
-        use protocol::Payload::File;
         self.tls.as_ref().is_some_and(|t| t.ca_file.is_some())
             || self.data.values().any(|d| d.file.is_some())
-            || self
-                .setup
-                .iter()
-                .any(|s| s.http.as_ref().is_some_and(|h| h.body_file.is_some()))
+            || self.setup.iter().any(Step::has_files)
             || self
                 .step_lists()
                 .iter()
                 .flat_map(|(_, s)| s.iter())
-                .any(|s| {
-                    s.http.as_ref().is_some_and(|h| h.body_file.is_some())
-                        || s.tcp.as_ref().is_some_and(|t| {
-                            matches!(t.send, File(_))
-                                || t.expect
-                                    .as_ref()
-                                    .is_some_and(|e| matches!(e.payload(), File(_)))
-                        })
-                        || s.udp.as_ref().is_some_and(|u| {
-                            matches!(u.send, File(_))
-                                || u.expect
-                                    .as_ref()
-                                    .is_some_and(|e| matches!(e.payload(), File(_)))
-                        })
-                })
+                .any(Step::has_files)
+    }
+}
+
+impl Step {
+    /// True when the step still names a file (`body_file`, a `file:` payload) to be read.
+    pub fn has_files(&self) -> bool {
+        use protocol::Payload::File;
+        let expects_file = |e: &Option<protocol::Expect>| {
+            e.as_ref().is_some_and(|e| matches!(e.payload(), File(_)))
+        };
+        match &self.kind {
+            StepKind::Http(h) => h.body_file.is_some(),
+            StepKind::Tcp(TcpRequest { send, expect, .. })
+            | StepKind::Udp(UdpRequest { send, expect, .. }) => {
+                matches!(send, File(_)) || expects_file(expect)
+            }
+            StepKind::Grpc(_) | StepKind::Think(_) => false,
+        }
     }
 }
 

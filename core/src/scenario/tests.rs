@@ -31,8 +31,8 @@ fn durations_without_units_and_think_times_say_what_to_write() {
     let ok =
         Scenario::from_yaml(&format!("{DEMO}  - think_time: {{ min: 1s, max: 2s }}\n")).unwrap();
     assert!(matches!(
-        ok.session[1].think_time,
-        Some(ThinkTime::Range { .. })
+        ok.session[1].kind,
+        StepKind::Think(ThinkTime::Range { .. })
     ));
     let e = err(&format!("{DEMO}  - think_time: {{ min: 1s, most: 2s }}\n"));
     assert!(e.to_string().contains("most"), "{e}");
@@ -259,7 +259,10 @@ session:
 fn protocol_steps_parse() {
     use crate::protocol::{Expect, Framing, Payload};
     let s = Scenario::from_yaml(TCP).unwrap();
-    let t = s.session[0].tcp.as_ref().unwrap();
+    let t = match &s.session[0].kind {
+        StepKind::Tcp(x) => x,
+        k => panic!("not a tcp step: {k:?}"),
+    };
     assert_eq!(t.framing, Framing::Delimiter(Payload::Hex("0d0a".into())));
     assert_eq!(
         t.expect,
@@ -271,7 +274,11 @@ fn protocol_steps_parse() {
     let default = TCP.replace("      framing: { delimiter: { hex: 0d0a } }\n", "");
     let d = Scenario::from_yaml(&default).unwrap();
     assert_eq!(
-        d.session[0].tcp.as_ref().unwrap().framing,
+        (match &d.session[0].kind {
+            StepKind::Tcp(x) => x,
+            k => panic!("not a tcp step: {k:?}"),
+        })
+        .framing,
         Framing::LengthPrefixed
     );
     let fixed = TCP.replace("{ delimiter: { hex: 0d0a } }", "{ fixed: 2 }");
@@ -279,14 +286,14 @@ fn protocol_steps_parse() {
     let udp = "name: u\ntarget: udp://127.0.0.1:53\nphases: [{ duration: 1s, arrival_rate: 1 }]\nsession:\n  - udp: { send: { hex: 'ab cd' }, timeout: 250ms }\n";
     let u = Scenario::from_yaml(udp).unwrap();
     assert_eq!(
-        u.session[0]
-            .udp
-            .as_ref()
-            .unwrap()
-            .timeout
-            .unwrap()
-            .0
-            .as_millis(),
+        (match &u.session[0].kind {
+            StepKind::Udp(x) => x,
+            k => panic!("not a udp step: {k:?}"),
+        })
+        .timeout
+        .unwrap()
+        .0
+        .as_millis(),
         250
     );
     Scenario::from_yaml(&TCP.replace("tcp://127.0.0.1:7000", "unix:///tmp/e.sock")).unwrap();
@@ -405,7 +412,11 @@ fn files_are_inlined_with_the_field_named() {
     assert!(changed && !s.has_files());
     assert_eq!(seen, [std::path::PathBuf::from("/base/req.bin")]);
     assert_eq!(
-        s.session[0].tcp.as_ref().unwrap().send,
+        (match &s.session[0].kind {
+            StepKind::Tcp(x) => x,
+            k => panic!("not a tcp step: {k:?}"),
+        })
+        .send,
         Payload::Base64("3q0=".into())
     );
     let mut s = Scenario::from_yaml(&text).unwrap();
@@ -426,7 +437,10 @@ fn files_are_inlined_with_the_field_named() {
     assert_eq!(e.path(), "session[0].http.body_file");
     let mut s = Scenario::from_yaml(&body).unwrap();
     s.inline_files(base, &mut |_| Ok(b"{}".to_vec())).unwrap();
-    let h = s.session[0].http.as_ref().unwrap();
+    let h = match &s.session[0].kind {
+        StepKind::Http(x) => x,
+        k => panic!("not a http step: {k:?}"),
+    };
     assert_eq!(
         (
             h.body.as_ref().and_then(|b| b.as_static()),
@@ -502,7 +516,10 @@ session:
 #[test]
 fn sessions_parse_once_and_name_the_field() {
     let s = Scenario::from_yaml(SESSIONS).unwrap();
-    let h = s.session[0].http.as_ref().unwrap();
+    let h = match &s.session[0].kind {
+        StepKind::Http(x) => x,
+        k => panic!("not a http step: {k:?}"),
+    };
     assert_eq!(h.method, "POST");
     assert!(!h.is_static());
     assert_eq!(s.target.as_ref().unwrap().prefix(), "/api/v1");
@@ -688,7 +705,10 @@ session:
     repeat: 2
 "#;
     let mut s = Scenario::from_yaml(tcp).unwrap();
-    let t = s.session[0].tcp.as_ref().unwrap();
+    let t = match &s.session[0].kind {
+        StepKind::Tcp(x) => x,
+        k => panic!("not a tcp step: {k:?}"),
+    };
     assert!(t.send.template().is_some());
     assert_eq!(s.requests_reading("users"), 2);
     assert!(s.has_env_refs());
@@ -696,7 +716,11 @@ session:
     s.resolve_env(&|_| Some("p\"w".into())).unwrap();
     assert!(s.env_names().is_empty());
     assert_eq!(
-        s.session[0].tcp.as_ref().unwrap().send,
+        (match &s.session[0].kind {
+            StepKind::Tcp(x) => x,
+            k => panic!("not a tcp step: {k:?}"),
+        })
+        .send,
         Payload::Text(crate::template::Template::parse("login ${users.name|json} p\"w").unwrap())
     );
     let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
@@ -724,7 +748,13 @@ session:
         .replace("tcp://", "udp://")
         .replace("- tcp: { send: { text: 'login ${users.name|json} ${env:PW}' }, expect: { prefix: { text: ok } } }", "- udp: { send: { text: '${users.name}' } }");
     let s = Scenario::from_yaml(&udp).unwrap();
-    assert!(s.session[0].udp.as_ref().unwrap().send.template().is_some());
+    assert!((match &s.session[0].kind {
+        StepKind::Udp(x) => x,
+        k => panic!("not a udp step: {k:?}"),
+    })
+    .send
+    .template()
+    .is_some());
     let e = err(&udp.replace("${users.name}", "${users.nope}"));
     assert_eq!(e.path(), "session[0].udp.send");
 }
@@ -804,4 +834,65 @@ fn request_steps_are_capped_over_the_run() {
         ),
         "{e}"
     );
+}
+
+#[test]
+fn a_step_without_a_kind_or_with_two_is_refused_at_its_path() {
+    let none = err(&format!("{DEMO}  - repeat: 2\n"));
+    assert_eq!(none.path(), "session[1]", "{none}");
+    assert!(
+        none.to_string().contains(
+            "a step needs exactly one of: http, tcp, udp, grpc, think_time (it has none)"
+        ),
+        "{none}"
+    );
+    let two = err(&format!(
+        "{DEMO}  - {{ http: {{ path: / }}, think_time: 1s }}\n"
+    ));
+    assert_eq!(two.path(), "session[1]", "{two}");
+    assert!(
+        two.to_string().contains("(it has http and think_time)"),
+        "{two}"
+    );
+    let setup = err(&DEMO.replace(
+        "session:\n",
+        "setup:\n  - { http: { path: /login }, tcp: { send: { text: hi } } }\nsession:\n",
+    ));
+    assert_eq!(setup.path(), "setup[0]", "{setup}");
+    assert!(
+        setup.to_string().contains("(it has http and tcp)"),
+        "{setup}"
+    );
+}
+
+#[test]
+fn every_step_kind_survives_yaml_and_json() {
+    let yaml = format!(
+        "{DEMO}  - {{ name: pause, think_time: {{ min: 1s, max: 2s }} }}\n  - http: {{ method: POST, path: /x, body: hi }}\n    repeat: 3\n    new_connection: true\n    extract: {{ id: {{ json: /id }} }}\n    check: {{ status: [201] }}\n"
+    );
+    let s = Scenario::from_yaml(&yaml).unwrap();
+    let kinds: Vec<_> = s.session.iter().map(|st| st.kind.key()).collect();
+    assert_eq!(kinds, ["http", "think_time", "http"]);
+    assert_eq!(s.session[2].repeat(), 3);
+    assert!(s.session[2].new_connection && s.session[2].check.is_some());
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(
+        json.contains(r#""think_time":{"min":"1s","max":"2s"}"#),
+        "{json}"
+    );
+    assert!(!json.contains("kind"), "{json}");
+    assert_eq!(Scenario::from_yaml(&json).unwrap(), s);
+    let again = serde_norway::to_string(&s).unwrap();
+    assert_eq!(Scenario::from_yaml(&again).unwrap(), s);
+    for (yaml, key) in [
+        ("tcp://127.0.0.1:7000", "tcp: { send: { text: hi } }"),
+        ("udp://127.0.0.1:7000", "udp: { send: { text: hi } }"),
+    ] {
+        let text = DEMO
+            .replace("http://127.0.0.1:8080", yaml)
+            .replace("http: { method: GET, path: /data }", key);
+        let s = Scenario::from_yaml(&text).unwrap();
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(Scenario::from_yaml(&json).unwrap(), s, "{json}");
+    }
 }

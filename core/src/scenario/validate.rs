@@ -414,64 +414,31 @@ impl Scenario {
         // Variables extracted by the steps before the one being checked.
         let mut defined = std::collections::BTreeSet::new();
         for (i, step) in steps.iter().enumerate() {
-            let kinds = usize::from(step.http.is_some())
-                + usize::from(step.tcp.is_some())
-                + usize::from(step.udp.is_some())
-                + usize::from(step.grpc.is_some())
-                + usize::from(step.think_time.is_some());
-            if kinds != 1 {
-                return Err(ScenarioError::invalid(
-                    format!("{path}[{i}]"),
-                    "a step needs exactly one of: http, tcp, udp, grpc, think_time",
-                ));
+            let at = format!("{path}[{i}]");
+            if step.kind.is_request() {
+                self.check_step_transport(&at, step.kind.key())?;
             }
-            let kind = if step.http.is_some() {
-                Some("http")
-            } else if step.tcp.is_some() {
-                Some("tcp")
-            } else if step.udp.is_some() {
-                Some("udp")
-            } else if step.grpc.is_some() {
-                Some("grpc")
-            } else {
-                None
+            let field = |f: &str, why: String| {
+                ScenarioError::invalid(format!("{at}.{}.{f}", step.kind.key()), why)
             };
-            if let Some(kind) = kind {
-                self.check_step_transport(&format!("{path}[{i}]"), kind)?;
-            }
-            if let Some(t) = &step.tcp {
-                protocol::check_tcp(t).map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("{path}[{i}].tcp.{field}"), why)
-                })?;
-            }
-            if let Some(u) = &step.udp {
-                protocol::check_udp(u).map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("{path}[{i}].udp.{field}"), why)
-                })?;
-            }
-            if let Some(g) = &step.grpc {
-                g.check().map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("{path}[{i}].grpc.{field}"), why)
-                })?;
+            match &step.kind {
+                StepKind::Http(http) => http.check().map_err(|(f, why)| field(&f, why))?,
+                StepKind::Tcp(t) => protocol::check_tcp(t).map_err(|(f, why)| field(f, why))?,
+                StepKind::Udp(u) => protocol::check_udp(u).map_err(|(f, why)| field(f, why))?,
+                StepKind::Grpc(g) => g.check().map_err(|(f, why)| field(&f, why))?,
+                StepKind::Think(ThinkTime::Range { min, max }) if min > max => {
+                    return Err(ScenarioError::invalid(
+                        format!("{at}.think_time"),
+                        "min must be <= max",
+                    ));
+                }
+                StepKind::Think(_) => {}
             }
             if step.repeat == Some(0) {
                 return Err(ScenarioError::invalid(
                     format!("{path}[{i}].repeat"),
                     "must be >= 1",
                 ));
-            }
-            if let Some(ThinkTime::Range { min, max }) = step.think_time {
-                if min > max {
-                    return Err(ScenarioError::invalid(
-                        format!("{path}[{i}].think_time"),
-                        "min must be <= max",
-                    ));
-                }
-            }
-            if let Some(http) = &step.http {
-                http.check().map_err(|(field, why)| {
-                    ScenarioError::invalid(format!("{path}[{i}].http.{field}"), why)
-                })?;
             }
             for (field, t) in step.templates() {
                 self.check_refs(t, &defined, false)
@@ -527,22 +494,12 @@ impl Scenario {
         let mut defined = std::collections::BTreeSet::new();
         for (i, step) in self.setup.iter().enumerate() {
             let field = |f: &str| format!("setup[{i}]{f}");
-            let Some(http) = &step.http else {
+            let StepKind::Http(http) = &step.kind else {
                 return Err(ScenarioError::invalid(
                     field(""),
                     "a setup step is an http step",
                 ));
             };
-            if step.tcp.is_some()
-                || step.udp.is_some()
-                || step.grpc.is_some()
-                || step.think_time.is_some()
-            {
-                return Err(ScenarioError::invalid(
-                    field(""),
-                    "a setup step is an http step, and only that",
-                ));
-            }
             if step.repeat == Some(0) {
                 return Err(ScenarioError::invalid(field(".repeat"), "must be >= 1"));
             }
@@ -708,11 +665,11 @@ pub(super) fn check_extraction(step: &Step, at: &str) -> Result<(), ScenarioErro
 /// or udp reply only its payload (the body), as it has no status, headers or cookies; nothing
 /// of a gRPC reply, whose messages are protobuf and which are not captured.
 pub(super) fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioError> {
-    let kind = match (&step.tcp, &step.udp) {
-        _ if step.http.is_some() => return Ok(()),
-        (Some(_), _) => "tcp",
-        (_, Some(_)) => "udp",
-        _ => {
+    let kind = match &step.kind {
+        StepKind::Http(_) => return Ok(()),
+        StepKind::Tcp(_) => "tcp",
+        StepKind::Udp(_) => "udp",
+        StepKind::Grpc(_) | StepKind::Think(_) => {
             return Err(ScenarioError::invalid(
                 at,
                 "extract and check apply to http, tcp and udp steps",

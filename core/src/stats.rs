@@ -28,6 +28,10 @@ pub mod error_kind {
     pub const TLS: &str = "tls";
     /// A rendered template would break the request (a line break in a header value).
     pub const TEMPLATE: &str = "template";
+    /// The server closed the WebSocket while a step waited on it.
+    pub const WS_CLOSED: &str = "ws_closed";
+    /// A WebSocket step found no open WebSocket (before its `connect`, or after a `close`).
+    pub const WS_NOT_OPEN: &str = "ws_not_open";
 
     /// The error kind of an unexpected HTTP status: `status_404`, so every report names the
     /// code. Codes are three digits (100 to 999), so there are at most 900 such kinds and

@@ -29,7 +29,7 @@ impl Target {
     /// Parses a target URL; the error says what is wrong.
     pub fn parse(url: &str) -> Result<Self, String> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://)")
+            format!("`{url}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://, ws://, wss://)")
         })?;
         let transport = match scheme {
             "http" => Transport::Http,
@@ -39,9 +39,11 @@ impl Target {
             "unix" => Transport::Unix,
             "grpc" => Transport::Grpc,
             "grpcs" => Transport::Grpcs,
+            "ws" => Transport::Ws,
+            "wss" => Transport::Wss,
             other => {
                 return Err(format!(
-                "`{other}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs)"
+                "`{other}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs, ws, wss)"
             ))
             }
         };
@@ -93,14 +95,14 @@ impl Target {
             }
             None => {
                 t.port = match transport {
-                    Transport::Http => 80,
-                    Transport::Https | Transport::Grpcs => 443,
+                    Transport::Http | Transport::Ws => 80,
+                    Transport::Https | Transport::Grpcs | Transport::Wss => 443,
                     _ => return Err(format!("`{url}` needs host:port")),
                 }
             }
         }
         match transport {
-            Transport::Http | Transport::Https => {
+            Transport::Http | Transport::Https | Transport::Ws | Transport::Wss => {
                 if path.contains(['?', '#']) || path.contains(char::is_whitespace) {
                     return Err(format!(
                         "`{url}`: a target may have a path prefix, not a query or fragment"
@@ -191,7 +193,7 @@ impl JsonSchema for Target {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps), grpc://host:port (gRPC over h2c) and grpcs://host[:port] (gRPC over TLS, h2 by ALPN) (grpc steps)."
+            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps), grpc://host:port (gRPC over h2c) and grpcs://host[:port] (gRPC over TLS, h2 by ALPN) (grpc steps), ws://host:port/prefix and wss://... (WebSocket, ws steps)."
         })
     }
 }

@@ -249,6 +249,12 @@ pub(super) fn session<'a, 's, 'l, 't>(
                     repeat,
                     new_connection,
                     ..
+                }
+                | StepPlan::Ws {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
                 } => {
                     for r in 0..*repeat {
                         if *new_connection {
@@ -486,7 +492,8 @@ pub(super) fn last_on_connection(steps: &[StepPlan], i: usize, repeating: bool) 
         | StepPlan::HttpDynamic { new_connection, .. }
         | StepPlan::Tcp { new_connection, .. }
         | StepPlan::Udp { new_connection, .. }
-        | StepPlan::Grpc { new_connection, .. } => Some(*new_connection),
+        | StepPlan::Grpc { new_connection, .. }
+        | StepPlan::Ws { new_connection, .. } => Some(*new_connection),
         StepPlan::Think(_) => None,
     };
     if repeating {
@@ -565,6 +572,10 @@ fn exchange<'a, 's, 'c, 'v>(
     ),
 ) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
     async move {
+        if let StepPlan::Ws { step, .. } = step {
+            // Boxed like the other drivers: a static session keeps its size.
+            return Box::pin(websocket((spec, endpoint), rec, conn, step, vars)).await;
+        }
         // Bytes of the request that left with the connect.
         let mut ahead = 0;
         if conn.is_none() {
@@ -723,6 +734,48 @@ fn exchange<'a, 's, 'c, 'v>(
         }
         result
     }
+}
+
+/// One WebSocket step over the session's WebSocket: a `connect` replaces whatever connection
+/// the session held with a new, upgraded one (counted open while it is held); a `close` or
+/// any failure leaves none.
+async fn websocket<'a, 's>(
+    (spec, endpoint): (&'s RunSpec, usize),
+    rec: &'a Recorder,
+    conn: &mut Option<Tracked<'a>>,
+    step: &'s crate::dynamic::DynamicWs,
+    vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+) -> Result<Answer<'s>, Failure> {
+    use crate::dynamic::After;
+    let (Some(ctx), Some(v)) = (spec.dynamic.as_ref(), vars.as_deref_mut()) else {
+        return Err(Failure(error_kind::PROTOCOL));
+    };
+    let super::Endpoint::Ws(addr, tls) = spec.endpoint(endpoint) else {
+        return Err(Failure(error_kind::PROTOCOL));
+    };
+    if step.connects() {
+        *conn = None;
+    }
+    let open = conn.as_mut().and_then(|c| match &mut c.conn {
+        Link::Ws(w) => Some(w),
+        _ => None,
+    });
+    let (outcome, after) = match step.run(open, (addr, tls.as_deref()), ctx, v).await {
+        Ok(done) => done,
+        Err(f) => {
+            *conn = None;
+            return Err(f);
+        }
+    };
+    match after {
+        After::Same => {}
+        After::Opened(w) => {
+            rec.endpoints.opened(endpoint);
+            *conn = Some(rec.connections.track(Link::Ws(w)));
+        }
+        After::Closed => *conn = None,
+    }
+    Ok(Answer::from(outcome))
 }
 
 impl<'s> Answer<'s> {

@@ -20,6 +20,7 @@ mod stops;
 mod streams;
 mod tls;
 mod verdicts;
+mod websocket;
 mod workloads;
 
 use std::io::{BufRead, BufReader};

@@ -96,7 +96,12 @@ impl Scenario {
                     changed |= protocol::inline_expect(expect, base, protocol::MAX_DATAGRAM, read)
                         .map_err(|w| field("expect", w))?;
                 }
-                StepKind::Grpc(_) | StepKind::Think(_) => {}
+                StepKind::Ws(crate::ws::WsAction::Send { message, .. }) => {
+                    changed |=
+                        protocol::inline_payload(message, base, crate::ws::MAX_MESSAGE, read)
+                            .map_err(|w| field("send", w))?;
+                }
+                StepKind::Grpc(_) | StepKind::Ws(_) | StepKind::Think(_) => {}
             }
         }
         for (name, d) in &mut self.data {
@@ -153,7 +158,8 @@ impl Step {
             | StepKind::Udp(UdpRequest { send, expect, .. }) => {
                 matches!(send, File(_)) || expects_file(expect)
             }
-            StepKind::Grpc(_) | StepKind::Think(_) => false,
+            StepKind::Ws(crate::ws::WsAction::Send { message, .. }) => matches!(message, File(_)),
+            StepKind::Grpc(_) | StepKind::Ws(_) | StepKind::Think(_) => false,
         }
     }
 }

@@ -116,7 +116,9 @@ pub enum Link {
     H2(crate::h2::H2Conn),
     Stream(StreamConn),
     Udp(UdpConn),
-    Ws(crate::ws::WsConn),
+    /// Boxed: the framing's state is far larger than the other links, and a `Link` is part
+    /// of every session's connection.
+    Ws(Box<crate::ws::WsConn>),
 }
 
 impl Link {

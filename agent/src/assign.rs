@@ -72,6 +72,7 @@ pub(crate) async fn prepare(
     let grpc = matches!(transport, Transport::Grpc | Transport::Grpcs);
     let http2 = grpc || scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
     let https = transport.is_tls();
+    let websocket = matches!(transport, Transport::Ws | Transport::Wss);
     if let Endpoint::Http(addr, _) = endpoint {
         let tls = if https {
             Some(Arc::new(tls::TlsClient::new(
@@ -82,7 +83,9 @@ pub(crate) async fn prepare(
         } else {
             None
         };
-        endpoint = if http2 {
+        endpoint = if websocket {
+            Endpoint::Ws(addr, tls)
+        } else if http2 {
             Endpoint::H2(addr, tls)
         } else {
             Endpoint::Http(addr, tls)
@@ -319,8 +322,14 @@ impl Compiler<'_> {
                     if !h.is_static()
                         || !s.extract.is_empty()
                         || s.check.is_some()
-                        || scenario.cookies =>
+                        || scenario.cookies
+                        || h.stream.is_some() =>
                 {
+                    if http2 && h.stream.is_some() {
+                        return Err(format!(
+                            "{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")"
+                        ));
+                    }
                     *any_dynamic = true;
                     StepPlan::HttpDynamic {
                         ordinal,
@@ -386,6 +395,26 @@ impl Compiler<'_> {
                         new_connection,
                     }
                 }
+                StepKind::Ws(w) => {
+                    *any_dynamic = true;
+                    StepPlan::Ws {
+                        ordinal,
+                        step: Arc::new(
+                            dynamic::DynamicWs::new(
+                                w,
+                                &s.extract,
+                                s.check.as_ref(),
+                                scenario,
+                                slots,
+                                host_header,
+                                prefix,
+                            )
+                            .map_err(|e| format!("{at}.{e}"))?,
+                        ),
+                        repeat,
+                        new_connection: false,
+                    }
+                }
                 StepKind::Udp(u) => {
                     let send = dynamic_send(s, &u.send, scenario, slots, any_dynamic)
                         .map_err(|e| format!("{at}.udp.{e}"))?;
@@ -435,6 +464,7 @@ fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint,
         Endpoint::H2(_, tls) => Endpoint::H2(addr, tls.clone()),
         Endpoint::Tcp(_) => Endpoint::Tcp(addr),
         Endpoint::Udp(_) => Endpoint::Udp(addr),
+        Endpoint::Ws(_, tls) => Endpoint::Ws(addr, tls.clone()),
         Endpoint::Unix(_) => {
             return Err("endpoints: a unix:// target has one socket path, no addresses".into())
         }

@@ -9,8 +9,8 @@
 //!
 //! This module holds what every kind shares (the run's [`Context`], a session's
 //! [`SessionVars`], compiled templates and gRPC's [`DynamicFields`]); `http_step` renders and
-//! sends an HTTP step, `send` a tcp or udp one, and `judge` is the extraction and checks both
-//! apply to what comes back.
+//! sends an HTTP step, `send` a tcp or udp one, `ws_step` a WebSocket one, and `judge` is the
+//! extraction and checks all apply to what comes back.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -25,9 +25,11 @@ use crate::http1::Capture;
 mod http_step;
 mod judge;
 mod send;
+mod ws_step;
 
 pub use http_step::DynamicHttp;
 pub use send::DynamicSend;
+pub use ws_step::{After, DynamicWs};
 
 /// What every session of a run reads: this agent's share of each data source, the seed,
 /// who we are.
@@ -107,6 +109,8 @@ pub struct Outcome<'a> {
     pub error: Option<&'a str>,
     /// The HTTP status code.
     pub status: u16,
+    /// A streamed reply's arrivals (`stream:` steps only).
+    pub arrivals: Option<Box<crate::http1::stream::Arrivals>>,
 }
 
 impl Context {

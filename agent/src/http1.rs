@@ -15,6 +15,7 @@ use stampede_core::stats::error_kind;
 use stampede_core::template::Template;
 
 mod head;
+pub mod stream;
 
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
@@ -160,6 +161,10 @@ pub trait Sink {
     fn status(&mut self, _status: u16) {}
     fn header(&mut self, name: &str, value: &[u8]);
     fn body(&mut self, chunk: &[u8]);
+    /// A chunk of a chunked body begins (its size line was just read): a stream reader
+    /// times its chunks by it.
+    #[inline(always)]
+    fn chunk(&mut self) {}
 }
 
 impl<S: Sink> Sink for &mut S {
@@ -176,6 +181,10 @@ impl<S: Sink> Sink for &mut S {
     #[inline(always)]
     fn body(&mut self, chunk: &[u8]) {
         (**self).body(chunk)
+    }
+    #[inline(always)]
+    fn chunk(&mut self) {
+        (**self).chunk()
     }
 }
 
@@ -548,6 +557,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             // 16 hex digits fit a u64 but not the CRLF after the data: a protocol error, not
             // an overflow.
             let with_crlf = size.checked_add(2).ok_or(Failure(error_kind::PROTOCOL))?;
+            sink.chunk();
             if S::KEEP {
                 total = total.saturating_add(self.skip_exact(size, sink).await?);
                 total = total.saturating_add(self.skip_exact(2, &mut Discard).await?);

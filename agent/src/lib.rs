@@ -33,8 +33,8 @@
 //!   `unsafe`). `pool`: a constant-rate pool's slot queue. [`ticked`]: a pool's answers read at
 //!   the arrival loop's ticks and timed by the kernel's receive time.
 //! - Drivers: [`http1`] (allocation-free HTTP/1.1, `http1/head` the response head), [`h2`],
-//!   [`grpc`], [`stream`] (raw TCP and Unix), [`udp`], [`tls`]; [`net`] makes every connection
-//!   and counts them.
+//!   [`grpc`], [`stream`] (raw TCP and Unix), [`udp`], [`ws`] (WebSocket), [`tls`]; [`net`]
+//!   makes every connection and counts them. `http1/stream` times a streamed reply's events.
 //! - [`dynamic`]: steps rendered per session (templates, data rows, extracted values, cookies)
 //!   and judged (extraction and checks). Static steps never come here.
 
@@ -55,6 +55,7 @@ pub mod stream;
 pub mod ticked;
 pub mod tls;
 pub mod udp;
+pub mod ws;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -180,6 +180,7 @@ pub fn at_address(target: &Endpoint, addr: SocketAddr) -> Option<Endpoint> {
     Some(match target {
         Endpoint::Http(_, tls) => Endpoint::Http(addr, tls.clone()),
         Endpoint::H2(_, tls) => Endpoint::H2(addr, tls.clone()),
+        Endpoint::Ws(_, tls) => Endpoint::Ws(addr, tls.clone()),
         Endpoint::Tcp(_) => Endpoint::Tcp(addr),
         Endpoint::Udp(_) => Endpoint::Udp(addr),
         Endpoint::Unix(_) => return None,

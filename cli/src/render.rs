@@ -459,9 +459,20 @@ fn report_lines(r: &Report, wide: bool) -> String {
             }
         }
     }
-    if r.steps.len() > 1 {
+    if r.steps.len() > 1 || r.steps.iter().any(|s| s.stream.is_some()) {
         let _ = writeln!(o, "Steps");
         for s in &r.steps {
+            // A streamed step's arrivals, under its own line (80 columns either way).
+            let stream = s.stream.as_ref().map(|st| {
+                format!(
+                    "    events {:>6} first p50 {:>8} p99 {:>8} gap p50 {:>8} p99 {:>8}",
+                    short(st.events as f64),
+                    us(st.ttfb.p50_us),
+                    us(st.ttfb.p99_us),
+                    us(st.gap.p50_us),
+                    us(st.gap.p99_us)
+                )
+            });
             if !wide {
                 let _ = writeln!(
                     o,
@@ -472,6 +483,9 @@ fn report_lines(r: &Report, wide: bool) -> String {
                     us(s.latency.response_time.p50_us),
                     us(s.latency.response_time.p99_us)
                 );
+                if let Some(line) = &stream {
+                    let _ = writeln!(o, "{line}");
+                }
                 continue;
             }
             let _ = writeln!(
@@ -483,6 +497,9 @@ fn report_lines(r: &Report, wide: bool) -> String {
                 us(s.latency.response_time.p50_us),
                 us(s.latency.response_time.p99_us)
             );
+            if let Some(line) = &stream {
+                let _ = writeln!(o, "{line}");
+            }
         }
     }
     if !r.thresholds.is_empty() {

@@ -31,6 +31,22 @@ pub struct HttpRequest {
     /// Status codes that count as success; default: any 2xx or 3xx.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_status: Option<Vec<u16>>,
+    /// Read the reply as a stream and time it as one (HTTP/1.1 targets): `sse` (server-sent
+    /// events) or `chunks` (body bytes as they arrive). The step then reports the time to its
+    /// first event (or byte) and the gaps between events beside the whole reply's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamMode>,
+}
+
+/// How a streamed reply is cut into the arrivals it is timed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// Server-sent events (`text/event-stream`): an event arrives when the blank line that
+    /// ends it does.
+    Sse,
+    /// Any body: each read that brings body bytes is an arrival.
+    Chunks,
 }
 
 fn default_method() -> String {
@@ -55,6 +71,7 @@ impl Default for HttpRequest {
             body: None,
             body_file: None,
             expect_status: None,
+            stream: None,
         }
     }
 }

@@ -10,7 +10,7 @@
 //!   `scenario/files` resolves what the CLI reads before submission (files, `${env:...}`).
 //! - [`target`]: the target URL parsed once (transport, host, port, path prefix, unix path).
 //! - [`http`], [`protocol`] (tcp and udp steps), [`grpc`] (unary calls, the response scanner,
-//!   the descriptor-free encoding program of a templated message).
+//!   the descriptor-free encoding program of a templated message), [`ws`] (WebSocket actions).
 //! - [`template`]: `${...}` parsed once into literal segments and typed references.
 //! - [`data`]: CSV and JSON-lines sources, rows bound to a global key; `data/share` says which
 //!   agent runs which key and when rows run out.
@@ -68,4 +68,5 @@ pub mod target_policy;
 pub mod template;
 pub mod threshold;
 pub mod workload;
+pub mod ws;
 pub mod yaml_guard;

@@ -462,6 +462,10 @@ pub enum Transport {
     Grpc,
     /// `grpcs://host:port`: gRPC over TLS, h2 by ALPN.
     Grpcs,
+    /// `ws://host:port/prefix`: WebSocket, upgraded from HTTP/1.1.
+    Ws,
+    /// `wss://host:port/prefix`: WebSocket over TLS.
+    Wss,
 }
 
 impl Transport {
@@ -472,12 +476,13 @@ impl Transport {
             Transport::Tcp | Transport::Unix => "tcp",
             Transport::Udp => "udp",
             Transport::Grpc | Transport::Grpcs => "grpc",
+            Transport::Ws | Transport::Wss => "ws",
         }
     }
 
     /// Whether the transport runs over TLS (the `tls:` options apply).
     pub fn is_tls(self) -> bool {
-        matches!(self, Transport::Https | Transport::Grpcs)
+        matches!(self, Transport::Https | Transport::Grpcs | Transport::Wss)
     }
 }
 

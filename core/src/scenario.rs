@@ -56,7 +56,8 @@ pub struct Scenario {
     /// What to load. The scheme picks the transport and so the step kind:
     /// `http://host:port/prefix` (http steps; request paths are appended to the prefix),
     /// `tcp://host:port` and `unix:///path` (tcp steps), `udp://host:port` (udp steps),
-    /// `grpc://host:port` and `grpcs://host:port` (grpc steps).
+    /// `grpc://host:port` and `grpcs://host:port` (grpc steps), `ws://host:port/prefix` and
+    /// `wss://...` (ws steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
     /// The target's addresses, when it has several (the pods behind a Service, say):
@@ -586,6 +587,8 @@ pub enum StepKind {
     Udp(UdpRequest),
     /// A unary gRPC call: `grpc://` and `grpcs://` targets.
     Grpc(crate::grpc::GrpcCall),
+    /// One WebSocket action: `ws://` and `wss://` targets.
+    Ws(crate::ws::WsAction),
     /// A pause before the next step.
     Think(ThinkTime),
 }
@@ -598,6 +601,7 @@ impl StepKind {
             StepKind::Tcp(_) => "tcp",
             StepKind::Udp(_) => "udp",
             StepKind::Grpc(_) => "grpc",
+            StepKind::Ws(_) => "ws",
             StepKind::Think(_) => "think_time",
         }
     }
@@ -630,6 +634,10 @@ struct RawStep {
     /// A unary gRPC call: `grpc://` and `grpcs://` targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     grpc: Option<crate::grpc::GrpcCall>,
+    /// One WebSocket action (`connect`, `send` with or without `receive`, `receive`, `ping`,
+    /// `close`): `ws://` and `wss://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ws: Option<crate::ws::WsAction>,
     /// A pause before the next step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     think_time: Option<ThinkTime>,
@@ -653,10 +661,10 @@ struct RawStep {
 #[derive(Debug, thiserror::Error)]
 pub enum StepKindError {
     /// None of the kind keys is present.
-    #[error("a step needs exactly one of: http, tcp, udp, grpc, think_time (it has none)")]
+    #[error("a step needs exactly one of: http, tcp, udp, grpc, ws, think_time (it has none)")]
     Missing,
-    /// More than one kind key is present; they are listed as http, tcp, udp, grpc, think_time.
-    #[error("a step needs exactly one of: http, tcp, udp, grpc, think_time (it has {})", .0.join(" and "))]
+    /// More than one kind key is present; they are listed as http, tcp, udp, grpc, ws, think_time.
+    #[error("a step needs exactly one of: http, tcp, udp, grpc, ws, think_time (it has {})", .0.join(" and "))]
     Several(Vec<&'static str>),
 }
 
@@ -669,6 +677,7 @@ impl TryFrom<RawStep> for Step {
             raw.tcp.map(StepKind::Tcp),
             raw.udp.map(StepKind::Udp),
             raw.grpc.map(StepKind::Grpc),
+            raw.ws.map(StepKind::Ws),
             raw.think_time.map(StepKind::Think),
         ]
         .into_iter()
@@ -709,6 +718,7 @@ impl From<Step> for RawStep {
             StepKind::Tcp(t) => raw.tcp = Some(t),
             StepKind::Udp(u) => raw.udp = Some(u),
             StepKind::Grpc(g) => raw.grpc = Some(g),
+            StepKind::Ws(w) => raw.ws = Some(w),
             StepKind::Think(t) => raw.think_time = Some(t),
         }
         raw
@@ -757,7 +767,7 @@ impl Step {
 
     /// Every template of the step's request, with its field relative to the step
     /// (`http.path`, `http.headers.NAME`, `http.body`, `tcp.send`, `udp.send`,
-    /// `grpc.message.FIELD`, `grpc.metadata.NAME`).
+    /// `grpc.message.FIELD`, `grpc.metadata.NAME`, `ws.connect.path`, `ws.send.text`).
     pub fn templates(&self) -> Box<dyn Iterator<Item = (String, &crate::template::Template)> + '_> {
         match &self.kind {
             StepKind::Http(h) => Box::new(h.templates().map(|(f, t)| (format!("http.{f}"), t))),
@@ -772,6 +782,11 @@ impl Step {
                 )
             }
             StepKind::Grpc(g) => Box::new(g.templates().map(|(f, t)| (format!("grpc.{f}"), t))),
+            StepKind::Ws(w) => Box::new(
+                w.templates()
+                    .into_iter()
+                    .map(|(f, t)| (format!("ws.{f}"), t)),
+            ),
             StepKind::Think(_) => Box::new(std::iter::empty()),
         }
     }
@@ -793,6 +808,11 @@ impl Step {
                 )
             }
             StepKind::Grpc(g) => Box::new(g.templates_mut().map(|(f, t)| (format!("grpc.{f}"), t))),
+            StepKind::Ws(w) => Box::new(
+                w.templates_mut()
+                    .into_iter()
+                    .map(|(f, t)| (format!("ws.{f}"), t)),
+            ),
             StepKind::Think(_) => Box::new(std::iter::empty()),
         }
     }

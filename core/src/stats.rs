@@ -28,6 +28,10 @@ pub mod error_kind {
     pub const TLS: &str = "tls";
     /// A rendered template would break the request (a line break in a header value).
     pub const TEMPLATE: &str = "template";
+    /// The server closed the WebSocket while a step waited on it.
+    pub const WS_CLOSED: &str = "ws_closed";
+    /// A WebSocket step found no open WebSocket (before its `connect`, or after a `close`).
+    pub const WS_NOT_OPEN: &str = "ws_not_open";
 
     /// The error kind of an unexpected HTTP status: `status_404`, so every report names the
     /// code. Codes are three digits (100 to 999), so there are at most 900 such kinds and
@@ -338,6 +342,23 @@ impl Stats {
         self.counters.out_of_range += oor.unwrap_or(0);
     }
 
+    /// Records the arrivals of one streamed reply of request-step `step`: the time to its
+    /// first event from the intended send, and the gaps between its events (all µs). Counted
+    /// apart from the request itself, which [`Stats::record_success`] records whole.
+    pub fn record_stream(&mut self, step: usize, ttfb_us: Option<u64>, gaps_us: &[u64]) {
+        let Some(s) = self.steps.get_mut(step) else {
+            return;
+        };
+        let mut oor = 0;
+        if let Some(t) = ttfb_us {
+            oor += u64::from(s.ttfb.record_n(t.max(1), 1) == Recorded::OutOfRange);
+        }
+        for g in gaps_us {
+            oor += u64::from(s.gap.record_n((*g).max(1), 1) == Recorded::OutOfRange);
+        }
+        self.counters.out_of_range += oor;
+    }
+
     /// Records one failed request of request-step `step`.
     #[inline]
     pub fn record_failure(&mut self, step: usize, kind: &str) {
@@ -403,6 +424,10 @@ pub struct SparseStepStats {
     pub errors: BTreeMap<String, u64>,
     pub response: SparseHist,
     pub service: SparseHist,
+    /// Streamed replies: from the intended send to the first event (or body byte).
+    pub ttfb: SparseHist,
+    /// Streamed replies: between one event (or read of body bytes) and the next.
+    pub gap: SparseHist,
 }
 
 impl SparseStepStats {
@@ -418,10 +443,16 @@ impl SparseStepStats {
         }
         self.response.add(&o.response);
         self.service.add(&o.service);
+        self.ttfb.add(&o.ttfb);
+        self.gap.add(&o.gap);
     }
 
     fn heap_bytes(&self) -> usize {
-        self.response.heap_bytes() + self.service.heap_bytes() + self.errors.len() * 64
+        self.response.heap_bytes()
+            + self.service.heap_bytes()
+            + self.ttfb.heap_bytes()
+            + self.gap.heap_bytes()
+            + self.errors.len() * 64
     }
 }
 

@@ -29,10 +29,12 @@ pub struct Target {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
     /// No `scheme://`.
-    #[error("`{0}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://)")]
+    #[error("`{0}` has no scheme (http://, https://, tcp://, udp://, unix://, grpc://, grpcs://, ws://, wss://)")]
     NoScheme(String),
     /// A scheme no transport speaks.
-    #[error("`{0}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs)")]
+    #[error(
+        "`{0}://` is not a supported scheme (http, https, tcp, udp, unix, grpc, grpcs, ws, wss)"
+    )]
     Scheme(String),
     /// A `unix://` URL without an absolute path.
     #[error("`{0}` is not unix:///absolute/path")]
@@ -73,6 +75,8 @@ impl Target {
             "unix" => Transport::Unix,
             "grpc" => Transport::Grpc,
             "grpcs" => Transport::Grpcs,
+            "ws" => Transport::Ws,
+            "wss" => Transport::Wss,
             other => return Err(TargetError::Scheme(other.to_string())),
         };
         let mut t = Self {
@@ -126,14 +130,14 @@ impl Target {
             }
             None => {
                 t.port = match transport {
-                    Transport::Http => 80,
-                    Transport::Https | Transport::Grpcs => 443,
+                    Transport::Http | Transport::Ws => 80,
+                    Transport::Https | Transport::Grpcs | Transport::Wss => 443,
                     _ => return Err(TargetError::NeedsPort(url.to_string())),
                 }
             }
         }
         match transport {
-            Transport::Http | Transport::Https => {
+            Transport::Http | Transport::Https | Transport::Ws | Transport::Wss => {
                 if path.contains(['?', '#']) || path.contains(char::is_whitespace) {
                     return Err(TargetError::QueryOrFragment(url.to_string()));
                 }
@@ -222,7 +226,7 @@ impl JsonSchema for Target {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps), grpc://host:port (gRPC over h2c) and grpcs://host[:port] (gRPC over TLS, h2 by ALPN) (grpc steps)."
+            "description": "What to load. The scheme picks the transport and so the step kind: http://host:port/prefix and https://... (http steps; request paths are appended to the prefix), tcp://host:port and unix:///path (tcp steps), udp://host:port (udp steps), grpc://host:port (gRPC over h2c) and grpcs://host[:port] (gRPC over TLS, h2 by ALPN) (grpc steps), ws://host:port/prefix and wss://... (WebSocket, ws steps)."
         })
     }
 }

@@ -1,13 +1,14 @@
 //! Pass/fail thresholds evaluated on the merged report, e.g. `p99 < 50ms`,
 //! `error_rate < 0.1%`, `throughput >= 99% planned`, `phase(ramp).p99.9 <= 200ms`,
-//! `step(login).service.p99 < 20ms`.
+//! `step(login).service.p99 < 20ms`, `step(chat).ttfb.p99 < 500ms`.
 //!
 //! Grammar: `[scope.]metric op value`, where scope is `phase(NAME)`, `step(NAME)`,
 //! `workload(NAME)`, `session(NAME)` (a session type of a mix), or `endpoint(IP:PORT)` /
 //! `endpoint(*)` (one of the target's endpoints, or every one of them: `p50`, `p99`,
 //! `error_rate` and `throughput`);
 //! metric is a latency (`min`, `mean`, `max`, `p50` … `p99.99`, optionally prefixed by
-//! `service.`; response time otherwise), `error_rate`, or `throughput`; op is `<`, `<=`, `>`,
+//! `service.`; response time otherwise; in a `step()` scope also `ttfb.` or `gap.`, a streamed
+//! step's time to first event and gap between events), `error_rate`, or `throughput`; op is `<`, `<=`, `>`,
 //! `>=`; value is a duration (`us`, `ms`, `s`), a percentage or fraction (`error_rate`), or
 //! requests/s or `N% planned` (`throughput`).
 
@@ -60,11 +61,25 @@ pub enum Metric {
         service: bool,
         stat: LatencyStat,
     },
+    /// A streamed step's arrival statistic in microseconds (`step(NAME).ttfb.p99`).
+    Stream {
+        figure: StreamFigure,
+        stat: LatencyStat,
+    },
     ErrorRate,
     /// Completed requests per second.
     Throughput,
     /// Completed requests as a fraction of planned.
     ThroughputOfPlanned,
+}
+
+/// Which arrival figure of a streamed step a threshold reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamFigure {
+    /// From the intended send to the first event.
+    Ttfb,
+    /// Between events.
+    Gap,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -292,6 +307,34 @@ impl Threshold {
                     (Metric::Throughput, v)
                 }
             }
+            m if m.starts_with("ttfb.") || m.starts_with("gap.") => {
+                let (figure, stat) = match m.split_once('.') {
+                    Some(("ttfb", s)) => (StreamFigure::Ttfb, s),
+                    Some((_, s)) => (StreamFigure::Gap, s),
+                    None => (StreamFigure::Gap, m),
+                };
+                if !matches!(scope, Scope::Step(_)) {
+                    return Err(bad(
+                        expr,
+                        "ttfb and gap belong to a streamed step: write step(NAME).ttfb.p99",
+                    ));
+                }
+                if window_s.is_some() {
+                    return Err(bad(
+                        expr,
+                        "ttfb and gap are judged on the whole run, not a window",
+                    ));
+                }
+                let stat = parse_latency_stat(stat).ok_or_else(|| {
+                    bad(
+                        expr,
+                        &format!("unknown statistic in `{m}` (try ttfb.p99, gap.p50, gap.max)"),
+                    )
+                })?;
+                let limit = parse_duration_us(rhs)
+                    .ok_or_else(|| bad(expr, "a latency limit needs a unit: us, ms or s"))?;
+                (Metric::Stream { figure, stat }, limit)
+            }
             m => {
                 let (service, stat) = match m.strip_prefix("service.") {
                     Some(s) => (true, s),
@@ -325,7 +368,7 @@ impl Threshold {
                     !service && matches!(stat, LatencyStat::Quantile(q) if q == 0.5 || q == 0.99)
                 }
                 Metric::ErrorRate | Metric::Throughput => true,
-                Metric::ThroughputOfPlanned => false,
+                Metric::ThroughputOfPlanned | Metric::Stream { .. } => false,
             };
             if !ok {
                 return Err(bad(
@@ -399,7 +442,7 @@ impl Threshold {
     /// Formats a measured value in the metric's unit (`12.30ms`, `4.000%`, `980.0/s`).
     pub fn format(&self, v: f64) -> String {
         match self.metric {
-            Metric::Latency { .. } => {
+            Metric::Latency { .. } | Metric::Stream { .. } => {
                 if v < 1e3 {
                     format!("{v:.0}µs")
                 } else if v < 1e6 {
@@ -483,6 +526,7 @@ impl Threshold {
             Metric::Throughput | Metric::ThroughputOfPlanned => {
                 e.completed as f64 / duration_s.max(1e-9)
             }
+            Metric::Stream { .. } => return None,
         })
     }
 
@@ -514,6 +558,7 @@ impl Threshold {
                     stat,
                 ),
                 Metric::ErrorRate => r.totals.error_rate,
+                Metric::Stream { .. } => return None,
                 Metric::Throughput => r.totals.throughput_rps,
                 Metric::ThroughputOfPlanned => r.totals.achieved_ratio,
             }),
@@ -538,6 +583,7 @@ impl Threshold {
                         stat,
                     ),
                     Metric::ErrorRate => rate(p.completed, p.failed),
+                    Metric::Stream { .. } => return None,
                     Metric::Throughput => p.throughput_rps,
                     Metric::ThroughputOfPlanned => {
                         if p.planned == 0 {
@@ -550,14 +596,14 @@ impl Threshold {
             }
             // A step and a session type have latencies and an error rate, no throughput.
             Scope::Step(_) | Scope::Session(_) => {
-                let (l, completed, failed) = match &self.scope {
+                let (l, completed, failed, stream) = match &self.scope {
                     Scope::Step(name) => {
                         let s = r.steps.iter().find(|s| &s.name == name)?;
-                        (&s.latency, s.completed, s.failed)
+                        (&s.latency, s.completed, s.failed, s.stream.as_ref())
                     }
                     Scope::Session(name) => {
                         let t = session_type(r, name)?;
-                        (&t.latency, t.requests_completed, t.requests_failed)
+                        (&t.latency, t.requests_completed, t.requests_failed, None)
                     }
                     _ => return None,
                 };
@@ -570,6 +616,18 @@ impl Threshold {
                         },
                         stat,
                     ),
+                    // A step that streamed nothing has nothing to judge.
+                    Metric::Stream { figure, stat } => {
+                        let s = stream?;
+                        let p = match figure {
+                            StreamFigure::Ttfb => &s.ttfb,
+                            StreamFigure::Gap => &s.gap,
+                        };
+                        if p.count == 0 {
+                            return None;
+                        }
+                        latency(p, stat)
+                    }
                     Metric::ErrorRate => rate(completed, failed),
                     Metric::Throughput | Metric::ThroughputOfPlanned => return None,
                 })

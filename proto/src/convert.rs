@@ -260,6 +260,22 @@ fn enc_sparse(field: &str, h: &SparseHist) -> Result<Vec<u8>, ConvertError> {
     })
 }
 
+/// A histogram most steps leave empty (the stream ones): sent as no bytes at all when empty.
+fn enc_sparse_opt(field: &str, h: &SparseHist) -> Result<Vec<u8>, ConvertError> {
+    if h.is_empty() {
+        return Ok(Vec::new());
+    }
+    enc_sparse(field, h)
+}
+
+/// The reverse of [`enc_sparse_opt`]: no bytes is an empty histogram.
+fn dec_opt(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
+    if bytes.is_empty() {
+        return Ok(SparseHist::default());
+    }
+    dec(field, bytes)
+}
+
 fn dec(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
     hist::decode_sparse(bytes).map_err(|source| ConvertError::Hist {
         field: field.to_string(),
@@ -286,6 +302,8 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
                     errors: st.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                     response_hist: enc_sparse("steps.response_hist", &st.response)?,
                     service_hist: enc_sparse("steps.service_hist", &st.service)?,
+                    ttfb_hist: enc_sparse_opt("steps.ttfb_hist", &st.ttfb)?,
+                    gap_hist: enc_sparse_opt("steps.gap_hist", &st.gap)?,
                 })
             })
             .collect::<Result<_, ConvertError>>()?,
@@ -330,6 +348,8 @@ pub fn sample_from_wire(
                     &format!("{field}.steps[{i}].service_hist"),
                     &st.service_hist,
                 )?,
+                ttfb: dec_opt(&format!("{field}.steps[{i}].ttfb_hist"), &st.ttfb_hist)?,
+                gap: dec_opt(&format!("{field}.steps[{i}].gap_hist"), &st.gap_hist)?,
             })
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;

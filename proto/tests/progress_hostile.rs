@@ -108,14 +108,20 @@ fn counters() -> impl Strategy<Value = v1::Counters> {
 }
 
 fn step() -> impl Strategy<Value = v1::StepSample> {
-    (big(), big(), hist_bytes(), hist_bytes()).prop_map(|(done, failed, r, s)| v1::StepSample {
-        requests_completed: done,
-        requests_failed: failed,
-        requests_interrupted: failed / 2,
-        errors: HashMap::new(),
-        response_hist: r,
-        service_hist: s,
-    })
+    (
+        (big(), big()),
+        (hist_bytes(), hist_bytes(), hist_bytes(), hist_bytes()),
+    )
+        .prop_map(|((done, failed), (r, s, t, g))| v1::StepSample {
+            requests_completed: done,
+            requests_failed: failed,
+            requests_interrupted: failed / 2,
+            errors: HashMap::new(),
+            response_hist: r,
+            service_hist: s,
+            ttfb_hist: t,
+            gap_hist: g,
+        })
 }
 
 fn sample() -> impl Strategy<Value = v1::PhaseSample> {

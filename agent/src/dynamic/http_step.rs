@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use stampede_core::extract::{Check, Extract, Response as Seen, MAX_CAPTURED_BODY};
+use stampede_core::http::StreamMode;
 use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
 
 use super::{compile, request_sources, Compiled, Context, Outcome, SessionVars};
+use crate::http1::stream::Streamed;
 use crate::http1::{Conn, Excerpt};
 use crate::net::Failure;
 
@@ -38,6 +40,8 @@ pub struct DynamicHttp {
     pub(super) per_request: Vec<usize>,
     /// About how long the rendered HTTP/1.1 request is: a session's buffer is sized once.
     size_hint: usize,
+    /// Read the reply as a stream and time its events.
+    stream: Option<StreamMode>,
 }
 
 impl DynamicHttp {
@@ -101,6 +105,7 @@ impl DynamicHttp {
             cookies: scenario.cookies,
             per_request,
             size_hint,
+            stream: req.stream,
         })
     }
 
@@ -234,7 +239,15 @@ impl DynamicHttp {
     ) -> Result<Outcome<'s>, Failure> {
         ctx.bind_request(&self.per_request, vars);
         self.render_http1(ctx, vars)?;
-        let resp = if self.wants_capture() {
+        let mut arrivals = None;
+        let resp = if let Some(mode) = self.stream {
+            // Boxed: only streamed steps pay for the reader's future.
+            vars.capture.clear(self.capture_limit());
+            let mut sink = Streamed::new(&mut vars.capture, mode);
+            let resp = Box::pin(conn.exchange(&vars.out, self.head, &mut sink)).await?;
+            arrivals = Some(Box::new(sink.arrivals));
+            resp
+        } else if self.wants_capture() {
             vars.capture.clear(self.capture_limit());
             conn.exchange(&vars.out, self.head, &mut vars.capture)
                 .await?
@@ -251,6 +264,7 @@ impl DynamicHttp {
             keep_alive: resp.keep_alive,
             error,
             status: resp.status,
+            arrivals,
         })
     }
 
@@ -330,6 +344,7 @@ impl DynamicHttp {
             keep_alive: true,
             error,
             status: resp.status,
+            arrivals: None,
         })
     }
 }

@@ -86,6 +86,7 @@ impl DynamicSend {
                 self.verdict(vars)
             },
             status: 0,
+            arrivals: None,
         }
     }
 

@@ -62,6 +62,15 @@ pub enum StepPlan {
         repeat: u32,
         new_connection: bool,
     },
+    /// One action over the session's WebSocket (`ws://`, `wss://`); always rendered per
+    /// session, so the run has a dynamic context.
+    Ws {
+        ordinal: usize,
+        step: Arc<crate::dynamic::DynamicWs>,
+        repeat: u32,
+        /// Always false: a `connect` is what opens a new connection.
+        new_connection: bool,
+    },
     Think(ThinkTime),
 }
 
@@ -73,7 +82,8 @@ impl StepPlan {
             | StepPlan::HttpDynamic { ordinal, .. }
             | StepPlan::Tcp { ordinal, .. }
             | StepPlan::Udp { ordinal, .. }
-            | StepPlan::Grpc { ordinal, .. } => Some(*ordinal),
+            | StepPlan::Grpc { ordinal, .. }
+            | StepPlan::Ws { ordinal, .. } => Some(*ordinal),
             StepPlan::Think(_) => None,
         }
     }
@@ -92,6 +102,9 @@ pub enum Endpoint {
     Unix(std::path::PathBuf),
     /// `udp://`: datagrams.
     Udp(SocketAddr),
+    /// `ws://`: a WebSocket upgraded from HTTP/1.1 over TCP; `wss://`: over TLS. Opened by a
+    /// step's `connect`; anything else (setup steps) opens plain HTTP/1.1 to it.
+    Ws(SocketAddr, Option<Arc<crate::tls::TlsClient>>),
 }
 
 /// A session's connection, whatever the transport.
@@ -103,6 +116,9 @@ pub enum Link {
     H2(crate::h2::H2Conn),
     Stream(StreamConn),
     Udp(UdpConn),
+    /// Boxed: the framing's state is far larger than the other links, and a `Link` is part
+    /// of every session's connection.
+    Ws(Box<crate::ws::WsConn>),
 }
 
 impl Link {
@@ -133,7 +149,9 @@ impl Link {
             Link::Ticked(c) => c.io().as_raw_fd(),
             Link::H2(c) => return c.is_closed(),
             Link::Stream(c) => return idle_socket(c.as_raw_fd()) == IdleSocket::Closed,
-            Link::Udp(_) => return false,
+            // A datagram has no connection to lose; a WebSocket may hold messages sent unasked
+            // (a feed), which its next step reads.
+            Link::Udp(_) | Link::Ws(_) => return false,
         };
         idle_socket(fd) != IdleSocket::Open
     }
@@ -147,7 +165,9 @@ impl Link {
     ) -> impl std::future::Future<Output = Result<Self, Failure>> + use<'_> {
         async move {
             Ok(match endpoint {
-                Endpoint::Http(a, tls) => Link::Http1(Conn::connect(a, tls.as_deref()).await?),
+                Endpoint::Http(a, tls) | Endpoint::Ws(a, tls) => {
+                    Link::Http1(Conn::connect(a, tls.as_deref()).await?)
+                }
                 Endpoint::H2(a, tls) => {
                     Link::H2(Box::pin(crate::h2::H2Conn::connect(*a, tls.as_deref())).await?)
                 }

@@ -121,6 +121,11 @@ fn sent(step: &StepPlan, vars: Option<&SessionVars>) -> Vec<u8> {
             _ => request.bytes().to_vec(),
         },
         StepPlan::Grpc { request, .. } => request.method_path().as_bytes().to_vec(),
+        // A connect's request line; a message is not kept.
+        StepPlan::Ws { step, .. } => match vars {
+            Some(v) if step.connects() => [b"GET ".as_slice(), v.rendered()].concat(),
+            _ => Vec::new(),
+        },
         StepPlan::Think(_) => Vec::new(),
     }
     .into_iter()

@@ -257,6 +257,12 @@ pub(super) fn session<'a, 's, 'l, 't>(
                     repeat,
                     new_connection,
                     ..
+                }
+                | StepPlan::Ws {
+                    ordinal,
+                    repeat,
+                    new_connection,
+                    ..
                 } => {
                     for r in 0..*repeat {
                         if *new_connection {
@@ -326,7 +332,14 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         None => {
                                             let (response, service) = latencies(done, due, sent);
                                             rec.endpoints.record(&endpoint, Some(response));
-                                            s.record_success(*ordinal, response, service)
+                                            s.record_success(*ordinal, response, service);
+                                            if let Some(a) = &answer.arrivals {
+                                                // From the intended send, as the response time.
+                                                let first = a
+                                                    .first
+                                                    .map(|t| us(t.saturating_duration_since(due)));
+                                                s.record_stream(*ordinal, first, &a.gaps_us);
+                                            }
                                         }
                                         Some(kind) => {
                                             rec.endpoints.record(&endpoint, None);
@@ -514,7 +527,8 @@ pub(super) fn last_on_connection(steps: &[StepPlan], i: usize, repeating: bool) 
         | StepPlan::HttpDynamic { new_connection, .. }
         | StepPlan::Tcp { new_connection, .. }
         | StepPlan::Udp { new_connection, .. }
-        | StepPlan::Grpc { new_connection, .. } => Some(*new_connection),
+        | StepPlan::Grpc { new_connection, .. }
+        | StepPlan::Ws { new_connection, .. } => Some(*new_connection),
         StepPlan::Think(_) => None,
     };
     if repeating {
@@ -569,6 +583,8 @@ struct Answer<'s> {
     /// A gRPC call's `grpc-status` code: counted instead of its HTTP status, which is 200
     /// whatever the call's outcome.
     grpc: Option<u8>,
+    /// A streamed reply's arrivals.
+    arrivals: Option<Box<crate::http1::stream::Arrivals>>,
 }
 
 /// Connects if needed, then sends one request of `step`. The caller bounds it by `deadline`
@@ -594,6 +610,10 @@ fn exchange<'a, 's, 'c, 'v>(
     ),
 ) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
     async move {
+        if let StepPlan::Ws { step, .. } = step {
+            // Boxed like the other drivers: a static session keeps its size.
+            return Box::pin(websocket((spec, endpoint), rec, conn, step, vars)).await;
+        }
         // Bytes of the request that left with the connect.
         let mut ahead = 0;
         if conn.is_none() {
@@ -654,6 +674,7 @@ fn exchange<'a, 's, 'c, 'v>(
                 status: resp.status,
                 keep_alive: true,
                 grpc: None,
+                arrivals: None,
             }),
             // Dynamic steps are boxed like the other drivers, so static sessions keep their size.
             (Link::Http1(c), StepPlan::HttpDynamic { step, .. }) => {
@@ -732,6 +753,7 @@ fn exchange<'a, 's, 'c, 'v>(
                             status: reply.status,
                             keep_alive: true,
                             grpc: reply.grpc_status,
+                            arrivals: None,
                         })
                 }
                 _ => Err(Failure(error_kind::PROTOCOL)),
@@ -744,6 +766,7 @@ fn exchange<'a, 's, 'c, 'v>(
                     status: reply.status,
                     keep_alive: true,
                     grpc: reply.grpc_status,
+                    arrivals: None,
                 })
             }
             // Validation ties the step kind to the target's scheme; this cannot happen.
@@ -756,6 +779,48 @@ fn exchange<'a, 's, 'c, 'v>(
     }
 }
 
+/// One WebSocket step over the session's WebSocket: a `connect` replaces whatever connection
+/// the session held with a new, upgraded one (counted open while it is held); a `close` or
+/// any failure leaves none.
+async fn websocket<'a, 's>(
+    (spec, endpoint): (&'s RunSpec, &super::endpoints::Pick),
+    rec: &'a Recorder,
+    conn: &mut Option<Tracked<'a>>,
+    step: &'s crate::dynamic::DynamicWs,
+    vars: &mut Option<Box<crate::dynamic::SessionVars>>,
+) -> Result<Answer<'s>, Failure> {
+    use crate::dynamic::After;
+    let (Some(ctx), Some(v)) = (spec.dynamic.as_ref(), vars.as_deref_mut()) else {
+        return Err(Failure(error_kind::PROTOCOL));
+    };
+    let super::Endpoint::Ws(addr, tls) = spec.endpoint(endpoint) else {
+        return Err(Failure(error_kind::PROTOCOL));
+    };
+    if step.connects() {
+        *conn = None;
+    }
+    let open = conn.as_mut().and_then(|c| match &mut c.conn {
+        Link::Ws(w) => Some(&mut **w),
+        _ => None,
+    });
+    let (outcome, after) = match step.run(open, (addr, tls.as_deref()), ctx, v).await {
+        Ok(done) => done,
+        Err(f) => {
+            *conn = None;
+            return Err(f);
+        }
+    };
+    match after {
+        After::Same => {}
+        After::Opened(w) => {
+            rec.endpoints.opened(endpoint);
+            *conn = Some(rec.connections.track(Link::Ws(w)));
+        }
+        After::Closed => *conn = None,
+    }
+    Ok(Answer::from(outcome))
+}
+
 impl<'s> Answer<'s> {
     /// An HTTP/1.1 exchange of `request` (as written) answered by `resp`.
     fn http1(request: &[u8], expect: &'s Option<Vec<u16>>, resp: crate::http1::Response) -> Self {
@@ -766,6 +831,7 @@ impl<'s> Answer<'s> {
             status: resp.status,
             keep_alive: resp.keep_alive,
             grpc: None,
+            arrivals: None,
         }
     }
 
@@ -778,6 +844,7 @@ impl<'s> Answer<'s> {
             status: 0,
             keep_alive: true,
             grpc: None,
+            arrivals: None,
         }
     }
 }
@@ -791,6 +858,7 @@ impl<'s> From<crate::dynamic::Outcome<'s>> for Answer<'s> {
             status: o.status,
             keep_alive: o.keep_alive,
             grpc: None,
+            arrivals: o.arrivals,
         }
     }
 }

@@ -18,8 +18,10 @@ mod security;
 mod sessions;
 mod spine;
 mod stops;
+mod streams;
 mod tls;
 mod verdicts;
+mod websocket;
 mod workloads;
 
 use std::io::{BufRead, BufReader};

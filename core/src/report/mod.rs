@@ -211,6 +211,35 @@ pub struct StepReport {
     pub interrupted: u64,
     pub errors: BTreeMap<String, u64>,
     pub latency: Latency,
+    /// A streamed step's arrivals (`stream: sse | chunks`): absent for any other step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamLatency>,
+}
+
+/// How a streamed reply arrived: its first event, then the rest, each timed as it came.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamLatency {
+    /// Events (or reads of body bytes) received, all replies together.
+    pub events: u64,
+    /// From the intended send to the first event (or body byte): coordinated-omission free,
+    /// like the response time.
+    pub ttfb: Percentiles,
+    /// Between one event and the next of the same reply.
+    pub gap: Percentiles,
+}
+
+impl StreamLatency {
+    /// The stream figures of a step, `None` when it streamed nothing.
+    pub fn of(s: &crate::stats::SparseStepStats) -> Option<Self> {
+        if s.ttfb.is_empty() && s.gap.is_empty() {
+            return None;
+        }
+        Some(Self {
+            events: s.ttfb.len().saturating_add(s.gap.len()),
+            ttfb: Percentiles::of_sparse(&s.ttfb),
+            gap: Percentiles::of_sparse(&s.gap),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

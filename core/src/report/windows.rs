@@ -305,6 +305,8 @@ fn judge(t: &mut Track, first: u64, last: u64, interval_s: f64, planned_interval
                 LatencyStat::Quantile(q) => h.value_at_quantile(q) as f64,
             }
         }
+        // Judged on the whole run only (refused with a window, never tracked live).
+        Metric::Stream { .. } => return,
         Metric::ErrorRate => c.failed as f64 / samples as f64,
         // A rate is judged only on windows within the planned run: the drain after it
         // sends nothing new.

@@ -96,7 +96,12 @@ impl Scenario {
                     changed |= protocol::inline_expect(expect, base, protocol::MAX_DATAGRAM, read)
                         .map_err(|w| field("expect", w))?;
                 }
-                StepKind::Grpc(_) | StepKind::Think(_) => {}
+                StepKind::Ws(crate::ws::WsAction::Send { message, .. }) => {
+                    changed |=
+                        protocol::inline_payload(message, base, crate::ws::MAX_MESSAGE, read)
+                            .map_err(|w| field("send", w))?;
+                }
+                StepKind::Grpc(_) | StepKind::Ws(_) | StepKind::Think(_) => {}
             }
         }
         for (name, d) in &mut self.data {
@@ -175,7 +180,10 @@ impl Step {
                     (false, false, _) => None,
                 }
             }
-            StepKind::Grpc(_) | StepKind::Think(_) => None,
+            StepKind::Ws(crate::ws::WsAction::Send {
+                message: File(_), ..
+            }) => Some("ws.send"),
+            StepKind::Grpc(_) | StepKind::Ws(_) | StepKind::Think(_) => None,
         }
     }
 }

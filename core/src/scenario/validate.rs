@@ -87,7 +87,7 @@ impl Scenario {
             if !self.transport()?.is_tls() {
                 return Err(ScenarioError::invalid(
                     "tls",
-                    "only applies to https:// and grpcs:// targets",
+                    "only applies to https://, grpcs:// and wss:// targets",
                 ));
             }
             tls.validate()?;
@@ -422,10 +422,21 @@ impl Scenario {
                 ScenarioError::invalid(format!("{at}.{}.{f}", step.kind.key()), why)
             };
             match &step.kind {
-                StepKind::Http(http) => http.check().map_err(|(f, why)| field(&f, why))?,
+                StepKind::Http(http) => {
+                    http.check().map_err(|(f, why)| field(&f, why))?;
+                    if http.stream.is_some() && self.http_version == Some(super::HttpVersion::Http2)
+                    {
+                        return Err(field(
+                            "stream",
+                            "streamed replies are read over HTTP/1.1: drop http_version: \"2\""
+                                .into(),
+                        ));
+                    }
+                }
                 StepKind::Tcp(t) => protocol::check_tcp(t).map_err(|(f, why)| field(f, why))?,
                 StepKind::Udp(u) => protocol::check_udp(u).map_err(|(f, why)| field(f, why))?,
                 StepKind::Grpc(g) => g.check().map_err(|(f, why)| field(&f, why))?,
+                StepKind::Ws(w) => w.check().map_err(|(f, why)| field(&f, why))?,
                 StepKind::Think(ThinkTime::Range { min, max }) if min > max => {
                     return Err(ScenarioError::invalid(
                         format!("{at}.think_time"),
@@ -455,6 +466,15 @@ impl Scenario {
                 path,
                 "must contain at least one request step",
             ));
+        }
+        // A session's WebSocket is opened by its first ws step.
+        if let Some(i) = steps.iter().position(|s| matches!(s.kind, StepKind::Ws(_))) {
+            if !matches!(steps[i].kind, StepKind::Ws(crate::ws::WsAction::Connect(_))) {
+                return Err(ScenarioError::invalid(
+                    format!("{path}[{i}].ws"),
+                    "a session's first ws step opens its WebSocket: make it a connect",
+                ));
+            }
         }
         Ok(())
     }
@@ -610,6 +630,7 @@ impl Scenario {
                 "http" => "http:// or https://",
                 "tcp" => "tcp:// or unix://",
                 "grpc" => "grpc:// or grpcs://",
+                "ws" => "ws:// or wss://",
                 _ => "udp://",
             };
             return Err(ScenarioError::invalid(
@@ -669,10 +690,11 @@ pub(super) fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioE
         StepKind::Http(_) => return Ok(()),
         StepKind::Tcp(_) => "tcp",
         StepKind::Udp(_) => "udp",
+        StepKind::Ws(_) => "ws",
         StepKind::Grpc(_) | StepKind::Think(_) => {
             return Err(ScenarioError::invalid(
                 at,
-                "extract and check apply to http, tcp and udp steps",
+                "extract and check apply to http, tcp, udp and ws steps",
             ))
         }
     };

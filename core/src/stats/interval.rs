@@ -56,6 +56,12 @@ impl IntervalStats {
         self.stats.record_failure(step, kind);
     }
 
+    /// Records a streamed reply's time to first event and gaps (step histograms only: nothing
+    /// deferred).
+    pub fn record_stream(&mut self, step: usize, ttfb_us: Option<u64>, gaps_us: &[u64]) {
+        self.stats.record_stream(step, ttfb_us, gaps_us);
+    }
+
     /// Records one request of request-step `step` sent and never answered (no latency).
     pub fn record_interrupted(&mut self, step: usize) {
         self.stats.record_interrupted(step);

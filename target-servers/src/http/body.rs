@@ -1,4 +1,5 @@
-//! The response body type: a single buffer, or one chunk repeated up to a length.
+//! The response body type: a single buffer, one chunk repeated up to a length, or frames
+//! paced in time (server-sent events, chunks) whose length is not known ahead.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -7,7 +8,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 
-/// A response body with an exact, known length.
+/// A response body: exact-length ones, or a paced stream (sent chunked over HTTP/1.1).
 #[derive(Debug)]
 pub(crate) enum Body {
     Full(Option<Bytes>),
@@ -16,6 +17,8 @@ pub(crate) enum Body {
         chunk: Bytes,
         remaining: u64,
     },
+    /// Frames sent at fixed times from the response's start (no drift from slow sends).
+    Paced(Box<super::paced::Paced>),
 }
 
 impl Body {
@@ -42,10 +45,12 @@ impl Body {
         }
     }
 
+    /// Bytes the body holds (a paced one: what it has left to send).
     pub(crate) fn len(&self) -> u64 {
         match self {
             Self::Full(b) => b.as_ref().map_or(0, |b| b.len() as u64),
             Self::Repeat { remaining, .. } => *remaining,
+            Self::Paced(p) => p.remaining_bytes(),
         }
     }
 }
@@ -56,9 +61,10 @@ impl hyper::body::Body for Body {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let frame = match self.get_mut() {
+            Self::Paced(p) => return p.poll_next(cx).map(|f| f.map(|b| Ok(Frame::data(b)))),
             Self::Full(b) => b.take().map(Frame::data),
             Self::Repeat { chunk, remaining } => {
                 if *remaining == 0 || chunk.is_empty() {
@@ -76,11 +82,18 @@ impl hyper::body::Body for Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.len() == 0
+        match self {
+            Self::Paced(p) => p.is_done(),
+            _ => self.len() == 0,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len())
+        match self {
+            // Unknown ahead to hyper, so that HTTP/1.1 sends it chunked, frame by frame.
+            Self::Paced(_) => SizeHint::default(),
+            _ => SizeHint::with_exact(self.len()),
+        }
     }
 }
 

@@ -8,6 +8,10 @@
 //! | `GET /bytes?n=N` | N bytes |
 //! | `POST /echo` (or `PUT`) | the request body (at most [`HttpConfig::max_body_bytes`], else 413) |
 //! | `GET /data` and any other `GET` path (404 with [`HttpConfig::strict`]) | the configured defaults: work [`HttpConfig::work_ms`], then delay [`HttpConfig::delay_ms`], then [`HttpConfig::bytes`] bytes; `?work_ms=`, `?delay_ms=`, `?bytes=` override them |
+//! | `GET /sse?events=N&gap_ms=M` | `text/event-stream`: N events (`id: I`, `data: event-I`), the first at once, then one every M ms from the start (defaults 5 and 100) |
+//! | `GET /chunks?n=N&gap_ms=M&size=B` | a chunked body of N chunks of B bytes, M ms apart (defaults 5, 100 and 64) |
+//! | `GET /ws` (a WebSocket upgrade) | echoes every text and binary message to its sender |
+//! | `GET /ws/broadcast` (a WebSocket upgrade) | sends every message to every client of the route, the sender included |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /healthz`, `GET /readyz` | `ok`; `/readyz` is 503 while draining |
 //!
@@ -27,6 +31,8 @@
 
 mod access_log;
 mod body;
+mod paced;
+mod ws;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -48,6 +54,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub use access_log::AccessLog;
 use access_log::AccessLogger;
 use body::Body;
+pub use ws::WsStats;
 
 use crate::common::{self, ConnGuard, ConnTracker, Lifecycle, Phase, SourceIps};
 use crate::work;
@@ -133,6 +140,8 @@ pub struct HttpStats {
     pub distinct_source_ips: u64,
     /// Sum of `errors_total` over all kinds.
     pub errors_total: u64,
+    /// The WebSocket routes' connections and messages.
+    pub ws: WsStats,
 }
 
 /// An HTTP target server and a handle on its counters.
@@ -186,6 +195,7 @@ impl HttpServer {
         ));
         let source_ips = SourceIps::new(cfg.max_source_ips, metrics.source_ips.clone());
         let pattern: Vec<u8> = (0..64 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+        let cfg_max_body = cfg.max_body_bytes;
         Ok(Self {
             shared: Arc::new(Shared {
                 cfg,
@@ -197,6 +207,7 @@ impl HttpServer {
                 requests_total: AtomicU64::new(0),
                 requests_http2: AtomicU64::new(0),
                 pattern: Bytes::from(pattern),
+                ws: Arc::new(ws::WsState::new(cfg_max_body)),
             }),
         })
     }
@@ -218,6 +229,7 @@ impl HttpServer {
             connections_rejected: s.conns.rejected(),
             distinct_source_ips: s.source_ips.count(),
             errors_total: s.metrics.errors_sum(),
+            ws: s.ws.stats(),
         }
     }
 
@@ -297,6 +309,7 @@ struct Shared {
     requests_http2: AtomicU64,
     /// Source of `/bytes` and `/data` bodies.
     pattern: Bytes,
+    ws: Arc<ws::WsState>,
 }
 
 impl Shared {
@@ -317,7 +330,12 @@ impl Shared {
         b
     }
 
-    async fn handle(&self, req: Request<Incoming>, peer: IpAddr) -> Response<Body> {
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: IpAddr,
+        slot: &ws::Slot,
+    ) -> Response<Body> {
         let start = Instant::now();
         // Decrements on drop, also when the client goes away mid-request.
         let in_flight = InFlight::new(&self.metrics.in_flight);
@@ -333,7 +351,7 @@ impl Shared {
         if req.version() == hyper::Version::HTTP_2 {
             self.requests_http2.fetch_add(1, Ordering::Relaxed);
         }
-        let (route, resp) = self.route(req).await;
+        let (route, resp) = self.route(req, slot).await;
         let elapsed = start.elapsed();
         self.metrics.observe(route, resp.status(), elapsed);
         self.requests_total.fetch_add(1, Ordering::Relaxed);
@@ -352,10 +370,14 @@ impl Shared {
         resp
     }
 
-    async fn route(&self, req: Request<Incoming>) -> (Route, Response<Body>) {
+    async fn route(&self, req: Request<Incoming>, slot: &ws::Slot) -> (Route, Response<Body>) {
         let get = matches!(*req.method(), Method::GET | Method::HEAD);
         let path = req.uri().path();
         let route = Route::of(path);
+        if let (Some(kind), true) = (route.websocket(), *req.method() == Method::GET) {
+            let phase = self.lifecycle.subscribe();
+            return (route, ws::upgrade(&self.ws, kind, req, slot, phase));
+        }
         if self.cfg.strict && route == Route::Data && path != "/data" {
             return (
                 route,
@@ -421,6 +443,35 @@ impl Shared {
                 }
             }
             Route::Data => Box::pin(self.data(query)).await,
+            Route::Sse => match self.paced_params(query, "events", None) {
+                Ok((n, gap, _)) => {
+                    let mut resp = Response::new(Body::Paced(Box::new(paced::Paced::new(
+                        paced::Framing::Sse,
+                        n,
+                        gap,
+                    ))));
+                    let h = resp.headers_mut();
+                    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+                    h.insert(
+                        hyper::header::CACHE_CONTROL,
+                        HeaderValue::from_static("no-cache"),
+                    );
+                    resp
+                }
+                Err(resp) => *resp,
+            },
+            Route::Chunks => match self.paced_params(query, "n", Some(64)) {
+                Ok((n, gap, size)) => {
+                    let framing = paced::Framing::Chunks {
+                        pattern: self.pattern.clone(),
+                        size: usize::try_from(size).unwrap_or(0),
+                    };
+                    octets(Body::Paced(Box::new(paced::Paced::new(framing, n, gap))))
+                }
+                Err(resp) => *resp,
+            },
+            // Not GET (answered above when it is).
+            Route::Ws | Route::WsBroadcast => status_only(StatusCode::METHOD_NOT_ALLOWED),
             Route::Metrics => {
                 let mut resp = Response::new(Body::full(Bytes::from(self.metrics.render())));
                 resp.headers_mut().insert(
@@ -501,6 +552,24 @@ impl Shared {
         }
     }
 
+    /// A paced reply's frame count (`count_key`, default 5), `gap_ms` (default 100) and, for
+    /// chunks, `size` (default `size`): each bounded, a 400 naming the parameter otherwise.
+    #[allow(clippy::type_complexity)]
+    fn paced_params(
+        &self,
+        query: Option<&str>,
+        count_key: &str,
+        size: Option<u64>,
+    ) -> Result<(u64, Duration, u64), Box<Response<Body>>> {
+        let n = self.param(query, count_key, 5, paced::MAX_FRAMES)?;
+        let gap = self.param(query, "gap_ms", 100, self.cfg.max_delay_ms)?;
+        let size = match size {
+            Some(default) => self.param(query, "size", default, paced::MAX_CHUNK)?.max(1),
+            None => 0,
+        };
+        Ok((n, Duration::from_millis(gap), size))
+    }
+
     /// Reads `key` from the query: absent is `default`; unparsable or above `max` is a 400.
     fn param(
         &self,
@@ -558,9 +627,13 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let ip = peer.ip();
     let svc_shared = Arc::clone(&shared);
+    // The admission slot: a WebSocket upgrade takes it into its own task, which outlives this one.
+    let slot: ws::Slot = Arc::new(std::sync::Mutex::new(Some(guard)));
+    let svc_slot = Arc::clone(&slot);
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let shared = Arc::clone(&svc_shared);
-        async move { Ok::<_, Infallible>(shared.handle(req, ip).await) }
+        let slot = Arc::clone(&svc_slot);
+        async move { Ok::<_, Infallible>(shared.handle(req, ip, &slot).await) }
     });
     let io = match &shared.cfg.tls {
         None => tokio_util::either::Either::Left(stream),
@@ -579,7 +652,7 @@ async fn connection(
             }
         }
     };
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut phase = shared.lifecycle.subscribe();
     let result = tokio::select! {
@@ -596,7 +669,7 @@ async fn connection(
         shared.metrics.error("connection");
         tracing::debug!(peer = %peer, error = %e, "http connection error");
     }
-    drop(guard);
+    drop(slot);
 }
 
 fn version_str(v: hyper::Version) -> &'static str {
@@ -665,10 +738,14 @@ enum Route {
     Metrics,
     Healthz,
     Readyz,
+    Sse,
+    Chunks,
+    Ws,
+    WsBroadcast,
 }
 
 impl Route {
-    const ALL: [Route; 9] = [
+    const ALL: [Route; 13] = [
         Route::Root,
         Route::Work,
         Route::Delay,
@@ -678,6 +755,10 @@ impl Route {
         Route::Metrics,
         Route::Healthz,
         Route::Readyz,
+        Route::Sse,
+        Route::Chunks,
+        Route::Ws,
+        Route::WsBroadcast,
     ];
 
     fn of(path: &str) -> Self {
@@ -690,6 +771,10 @@ impl Route {
             "/metrics" => Self::Metrics,
             "/healthz" => Self::Healthz,
             "/readyz" => Self::Readyz,
+            "/sse" => Self::Sse,
+            "/chunks" => Self::Chunks,
+            "/ws" => Self::Ws,
+            "/ws/broadcast" => Self::WsBroadcast,
             _ => Self::Data,
         }
     }
@@ -705,17 +790,31 @@ impl Route {
             Self::Metrics => "metrics",
             Self::Healthz => "healthz",
             Self::Readyz => "readyz",
+            Self::Sse => "sse",
+            Self::Chunks => "chunks",
+            Self::Ws => "ws",
+            Self::WsBroadcast => "ws_broadcast",
         }
     }
 
     fn index(self) -> usize {
         self as usize
     }
+
+    fn websocket(self) -> Option<ws::WsRoute> {
+        match self {
+            Self::Ws => Some(ws::WsRoute::Echo),
+            Self::WsBroadcast => Some(ws::WsRoute::Broadcast),
+            _ => None,
+        }
+    }
 }
 
 /// Statuses this server produces; each gets a cached counter per route.
-const STATUSES: [StatusCode; 7] = [
+const STATUSES: [StatusCode; 9] = [
     StatusCode::OK,
+    StatusCode::SWITCHING_PROTOCOLS,
+    StatusCode::UPGRADE_REQUIRED,
     StatusCode::BAD_REQUEST,
     StatusCode::NOT_FOUND,
     StatusCode::METHOD_NOT_ALLOWED,

@@ -9,4 +9,5 @@ mod hostile;
 mod http;
 mod login;
 mod prom;
+mod streams;
 mod support;

@@ -123,6 +123,7 @@ impl RunAccumulator {
                     response_time: Percentiles::of_sparse(&s.response),
                     service_time: Percentiles::of_sparse(&s.service),
                 },
+                stream: crate::report::StreamLatency::of(s),
             })
             .collect();
 

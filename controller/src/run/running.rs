@@ -70,7 +70,7 @@ impl Driver {
         }
     }
 
-    /// The agent that refreshes the setup is lost and the run goes on: another member still
+    /// The agent that refreshes the setup is lost or away and the run goes on: another member still
     /// running (one whose stream is up, if any) takes the refresh over, so the others' values
     /// (tokens that expire) do not go stale for the rest of the run.
     fn hand_over_setup(&mut self, members: &[Member], lost: usize) {
@@ -96,7 +96,7 @@ impl Driver {
             return;
         }
         self.setup_agent = next;
-        tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "the setup agent was lost; this agent refreshes the setup now");
+        tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "the setup agent is lost or away; this agent refreshes the setup now");
     }
 
     /// Upper bound of one session's length: every request timing out, every think at max.
@@ -313,6 +313,10 @@ impl Driver {
                             renewals.retire(i);
                             m.move_to(MemberState::Away { until: Instant::now() + grace });
                             tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
+                            // Values it refreshes cannot reach the others while it is away,
+                            // and tokens expire sooner than the grace ends: a member whose
+                            // stream is up takes the refresh over now.
+                            self.hand_over_setup(&members, i);
                         }
                         RunInput::Reconnected { agent_id, conn_id, tx, heard } => {
                             let Some(&i) = index.get(&agent_id) else { continue };

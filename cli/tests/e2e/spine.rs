@@ -9,8 +9,7 @@ use stampede_cli::local::LocalCluster;
 use stampede_core::report::{Report, RunOutcome};
 
 use crate::{
-    cli_run_local_via, cluster_with_agents, run, scenario, spawn_agent, spawn_controller, Proc,
-    Target, BIN,
+    cli_run_local_via, cluster_with_agents, run, scenario, spawn_agent, Proc, Target, BIN,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,12 +202,19 @@ async fn losing_an_agent_is_tolerated_and_reported() {
     );
 }
 
+/// Without a restart grace, load stops at the lease. (With one, the agents ride out the grace
+/// for a controller that restarts; the agent's watchdog tests bound that under a paused clock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_stop_within_two_seconds_when_the_controller_dies() {
     let target = Target::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let token = stampede_cli::random_token();
-    let (controller, url) = spawn_controller(&token, dir.path());
+    let (controller, url) = crate::spawn_controller_with(
+        "127.0.0.1:0",
+        &token,
+        dir.path(),
+        &["--restart-grace", "0s"],
+    );
     let agents: Vec<Proc> = ["k-1", "k-2", "k-3"]
         .iter()
         .map(|id| spawn_agent(&url, &token, id))

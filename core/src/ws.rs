@@ -355,7 +355,7 @@ mod tests {
         .unwrap();
         let fields: Vec<String> = a.templates().into_iter().map(|(f, _)| f).collect();
         assert_eq!(fields, ["connect.path", "connect.headers.x-id"]);
-        let s = parse("{ send: { text: 'a' } }").unwrap();
+        let s = parse("{ send: { text: 'a ${session.index}' } }").unwrap();
         assert_eq!(s.templates().len(), 1);
     }
 }

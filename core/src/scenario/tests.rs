@@ -461,7 +461,7 @@ fn tls_options_are_checked_and_the_ca_file_is_inlined() {
     let e = err(&format!("{DEMO}tls: {{ insecure_skip_verify: true }}\n"));
     assert_eq!(
         e.to_string(),
-        "tls: only applies to https:// and grpcs:// targets"
+        "tls: only applies to https://, grpcs:// and wss:// targets"
     );
     let e = err(&format!("{https}tls: {{ server_name: \"not a name\" }}\n"));
     assert_eq!(e.path(), "tls.server_name");
@@ -842,7 +842,7 @@ fn a_step_without_a_kind_or_with_two_is_refused_at_its_path() {
     assert_eq!(none.path(), "session[1]", "{none}");
     assert!(
         none.to_string().contains(
-            "a step needs exactly one of: http, tcp, udp, grpc, think_time (it has none)"
+            "a step needs exactly one of: http, tcp, udp, grpc, ws, think_time (it has none)"
         ),
         "{none}"
     );

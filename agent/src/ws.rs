@@ -222,16 +222,20 @@ impl WsConn {
         Ok(wire)
     }
 
+    /// The next message of any kind; the connection's end is `ws_closed`.
+    async fn next_message(&mut self) -> Result<Message, Failure> {
+        self.ws
+            .next()
+            .await
+            .ok_or(Failure(error_kind::WS_CLOSED))?
+            .map_err(|e| ws_failure(&e))
+    }
+
     /// The next text or binary message (pings are answered, pongs skipped, on the way). A
     /// close from the server, or the connection's end, is `ws_closed`.
     pub async fn receive(&mut self) -> Result<Received, Failure> {
         loop {
-            let m = self
-                .ws
-                .next()
-                .await
-                .ok_or(Failure(error_kind::WS_CLOSED))?
-                .map_err(|e| ws_failure(&e))?;
+            let m = self.next_message().await?;
             match m {
                 Message::Text(t) => {
                     let payload = Bytes::from(t);
@@ -271,12 +275,7 @@ impl WsConn {
             .map_err(|e| ws_failure(&e))?;
         let mut received = 0;
         loop {
-            let m = self
-                .ws
-                .next()
-                .await
-                .ok_or(Failure(error_kind::WS_CLOSED))?
-                .map_err(|e| ws_failure(&e))?;
+            let m = self.next_message().await?;
             match m {
                 Message::Pong(p) if p.as_ref() == payload => {
                     return Ok((sent, received + frame_bytes(p.len(), false)))

@@ -31,14 +31,16 @@
 
 mod access_log;
 mod body;
+mod metrics;
 mod paced;
+mod route;
 mod ws;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,12 +50,14 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::IntGauge;
 use tokio::net::{TcpListener, TcpStream};
 
 pub use access_log::AccessLog;
 use access_log::AccessLogger;
 use body::Body;
+use metrics::HttpMetrics;
+use route::{query_str, query_u64, Route};
 pub use ws::WsStats;
 
 use crate::common::{self, ConnGuard, ConnTracker, Lifecycle, Phase, SourceIps};
@@ -705,266 +709,4 @@ fn octets(body: Body) -> Response<Body> {
 fn status_only(status: StatusCode) -> Response<Body> {
     let reason = status.canonical_reason().unwrap_or("error");
     text(status, Body::full(Bytes::from(format!("{reason}\n"))))
-}
-
-/// The value of `key` in a query string: `Ok(None)` if absent, `Err` if not a `u64`.
-/// The last occurrence wins.
-fn query_u64(query: Option<&str>, key: &str) -> Result<Option<u64>, ()> {
-    query_str(query, key)
-        .map(|v| v.parse::<u64>().map_err(|_| ()))
-        .transpose()
-}
-
-/// The value of `key` in a query string, if present (a bare `key` is the empty value); the
-/// last occurrence wins.
-fn query_str<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
-    query
-        .unwrap_or("")
-        .rsplit('&')
-        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
-}
-
-/// Routes, as used in the `route` metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    Root,
-    Work,
-    Delay,
-    Bytes,
-    Echo,
-    Data,
-    Metrics,
-    Healthz,
-    Readyz,
-    Sse,
-    Chunks,
-    Ws,
-    WsBroadcast,
-}
-
-impl Route {
-    const ALL: [Route; 13] = [
-        Route::Root,
-        Route::Work,
-        Route::Delay,
-        Route::Bytes,
-        Route::Echo,
-        Route::Data,
-        Route::Metrics,
-        Route::Healthz,
-        Route::Readyz,
-        Route::Sse,
-        Route::Chunks,
-        Route::Ws,
-        Route::WsBroadcast,
-    ];
-
-    fn of(path: &str) -> Self {
-        match path {
-            "/" => Self::Root,
-            "/work" => Self::Work,
-            "/delay" => Self::Delay,
-            "/bytes" => Self::Bytes,
-            "/echo" => Self::Echo,
-            "/metrics" => Self::Metrics,
-            "/healthz" => Self::Healthz,
-            "/readyz" => Self::Readyz,
-            "/sse" => Self::Sse,
-            "/chunks" => Self::Chunks,
-            "/ws" => Self::Ws,
-            "/ws/broadcast" => Self::WsBroadcast,
-            _ => Self::Data,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Root => "root",
-            Self::Work => "work",
-            Self::Delay => "delay",
-            Self::Bytes => "bytes",
-            Self::Echo => "echo",
-            Self::Data => "data",
-            Self::Metrics => "metrics",
-            Self::Healthz => "healthz",
-            Self::Readyz => "readyz",
-            Self::Sse => "sse",
-            Self::Chunks => "chunks",
-            Self::Ws => "ws",
-            Self::WsBroadcast => "ws_broadcast",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn websocket(self) -> Option<ws::WsRoute> {
-        match self {
-            Self::Ws => Some(ws::WsRoute::Echo),
-            Self::WsBroadcast => Some(ws::WsRoute::Broadcast),
-            _ => None,
-        }
-    }
-}
-
-/// Statuses this server produces; each gets a cached counter per route.
-const STATUSES: [StatusCode; 9] = [
-    StatusCode::OK,
-    StatusCode::SWITCHING_PROTOCOLS,
-    StatusCode::UPGRADE_REQUIRED,
-    StatusCode::BAD_REQUEST,
-    StatusCode::NOT_FOUND,
-    StatusCode::METHOD_NOT_ALLOWED,
-    StatusCode::REQUEST_TIMEOUT,
-    StatusCode::PAYLOAD_TOO_LARGE,
-    StatusCode::SERVICE_UNAVAILABLE,
-];
-
-const N_ROUTES: usize = Route::ALL.len();
-const N_STATUSES: usize = STATUSES.len();
-
-struct HttpMetrics {
-    registry: Registry,
-    requests: IntCounterVec,
-    durations: HistogramVec,
-    errors: IntCounterVec,
-    conn_open: IntGauge,
-    conn_total: IntCounter,
-    conn_rejected: IntCounter,
-    source_ips: IntGauge,
-    in_flight: IntGauge,
-    /// Label lookups done once, on first use (so unused series are not exported as zeros).
-    request_cells: [[OnceLock<IntCounter>; N_STATUSES]; N_ROUTES],
-    duration_cells: [OnceLock<Histogram>; N_ROUTES],
-}
-
-impl HttpMetrics {
-    fn new() -> Result<Self, TargetError> {
-        let registry = crate::metrics::registry("http")?;
-        let requests = IntCounterVec::new(
-            prometheus::Opts::new(
-                "requests_total",
-                "HTTP requests answered, by route and status.",
-            ),
-            &["route", "status"],
-        )?;
-        let durations = HistogramVec::new(
-            crate::metrics::histogram_opts(
-                "request_duration_seconds",
-                "Time from request head received to response head ready, by route.",
-            ),
-            &["route"],
-        )?;
-        let errors = IntCounterVec::new(
-            prometheus::Opts::new(
-                "errors_total",
-                "Errors by kind (connection, tls, body_timeout, body_too_large, bad_request).",
-            ),
-            &["kind"],
-        )?;
-        let conn_open = IntGauge::new("connections_open", "Connected clients (open connections).")?;
-        let conn_total = IntCounter::new("connections_total", "Connections accepted.")?;
-        let conn_rejected = IntCounter::new(
-            "connections_rejected_total",
-            "Connections closed at accept because the connection cap was reached.",
-        )?;
-        let source_ips = IntGauge::new(
-            "distinct_source_ips",
-            "Distinct client source IP addresses seen since start (tracking is capped).",
-        )?;
-        let in_flight = IntGauge::new("requests_in_flight", "Requests being handled now.")?;
-        registry.register(Box::new(in_flight.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(durations.clone()))?;
-        registry.register(Box::new(errors.clone()))?;
-        registry.register(Box::new(conn_open.clone()))?;
-        registry.register(Box::new(conn_total.clone()))?;
-        registry.register(Box::new(conn_rejected.clone()))?;
-        registry.register(Box::new(source_ips.clone()))?;
-        Ok(Self {
-            registry,
-            requests,
-            durations,
-            errors,
-            conn_open,
-            conn_total,
-            conn_rejected,
-            source_ips,
-            in_flight,
-            request_cells: Default::default(),
-            duration_cells: Default::default(),
-        })
-    }
-
-    fn observe(&self, route: Route, status: StatusCode, elapsed: Duration) {
-        let r = route.index();
-        self.duration_cells[r]
-            .get_or_init(|| self.durations.with_label_values(&[route.as_str()]))
-            .observe(elapsed.as_secs_f64());
-        match STATUSES.iter().position(|s| *s == status) {
-            Some(s) => self.request_cells[r][s]
-                .get_or_init(|| {
-                    self.requests
-                        .with_label_values(&[route.as_str(), status.as_str()])
-                })
-                .inc(),
-            None => self
-                .requests
-                .with_label_values(&[route.as_str(), status.as_str()])
-                .inc(),
-        }
-    }
-
-    fn error(&self, kind: &str) {
-        self.errors.with_label_values(&[kind]).inc();
-    }
-
-    fn errors_sum(&self) -> u64 {
-        [
-            "connection",
-            "tls",
-            "body_timeout",
-            "body_too_large",
-            "bad_request",
-        ]
-        .iter()
-        .map(|k| self.errors.with_label_values(&[*k]).get())
-        .sum()
-    }
-
-    fn render(&self) -> String {
-        crate::metrics::render(&self.registry)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_values() {
-        assert_eq!(query_u64(None, "ms"), Ok(None));
-        assert_eq!(query_u64(Some("ms=5"), "ms"), Ok(Some(5)));
-        assert_eq!(query_u64(Some("a=1&ms=5&ms=7"), "ms"), Ok(Some(7)));
-        assert_eq!(query_u64(Some("msx=5"), "ms"), Ok(None));
-        assert_eq!(query_u64(Some("ms=-1"), "ms"), Err(()));
-        assert_eq!(query_u64(Some("ms="), "ms"), Err(()));
-        assert_eq!(query_u64(Some("ms"), "ms"), Err(()));
-        assert_eq!(query_u64(Some("ms=99999999999999999999999"), "ms"), Err(()));
-        assert_eq!(query_str(Some("ms=5&clock=wall"), "clock"), Some("wall"));
-        assert_eq!(query_str(Some("clock"), "clock"), Some(""));
-        assert_eq!(query_str(Some("ms=5"), "clock"), None);
-    }
-
-    #[test]
-    fn routes_round_trip() {
-        for r in Route::ALL {
-            assert_eq!(Route::ALL[r.index()], r);
-        }
-        assert_eq!(Route::of("/anything"), Route::Data);
-        assert_eq!(Route::of("/data"), Route::Data);
-    }
 }

@@ -9,18 +9,20 @@
 
 use std::net::SocketAddr;
 
-use bytes::{Buf, Bytes, BytesMut};
-use stampede_core::scenario::{status_error, HttpRequest};
+use bytes::{Buf, BytesMut};
 use stampede_core::stats::error_kind;
-use stampede_core::template::Template;
 
 mod head;
+mod request;
+mod sink;
 pub mod stream;
 
 pub use crate::net::Failure;
 use crate::net::{self, io_failure};
 use crate::tls::{Io, TlsClient};
 use head::{Body, Head};
+pub use request::PreparedRequest;
+pub use sink::{Capture, Discard, Excerpt, Sink};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest response head accepted.
@@ -61,221 +63,6 @@ fn give_buffer(mut b: BytesMut) {
             s.push(b);
         }
     });
-}
-
-/// A request rendered to bytes once, in two forms: as written, and asking the server to close
-/// the connection after answering (for the last request on a connection, so that the server
-/// closes first and the TIME_WAIT is its own, not the generator's ephemeral port).
-#[derive(Debug, Clone)]
-pub struct PreparedRequest {
-    /// Both forms back to back: `..split` as written, `split..` closing.
-    bytes: Bytes,
-    split: u32,
-    head: bool,
-}
-
-impl PreparedRequest {
-    /// Renders a static request (no template reference: see [`HttpRequest::is_static`]) once,
-    /// its path appended to the target's `prefix`.
-    pub fn new(req: &HttpRequest, host_header: &str, prefix: &str) -> Self {
-        debug_assert!(req.is_static());
-        let text = |t: &Template| t.as_static().unwrap_or_default().to_string();
-        let mut out = String::with_capacity(256);
-        out.push_str(&req.method);
-        out.push(' ');
-        out.push_str(prefix);
-        out.push_str(&text(&req.path));
-        out.push_str(" HTTP/1.1\r\nHost: ");
-        out.push_str(host_header);
-        out.push_str("\r\n");
-        let mut has_ua = false;
-        let mut has_connection = false;
-        for (k, v) in &req.headers {
-            if k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("host") {
-                continue;
-            }
-            has_ua |= k.eq_ignore_ascii_case("user-agent");
-            has_connection |= k.eq_ignore_ascii_case("connection");
-            out.push_str(k);
-            out.push_str(": ");
-            out.push_str(&text(v));
-            out.push_str("\r\n");
-        }
-        if !has_ua {
-            out.push_str("User-Agent: stampede\r\n");
-        }
-        let body = req.body.as_ref().map(text).unwrap_or_default();
-        let body = body.as_str();
-        if !body.is_empty() || matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
-            out.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        }
-        // The head without its blank line: the closing form adds one header there.
-        let head_end = out.len();
-        out.push_str("\r\n");
-        out.push_str(body);
-        let written = out;
-        let mut both = String::with_capacity(2 * written.len() + 19);
-        both.push_str(&written);
-        if has_connection {
-            // The scenario says what it wants: never a second Connection header.
-            both.push_str(&written);
-        } else {
-            both.push_str(&written[..head_end]);
-            both.push_str("Connection: close\r\n");
-            both.push_str(&written[head_end..]);
-        }
-        Self {
-            bytes: Bytes::from(both),
-            split: u32::try_from(written.len()).unwrap_or(u32::MAX),
-            head: req.method.eq_ignore_ascii_case("HEAD"),
-        }
-    }
-
-    /// The request's bytes: `last` for the last request on its connection.
-    pub fn bytes(&self, last: bool) -> &[u8] {
-        let (written, closing) = self.bytes.split_at(self.split as usize);
-        if last {
-            closing
-        } else {
-            written
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.split as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.split == 0
-    }
-}
-
-/// Where the parts of a response go.
-pub trait Sink {
-    /// Whether anything is kept (chunk boundaries are then observed).
-    const KEEP: bool;
-    /// Whether the headers are kept (the final head is then parsed into [`Sink::header`]).
-    const HEADERS: bool = Self::KEEP;
-    /// The final answer's status, before its headers and body.
-    #[inline(always)]
-    fn status(&mut self, _status: u16) {}
-    fn header(&mut self, name: &str, value: &[u8]);
-    fn body(&mut self, chunk: &[u8]);
-    /// A chunk of a chunked body begins (its size line was just read): a stream reader
-    /// times its chunks by it.
-    #[inline(always)]
-    fn chunk(&mut self) {}
-}
-
-impl<S: Sink> Sink for &mut S {
-    const KEEP: bool = S::KEEP;
-    const HEADERS: bool = S::HEADERS;
-    #[inline(always)]
-    fn status(&mut self, status: u16) {
-        (**self).status(status)
-    }
-    #[inline(always)]
-    fn header(&mut self, name: &str, value: &[u8]) {
-        (**self).header(name, value)
-    }
-    #[inline(always)]
-    fn body(&mut self, chunk: &[u8]) {
-        (**self).body(chunk)
-    }
-    #[inline(always)]
-    fn chunk(&mut self) {
-        (**self).chunk()
-    }
-}
-
-/// Keeps nothing: the discard path.
-pub struct Discard;
-
-impl Sink for Discard {
-    const KEEP: bool = false;
-    #[inline(always)]
-    fn header(&mut self, _: &str, _: &[u8]) {}
-    #[inline(always)]
-    fn body(&mut self, _: &[u8]) {}
-}
-
-/// Keeps the headers (names lowercased) and the body up to `limit` bytes, for extraction and
-/// checks. Reused from one request to the next of a session.
-#[derive(Debug, Default)]
-pub struct Capture {
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub body: Vec<u8>,
-    pub limit: usize,
-}
-
-impl Capture {
-    pub fn clear(&mut self, limit: usize) {
-        self.headers.clear();
-        self.body.clear();
-        self.limit = limit;
-    }
-}
-
-impl Sink for Capture {
-    const KEEP: bool = true;
-    fn header(&mut self, name: &str, value: &[u8]) {
-        self.headers
-            .push((name.to_ascii_lowercase(), value.to_vec()));
-    }
-    fn body(&mut self, chunk: &[u8]) {
-        let room = self.limit.saturating_sub(self.body.len());
-        self.body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-}
-
-/// Keeps the start of the body of an answer whose status was not expected, for a failure
-/// sample: nothing (and no allocation) for an expected one, nor when off. The headers are
-/// never kept.
-#[derive(Debug, Default)]
-pub struct Excerpt<'e> {
-    /// The step's expected statuses; `None` when off.
-    expect: Option<&'e Option<Vec<u16>>>,
-    /// The body's start, allocated once the status is found unexpected.
-    pub body: Option<Box<Vec<u8>>>,
-}
-
-impl<'e> Excerpt<'e> {
-    /// An excerpt of answers whose status is not one of `expect` (the step's expected
-    /// statuses), when `on`.
-    pub fn new(on: bool, expect: &'e Option<Vec<u16>>) -> Self {
-        Self {
-            expect: on.then_some(expect),
-            body: None,
-        }
-    }
-
-    /// The body's start kept (empty for an expected answer).
-    pub fn kept(&self) -> &[u8] {
-        self.body.as_deref().map_or(&[], Vec::as_slice)
-    }
-}
-
-impl Sink for Excerpt<'_> {
-    const KEEP: bool = true;
-    const HEADERS: bool = false;
-    #[inline(always)]
-    fn status(&mut self, status: u16) {
-        if let Some(expect) = self.expect {
-            if status_error(expect.as_deref(), status).is_some() {
-                self.body = Some(Box::default());
-            }
-        }
-    }
-    #[inline(always)]
-    fn header(&mut self, _: &str, _: &[u8]) {}
-    #[inline(always)]
-    fn body(&mut self, chunk: &[u8]) {
-        if let Some(body) = self.body.as_mut() {
-            // One byte past the limit marks the cut.
-            let room = (stampede_core::samples::MAX_BODY + 1).saturating_sub(body.len());
-            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        }
-    }
 }
 
 /// What came back.
@@ -571,6 +358,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stampede_core::scenario::HttpRequest;
+    use stampede_core::template::Template;
     use tokio::net::TcpListener;
 
     async fn serve_once(reply: &'static [u8]) -> SocketAddr {

@@ -51,8 +51,8 @@ use hyper_util::server::conn::auto;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
 use tokio::net::{TcpListener, TcpStream};
 
-pub use access_log::AccessLog;
 use access_log::AccessLogger;
+pub use access_log::{AccessLog, EmptyAccessLog};
 use body::Body;
 pub use ws::WsStats;
 

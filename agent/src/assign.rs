@@ -6,52 +6,43 @@ use super::*;
 use crate::runner::EndpointSet;
 use stampede_core::scenario::StepKind;
 
+mod error;
+pub use error::{AssignError, StepError};
+
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
 pub(crate) async fn prepare(
     cfg: &AgentConfig,
     a: &v1::Assign,
     mut data: stampede_proto::data::Received,
-) -> Result<ShardRun, String> {
-    let scenario = Scenario::from_yaml(&a.scenario).map_err(|e| format!("scenario: {e}"))?;
-    let shares = data
-        .take(&a.run_id, &scenario, &a.data)
-        .map_err(|e| e.to_string())?;
+) -> Result<ShardRun, AssignError> {
+    let scenario = Scenario::from_yaml(&a.scenario).map_err(AssignError::Scenario)?;
+    let shares = data.take(&a.run_id, &scenario, &a.data)?;
     let shard = Shard {
         index: a.shard_index,
         count: a.shard_count,
         weights: a.weights.clone(),
     };
     if shard.count > stampede_core::scenario::MAX_AGENTS {
-        return Err(format!(
-            "shard: {} shards; at most {}",
-            shard.count,
-            stampede_core::scenario::MAX_AGENTS
-        ));
+        return Err(AssignError::TooManyShards {
+            count: shard.count,
+            max: stampede_core::scenario::MAX_AGENTS,
+        });
     }
-    shard.filter().map_err(|e| format!("shard: {e}"))?;
+    shard.filter().map_err(AssignError::Shard)?;
     let planned = stampede_core::plan::Plan::shard_sessions(&scenario, &shard, a.seed)
-        .map_err(|e| format!("shard: {e}"))?;
+        .map_err(AssignError::Shard)?;
     if scenario.has_env_refs() {
-        return Err(
-            "scenario: ${env:...} references must be resolved before submission (the CLI does it)"
-                .into(),
-        );
+        return Err(AssignError::EnvRefs);
     }
     // The data supply with the run's seed (the CLI and the controller check it too when the
     // schedule does not depend on the seed): refused before any load.
     scenario
         .check_data_supply(a.seed)
-        .map_err(|e| e.to_string())?;
-    let target = scenario
-        .target
-        .clone()
-        .ok_or_else(|| "target: is required".to_string())?;
+        .map_err(AssignError::DataSupply)?;
+    let target = scenario.target.clone().ok_or(AssignError::NoTarget)?;
     let transport = target.transport();
     if transport == Transport::Unix && !cfg.target_policy.allow_unix {
-        return Err(
-            "target: unix:// targets only run on agents on the same machine as the CLI (run --local)"
-                .into(),
-        );
+        return Err(AssignError::UnixTarget);
     }
     let resolver = cfg
         .resolver
@@ -94,12 +85,12 @@ pub(crate) async fn prepare(
     // `endpoints:`: the same transport (and TLS name) at each listed address, each checked
     // against the target policy like the target's own address.
     let addrs = stampede_core::endpoints::parse(&scenario.endpoints)
-        .map_err(|(path, why)| format!("{path}: {why}"))?;
+        .map_err(|(field, why)| AssignError::Endpoints { field, why })?;
     let mut endpoints = Vec::with_capacity(addrs.len());
-    for (i, addr) in addrs.into_iter().enumerate() {
+    for (index, addr) in addrs.into_iter().enumerate() {
         cfg.target_policy
             .check(addr)
-            .map_err(|e| format!("endpoints[{i}]: {e}"))?;
+            .map_err(|error| AssignError::EndpointPolicy { index, error })?;
         endpoints.push((addr, at_address(&endpoint, addr)?));
     }
     // Without the list, a target name's addresses (all of them, followed during the run).
@@ -174,10 +165,10 @@ pub(crate) async fn prepare(
         .map(|l| share_of(l.connections, a).0)
         .sum();
     if pooled > u64::from(cfg.capacity.max(1)) {
-        return Err(format!(
-            "load.connections: this agent's share is {pooled} connections, more than its capacity of {}",
-            cfg.capacity
-        ));
+        return Err(AssignError::Capacity {
+            share: pooled,
+            capacity: cfg.capacity,
+        });
     }
     let dynamic = (any_dynamic || !context_is_empty(&scenario)).then(|| Arc::new(context));
     let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
@@ -218,7 +209,7 @@ pub(crate) async fn prepare(
                         .to_vec(),
                 }
                 .filter()
-                .map_err(|e| format!("shard: {e}"))?,
+                .map_err(AssignError::Shard)?,
             )
         } else {
             None
@@ -303,7 +294,7 @@ impl Compiler<'_> {
         &self,
         t: &stampede_core::workload::TypeView<'_>,
         any_dynamic: &mut bool,
-    ) -> Result<Vec<StepPlan>, String> {
+    ) -> Result<Vec<StepPlan>, StepError> {
         let Self {
             scenario,
             slots,
@@ -315,7 +306,7 @@ impl Compiler<'_> {
         let mut ordinal = t.step_base;
         let mut steps = Vec::with_capacity(t.steps.len());
         for (i, s) in t.steps.iter().enumerate() {
-            let at = format!("{}[{i}]", t.path);
+            let at = || format!("{}[{i}]", t.path);
             let (repeat, new_connection) = (s.repeat(), s.new_connection);
             let plan = match &s.kind {
                 StepKind::Http(h)
@@ -326,9 +317,7 @@ impl Compiler<'_> {
                         || h.stream.is_some() =>
                 {
                     if http2 && h.stream.is_some() {
-                        return Err(format!(
-                            "{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")"
-                        ));
+                        return Err(StepError::StreamOverH2 { at: at() });
                     }
                     *any_dynamic = true;
                     StepPlan::HttpDynamic {
@@ -344,7 +333,7 @@ impl Compiler<'_> {
                                 prefix,
                                 https,
                             )
-                            .map_err(|e| format!("{at}.{e}"))?,
+                            .map_err(|error| StepError::Http { at: at(), error })?,
                         ),
                         repeat,
                         new_connection,
@@ -356,7 +345,7 @@ impl Compiler<'_> {
                     h2: if http2 {
                         Some(
                             crate::h2::H2Request::new(h, https, host_header, prefix)
-                                .map_err(|e| format!("{at}.http.{e}"))?,
+                                .map_err(|error| StepError::H2 { at: at(), error })?,
                         )
                     } else {
                         None
@@ -367,10 +356,11 @@ impl Compiler<'_> {
                 },
                 StepKind::Tcp(tcp) => {
                     let send = dynamic_send(s, &tcp.send, scenario, slots, any_dynamic)
-                        .map_err(|e| format!("{at}.tcp.{e}"))?;
+                        .map_err(|error| StepError::TcpSend { at: at(), error })?;
                     StepPlan::Tcp {
                         ordinal,
-                        request: FramedRequest::new(tcp).map_err(|e| format!("{at}.tcp.{e}"))?,
+                        request: FramedRequest::new(tcp)
+                            .map_err(|error| StepError::Tcp { at: at(), error })?,
                         send,
                         repeat,
                         new_connection,
@@ -378,7 +368,7 @@ impl Compiler<'_> {
                 }
                 StepKind::Grpc(g) => {
                     let dynamic = crate::grpc::DynamicCall::new(g, scenario, slots)
-                        .map_err(|e| format!("{at}.grpc.{e}"))?
+                        .map_err(|error| StepError::Grpc { at: at(), error })?
                         .map(Arc::new);
                     *any_dynamic |= dynamic.is_some();
                     StepPlan::Grpc {
@@ -389,7 +379,7 @@ impl Compiler<'_> {
                             host_header,
                             scenario.request_timeout.0,
                         )
-                        .map_err(|e| format!("{at}.grpc.{e}"))?,
+                        .map_err(|error| StepError::Grpc { at: at(), error })?,
                         dynamic,
                         repeat,
                         new_connection,
@@ -409,7 +399,7 @@ impl Compiler<'_> {
                                 host_header,
                                 prefix,
                             )
-                            .map_err(|e| format!("{at}.{e}"))?,
+                            .map_err(|error| StepError::Ws { at: at(), error })?,
                         ),
                         repeat,
                         new_connection: false,
@@ -417,10 +407,11 @@ impl Compiler<'_> {
                 }
                 StepKind::Udp(u) => {
                     let send = dynamic_send(s, &u.send, scenario, slots, any_dynamic)
-                        .map_err(|e| format!("{at}.udp.{e}"))?;
+                        .map_err(|error| StepError::UdpSend { at: at(), error })?;
                     StepPlan::Udp {
                         ordinal,
-                        request: DatagramRequest::new(u).map_err(|e| format!("{at}.udp.{e}"))?,
+                        request: DatagramRequest::new(u)
+                            .map_err(|error| StepError::Udp { at: at(), error })?,
                         send,
                         repeat,
                         new_connection,
@@ -446,7 +437,7 @@ fn dynamic_send(
     scenario: &Scenario,
     slots: &std::collections::BTreeMap<String, usize>,
     any_dynamic: &mut bool,
-) -> Result<Option<Arc<dynamic::DynamicSend>>, String> {
+) -> Result<Option<Arc<dynamic::DynamicSend>>, dynamic::SendCompileError> {
     let d = dynamic::DynamicSend::new(send, &step.extract, step.check.as_ref(), scenario, slots)?;
     *any_dynamic |= d.is_some();
     Ok(d.map(Arc::new))
@@ -458,16 +449,14 @@ fn context_is_empty(scenario: &Scenario) -> bool {
 }
 
 /// The endpoint `target` (resolved, with its TLS client) at another address.
-fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint, String> {
+fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint, AssignError> {
     Ok(match target {
         Endpoint::Http(_, tls) => Endpoint::Http(addr, tls.clone()),
         Endpoint::H2(_, tls) => Endpoint::H2(addr, tls.clone()),
         Endpoint::Tcp(_) => Endpoint::Tcp(addr),
         Endpoint::Udp(_) => Endpoint::Udp(addr),
         Endpoint::Ws(_, tls) => Endpoint::Ws(addr, tls.clone()),
-        Endpoint::Unix(_) => {
-            return Err("endpoints: a unix:// target has one socket path, no addresses".into())
-        }
+        Endpoint::Unix(_) => return Err(AssignError::UnixEndpoints),
     })
 }
 
@@ -476,7 +465,7 @@ fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint,
 async fn resolve(
     target: &stampede_core::target::Target,
     resolver: &crate::resolve::DnsResolver,
-) -> Result<(Endpoint, Option<crate::resolve::Resolved>), String> {
+) -> Result<(Endpoint, Option<crate::resolve::Resolved>), AssignError> {
     if let Some(path) = target.unix_path() {
         return Ok((Endpoint::Unix(path.into()), None));
     }
@@ -487,16 +476,16 @@ async fn resolve(
                 .rsplit_once(':')
                 .and_then(|(_, p)| p.parse().ok())
                 .unwrap_or_default();
-            let r = resolver.lookup(host, port).await.map_err(|e| {
-                let why = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
-                format!("target: {e}{why}")
-            })?;
+            let r = resolver
+                .lookup(host, port)
+                .await
+                .map_err(|error| AssignError::Resolve { error })?;
             (r.addrs[0], Some(r))
         }
         None => (
-            authority
-                .parse()
-                .map_err(|_| format!("target: `{authority}` is not an address"))?,
+            authority.parse().map_err(|_| AssignError::NotAnAddress {
+                authority: authority.to_string(),
+            })?,
             None,
         ),
     };

@@ -357,7 +357,10 @@ async fn handle(
                             })
                         }
                     }
-                    Err(reason) => Out::Failed(v1::AgentFailed { run_id, reason }),
+                    Err(e) => Out::Failed(v1::AgentFailed {
+                        run_id,
+                        reason: e.to_string(),
+                    }),
                 }
             };
             let _ = tx.send(msg(reply)).await;

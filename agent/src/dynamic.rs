@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 use stampede_core::data::share::Share;
 use stampede_core::data::{DataScope, DataSource};
 use stampede_core::scenario::Scenario;
-use stampede_core::template::{self, Builtin, Filter, Generator, Segment, Template, Var};
+use stampede_core::template::{self, Builtin, Filter, Generator, Ref, Segment, Template, Var};
 
 use crate::http1::Capture;
 
@@ -27,9 +27,9 @@ mod judge;
 mod send;
 mod ws_step;
 
-pub use http_step::DynamicHttp;
-pub use send::DynamicSend;
-pub use ws_step::{After, DynamicWs};
+pub use http_step::{DynamicHttp, HttpCompileError};
+pub use send::{DynamicSend, SendCompileError};
+pub use ws_step::{After, DynamicWs, WsCompileError};
 
 /// What every session of a run reads: this agent's share of each data source, the seed,
 /// who we are.
@@ -342,32 +342,53 @@ fn request_sources<'t>(
     out
 }
 
+/// A reference the agent cannot resolve. The scenario's validation refuses all of these
+/// before submission, so only a scenario that skipped it (a hand-made Assign) gets one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// An environment reference the CLI should have replaced.
+    #[error("${{env:{name}}} was not resolved: environment references are resolved by the CLI at submit time")]
+    EnvUnresolved { name: String },
+    /// A data source the scenario does not declare.
+    #[error("{at}: `{data}` is not a data source")]
+    NoDataSource { at: Ref, data: String },
+    /// A column the data source does not have.
+    #[error("{at}: no column `{column}`")]
+    NoColumn { at: Ref, column: String },
+    /// A value no step extracts.
+    #[error("{at} is not extracted by any step")]
+    NotExtracted { at: Ref },
+    /// A setup value no setup step extracts.
+    #[error("{at} is not extracted by any setup step")]
+    NotInSetup { at: Ref },
+}
+
 /// Resolves the names of `t` against the scenario's data sources and the variable slots.
 pub fn compile(
     t: &Template,
     scenario: &Scenario,
     slots: &BTreeMap<String, usize>,
-) -> Result<Compiled, String> {
+) -> Result<Compiled, CompileError> {
     let mut parts = Vec::new();
     for seg in t.segments() {
         parts.push(match seg {
             Segment::Literal(l) => Part::Lit(l.as_bytes().into()),
             Segment::Ref(r) => match &r.var {
-                Var::Env(n) => {
-                    return Err(format!(
-                        "${{env:{n}}} was not resolved: environment references are resolved by the CLI at submit time"
-                    ))
-                }
+                Var::Env(n) => return Err(CompileError::EnvUnresolved { name: n.clone() }),
                 Var::Data { source, column } => {
                     let (i, (_, d)) = scenario
                         .data
                         .iter()
                         .enumerate()
                         .find(|(_, (n, _))| *n == source)
-                        .ok_or_else(|| format!("{r}: `{source}` is not a data source"))?;
-                    let column = d
-                        .column(column)
-                        .ok_or_else(|| format!("{r}: no column `{column}`"))?;
+                        .ok_or_else(|| CompileError::NoDataSource {
+                            at: r.clone(),
+                            data: source.clone(),
+                        })?;
+                    let column = d.column(column).ok_or_else(|| CompileError::NoColumn {
+                        at: r.clone(),
+                        column: column.clone(),
+                    })?;
                     Part::Data {
                         source: i,
                         column,
@@ -377,13 +398,13 @@ pub fn compile(
                 Var::Extracted(n) => Part::Slot(
                     *slots
                         .get(n)
-                        .ok_or_else(|| format!("{r} is not extracted by any step"))?,
+                        .ok_or_else(|| CompileError::NotExtracted { at: r.clone() })?,
                     r.filter,
                 ),
                 Var::Setup(n) => Part::Setup(
                     *setup_slots(scenario)
                         .get(n)
-                        .ok_or_else(|| format!("{r} is not extracted by any setup step"))?,
+                        .ok_or_else(|| CompileError::NotInSetup { at: r.clone() })?,
                     r.filter,
                 ),
                 Var::Builtin(b) => Part::Builtin(*b, r.filter),
@@ -496,7 +517,7 @@ impl DynamicFields {
         templates: &[&Template],
         scenario: &Scenario,
         slots: &BTreeMap<String, usize>,
-    ) -> Result<Self, (usize, String)> {
+    ) -> Result<Self, (usize, CompileError)> {
         let fields = templates
             .iter()
             .enumerate()

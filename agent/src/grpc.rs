@@ -14,12 +14,14 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use stampede_core::grpc::program::{Encoder, VALUE_ERROR};
-use stampede_core::grpc::{status_code, status_kind, FrameScanner, GrpcCall, MAX_MESSAGE};
+use stampede_core::grpc::program::{Encoder, ProgramError, VALUE_ERROR};
+use stampede_core::grpc::{
+    status_code, status_kind, FrameBytesError, FrameScanner, GrpcCall, MAX_MESSAGE,
+};
 use stampede_core::scenario::Scenario;
 use stampede_core::stats::error_kind;
 
-use crate::dynamic::{Context, DynamicFields, SessionVars};
+use crate::dynamic::{CompileError, Context, DynamicFields, SessionVars};
 use crate::h2::{h2_failure, H2Conn, H2Request};
 use crate::net::Failure;
 
@@ -56,6 +58,38 @@ pub struct DynamicCall {
     fields: DynamicFields,
 }
 
+/// Why a gRPC step cannot be compiled; the message names the field relative to the step's
+/// `grpc`.
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcStepError {
+    /// The encoding program does not decode.
+    #[error("program: {0}")]
+    Program(ProgramError),
+    /// A metadata name HTTP/2 cannot carry.
+    #[error("metadata.{name}: not a valid metadata name")]
+    MetadataName { name: String },
+    /// A static metadata value with bytes HTTP forbids.
+    #[error("metadata.{name}: not a valid metadata value")]
+    MetadataValue { name: String },
+    /// A templated metadata value that does not compile.
+    #[error("metadata.{name}: {error}")]
+    MetadataTemplate { name: String, error: CompileError },
+    /// A templated message field that does not compile.
+    #[error("message: {0}")]
+    MessageTemplate(CompileError),
+    /// The stored frame cannot be sent as it is.
+    #[error("frame: {0}")]
+    Frame(FrameBytesError),
+    /// Neither a frame nor a program: the scenario skipped the CLI's resolution.
+    #[error(
+        "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)"
+    )]
+    NotEncoded,
+    /// The method does not make a URI with the target's authority.
+    #[error("method: {0}")]
+    Method(http::uri::InvalidUri),
+}
+
 impl DynamicCall {
     /// The templated parts of `call`, or `None` when it has none (it is sent as compiled by
     /// [`GrpcRequest::new`]). The error names the field.
@@ -63,13 +97,13 @@ impl DynamicCall {
         call: &GrpcCall,
         scenario: &Scenario,
         slots: &BTreeMap<String, usize>,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>, GrpcStepError> {
         let encoder = call
             .program
             .as_ref()
             .map(Encoder::new)
             .transpose()
-            .map_err(|e| format!("program: {e}"))?;
+            .map_err(GrpcStepError::Program)?;
         let templated: Vec<(&String, &stampede_core::template::Template)> = call
             .metadata
             .iter()
@@ -83,16 +117,21 @@ impl DynamicCall {
         let mut metadata = Vec::new();
         for (k, t) in templated {
             let name = http::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
+                .map_err(|_| GrpcStepError::MetadataName { name: k.clone() })?;
             metadata.push((name, templates.len()));
             templates.push(t);
         }
-        let fields = DynamicFields::new(&templates, scenario, slots).map_err(|(i, e)| {
-            match metadata.iter().find(|(_, slot)| *slot == i) {
-                Some((name, _)) => format!("metadata.{name}: {e}"),
-                None => format!("message: {e}"),
-            }
-        })?;
+        let fields =
+            DynamicFields::new(&templates, scenario, slots).map_err(|(i, error)| match metadata
+                .iter()
+                .find(|(_, slot)| *slot == i)
+            {
+                Some((name, _)) => GrpcStepError::MetadataTemplate {
+                    name: name.to_string(),
+                    error,
+                },
+                None => GrpcStepError::MessageTemplate(error),
+            })?;
         Ok(Some(Self {
             encoder,
             metadata,
@@ -162,19 +201,17 @@ impl GrpcRequest {
         tls: bool,
         authority: &str,
         timeout: std::time::Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GrpcStepError> {
         // A call with a program has no frame: its `DynamicCall` renders one per call.
-        let frame = match call.frame_bytes().map_err(|e| format!("frame: {e}"))? {
+        let frame = match call.frame_bytes().map_err(GrpcStepError::Frame)? {
             Some(frame) => frame,
             None if call.program.is_some() => Vec::new(),
-            None => return Err(
-                "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)".into(),
-            ),
+            None => return Err(GrpcStepError::NotEncoded),
         };
         let scheme = if tls { "https" } else { "http" };
         let uri: http::Uri = format!("{scheme}://{authority}{}", call.path())
             .parse()
-            .map_err(|e| format!("method: {e}"))?;
+            .map_err(GrpcStepError::Method)?;
         let mut headers = http::HeaderMap::new();
         let fixed = [
             (http::header::CONTENT_TYPE, "application/grpc"),
@@ -191,9 +228,9 @@ impl GrpcRequest {
                 continue;
             };
             let name = http::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("metadata.{k}: not a valid metadata name"))?;
+                .map_err(|_| GrpcStepError::MetadataName { name: k.clone() })?;
             let value = http::HeaderValue::from_str(v)
-                .map_err(|_| format!("metadata.{k}: not a valid metadata value"))?;
+                .map_err(|_| GrpcStepError::MetadataValue { name: k.clone() })?;
             headers.insert(name, value);
         }
         let frame = Bytes::from(frame);

@@ -22,6 +22,24 @@ pub struct H2Request {
     wire_len: u64,
 }
 
+/// Why a static http step cannot be sent over HTTP/2; the message names the field relative
+/// to the step's `http`.
+#[derive(Debug, thiserror::Error)]
+pub enum H2RequestError {
+    /// A method HTTP/2 cannot carry.
+    #[error("method: `{method}` is not an HTTP method")]
+    Method { method: String },
+    /// The path does not make a URI with the target's authority.
+    #[error("path: {0}")]
+    Path(http::uri::InvalidUri),
+    /// A header name HTTP/2 cannot carry.
+    #[error("headers: `{name}` is not a valid header name")]
+    HeaderName { name: String },
+    /// A header value with bytes HTTP forbids.
+    #[error("headers: the value of `{name}` is not valid")]
+    HeaderValue { name: String },
+}
+
 impl H2Request {
     /// Builds the request for `authority` (`:scheme` is `https` over TLS, else `http`); the
     /// error says which part is not valid HTTP/2.
@@ -30,15 +48,18 @@ impl H2Request {
         tls: bool,
         authority: &str,
         prefix: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, H2RequestError> {
         let text = |t: &Template| t.as_static().unwrap_or_default().to_string();
-        let method = http::Method::from_bytes(req.method.as_bytes())
-            .map_err(|_| format!("method: `{}` is not an HTTP method", req.method))?;
+        let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
+            H2RequestError::Method {
+                method: req.method.clone(),
+            }
+        })?;
         let scheme = if tls { "https" } else { "http" };
         let path = format!("{prefix}{}", text(&req.path));
         let uri: http::Uri = format!("{scheme}://{authority}{path}")
             .parse()
-            .map_err(|e| format!("path: {e}"))?;
+            .map_err(H2RequestError::Path)?;
         let mut headers = http::HeaderMap::new();
         for (k, v) in &req.headers {
             let lower = k.to_ascii_lowercase();
@@ -55,9 +76,9 @@ impl H2Request {
                 continue;
             }
             let name = http::HeaderName::from_bytes(lower.as_bytes())
-                .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
+                .map_err(|_| H2RequestError::HeaderName { name: k.clone() })?;
             let value = http::HeaderValue::from_str(&text(v))
-                .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
+                .map_err(|_| H2RequestError::HeaderValue { name: k.clone() })?;
             headers.append(name, value);
         }
         if !headers.contains_key(http::header::USER_AGENT) {

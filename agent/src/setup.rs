@@ -29,6 +29,42 @@ use crate::runner::{Endpoint, Link};
 /// `Ready` (15 s by default), and a slow setup should say so itself.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why the setup gave no values; the message names the step (its index, and its name once it
+/// runs). Any of them refuses the shard before load.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A setup step of another protocol.
+    #[error("setup[{index}]: a setup step is an http step")]
+    NotHttpStep { index: usize },
+    /// A step whose templates do not compile.
+    #[error("setup[{index}].{error}")]
+    Compile {
+        index: usize,
+        error: dynamic::HttpCompileError,
+    },
+    /// A step that failed to connect, send or read (the error kind).
+    #[error("setup[{index}] ({name}): {kind}")]
+    Failed {
+        index: usize,
+        name: String,
+        kind: &'static str,
+    },
+    /// A target that does not speak HTTP.
+    #[error("setup[{index}] ({name}): the target is not http")]
+    NotHttpTarget { index: usize, name: String },
+    /// A response the step refused (its status, check or extraction).
+    #[error("setup[{index}] ({name}): {kind} (status {status})")]
+    Refused {
+        index: usize,
+        name: String,
+        kind: String,
+        status: u16,
+    },
+    /// The whole setup past [`SETUP_TIMEOUT`].
+    #[error("setup: did not finish within {} s", SETUP_TIMEOUT.as_secs())]
+    Timeout,
+}
+
 /// Where the setup's requests go: the run's target, as its steps see it.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -116,7 +152,7 @@ pub async fn run(
     ctx: &Context,
     target: &Target,
     request_timeout: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, SetupError> {
     if scenario.setup.is_empty() {
         return Ok(Vec::new());
     }
@@ -124,7 +160,7 @@ pub async fn run(
     let mut steps = Vec::with_capacity(scenario.setup.len());
     for (i, s) in scenario.setup.iter().enumerate() {
         let StepKind::Http(h) = &s.kind else {
-            return Err(format!("setup[{i}]: a setup step is an http step"));
+            return Err(SetupError::NotHttpStep { index: i });
         };
         let step = DynamicHttp::new(
             h,
@@ -136,7 +172,7 @@ pub async fn run(
             &target.prefix,
             target.https,
         )
-        .map_err(|e| format!("setup[{i}].{e}"))?;
+        .map_err(|error| SetupError::Compile { index: i, error })?;
         steps.push(step);
     }
     let all = async {
@@ -149,7 +185,11 @@ pub async fn run(
                 if def.new_connection {
                     conn = None;
                 }
-                let failed = |Failure(kind)| format!("setup[{i}] ({name}): {kind}");
+                let failed = |Failure(kind)| SetupError::Failed {
+                    index: i,
+                    name: name.to_string(),
+                    kind,
+                };
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
@@ -168,17 +208,24 @@ pub async fn run(
                     Link::H2(c) => {
                         tokio::time::timeout_at(deadline, step.h2(c, ctx, &mut vars)).await
                     }
-                    _ => return Err(format!("setup[{i}] ({name}): the target is not http")),
+                    _ => {
+                        return Err(SetupError::NotHttpTarget {
+                            index: i,
+                            name: name.to_string(),
+                        })
+                    }
                 };
                 let outcome = match sent {
                     Err(_) => return Err(failed(Failure(error_kind::TIMEOUT))),
                     Ok(r) => r.map_err(failed)?,
                 };
                 if let Some(kind) = outcome.error {
-                    return Err(format!(
-                        "setup[{i}] ({name}): {kind} (status {})",
-                        outcome.status
-                    ));
+                    return Err(SetupError::Refused {
+                        index: i,
+                        name: name.to_string(),
+                        kind: kind.to_string(),
+                        status: outcome.status,
+                    });
                 }
                 if !outcome.keep_alive {
                     conn = None;
@@ -190,5 +237,5 @@ pub async fn run(
     };
     tokio::time::timeout(SETUP_TIMEOUT, all)
         .await
-        .map_err(|_| format!("setup: did not finish within {} s", SETUP_TIMEOUT.as_secs()))?
+        .map_err(|_| SetupError::Timeout)?
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use bytes::{Buf, Bytes, BytesMut};
 use stampede_core::extract::MAX_CAPTURED_BODY;
-use stampede_core::protocol::{Expect, Framing, TcpRequest, MAX_FRAME};
+use stampede_core::protocol::{Expect, Framing, PayloadError, TcpRequest, MAX_FRAME};
 use stampede_core::stats::error_kind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
@@ -28,6 +28,33 @@ pub enum ReplyFraming {
     Fixed(usize),
 }
 
+/// Why a tcp or udp step cannot be compiled; the message names the field relative to the
+/// step's protocol (`send`, `framing.delimiter`, `expect`).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The payload does not decode (a `file:` not inlined, bad hex or base64).
+    #[error("send: {0}")]
+    Send(PayloadError),
+    /// A payload longer than one frame or datagram may be.
+    #[error("send: longer than {max} bytes")]
+    SendTooLong { max: usize },
+    /// The delimiter does not decode.
+    #[error("framing.delimiter: {0}")]
+    Delimiter(PayloadError),
+    /// An empty delimiter, which would end every reply at its first byte.
+    #[error("framing.delimiter: must not be empty")]
+    EmptyDelimiter,
+    /// The payload holds its own delimiter, so the server would read two requests.
+    #[error("send: holds the framing delimiter")]
+    DelimiterInSend,
+    /// A fixed reply size of 0 or past [`MAX_FRAME`].
+    #[error("framing.fixed: must be between 1 and {MAX_FRAME}")]
+    FixedSize,
+    /// The expected reply does not decode.
+    #[error("expect: {0}")]
+    Expect(PayloadError),
+}
+
 /// A reply check, with its bytes decoded once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyCheck {
@@ -36,8 +63,8 @@ pub enum ReplyCheck {
 }
 
 impl ReplyCheck {
-    pub fn new(e: &Expect) -> Result<Self, String> {
-        let bytes = Bytes::from(e.payload().bytes().map_err(|e| e.to_string())?);
+    pub fn new(e: &Expect) -> Result<Self, PayloadError> {
+        let bytes = Bytes::from(e.payload().bytes()?);
         Ok(match e {
             Expect::Exact(_) => ReplyCheck::Exact(bytes),
             Expect::Prefix(_) => ReplyCheck::Prefix(bytes),
@@ -66,13 +93,13 @@ impl FramedRequest {
     /// Frames the request; fails on a payload that does not decode (`file:` not inlined) or
     /// does not fit the framing. A templated payload is framed per request ([`Self::frame`]):
     /// this keeps its framing and check.
-    pub fn new(t: &TcpRequest) -> Result<Self, String> {
+    pub fn new(t: &TcpRequest) -> Result<Self, RequestError> {
         let payload = match t.send.template() {
             Some(_) => Vec::new(),
-            None => t.send.bytes().map_err(|e| format!("send: {e}"))?,
+            None => t.send.bytes().map_err(RequestError::Send)?,
         };
         if payload.len() > MAX_FRAME {
-            return Err(format!("send: longer than {MAX_FRAME} bytes"));
+            return Err(RequestError::SendTooLong { max: MAX_FRAME });
         }
         let mut out = BytesMut::with_capacity(payload.len() + 4);
         let framing = match &t.framing {
@@ -82,12 +109,12 @@ impl FramedRequest {
                 ReplyFraming::Length
             }
             Framing::Delimiter(d) => {
-                let d = d.bytes().map_err(|e| format!("framing.delimiter: {e}"))?;
+                let d = d.bytes().map_err(RequestError::Delimiter)?;
                 if d.is_empty() {
-                    return Err("framing.delimiter: must not be empty".into());
+                    return Err(RequestError::EmptyDelimiter);
                 }
                 if contains(&payload, &d) {
-                    return Err("send: holds the framing delimiter".into());
+                    return Err(RequestError::DelimiterInSend);
                 }
                 out.extend_from_slice(&payload);
                 out.extend_from_slice(&d);
@@ -96,7 +123,7 @@ impl FramedRequest {
             Framing::Fixed(n) => {
                 let n = *n as usize;
                 if n == 0 || n > MAX_FRAME {
-                    return Err(format!("framing.fixed: must be between 1 and {MAX_FRAME}"));
+                    return Err(RequestError::FixedSize);
                 }
                 out.extend_from_slice(&payload);
                 ReplyFraming::Fixed(n)
@@ -107,7 +134,7 @@ impl FramedRequest {
             .as_ref()
             .map(ReplyCheck::new)
             .transpose()
-            .map_err(|e| format!("expect: {e}"))?;
+            .map_err(RequestError::Expect)?;
         Ok(Self {
             bytes: out.freeze(),
             framing,

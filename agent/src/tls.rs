@@ -11,7 +11,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use stampede_core::scenario::TlsOptions;
+use stampede_core::scenario::{CaBundleError, TlsOptions};
 use stampede_core::stats::error_kind;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -40,16 +40,36 @@ impl std::fmt::Debug for TlsClient {
     }
 }
 
+/// Why a TLS client for the target cannot be built; the message names the `tls` field.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// rustls refuses its own default protocol versions with this provider.
+    #[error("tls: {0}")]
+    Protocols(rustls::Error),
+    /// `tls.ca_pem` is not a certificate bundle.
+    #[error("tls.ca_pem: {0}")]
+    CaBundle(CaBundleError),
+    /// A certificate of the bundle that rustls cannot use as a root.
+    #[error("tls.ca_pem: certificate {index}: {error}")]
+    Certificate { index: usize, error: rustls::Error },
+    /// No bundle given and none installed on this machine.
+    #[error("tls: this machine has no trusted certificate authorities; give tls.ca_file (or, for a self-signed test target, tls.insecure_skip_verify)")]
+    NoSystemRoots,
+    /// A name that cannot be sent in SNI nor checked against a certificate.
+    #[error("tls: `{name}` is neither a DNS name nor an IP address")]
+    ServerName { name: String },
+}
+
 impl TlsClient {
     /// Builds the client for a target whose URL host is `host` (no port, no brackets).
     /// Trusts `ca_pem` when given, else the system's certificate authorities.
-    pub fn new(opts: Option<&TlsOptions>, host: &str, http2: bool) -> Result<Self, String> {
+    pub fn new(opts: Option<&TlsOptions>, host: &str, http2: bool) -> Result<Self, TlsError> {
         let default = TlsOptions::default();
         let opts = opts.unwrap_or(&default);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("tls: {e}"))?;
+            .map_err(TlsError::Protocols)?;
         let mut config = if opts.insecure_skip_verify {
             tracing::warn!(
                 "TLS CERTIFICATE VERIFICATION IS OFF (tls.insecure_skip_verify): any certificate \
@@ -68,7 +88,7 @@ impl TlsClient {
         config.alpn_protocols = vec![alpn.to_vec()];
         let name = opts.server_name.as_deref().unwrap_or(host);
         let server_name = ServerName::try_from(name.to_string())
-            .map_err(|_| format!("tls: `{name}` is neither a DNS name nor an IP address"))?;
+            .map_err(|_| TlsError::ServerName { name: name.into() })?;
         Ok(Self {
             connector: TlsConnector::from(Arc::new(config)),
             server_name,
@@ -92,26 +112,20 @@ impl TlsClient {
 }
 
 /// The trusted roots: the scenario's CA bundle, or the system's.
-fn roots(opts: &TlsOptions) -> Result<RootCertStore, String> {
+fn roots(opts: &TlsOptions) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    let cas = opts
-        .ca_certificates()
-        .map_err(|e| format!("tls.ca_pem: {e}"))?;
+    let cas = opts.ca_certificates().map_err(TlsError::CaBundle)?;
     if cas.is_empty() {
         let native = rustls_native_certs::load_native_certs();
         let (added, _) = roots.add_parsable_certificates(native.certs);
         if added == 0 {
-            return Err(
-                "tls: this machine has no trusted certificate authorities; give tls.ca_file \
-                 (or, for a self-signed test target, tls.insecure_skip_verify)"
-                    .into(),
-            );
+            return Err(TlsError::NoSystemRoots);
         }
     } else {
         for (i, c) in cas.into_iter().enumerate() {
             roots
                 .add(c)
-                .map_err(|e| format!("tls.ca_pem: certificate {i}: {e}"))?;
+                .map_err(|error| TlsError::Certificate { index: i, error })?;
         }
     }
     Ok(roots)

@@ -19,7 +19,7 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 use crate::net::{self, io_failure, Failure};
-use crate::stream::ReplyCheck;
+use crate::stream::{ReplyCheck, RequestError};
 
 /// A `udp:` step compiled once.
 #[derive(Debug, Clone)]
@@ -32,20 +32,20 @@ pub struct DatagramRequest {
 impl DatagramRequest {
     /// A templated payload is rendered per request ([`UdpConn::exchange`]): this keeps the
     /// step's timeout and check.
-    pub fn new(u: &UdpRequest) -> Result<Self, String> {
+    pub fn new(u: &UdpRequest) -> Result<Self, RequestError> {
         let bytes = match u.send.template() {
             Some(_) => Vec::new(),
-            None => u.send.bytes().map_err(|e| format!("send: {e}"))?,
+            None => u.send.bytes().map_err(RequestError::Send)?,
         };
         if bytes.len() > MAX_DATAGRAM {
-            return Err(format!("send: longer than {MAX_DATAGRAM} bytes"));
+            return Err(RequestError::SendTooLong { max: MAX_DATAGRAM });
         }
         let check = u
             .expect
             .as_ref()
             .map(ReplyCheck::new)
             .transpose()
-            .map_err(|e| format!("expect: {e}"))?;
+            .map_err(RequestError::Expect)?;
         Ok(Self {
             bytes: Bytes::from(bytes),
             timeout: u.timeout.map(|t| t.0),

@@ -84,7 +84,7 @@ pub struct CapacityArgs {
     pub vary: Option<String>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
     stampede_core::duration::parse_duration(s)
 }
 

@@ -331,14 +331,14 @@ pub struct AgentArgs {
     pub restart_grace: Duration,
 }
 
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
     stampede_core::duration::parse_duration(s)
 }
 
 /// A lease between the controller's bounds: 0 would panic the renewal timer, an hour would
 /// turn "load stops within a second" into an hour.
 pub fn parse_lease(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
     let (min, max) = (
         stampede_controller::MIN_LEASE,
         stampede_controller::MAX_LEASE,

@@ -213,7 +213,8 @@ pub(crate) fn submit(
     }
     // A literal address the agents would refuse is refused here, before any agent is picked.
     if let Some(target) = &scenario.target {
-        stampede_core::target_policy::check_literal(target).map_err(ControllerError::Invalid)?;
+        stampede_core::target_policy::check_literal(target)
+            .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     }
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
     let handle = run::start(inner.clone(), scenario.into_inner(), agents, wait);

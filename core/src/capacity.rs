@@ -42,6 +42,26 @@ pub struct SearchSpec {
     pub min_achieved: f64,
 }
 
+/// Why the search's flags cannot make a stair; each message names the flag.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SearchSpecError {
+    /// A rate that is zero, negative or not a number.
+    #[error("--{flag}: must be > 0")]
+    NotPositive { flag: &'static str },
+    /// Neither a start nor a maximum: nothing to build the stair from.
+    #[error("give --start R --step S, or --max R")]
+    NoRates,
+    /// The stair would stop before its first step.
+    #[error("--max {max} is below --start {start}")]
+    MaxBelowStart { max: f64, start: f64 },
+    /// No step at all to run.
+    #[error("--max-steps: must be >= 1")]
+    NoSteps,
+    /// A share outside (0, 100 %].
+    #[error("--min-achieved: must be a share between 0 and 100%")]
+    MinAchieved,
+}
+
 impl SearchSpec {
     /// From the command line: `--start R --step S`, `--max R` (start and step default to a
     /// tenth of it), or both.
@@ -52,12 +72,10 @@ impl SearchSpec {
         max_steps: u32,
         bisect: u32,
         min_achieved: f64,
-    ) -> Result<Self, String> {
-        let positive = |name: &str, v: Option<f64>| -> Result<Option<f64>, String> {
-            match v {
-                Some(x) if !(x.is_finite() && x > 0.0) => Err(format!("--{name}: must be > 0")),
-                _ => Ok(v),
-            }
+    ) -> Result<Self, SearchSpecError> {
+        let positive = |flag: &'static str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(SearchSpecError::NotPositive { flag }),
+            _ => Ok(v),
         };
         let (start, step, max) = (
             positive("start", start)?,
@@ -68,18 +86,18 @@ impl SearchSpec {
             (Some(a), Some(s), _) => (a, s),
             (a, s, Some(m)) => (a.unwrap_or(m / 10.0), s.unwrap_or(m / 10.0)),
             (Some(a), None, None) => (a, a),
-            (None, _, None) => return Err("give --start R --step S, or --max R".into()),
+            (None, _, None) => return Err(SearchSpecError::NoRates),
         };
-        if let Some(m) = max {
-            if m < start {
-                return Err(format!("--max {m} is below --start {start}"));
+        if let Some(max) = max {
+            if max < start {
+                return Err(SearchSpecError::MaxBelowStart { max, start });
             }
         }
         if max_steps == 0 {
-            return Err("--max-steps: must be >= 1".into());
+            return Err(SearchSpecError::NoSteps);
         }
         if !(min_achieved > 0.0 && min_achieved <= 1.0) {
-            return Err("--min-achieved: must be a share between 0 and 100%".into());
+            return Err(SearchSpecError::MinAchieved);
         }
         Ok(Self {
             start,

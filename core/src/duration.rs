@@ -22,8 +22,43 @@ impl HumanDuration {
     }
 }
 
+/// Why a duration's text was refused; each message quotes the text and says what to write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// A number without its unit: the one mistake a YAML author makes most.
+    #[error("invalid duration `{text}`: a duration needs a unit: ms, s, m or h (e.g. {}s)", example(.num))]
+    NoUnit { text: String, num: String },
+    /// A spelled-out unit (`2 minutes`): the message gives the short form to write.
+    #[error("invalid duration `{text}`: write `{num}{unit}` (units: ms, s, m, h)")]
+    LongUnit {
+        text: String,
+        num: String,
+        unit: &'static str,
+    },
+    /// A unit that is no spelling of ms, s, m or h.
+    #[error("invalid duration `{text}`: unknown unit `{unit}`; use ms, s, m or h")]
+    UnknownUnit { text: String, unit: String },
+    /// The part before the unit does not parse as a number.
+    #[error("invalid duration `{text}`: `{num}` is not a number")]
+    NotANumber { text: String, num: String },
+    /// Negative, infinite or NaN.
+    #[error("invalid duration `{text}`: must be >= 0")]
+    Negative { text: String },
+    /// Longer than a year: a typo rather than a test length.
+    #[error("invalid duration `{text}`: longer than a year")]
+    TooLong { text: String },
+}
+
+fn example(num: &str) -> &str {
+    if num.is_empty() {
+        "10"
+    } else {
+        num
+    }
+}
+
 /// Parses `250ms`, `10s`, `1.5m`, `2h`. The unit is mandatory, and the error lists the units.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
@@ -35,10 +70,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => 60e9,
         "h" => 3600e9,
         "" => {
-            return Err(format!(
-                "invalid duration `{text}`: a duration needs a unit: ms, s, m or h (e.g. {}s)",
-                if num.is_empty() { "10" } else { num }
-            ))
+            return Err(DurationError::NoUnit {
+                text: text.into(),
+                num: num.into(),
+            })
         }
         other => {
             let hint = match other {
@@ -49,24 +84,28 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                 _ => None,
             };
             return Err(match hint {
-                Some(u) => {
-                    format!("invalid duration `{text}`: write `{num}{u}` (units: ms, s, m, h)")
-                }
-                None => {
-                    format!("invalid duration `{text}`: unknown unit `{other}`; use ms, s, m or h")
-                }
+                Some(unit) => DurationError::LongUnit {
+                    text: text.into(),
+                    num: num.into(),
+                    unit,
+                },
+                None => DurationError::UnknownUnit {
+                    text: text.into(),
+                    unit: other.into(),
+                },
             });
         }
     };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration `{text}`: `{num}` is not a number"))?;
+    let value: f64 = num.parse().map_err(|_| DurationError::NotANumber {
+        text: text.into(),
+        num: num.into(),
+    })?;
     if !value.is_finite() || value < 0.0 {
-        return Err(format!("invalid duration `{text}`: must be >= 0"));
+        return Err(DurationError::Negative { text: text.into() });
     }
     let ns = value * mult_ns;
     if ns > 366.0 * 86_400e9 {
-        return Err(format!("invalid duration `{text}`: longer than a year"));
+        return Err(DurationError::TooLong { text: text.into() });
     }
     Ok(Duration::from_nanos(ns.round() as u64))
 }
@@ -157,11 +196,11 @@ mod tests {
         for bad in ["10", "abc", "-1s", "1d", "", "NaNs", "1e30m", "8785h"] {
             assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
         }
-        let e = parse_duration("2 minutes").unwrap_err();
+        let e = parse_duration("2 minutes").unwrap_err().to_string();
         assert!(e.contains("write `2m`"), "{e}");
-        let e = parse_duration("3 fortnights").unwrap_err();
+        let e = parse_duration("3 fortnights").unwrap_err().to_string();
         assert!(e.contains("unknown unit `fortnights`"), "{e}");
-        let e = parse_duration("500").unwrap_err();
+        let e = parse_duration("500").unwrap_err().to_string();
         assert!(e.contains("needs a unit"), "{e}");
     }
 

@@ -33,17 +33,28 @@ pub struct ScrapeUrl {
     pub path: String,
 }
 
+/// Why a source's URL cannot be scraped with a plain HTTP GET.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScrapeUrlError {
+    /// Another scheme (https, none): the scraper speaks plain HTTP only.
+    #[error("`{url}` is not an http:// URL")]
+    NotHttp { url: String },
+    /// An empty host, user info, or whitespace in the authority.
+    #[error("`{url}` has no usable host")]
+    NoHost { url: String },
+}
+
 /// Parses an `http://host[:port][/path]` URL (no TLS, no user info): the error says why.
-pub fn scrape_url(url: &str) -> Result<ScrapeUrl, String> {
+pub fn scrape_url(url: &str) -> Result<ScrapeUrl, ScrapeUrlError> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("`{url}` is not an http:// URL"))?;
+        .ok_or_else(|| ScrapeUrlError::NotHttp { url: url.into() })?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/metrics"),
     };
     if authority.is_empty() || authority.contains('@') || authority.contains(char::is_whitespace) {
-        return Err(format!("`{url}` has no usable host"));
+        return Err(ScrapeUrlError::NoHost { url: url.into() });
     }
     let authority = if authority.ends_with(']') || !authority.contains(':') {
         format!("{authority}:80")
@@ -65,7 +76,8 @@ pub fn validate(sources: &[ObserveSource]) -> Result<(), (String, String)> {
         ));
     }
     for (i, s) in sources.iter().enumerate() {
-        scrape_url(&s.prometheus).map_err(|why| (format!("observe[{i}].prometheus"), why))?;
+        scrape_url(&s.prometheus)
+            .map_err(|why| (format!("observe[{i}].prometheus"), why.to_string()))?;
     }
     Ok(())
 }

@@ -249,23 +249,6 @@ pub struct TlsOptions {
 pub const MAX_CA_PEM: usize = 1 << 20;
 
 impl TlsOptions {
-    /// The certificates of `ca_pem` (DER); the error says what is wrong with the PEM.
-    pub fn ca_certificates(
-        &self,
-    ) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, String> {
-        use rustls_pki_types::pem::PemObject;
-        let Some(pem) = &self.ca_pem else {
-            return Ok(Vec::new());
-        };
-        let certs = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("not a valid PEM certificate bundle: {e}"))?;
-        if certs.is_empty() {
-            return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
-        }
-        Ok(certs)
-    }
-
     fn validate(&self) -> Result<(), ScenarioError> {
         if self.ca_file.is_some() && self.ca_pem.is_some() {
             return Err(ScenarioError::invalid(
@@ -954,9 +937,9 @@ impl Scenario {
                 ),
             });
         }
-        crate::yaml_guard::check(text).map_err(|message| ScenarioError::Parse {
+        crate::yaml_guard::check(text).map_err(|e| ScenarioError::Parse {
             path: "scenario".into(),
-            message,
+            message: e.to_string(),
         })?;
         let de = serde_norway::Deserializer::from_str(text);
         let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -1231,12 +1214,16 @@ pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schema).unwrap_or(serde_json::Value::Null)
 }
 
+mod ca;
 mod files;
 mod ready;
+mod refs;
 mod scopes;
 mod validate;
 
+pub use ca::CaBundleError;
 pub use ready::{NotReady, ReadyScenario};
+pub use refs::RefError;
 pub use scopes::ScopeNames;
 
 #[cfg(test)]

@@ -99,39 +99,62 @@ impl TargetPolicy {
     }
 
     /// Checks the address a run will really connect to; the error names it and the rule.
-    pub fn check(&self, addr: SocketAddr) -> Result<(), String> {
+    pub fn check(&self, addr: SocketAddr) -> Result<(), TargetPolicyError> {
         let ip = canonical(addr.ip());
         if let Some(r) = self.deny.iter().find(|r| {
             r.net.is_none_or(|n| n.contains(&ip)) && r.port.is_none_or(|p| p == addr.port())
         }) {
-            return Err(format!(
-                "target {addr} is refused by the target policy: {} (open it with --allow-target on the agents)",
-                r.why
-            ));
+            return Err(TargetPolicyError::Denied {
+                addr,
+                why: r.why.clone(),
+            });
         }
         if !self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&ip)) {
-            return Err(format!(
-                "target {addr} is refused by the target policy: not in the allowed networks ({})",
-                self.allow
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(TargetPolicyError::NotAllowed {
+                addr,
+                allowed: self.allow.clone(),
+            });
         }
         Ok(())
     }
 }
 
+/// Why an address may not be loaded; the message names the address and the rule, and how to
+/// open it, because the operator who reads it is rarely the one who wrote the policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetPolicyError {
+    /// A deny rule covers the address.
+    #[error("target {addr} is refused by the target policy: {why} (open it with --allow-target on the agents)")]
+    Denied { addr: SocketAddr, why: String },
+    /// An allow list is set and the address is outside it.
+    #[error("target {addr} is refused by the target policy: not in the allowed networks ({})", join(.allowed))]
+    NotAllowed {
+        addr: SocketAddr,
+        allowed: Vec<IpNet>,
+    },
+}
+
+fn join(nets: &[IpNet]) -> String {
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A scenario's literal `target` that every agent would refuse; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("target: {0}")]
+pub struct LiteralTargetError(pub TargetPolicyError);
+
 /// Checks a target written as a literal address against the default policy, which every
 /// agent applies unless its operator opened the address: `validate`, `plan` and the
 /// controller's submission call it, so such a target is refused with the same message before
 /// anything is sent. A name is left to the agents, which check the address it resolves to.
-pub fn check_literal(target: &crate::target::Target) -> Result<(), String> {
+pub fn check_literal(target: &crate::target::Target) -> Result<(), LiteralTargetError> {
     match crate::ports::endpoint(target).and_then(|e| e.parse::<SocketAddr>().ok()) {
         Some(addr) => TargetPolicy::default()
             .check(addr)
-            .map_err(|e| format!("target: {e}")),
+            .map_err(LiteralTargetError),
         None => Ok(()),
     }
 }
@@ -181,7 +204,7 @@ mod tests {
             "[::a9fe:a9fe]:80",
             "[::100.100.100.200]:80",
         ] {
-            let e = p.check(sa(bad)).unwrap_err();
+            let e = p.check(sa(bad)).unwrap_err().to_string();
             assert!(e.contains("refused by the target policy"), "{e}");
         }
         assert!(p.check(sa("127.0.0.1:8080")).is_ok());
@@ -212,11 +235,13 @@ mod tests {
         assert!(p
             .check(sa("10.96.0.1:443"))
             .unwrap_err()
+            .to_string()
             .contains("Kubernetes API"));
         assert!(p.check(sa("10.96.0.1:80")).is_ok());
         assert!(p
             .check(sa("10.1.2.3:10250"))
             .unwrap_err()
+            .to_string()
             .contains("kubelet"));
         p.deny_net("10.9.0.0/16".parse().unwrap());
         assert!(p.check(sa("10.9.3.4:80")).is_err());
@@ -225,6 +250,7 @@ mod tests {
         assert!(p
             .check(sa("10.1.2.3:80"))
             .unwrap_err()
+            .to_string()
             .contains("not in the allowed"));
         // Allowing the metadata network opens it.
         let mut q = TargetPolicy::default();

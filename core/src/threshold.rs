@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::{Percentiles, Report};
 
+mod error;
+pub use error::{Problem, ThresholdError};
+
 /// Where a threshold looks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scope {
@@ -140,8 +143,11 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
-fn bad(expr: &str, why: &str) -> String {
-    format!("`{expr}`: {why}")
+fn bad(expr: &str, problem: Problem) -> ThresholdError {
+    ThresholdError {
+        expr: expr.to_string(),
+        problem,
+    }
 }
 
 fn parse_latency_stat(s: &str) -> Option<LatencyStat> {
@@ -158,30 +164,21 @@ fn parse_latency_stat(s: &str) -> Option<LatencyStat> {
 }
 
 /// Takes a leading `window(D).` off `text`: the window in whole seconds, and the rest.
-fn strip_window<'t>(expr: &str, text: &'t str) -> Result<(Option<u64>, &'t str), String> {
+fn strip_window<'t>(expr: &str, text: &'t str) -> Result<(Option<u64>, &'t str), ThresholdError> {
     let Some(rest) = text.strip_prefix("window(") else {
         return Ok((None, text));
     };
-    let (d, tail) = rest.split_once(").").ok_or_else(|| {
-        bad(
-            expr,
-            "expected `window(DURATION).metric`, like window(30s).p99",
-        )
-    })?;
-    let us = parse_duration_us(d.trim()).ok_or_else(|| {
-        bad(
-            expr,
-            "the window takes a duration with a unit, like window(30s)",
-        )
-    })?;
+    let (d, tail) = rest
+        .split_once(").")
+        .ok_or_else(|| bad(expr, Problem::WindowSyntax))?;
+    let us = parse_duration_us(d.trim()).ok_or_else(|| bad(expr, Problem::WindowUnit))?;
     let secs = us / 1e6;
     if secs < 1.0 || secs.fract() != 0.0 || secs > MAX_WINDOW_S as f64 {
         return Err(bad(
             expr,
-            &format!(
-                "a window is a whole number of seconds from 1s to {MAX_WINDOW_S}s (the report's \
-                 intervals are 1s), not {d}"
-            ),
+            Problem::WindowLength {
+                given: d.to_string(),
+            },
         ));
     }
     Ok((Some(secs as u64), tail))
@@ -219,12 +216,12 @@ pub(crate) fn parse_fraction(s: &str) -> Option<f64> {
 
 impl Threshold {
     /// Parses one expression; the error says what is wrong with it.
-    pub fn parse(expr: &str) -> Result<Self, String> {
+    pub fn parse(expr: &str) -> Result<Self, ThresholdError> {
         let text = expr.trim();
         let (lhs, op, rhs) = ["<=", ">=", "<", ">"]
             .iter()
             .find_map(|op| text.split_once(op).map(|(l, r)| (l.trim(), *op, r.trim())))
-            .ok_or_else(|| bad(expr, "expected `metric < value` (operators: < <= > >=)"))?;
+            .ok_or_else(|| bad(expr, Problem::NoOperator))?;
         let op = match op {
             "<" => Op::Lt,
             "<=" => Op::Le,
@@ -236,14 +233,11 @@ impl Threshold {
             .iter()
             .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
         let (scope, metric_text) = if let Some((kind, rest)) = scoped {
-            let (name, tail) = rest.split_once(").").ok_or_else(|| {
-                bad(
-                    expr,
-                    "expected `SCOPE(NAME).metric` (phase, step, workload, session or endpoint)",
-                )
-            })?;
+            let (name, tail) = rest
+                .split_once(").")
+                .ok_or_else(|| bad(expr, Problem::ScopeSyntax))?;
             if name.is_empty() {
-                return Err(bad(expr, "the scope name is empty"));
+                return Err(bad(expr, Problem::EmptyScopeName));
             }
             let name = name.to_string();
             let scope = match kind {
@@ -253,12 +247,7 @@ impl Threshold {
                 "endpoint(" if name == ALL_ENDPOINTS => Scope::Endpoint(name),
                 "endpoint(" => Scope::Endpoint(
                     name.parse::<std::net::SocketAddr>()
-                        .map_err(|_| {
-                            bad(
-                                expr,
-                                "endpoint(...) takes an ip:port (`[v6]:port` for IPv6) or `*`",
-                            )
-                        })?
+                        .map_err(|_| bad(expr, Problem::EndpointAddress))?
                         .to_string(),
                 ),
                 _ => Scope::Session(name),
@@ -271,38 +260,30 @@ impl Threshold {
         let (inner, metric_text) = strip_window(expr, metric_text)?;
         if inner.is_some() {
             if window_s.is_some() {
-                return Err(bad(expr, "give one window(...)"));
+                return Err(bad(expr, Problem::TwoWindows));
             }
             window_s = inner;
         }
         let (metric, limit) = match metric_text {
             "error_rate" => (
                 Metric::ErrorRate,
-                parse_fraction(rhs).ok_or_else(|| {
-                    bad(
-                        expr,
-                        "error_rate takes a percentage like 0.1% or a fraction below 1 like 0.001 \
-                         (a bare 1 is ambiguous: write 1% or 100%)",
-                    )
-                })?,
+                parse_fraction(rhs).ok_or_else(|| bad(expr, Problem::ErrorRateLimit))?,
             ),
             "throughput" | "rps" => {
                 if let Some(pct) = rhs.strip_suffix("planned") {
                     (
                         Metric::ThroughputOfPlanned,
-                        parse_fraction(pct.trim()).ok_or_else(|| {
-                            bad(expr, "expected a percentage of planned, like `99% planned`")
-                        })?,
+                        parse_fraction(pct.trim())
+                            .ok_or_else(|| bad(expr, Problem::PlannedShare))?,
                     )
                 } else {
-                    let v: f64 = rhs.trim_end_matches("/s").trim().parse().map_err(|_| {
-                        bad(
-                            expr,
-                            "throughput takes requests per second, or `N% planned`",
-                        )
-                    })?;
+                    let v: f64 = rhs
+                        .trim_end_matches("/s")
+                        .trim()
+                        .parse()
+                        .map_err(|_| bad(expr, Problem::ThroughputLimit))?;
                     if !v.is_finite() || v < 0.0 {
-                        return Err(bad(expr, "throughput must be >= 0"));
+                        return Err(bad(expr, Problem::NegativeThroughput));
                     }
                     (Metric::Throughput, v)
                 }
@@ -314,25 +295,21 @@ impl Threshold {
                     None => (StreamFigure::Gap, m),
                 };
                 if !matches!(scope, Scope::Step(_)) {
-                    return Err(bad(
-                        expr,
-                        "ttfb and gap belong to a streamed step: write step(NAME).ttfb.p99",
-                    ));
+                    return Err(bad(expr, Problem::StreamOutsideStep));
                 }
                 if window_s.is_some() {
-                    return Err(bad(
-                        expr,
-                        "ttfb and gap are judged on the whole run, not a window",
-                    ));
+                    return Err(bad(expr, Problem::StreamWindow));
                 }
                 let stat = parse_latency_stat(stat).ok_or_else(|| {
                     bad(
                         expr,
-                        &format!("unknown statistic in `{m}` (try ttfb.p99, gap.p50, gap.max)"),
+                        Problem::UnknownStreamStat {
+                            metric: m.to_string(),
+                        },
                     )
                 })?;
-                let limit = parse_duration_us(rhs)
-                    .ok_or_else(|| bad(expr, "a latency limit needs a unit: us, ms or s"))?;
+                let limit =
+                    parse_duration_us(rhs).ok_or_else(|| bad(expr, Problem::LatencyUnit))?;
                 (Metric::Stream { figure, stat }, limit)
             }
             m => {
@@ -341,27 +318,26 @@ impl Threshold {
                     None => (false, m.strip_prefix("response.").unwrap_or(m)),
                 };
                 let stat = parse_latency_stat(stat).ok_or_else(|| {
-                    bad(expr, &format!("unknown metric `{m}` (try p99, p99.9, max, mean, error_rate, throughput)"))
+                    bad(
+                        expr,
+                        Problem::UnknownMetric {
+                            metric: m.to_string(),
+                        },
+                    )
                 })?;
-                let limit = parse_duration_us(rhs)
-                    .ok_or_else(|| bad(expr, "a latency limit needs a unit: us, ms or s"))?;
+                let limit =
+                    parse_duration_us(rhs).ok_or_else(|| bad(expr, Problem::LatencyUnit))?;
                 (Metric::Latency { service, stat }, limit)
             }
         };
         if matches!(scope, Scope::Step(_) | Scope::Session(_))
             && matches!(metric, Metric::Throughput | Metric::ThroughputOfPlanned)
         {
-            return Err(bad(
-                expr,
-                "throughput is not defined per step or session type",
-            ));
+            return Err(bad(expr, Problem::ThroughputScope));
         }
         if matches!(scope, Scope::Endpoint(_)) {
             if window_s.is_some() {
-                return Err(bad(
-                    expr,
-                    "an endpoint scope is judged on the whole run, not in a window(...)",
-                ));
+                return Err(bad(expr, Problem::EndpointWindow));
             }
             let ok = match metric {
                 Metric::Latency { service, stat } => {
@@ -371,10 +347,7 @@ impl Threshold {
                 Metric::ThroughputOfPlanned | Metric::Stream { .. } => false,
             };
             if !ok {
-                return Err(bad(
-                    expr,
-                    "an endpoint has p50, p99, error_rate and throughput (requests/s)",
-                ));
+                return Err(bad(expr, Problem::EndpointMetric));
             }
         }
         Ok(Self {
@@ -858,7 +831,7 @@ mod tests {
             ("step(x).throughput > 5", "not defined per step"),
             ("phase().p99 < 1ms", "empty"),
         ] {
-            let err = Threshold::parse(e).unwrap_err();
+            let err = Threshold::parse(e).unwrap_err().to_string();
             assert!(err.contains(why), "{e}: {err}");
         }
     }
@@ -1007,7 +980,7 @@ mod tests {
             ("endpoint(*).throughput >= 99% planned", "p50, p99"),
             ("window(10s).endpoint(*).p99 < 1s", "whole run"),
         ] {
-            let e = Threshold::parse(expr).unwrap_err();
+            let e = Threshold::parse(expr).unwrap_err().to_string();
             assert!(e.contains(why), "{expr}: {e}");
         }
         let t = Threshold::parse("endpoint([::1]:80).p99 < 1s").unwrap();

@@ -92,12 +92,23 @@ struct WsStepRepr {
     close: Option<WsClose>,
 }
 
-const ONE_ACTION: &str =
-    "give one action: connect, send (with or without receive), receive, ping or close";
+/// Why a ws step's fields make no one action; serde puts the message after the step's path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WsStepError {
+    /// None, or more than one, of the action fields.
+    #[error("give one action: connect, send (with or without receive), receive, ping or close")]
+    OneAction,
+    /// More messages awaited than a step may wait for.
+    #[error("receive: {0} messages, at most {MAX_RECEIVE}")]
+    TooManyReceives(u32),
+    /// `receive: 0` alone, which would wait for nothing.
+    #[error("receive: 0 messages waits for nothing; give at least 1")]
+    ReceiveNothing,
+}
 
 impl TryFrom<WsStepRepr> for WsAction {
-    type Error = String;
-    fn try_from(r: WsStepRepr) -> Result<Self, String> {
+    type Error = WsStepError;
+    fn try_from(r: WsStepRepr) -> Result<Self, WsStepError> {
         let actions = [
             r.connect.is_some(),
             r.send.is_some() || r.receive.is_some(),
@@ -105,11 +116,11 @@ impl TryFrom<WsStepRepr> for WsAction {
             r.close.is_some(),
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
-            return Err(ONE_ACTION.into());
+            return Err(WsStepError::OneAction);
         }
         if let Some(n) = r.receive {
             if n > MAX_RECEIVE {
-                return Err(format!("receive: {n} messages, at most {MAX_RECEIVE}"));
+                return Err(WsStepError::TooManyReceives(n));
             }
         }
         Ok(match r {
@@ -126,7 +137,7 @@ impl TryFrom<WsStepRepr> for WsAction {
             },
             WsStepRepr {
                 receive: Some(0), ..
-            } => return Err("receive: 0 messages waits for nothing; give at least 1".into()),
+            } => return Err(WsStepError::ReceiveNothing),
             WsStepRepr {
                 receive: Some(n), ..
             } => WsAction::Receive(n),

@@ -25,7 +25,7 @@ pub const MAX_DEPTH: usize = 64;
 /// Refuses a document nested deeper than [`MAX_DEPTH`], or whose aliases would expand it past
 /// `max(4 × its size, 1 MiB)`, in time linear in its size. The message names the line and
 /// column. Syntax errors are left to the real parser, which reports them with the field.
-pub fn check(text: &str) -> Result<(), String> {
+pub fn check(text: &str) -> Result<(), ShapeError> {
     let limit = (text.len() as u64)
         .saturating_mul(MAX_EXPANSION)
         .max(MIN_EXPANDED_BYTES);
@@ -48,12 +48,26 @@ pub fn check(text: &str) -> Result<(), String> {
     }
 }
 
-fn too_deep(mark: &Marker) -> String {
-    format!(
-        "line {} column {}: nested more than {MAX_DEPTH} levels deep (lists and maps inside each other); a scenario needs far fewer",
-        mark.line(),
-        mark.col() + 1,
-    )
+/// Why a scenario's text is refused before parsing; the message names the line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// Collections nested deeper than [`MAX_DEPTH`].
+    #[error("line {line} column {column}: nested more than {MAX_DEPTH} levels deep (lists and maps inside each other); a scenario needs far fewer")]
+    TooDeep { line: usize, column: usize },
+    /// Aliases whose expansion would pass the budget.
+    #[error("line {line} column {column}: YAML aliases would expand the scenario to more than {limit} bytes ({MAX_EXPANSION}× its text); write the values out or use fewer aliases")]
+    AliasExpansion {
+        line: usize,
+        column: usize,
+        limit: u64,
+    },
+}
+
+fn too_deep(mark: &Marker) -> ShapeError {
+    ShapeError::TooDeep {
+        line: mark.line(),
+        column: mark.col() + 1,
+    }
 }
 
 #[derive(Default)]
@@ -77,7 +91,7 @@ impl Budget {
 }
 
 impl Budget {
-    fn on_event(&mut self, ev: Event, mark: Marker) -> Result<(), String> {
+    fn on_event(&mut self, ev: Event, mark: Marker) -> Result<(), ShapeError> {
         match ev {
             Event::Scalar(value, _, anchor, _) => {
                 let size = value.len() as u64 + 1;
@@ -107,13 +121,11 @@ impl Budget {
                 self.total = self.total.saturating_add(size);
                 self.add(size);
                 if self.total > self.limit {
-                    return Err(format!(
-                        "line {} column {}: YAML aliases would expand the scenario to more than {} bytes ({}× its text); write the values out or use fewer aliases",
-                        mark.line(),
-                        mark.col() + 1,
-                        self.limit,
-                        MAX_EXPANSION
-                    ));
+                    return Err(ShapeError::AliasExpansion {
+                        line: mark.line(),
+                        column: mark.col() + 1,
+                        limit: self.limit,
+                    });
                 }
             }
             _ => {}
@@ -138,7 +150,7 @@ mod tests {
         let aliases = vec!["*s"; 20_000].join(", ");
         let text =
             format!("name: &s \"{big}\"\ntarget: http://127.0.0.1:1\nthresholds: [{aliases}]\n");
-        let e = check(&text).unwrap_err();
+        let e = check(&text).unwrap_err().to_string();
         assert!(e.contains("aliases would expand"), "{e}");
         // Nested anchors multiply: a billion laughs in a few lines.
         let mut laughs = String::from(
@@ -176,7 +188,7 @@ mod tests {
             nested("{a: ", "}", 100_000),
             format!("name: x\nthresholds:\n{}x\n", "- ".repeat(100_000)),
         ] {
-            let e = check(&text).unwrap_err();
+            let e = check(&text).unwrap_err().to_string();
             assert!(e.contains("nested more than 64 levels deep"), "{e}");
             assert!(e.starts_with("line "), "{e}");
         }

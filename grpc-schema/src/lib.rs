@@ -197,7 +197,7 @@ fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, St
     let message = program::decode(&m.input(), call.message.literal_json(), "").map_err(named)?;
     grpc::frame(&message.encode_to_vec())
         .map(Encoded::Frame)
-        .map_err(|why| ("message".to_string(), why))
+        .map_err(|why| ("message".to_string(), why.to_string()))
 }
 
 #[cfg(test)]

@@ -194,20 +194,36 @@ pub(crate) async fn accept_backoff(err: &std::io::Error) {
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
+/// Why a server flag's duration was refused; clap prints it after the flag's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DurationArgError {
+    /// No whole number before the unit.
+    #[error("invalid duration {text:?} (expected e.g. 500ms, 30s, 2m)")]
+    Number { text: String },
+    /// A unit other than ms, s, m or h.
+    #[error("unknown duration unit {unit:?} in {text:?}")]
+    Unit { unit: String, text: String },
+}
+
 /// Parses a duration such as `250ms`, `30s`, `2m`, `1h`; a bare number is seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationArgError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 500ms, 30s, 2m)"))?;
+        .map_err(|_| DurationArgError::Number { text: s.into() })?;
     let d = match unit.trim() {
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.saturating_mul(60)),
         "h" => Duration::from_secs(n.saturating_mul(3600)),
-        other => return Err(format!("unknown duration unit {other:?} in {s:?}")),
+        other => {
+            return Err(DurationArgError::Unit {
+                unit: other.into(),
+                text: s.into(),
+            })
+        }
     };
     Ok(d)
 }

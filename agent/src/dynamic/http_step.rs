@@ -10,7 +10,7 @@ use stampede_core::http::StreamMode;
 use stampede_core::scenario::{status_error, HttpRequest, Scenario};
 use stampede_core::stats::error_kind;
 
-use super::{compile, request_sources, Compiled, Context, Outcome, SessionVars};
+use super::{compile, request_sources, CompileError, Compiled, Context, Outcome, SessionVars};
 use crate::http1::stream::Streamed;
 use crate::http1::{Conn, Excerpt};
 use crate::net::Failure;
@@ -44,6 +44,18 @@ pub struct DynamicHttp {
     stream: Option<StreamMode>,
 }
 
+/// Why an http step with templates cannot be compiled; the message names the field relative
+/// to the step.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpCompileError {
+    #[error("http.path: {0}")]
+    Path(CompileError),
+    #[error("http.headers.{name}: {error}")]
+    Header { name: String, error: CompileError },
+    #[error("http.body: {0}")]
+    Body(CompileError),
+}
+
 impl DynamicHttp {
     /// Compiles `req` of a step with `extract` and `check`; the error names the field
     /// relative to the step.
@@ -57,10 +69,10 @@ impl DynamicHttp {
         authority: &str,
         prefix: &str,
         https: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, HttpCompileError> {
         let mut path = req.path.clone();
         path.prepend(prefix);
-        let path = compile(&path, scenario, slots).map_err(|e| format!("http.path: {e}"))?;
+        let path = compile(&path, scenario, slots).map_err(HttpCompileError::Path)?;
         let mut headers = Vec::new();
         let mut has_ua = false;
         for (k, v) in &req.headers {
@@ -68,7 +80,10 @@ impl DynamicHttp {
                 continue;
             }
             has_ua |= k.eq_ignore_ascii_case("user-agent");
-            let c = compile(v, scenario, slots).map_err(|e| format!("http.headers.{k}: {e}"))?;
+            let c = compile(v, scenario, slots).map_err(|error| HttpCompileError::Header {
+                name: k.clone(),
+                error,
+            })?;
             headers.push((k.clone(), c));
         }
         let body = req
@@ -76,7 +91,7 @@ impl DynamicHttp {
             .as_ref()
             .map(|b| compile(b, scenario, slots))
             .transpose()
-            .map_err(|e| format!("http.body: {e}"))?;
+            .map_err(HttpCompileError::Body)?;
         let judge = Judge::new(extract, check, slots);
         let per_request = request_sources(scenario, req.templates().map(|(_, t)| t));
         let size_hint = 64

@@ -7,7 +7,7 @@ use stampede_core::extract::{Check, Extract, Response as Seen};
 use stampede_core::protocol::Payload;
 use stampede_core::scenario::Scenario;
 
-use super::{compile, request_sources, Compiled, Context, Outcome, SessionVars};
+use super::{compile, request_sources, CompileError, Compiled, Context, Outcome, SessionVars};
 use crate::net::Failure;
 
 use super::judge::Judge;
@@ -24,6 +24,11 @@ pub struct DynamicSend {
     judge: Judge,
 }
 
+/// A tcp or udp step's `send` template that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("send: {0}")]
+pub struct SendCompileError(pub CompileError);
+
 impl DynamicSend {
     /// Compiles a `tcp` or `udp` step's `send` (when a template), `extract` and `check`;
     /// `None` when it has none of them and so stays on the static path.
@@ -33,7 +38,7 @@ impl DynamicSend {
         check: Option<&Check>,
         scenario: &Scenario,
         slots: &BTreeMap<String, usize>,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>, SendCompileError> {
         let template = send.template();
         if template.is_none() && extract.is_empty() && check.is_none() {
             return Ok(None);
@@ -42,7 +47,7 @@ impl DynamicSend {
             send: template
                 .map(|t| compile(t, scenario, slots))
                 .transpose()
-                .map_err(|e| format!("send: {e}"))?,
+                .map_err(SendCompileError)?,
             per_request: request_sources(scenario, template.into_iter()),
             judge: Judge::new(extract, check, slots),
         }))

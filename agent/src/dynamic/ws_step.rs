@@ -11,7 +11,7 @@ use stampede_core::stats::error_kind;
 use stampede_core::ws::WsAction;
 
 use super::judge::Judge;
-use super::{compile, request_sources, Compiled, Context, Outcome, SessionVars};
+use super::{compile, request_sources, CompileError, Compiled, Context, Outcome, SessionVars};
 use crate::net::Failure;
 use crate::ws::{upgrade_request, WsConn};
 
@@ -62,6 +62,20 @@ pub enum After {
     Closed,
 }
 
+/// Why a ws step cannot be compiled; the message names the field relative to the step.
+#[derive(Debug, thiserror::Error)]
+pub enum WsCompileError {
+    #[error("ws.connect.path: {0}")]
+    Path(CompileError),
+    #[error("ws.connect.headers.{name}: {error}")]
+    Header { name: String, error: CompileError },
+    #[error("ws.send.text: {0}")]
+    Text(CompileError),
+    /// A binary message that does not decode (a `file:` not inlined by the CLI).
+    #[error("ws.send: {0}")]
+    Binary(stampede_core::protocol::PayloadError),
+}
+
 impl DynamicWs {
     /// Compiles `action` of a step with `extract` and `check`; the error names the field
     /// relative to the step. A binary message from a file is read by the CLI before.
@@ -73,30 +87,32 @@ impl DynamicWs {
         slots: &BTreeMap<String, usize>,
         authority: &str,
         prefix: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WsCompileError> {
         let action = match source {
             WsAction::Connect(c) => {
                 let mut path = c.path.clone();
                 path.prepend(prefix);
-                let path =
-                    compile(&path, scenario, slots).map_err(|e| format!("ws.connect.path: {e}"))?;
+                let path = compile(&path, scenario, slots).map_err(WsCompileError::Path)?;
                 let headers = c
                     .headers
                     .iter()
                     .map(|(k, v)| {
                         compile(v, scenario, slots)
                             .map(|c| (k.clone(), c))
-                            .map_err(|e| format!("ws.connect.headers.{k}: {e}"))
+                            .map_err(|error| WsCompileError::Header {
+                                name: k.clone(),
+                                error,
+                            })
                     })
                     .collect::<Result<_, _>>()?;
                 Action::Connect { path, headers }
             }
             WsAction::Send { message, receive } => {
                 let message = match message {
-                    Payload::Text(t) => Message::Text(
-                        compile(t, scenario, slots).map_err(|e| format!("ws.send.text: {e}"))?,
-                    ),
-                    p => Message::Binary(p.bytes().map_err(|e| format!("ws.send: {e}"))?),
+                    Payload::Text(t) => {
+                        Message::Text(compile(t, scenario, slots).map_err(WsCompileError::Text)?)
+                    }
+                    p => Message::Binary(p.bytes().map_err(WsCompileError::Binary)?),
                 };
                 Action::Send {
                     message,

@@ -19,6 +19,21 @@ fn source_host(info: &v1::AgentInfo) -> String {
         .unwrap_or_default()
 }
 
+/// Setup values an agent sent that do not fit the scenario: the run fails (or a refresh is
+/// dropped) rather than hand them to every agent.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SetupValuesError {
+    /// Not one value per name the setup steps extract.
+    #[error("{got} setup values, the setup steps extract {names}")]
+    Count { got: usize, names: usize },
+    /// A value past the extraction bound.
+    #[error(
+        "setup value {name}: {len} bytes, at most {}",
+        stampede_core::extract::MAX_VALUE
+    )]
+    TooLong { name: String, len: usize },
+}
+
 impl Driver {
     /// Waits for agents, assigns shards and collects Ready.
     pub(super) async fn prepare(&mut self) -> Result<(Vec<Member>, Plan, u64), Failure> {
@@ -191,21 +206,20 @@ impl Driver {
 
     /// Setup values as an agent sent them fit the scenario: one per name the setup steps
     /// extract, each within the extraction bound.
-    pub(super) fn check_setup_values(&self, values: &[String]) -> Result<(), String> {
+    pub(super) fn check_setup_values(&self, values: &[String]) -> Result<(), SetupValuesError> {
         let names = self.scenario.setup_names();
         if values.len() != names.len() {
-            return Err(format!(
-                "{} setup values, the setup steps extract {}",
-                values.len(),
-                names.len()
-            ));
+            return Err(SetupValuesError::Count {
+                got: values.len(),
+                names: names.len(),
+            });
         }
         let limit = stampede_core::extract::MAX_VALUE;
         match names.iter().zip(values).find(|(_, v)| v.len() > limit) {
-            Some((name, v)) => Err(format!(
-                "setup value {name}: {} bytes, at most {limit}",
-                v.len()
-            )),
+            Some((name, v)) => Err(SetupValuesError::TooLong {
+                name: name.to_string(),
+                len: v.len(),
+            }),
             None => Ok(()),
         }
     }

@@ -64,10 +64,45 @@ pub(crate) enum CheckpointError {
     Version { path: PathBuf, found: u32 },
     /// The log does not hold what its header says.
     #[error("checkpoint log {path}: {why}")]
-    Log { path: PathBuf, why: String },
+    Log { path: PathBuf, why: LogError },
     /// The log outgrew [`MAX_LOG_BYTES`].
     #[error("the run's merged data outgrew the checkpoint's {} MiB", MAX_LOG_BYTES >> 20)]
     TooLarge,
+}
+
+/// How a checkpoint's log differs from what its header says; every length in it is checked
+/// before it is used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogError {
+    /// The header claims a log past [`MAX_LOG_BYTES`].
+    #[error("the header claims {claimed} bytes, more than the {} MiB bound", MAX_LOG_BYTES >> 20)]
+    TooLong { claimed: u64 },
+    /// Fewer bytes on disk than the header says were synced.
+    #[error("{have} bytes, the header says {durable} are durable")]
+    Short { have: usize, durable: u64 },
+    /// The log ends inside a record's 8-byte header.
+    #[error("record {record}: a truncated record header")]
+    TruncatedHeader { record: usize },
+    /// A record of a member the run does not have.
+    #[error("record {record}: member {member}, the run has {members}")]
+    Member {
+        record: usize,
+        member: usize,
+        members: usize,
+    },
+    /// A record longer than the bytes left or the record bound.
+    #[error("record {record}: {len} bytes, {left} left")]
+    Length {
+        record: usize,
+        len: usize,
+        left: usize,
+    },
+    /// A record that is not a Progress message.
+    #[error("record {record}: {error}")]
+    Decode {
+        record: usize,
+        error: prost::DecodeError,
+    },
 }
 
 /// Where a member stood at the checkpoint.
@@ -294,16 +329,14 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
             found: header.version,
         });
     }
-    let log_err = |why: String| CheckpointError::Log {
+    let log_err = |why: LogError| CheckpointError::Log {
         path: log_path.clone(),
         why,
     };
     if header.log_len > MAX_LOG_BYTES {
-        return Err(log_err(format!(
-            "the header claims {} bytes, more than the {} MiB bound",
-            header.log_len,
-            MAX_LOG_BYTES >> 20
-        )));
+        return Err(log_err(LogError::TooLong {
+            claimed: header.log_len,
+        }));
     }
     let mut bytes = Vec::new();
     std::fs::File::open(&log_path)
@@ -312,11 +345,10 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
         .read_to_end(&mut bytes)
         .map_err(read_err(&log_path))?;
     if (bytes.len() as u64) < header.log_len {
-        return Err(log_err(format!(
-            "{} bytes, the header says {} are durable",
-            bytes.len(),
-            header.log_len
-        )));
+        return Err(log_err(LogError::Short {
+            have: bytes.len(),
+            durable: header.log_len,
+        }));
     }
     let progress = decode_log(&bytes, header.members.len()).map_err(log_err)?;
     Ok(Saved { header, progress })
@@ -324,22 +356,31 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
 
 /// The records of a log: each member index below `members`, each length within the bytes
 /// left and the record bound, each Progress decodable.
-fn decode_log(mut bytes: &[u8], members: usize) -> Result<Vec<(usize, v1::Progress)>, String> {
+fn decode_log(mut bytes: &[u8], members: usize) -> Result<Vec<(usize, v1::Progress)>, LogError> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
-        let at = out.len();
+        let record = out.len();
         let (head, rest) = bytes
             .split_first_chunk::<8>()
-            .ok_or_else(|| format!("record {at}: a truncated record header"))?;
+            .ok_or(LogError::TruncatedHeader { record })?;
         let i = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
         if i >= members {
-            return Err(format!("record {at}: member {i}, the run has {members}"));
+            return Err(LogError::Member {
+                record,
+                member: i,
+                members,
+            });
         }
         if len > rest.len() || len > MAX_RECORD_BYTES {
-            return Err(format!("record {at}: {len} bytes, {} left", rest.len()));
+            return Err(LogError::Length {
+                record,
+                len,
+                left: rest.len(),
+            });
         }
-        let p = v1::Progress::decode(&rest[..len]).map_err(|e| format!("record {at}: {e}"))?;
+        let p = v1::Progress::decode(&rest[..len])
+            .map_err(|error| LogError::Decode { record, error })?;
         out.push((i, p));
         bytes = &rest[len..];
     }
@@ -432,11 +473,16 @@ mod tests {
     fn a_hostile_checkpoint_is_refused() {
         assert!(decode_log(&[9, 0, 0, 0, 0, 0, 0, 0], 2)
             .unwrap_err()
+            .to_string()
             .contains("member 9"));
         assert!(decode_log(&[0, 0, 0, 0, 255, 255, 255, 255, 1], 2)
             .unwrap_err()
+            .to_string()
             .contains("bytes"));
-        assert!(decode_log(&[0, 0, 0], 2).unwrap_err().contains("truncated"));
+        assert!(decode_log(&[0, 0, 0], 2)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
         let dir = tempfile::tempdir().unwrap();
         let mut h = header("run-2");
         h.version = 99;

@@ -23,6 +23,7 @@
 //! fixed fields pre-encoded, its templated scalar fields rendered and encoded by the agent
 //! for each call, still without a descriptor. A call without references keeps its frame.
 
+mod frame;
 pub mod message;
 pub mod program;
 
@@ -31,6 +32,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use frame::{frame, FrameBytesError, FrameError, FrameScanner, MessageTooLong};
 pub use message::GrpcMessage;
 pub use program::MessageProgram;
 
@@ -161,19 +163,16 @@ impl GrpcCall {
 
     /// The frame's bytes, checked: a whole uncompressed message of at most [`MAX_MESSAGE`].
     /// `None` until the CLI has encoded the message.
-    pub fn frame_bytes(&self) -> Result<Option<Vec<u8>>, String> {
+    pub fn frame_bytes(&self) -> Result<Option<Vec<u8>>, FrameBytesError> {
         let Some(b64) = &self.frame else {
             return Ok(None);
         };
-        let bytes = crate::protocol::decode_base64(b64).map_err(|e| e.to_string())?;
+        let bytes = crate::protocol::decode_base64(b64)?;
         let mut scan = FrameScanner::new(MAX_MESSAGE);
-        scan.feed(&bytes).map_err(|e| e.to_string())?;
-        match scan.finish() {
-            Ok(1) if bytes[0] == 0 => Ok(Some(bytes)),
-            Ok(n) => Err(format!(
-                "is not one uncompressed gRPC message ({n} messages)"
-            )),
-            Err(e) => Err(e.to_string()),
+        scan.feed(&bytes)?;
+        match scan.finish()? {
+            1 if bytes[0] == 0 => Ok(Some(bytes)),
+            messages => Err(FrameBytesError::NotOneMessage { messages }),
         }
     }
 
@@ -225,7 +224,8 @@ impl GrpcCall {
                 ));
             }
         }
-        self.frame_bytes().map_err(|e| field("frame", e))?;
+        self.frame_bytes()
+            .map_err(|e| field("frame", e.to_string()))?;
         if let Some(p) = &self.program {
             if self.frame.is_some() {
                 return Err(field(
@@ -233,7 +233,7 @@ impl GrpcCall {
                     "a call has a frame or a program, not both".into(),
                 ));
             }
-            program::Encoder::new(p).map_err(|e| field("program", e))?;
+            program::Encoder::new(p).map_err(|e| field("program", e.to_string()))?;
         }
         Ok(())
     }
@@ -340,21 +340,6 @@ pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = (String, &mut GrpcCal
     })
 }
 
-/// The 5-byte prefix and `message`: one uncompressed gRPC message.
-pub fn frame(message: &[u8]) -> Result<Vec<u8>, String> {
-    if message.len() > MAX_MESSAGE {
-        return Err(format!(
-            "the encoded message is {} bytes, more than the limit of {MAX_MESSAGE}",
-            message.len()
-        ));
-    }
-    let mut out = Vec::with_capacity(PREFIX + message.len());
-    out.push(0);
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    Ok(out)
-}
-
 /// The error kinds of the gRPC status codes 1 to 16 (`grpc_<code name>`), made once.
 const KINDS: [&str; 17] = [
     "grpc_ok",
@@ -426,92 +411,6 @@ pub fn status_kind(value: &[u8]) -> Result<Option<&'static str>, ()> {
         1..=16 => Some(KINDS[code as usize]),
         _ => Some(KINDS[2]),
     })
-}
-
-/// Why a response body is not a sequence of gRPC messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("a message of {0} bytes is more than the limit of {MAX_MESSAGE}")]
-    TooLong(u32),
-    #[error("compression flag {0} is neither 0 nor 1")]
-    Flag(u8),
-    #[error("the body ends inside a message")]
-    Truncated,
-}
-
-/// Walks the length-prefixed messages of a response body as its chunks arrive, without
-/// keeping them: it only counts whole messages. A prefix's length is never trusted beyond
-/// the limit, so a hostile length cannot make anyone wait for, or buffer, gigabytes.
-#[derive(Debug, Clone)]
-pub struct FrameScanner {
-    max: u32,
-    prefix: [u8; PREFIX],
-    /// Prefix bytes read of the current message.
-    have: usize,
-    /// Bytes of the current message still to come (after its prefix).
-    remaining: u32,
-    messages: u32,
-}
-
-impl FrameScanner {
-    /// A scanner that refuses any message longer than `max` bytes.
-    pub fn new(max: usize) -> Self {
-        Self {
-            max: u32::try_from(max).unwrap_or(u32::MAX),
-            prefix: [0; PREFIX],
-            have: 0,
-            remaining: 0,
-            messages: 0,
-        }
-    }
-
-    /// Reads the next chunk of the body.
-    pub fn feed(&mut self, mut chunk: &[u8]) -> Result<(), FrameError> {
-        while !chunk.is_empty() {
-            if self.remaining > 0 {
-                let n = chunk.len().min(self.remaining as usize);
-                self.remaining -= n as u32;
-                chunk = &chunk[n..];
-                if self.remaining == 0 {
-                    self.messages = self.messages.saturating_add(1);
-                }
-                continue;
-            }
-            let n = (PREFIX - self.have).min(chunk.len());
-            self.prefix[self.have..self.have + n].copy_from_slice(&chunk[..n]);
-            self.have += n;
-            chunk = &chunk[n..];
-            if self.have < PREFIX {
-                break;
-            }
-            self.have = 0;
-            if self.prefix[0] > 1 {
-                return Err(FrameError::Flag(self.prefix[0]));
-            }
-            let len = u32::from_be_bytes([
-                self.prefix[1],
-                self.prefix[2],
-                self.prefix[3],
-                self.prefix[4],
-            ]);
-            if len > self.max {
-                return Err(FrameError::TooLong(len));
-            }
-            if len == 0 {
-                self.messages = self.messages.saturating_add(1);
-            }
-            self.remaining = len;
-        }
-        Ok(())
-    }
-
-    /// The number of whole messages, once the body has ended.
-    pub fn finish(&self) -> Result<u32, FrameError> {
-        if self.have > 0 || self.remaining > 0 {
-            return Err(FrameError::Truncated);
-        }
-        Ok(self.messages)
-    }
 }
 
 #[cfg(test)]

@@ -107,9 +107,14 @@ struct OpRepr {
     end: Option<u32>,
 }
 
+/// An operation map with no key, or more than one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an operation is one of bytes, field, begin or end")]
+pub struct OpFormError;
+
 impl TryFrom<OpRepr> for Op {
-    type Error = String;
-    fn try_from(r: OpRepr) -> Result<Self, String> {
+    type Error = OpFormError;
+    fn try_from(r: OpRepr) -> Result<Self, OpFormError> {
         match r {
             OpRepr {
                 bytes: Some(b),
@@ -135,7 +140,7 @@ impl TryFrom<OpRepr> for Op {
                 begin: None,
                 end: Some(n),
             } => Ok(Op::End(n)),
-            _ => Err("an operation is one of bytes, field, begin or end".into()),
+            _ => Err(OpFormError),
         }
     }
 }
@@ -244,6 +249,29 @@ pub enum ValueError {
     TooLong(usize),
 }
 
+/// Why a program cannot be decoded; only a hand-edited or hostile scenario has one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    /// A field number outside protobuf's range.
+    #[error("field number {0} is not 1 to {MAX_FIELD}")]
+    FieldNumber(u32),
+    /// A byte run that is not base64.
+    #[error(transparent)]
+    Bytes(#[from] crate::protocol::PayloadError),
+    /// Nested messages deeper than [`MAX_DEPTH`].
+    #[error("messages nest more than {MAX_DEPTH} deep")]
+    TooDeep,
+    /// An `end` that closes no open `begin` of its number.
+    #[error("`end: {0}` without its `begin: {0}`")]
+    UnmatchedEnd(u32),
+    /// A `begin` left open at the end.
+    #[error("a `begin` without its `end`")]
+    UnclosedBegin,
+    /// Fixed bytes alone already past [`MAX_MESSAGE`].
+    #[error("the encoded fields are {0} bytes, more than the limit of {MAX_MESSAGE}")]
+    TooLong(usize),
+}
+
 /// A step of the decoded program.
 #[derive(Debug, Clone)]
 enum Step {
@@ -280,7 +308,7 @@ const I32: u8 = 5;
 impl Encoder {
     /// Decodes `program`; the error says what is wrong with it (it is written by the CLI, so
     /// only a hand-edited or hostile scenario gets one).
-    pub fn new(program: &MessageProgram) -> Result<Self, String> {
+    pub fn new(program: &MessageProgram) -> Result<Self, ProgramError> {
         let mut steps = Vec::with_capacity(program.0.len());
         let mut templates = Vec::new();
         let mut open: Vec<u32> = Vec::new();
@@ -289,13 +317,13 @@ impl Encoder {
             if (1..=MAX_FIELD).contains(&n) {
                 Ok(())
             } else {
-                Err(format!("field number {n} is not 1 to {MAX_FIELD}"))
+                Err(ProgramError::FieldNumber(n))
             }
         };
         for op in &program.0 {
             steps.push(match op {
                 Op::Bytes(b64) => {
-                    let b = crate::protocol::decode_base64(b64).map_err(|e| e.to_string())?;
+                    let b = crate::protocol::decode_base64(b64)?;
                     literal += b.len();
                     Step::Bytes(b.into())
                 }
@@ -318,7 +346,7 @@ impl Encoder {
                     number_ok(*n)?;
                     open.push(*n);
                     if open.len() > MAX_DEPTH {
-                        return Err(format!("messages nest more than {MAX_DEPTH} deep"));
+                        return Err(ProgramError::TooDeep);
                     }
                     let mut key = Vec::new();
                     put_key(*n, LEN, &mut key);
@@ -326,19 +354,17 @@ impl Encoder {
                 }
                 Op::End(n) => {
                     if open.pop() != Some(*n) {
-                        return Err(format!("`end: {n}` without its `begin: {n}`"));
+                        return Err(ProgramError::UnmatchedEnd(*n));
                     }
                     Step::End
                 }
             });
         }
         if !open.is_empty() {
-            return Err("a `begin` without its `end`".into());
+            return Err(ProgramError::UnclosedBegin);
         }
         if literal > MAX_MESSAGE {
-            return Err(format!(
-                "the encoded fields are {literal} bytes, more than the limit of {MAX_MESSAGE}"
-            ));
+            return Err(ProgramError::TooLong(literal));
         }
         Ok(Self {
             steps,
@@ -658,7 +684,7 @@ mod tests {
 
     #[test]
     fn programs_are_checked_and_bounded() {
-        let bad = |ops: Vec<Op>| Encoder::new(&MessageProgram(ops)).unwrap_err();
+        let bad = |ops: Vec<Op>| Encoder::new(&MessageProgram(ops)).unwrap_err().to_string();
         assert!(bad(vec![Op::End(1)]).contains("without its `begin: 1`"));
         assert!(bad(vec![Op::Begin(2), Op::End(1)]).contains("without its `begin: 1`"));
         assert!(bad(vec![Op::Begin(1)]).contains("without its `end`"));

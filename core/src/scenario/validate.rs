@@ -535,56 +535,6 @@ impl Scenario {
         Ok(())
     }
 
-    /// Every reference of `t` resolves: a data source and column, a value extracted by an
-    /// earlier step (`defined`), by a setup step, a built-in, a generator, or the environment.
-    /// In a setup step (`in_setup`), `defined` holds the earlier setup steps' values, read as
-    /// `${setup.NAME}`, and no data is read.
-    pub(super) fn check_refs(
-        &self,
-        t: &crate::template::Template,
-        defined: &std::collections::BTreeSet<&str>,
-        in_setup: bool,
-    ) -> Result<(), String> {
-        for r in t.refs() {
-            match &r.var {
-                Var::Extracted(name) if in_setup => {
-                    return Err(format!(
-                        "{r}: a setup step reads the values of earlier setup steps as ${{setup.{name}}}"
-                    ));
-                }
-                Var::Extracted(name) if !defined.contains(name.as_str()) => {
-                    return Err(format!("{r} is not defined before this step"));
-                }
-                Var::Setup(name) if in_setup && !defined.contains(name.as_str()) => {
-                    return Err(format!("{r} is not defined before this step"));
-                }
-                Var::Setup(name)
-                    if !in_setup && !self.setup.iter().any(|s| s.extract.contains_key(name)) =>
-                {
-                    return Err(format!("{r} is not extracted by any setup step"));
-                }
-                Var::Data { .. } if in_setup => {
-                    return Err(format!(
-                        "{r}: setup steps run once per run, not per session, so they read no data"
-                    ));
-                }
-                Var::Data { source, column } => {
-                    let Some(d) = self.data.get(source) else {
-                        return Err(format!("{r}: `{source}` is not a data source"));
-                    };
-                    if !d.is_unread() && d.column(column).is_none() {
-                        return Err(format!(
-                            "{r}: data.{source} has no column `{column}` (it has {})",
-                            d.columns.join(", ")
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
     pub(super) fn validate_data(&self) -> Result<(), ScenarioError> {
         if !self.data.is_empty() && (!self.workloads.is_empty() || !self.sessions.is_empty()) {
             return Err(ScenarioError::invalid(

@@ -24,12 +24,17 @@ pub enum AccessLog {
     File(PathBuf),
 }
 
-impl FromStr for AccessLog {
-    type Err = String;
+/// An access log target that names nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("empty access log target")]
+pub struct EmptyAccessLog;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for AccessLog {
+    type Err = EmptyAccessLog;
+
+    fn from_str(s: &str) -> Result<Self, EmptyAccessLog> {
         match s {
-            "" => Err("empty access log target".into()),
+            "" => Err(EmptyAccessLog),
             "off" | "none" => Ok(Self::Off),
             "stdout" | "-" => Ok(Self::Stdout),
             path => Ok(Self::File(PathBuf::from(path))),

@@ -53,8 +53,8 @@ use hyper_util::server::conn::auto;
 use prometheus::IntGauge;
 use tokio::net::{TcpListener, TcpStream};
 
-pub use access_log::AccessLog;
 use access_log::AccessLogger;
+pub use access_log::{AccessLog, EmptyAccessLog};
 use body::Body;
 use metrics::HttpMetrics;
 use route::{query_str, query_u64, Route};

@@ -169,7 +169,7 @@ fn window_expressions_parse_and_bad_ones_say_why() {
         ("window(2s)p99 < 1s", "expected `window(DURATION).metric`"),
         ("window(2s).window(3s).p99 < 1s", "one window"),
     ] {
-        let err = Threshold::parse(e).unwrap_err();
+        let err = Threshold::parse(e).unwrap_err().to_string();
         assert!(err.contains(why), "{e}: {err}");
     }
     // A windowed error rate does not replace the default error verdict.

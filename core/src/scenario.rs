@@ -1137,7 +1137,7 @@ impl Scenario {
         for d in s.data.values_mut() {
             if d.rows_in_all.is_none() {
                 d.rows_in_all = Some(u32::try_from(d.rows.len()).unwrap_or(u32::MAX));
-                d.rows = Vec::new();
+                d.rows = crate::data::Rows::default();
             }
         }
         s

@@ -8,13 +8,29 @@ use std::sync::Arc;
 
 use stampede_core::data::{DataSource, Keys};
 use stampede_core::scenario::Scenario;
-use stampede_core::shard::ShardMap;
+use stampede_core::shard::{ShardError, ShardMap};
 use stampede_proto::v1;
 use tokio::sync::mpsc;
 
 type AgentTx = mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>;
 
-/// The run's data sources, ready to be cut into shares.
+/// Why a run's data cannot be cut into shares.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SharesError {
+    /// The run's agents admit no shard map (the planner refuses the same run first).
+    #[error("plan: {0}")]
+    Plan(ShardError),
+    /// A source arrived without its rows: only a scenario as the CLI or the LoadTest
+    /// reconciler submits it carries them.
+    #[error("data.{name}: has no rows (the CLI inlines the file's rows when it submits)")]
+    NoRows {
+        /// The source's name.
+        name: String,
+    },
+}
+
+/// The run's data sources, ready to be cut into shares. Cloning shares them; their rows are
+/// an arena shared with the run's scenario (`stampede_core::data::Rows`), never copied.
 #[derive(Clone)]
 pub struct Shares(Arc<Inner>);
 
@@ -27,14 +43,12 @@ struct Inner {
 impl Shares {
     /// The sources of `scenario` for a run of `agents` agents seeded with `seed`. A source
     /// without its rows (a scenario in the agents' form) is refused.
-    pub fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, String> {
-        let map = ShardMap::new(agents, &[]).map_err(|e| format!("plan: {e}"))?;
+    pub fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, SharesError> {
+        let map = ShardMap::new(agents, &[]).map_err(SharesError::Plan)?;
         let mut plans = Vec::with_capacity(scenario.data.len());
         for (name, d) in &scenario.data {
             if d.rows.is_empty() {
-                return Err(format!(
-                    "data.{name}: has no rows (the CLI inlines the file's rows when it submits)"
-                ));
+                return Err(SharesError::NoRows { name: name.clone() });
             }
             plans.push((
                 name.clone(),
@@ -121,10 +135,15 @@ session: [ {{ http: {{ path: '/${{users.id}}' }} }} ]
                 let Some(v1::controller_message::Msg::DataRows(d)) = m.msg else {
                     panic!("not rows");
                 };
-                let bytes: usize = d.values.iter().map(String::len).sum();
+                assert!(d.values.is_empty(), "values are sent packed");
+                let bytes = d.cells.len() + d.ends.len() * 4;
                 assert!(bytes < 1_100_000, "{bytes} bytes in one message");
-                for (p, row) in d.positions.iter().zip(d.values.chunks(2)) {
-                    assert!(seen.insert(row[0].clone()), "row {} sent twice", row[0]);
+                assert_eq!(d.ends.len(), d.positions.len() * 2);
+                for (j, p) in d.positions.iter().enumerate() {
+                    // Row j's first value runs from the end of the row before to ends[2j].
+                    let start = j.checked_sub(1).map_or(0, |i| d.ends[2 * i + 1] as usize);
+                    let id = &d.cells[start..d.ends[2 * j] as usize];
+                    assert!(seen.insert(id.to_string()), "row {id} sent twice");
                     assert!(*p < 3000);
                 }
                 got += d.positions.len() as u64;
@@ -141,6 +160,16 @@ session: [ {{ http: {{ path: '/${{users.id}}' }} }} ]
         let Err(e) = Shares::new(&form, 3, 5) else {
             panic!("the agents' form was taken");
         };
-        assert!(e.contains("data.users"), "{e}");
+        assert_eq!(
+            e,
+            SharesError::NoRows {
+                name: "users".into()
+            }
+        );
+        assert!(e.to_string().starts_with("data.users: has no rows"), "{e}");
+        assert_eq!(
+            Shares::new(&scenario, 0, 5).err().map(|e| e.to_string()),
+            Some(format!("plan: {}", ShardError::NoShards))
+        );
     }
 }

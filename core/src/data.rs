@@ -19,9 +19,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod object;
+pub mod rows;
 pub mod share;
 
 pub use object::{DataFormat, ObjectData, ObjectError, ObjectKey, ObjectKind};
+pub use rows::{Row, Rows, RowsError};
 pub use share::{positions, KeyOwners, Keys, Supply};
 
 /// Largest data file accepted: the file travels whole once, from the CLI to the controller
@@ -64,8 +66,8 @@ pub struct DataSource {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub columns: Vec<String>,
     /// The rows, one value per column (what `file` becomes once read).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rows: Vec<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Rows::is_empty")]
+    pub rows: Rows,
     /// Only in the form an agent receives ([`crate::scenario::Scenario::agent_form`]): the
     /// source's row count, its `rows` left out. The agent's share of them arrives apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,33 +148,79 @@ pub enum DataError {
     Format(String),
 }
 
+/// Why a data source, as written or inlined, cannot be used; the caller names the source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// `rows_in_all` belongs to the form the controller sends agents, which has no rows and
+    /// no origin to read them from.
+    #[error("rows_in_all is only for the form agents receive, without rows")]
+    AgentFormWithRows,
+    /// The agents' form still names the columns templates read.
+    #[error("has no column")]
+    NoColumn,
+    /// Positions are `u32`, and a share is bounded by [`MAX_ROWS`].
+    #[error("{rows} rows; at most {MAX_ROWS}")]
+    TooManyRows {
+        /// The rows the source holds.
+        rows: u64,
+    },
+    /// A row does not give one value per column.
+    #[error("row {row} has {values} values for {columns} columns")]
+    Width {
+        row: usize,
+        values: usize,
+        columns: usize,
+    },
+    /// Nothing says where the rows come from.
+    #[error("needs a file, a config_map or a secret (or inlined rows)")]
+    NoOrigin,
+    /// A ConfigMap or Secret reference misses its object's name or key.
+    #[error("{field}: needs a name and a key")]
+    NoObjectName {
+        /// `config_map` or `secret`.
+        field: &'static str,
+    },
+    /// A ConfigMap or Secret key whose extension names no format.
+    #[error(
+        "{field}: key {key}: the format is taken from the key's extension: name it .csv, \
+         .jsonl or .ndjson"
+    )]
+    ObjectFormat {
+        /// `config_map` or `secret`.
+        field: &'static str,
+        key: String,
+    },
+    /// More than one origin is given.
+    #[error("give one of {}, not both", given.join(" or "))]
+    Origins {
+        /// The fields given, in the order `file`, `config_map`, `secret`, `rows`.
+        given: Vec<&'static str>,
+    },
+}
+
 impl DataSource {
-    /// Checks the inlined rows; `Err(reason)`.
-    pub fn check(&self) -> Result<(), String> {
+    /// Checks the inlined rows.
+    pub fn check(&self) -> Result<(), SourceError> {
         if self.rows_in_all.is_some() {
             if self.is_unread() || !self.rows.is_empty() {
-                return Err("rows_in_all is only for the form agents receive, without rows".into());
+                return Err(SourceError::AgentFormWithRows);
             }
             if self.columns.is_empty() {
-                return Err("has no column".into());
+                return Err(SourceError::NoColumn);
             }
         } else {
             self.check_origin()?;
         }
         if self.len() > MAX_ROWS as u64 {
-            return Err(format!("{} rows; at most {MAX_ROWS}", self.len()));
+            return Err(SourceError::TooManyRows { rows: self.len() });
         }
-        if let Some((i, r)) = self
-            .rows
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.len() != self.columns.len())
-        {
-            return Err(format!(
-                "row {i} has {} values for {} columns",
-                r.len(),
-                self.columns.len()
-            ));
+        // Rows are of one width (`Rows` refuses a ragged table): the first one speaks for all.
+        if !self.rows.is_empty() && self.rows.width() != self.columns.len() {
+            return Err(SourceError::Width {
+                row: 0,
+                values: self.rows.width(),
+                columns: self.columns.len(),
+            });
         }
         Ok(())
     }
@@ -234,7 +282,7 @@ impl DataSource {
     }
 }
 
-type Table = (Vec<String>, Vec<Vec<String>>);
+type Table = (Vec<String>, Rows);
 
 fn parse_csv(bytes: &[u8]) -> Result<Table, DataError> {
     let mut r = csv::ReaderBuilder::new()
@@ -251,10 +299,18 @@ fn parse_csv(bytes: &[u8]) -> Result<Table, DataError> {
             "the header has an empty column name".into(),
         ));
     }
-    let mut rows = Vec::new();
-    for (i, rec) in r.records().enumerate() {
-        let rec = rec.map_err(|e| DataError::Format(format!("row {}: {e}", i + 1)))?;
-        rows.push(rec.iter().map(str::to_string).collect());
+    let mut rows = Rows::default();
+    // One record read into again and again: a row's only lasting cost is its arena's.
+    let mut rec = csv::StringRecord::new();
+    for i in 1.. {
+        let more = r
+            .read_record(&mut rec)
+            .map_err(|e| DataError::Format(format!("row {i}: {e}")))?;
+        if !more {
+            break;
+        }
+        rows.push(rec.iter())
+            .map_err(|e| DataError::Format(format!("row {i}: {e}")))?;
         if rows.len() > MAX_ROWS {
             return Err(DataError::Format(format!("more than {MAX_ROWS} rows")));
         }
@@ -267,7 +323,7 @@ fn parse_csv(bytes: &[u8]) -> Result<Table, DataError> {
 fn parse_jsonl(bytes: &[u8]) -> Result<Table, DataError> {
     let text = std::str::from_utf8(bytes).map_err(|_| DataError::Format("not UTF-8".into()))?;
     let mut columns: Vec<String> = Vec::new();
-    let mut rows = Vec::new();
+    let mut rows = Rows::default();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -277,16 +333,13 @@ fn parse_jsonl(bytes: &[u8]) -> Result<Table, DataError> {
         if columns.is_empty() {
             columns = obj.keys().cloned().collect();
         }
-        rows.push(
-            columns
-                .iter()
-                .map(|c| match obj.get(c) {
-                    None => String::new(),
-                    Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(v) => v.to_string(),
-                })
-                .collect(),
-        );
+        let cells = columns.iter().map(|c| match obj.get(c) {
+            None => std::borrow::Cow::Borrowed(""),
+            Some(serde_json::Value::String(s)) => std::borrow::Cow::Borrowed(s.as_str()),
+            Some(v) => std::borrow::Cow::Owned(v.to_string()),
+        });
+        rows.push(cells)
+            .map_err(|e| DataError::Format(format!("line {}: {e}", i + 1)))?;
         if rows.len() > MAX_ROWS {
             return Err(DataError::Format(format!("more than {MAX_ROWS} rows")));
         }
@@ -309,13 +362,13 @@ mod tests {
         let mut d = DataSource::default();
         d.load(b"id,name\n1,\"a, b\"\n2,c\n", false).unwrap();
         assert_eq!(d.columns, ["id", "name"]);
-        assert_eq!(d.rows, [vec!["1", "a, b"], vec!["2", "c"]]);
+        assert_eq!(d.rows.to_vec(), [vec!["1", "a, b"], vec!["2", "c"]]);
         d.check().unwrap();
         let mut j = DataSource::default();
         j.load(b"{\"id\":1,\"name\":\"x\"}\n\n{\"name\":\"y\"}\n", true)
             .unwrap();
         assert_eq!(j.columns, ["id", "name"]);
-        assert_eq!(j.rows, [vec!["1", "x"], vec!["", "y"]]);
+        assert_eq!(j.rows.to_vec(), [vec!["1", "x"], vec!["", "y"]]);
         assert!(DataSource::default().load(b"id\n", false).is_err());
         assert!(DataSource::default().load(b"a,b\n1\n", false).is_err());
         assert!(DataSource::default().load(b"{nope\n", true).is_err());
@@ -326,7 +379,7 @@ mod tests {
         let d = DataSource {
             order: DataOrder::Shuffle,
             columns: vec!["x".into()],
-            rows: (0..100).map(|i| vec![i.to_string()]).collect(),
+            rows: Rows::from_rows((0..100).map(|i| [i.to_string()])).unwrap(),
             ..Default::default()
         };
         let mut a = d.pass("u", 1);
@@ -353,10 +406,15 @@ mod tests {
         d.check().unwrap();
         assert_eq!(d.len(), 7);
         let both = DataSource {
-            rows: vec![vec!["1".into()]],
+            rows: Rows::from_rows([["1"]]).unwrap(),
             ..d.clone()
         };
-        assert!(both.check().unwrap_err().contains("rows_in_all"));
+        assert_eq!(both.check(), Err(SourceError::AgentFormWithRows));
+        assert!(both
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("rows_in_all"));
         let none = DataSource {
             columns: vec![],
             ..d

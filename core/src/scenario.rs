@@ -937,6 +937,21 @@ impl Scenario {
                 ),
             });
         }
+        // JSON (what the CLI and the controller send) is read by the JSON parser, which
+        // streams and has no aliases; the YAML guard's event parser and the YAML parser both
+        // hold the events of a large flow list (hundreds of bytes a data row). Text that does
+        // not read as JSON, or nests too deep, is read as YAML, whose errors are the ones
+        // reported.
+        if text.trim_start().starts_with('{')
+            && crate::yaml_guard::json_depth(text) <= crate::yaml_guard::MAX_DEPTH
+        {
+            let mut de = serde_json::Deserializer::from_str(text);
+            let json = <Scenario as Deserialize>::deserialize(&mut de);
+            if let (Ok(mut scenario), Ok(())) = (json, de.end()) {
+                scenario.fill_ramps();
+                return Ok(scenario);
+            }
+        }
         crate::yaml_guard::check(text).map_err(|e| ScenarioError::Parse {
             path: "scenario".into(),
             message: e.to_string(),
@@ -1120,7 +1135,7 @@ impl Scenario {
         for d in s.data.values_mut() {
             if d.rows_in_all.is_none() {
                 d.rows_in_all = Some(u32::try_from(d.rows.len()).unwrap_or(u32::MAX));
-                d.rows = Vec::new();
+                d.rows = crate::data::Rows::default();
             }
         }
         s

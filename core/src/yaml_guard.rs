@@ -48,6 +48,35 @@ pub fn check(text: &str) -> Result<(), ShapeError> {
     }
 }
 
+/// The deepest nesting of arrays and objects in `text` read as JSON (brackets inside strings
+/// do not count), in one pass without allocating: JSON has no aliases, so its depth is all
+/// [`check`] would have to bound.
+pub fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Why a scenario's text is refused before parsing; the message names the line and column.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
@@ -137,6 +166,14 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_depth_skips_strings() {
+        assert_eq!(json_depth(r#"{"a":[[1],{"b":"[[[{"}],"c":"\\\"]"}"#), 3);
+        assert_eq!(json_depth("{}"), 1);
+        let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        assert_eq!(json_depth(&format!("{{\"a\":{deep}}}")), MAX_DEPTH + 2);
+    }
 
     #[test]
     fn small_anchors_pass() {

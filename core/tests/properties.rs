@@ -476,7 +476,7 @@ session:
             per: if per_request { DataScope::Request } else { DataScope::Session },
             on_exhausted: if wrap { OnExhausted::Wrap } else { OnExhausted::Stop },
             columns: vec!["x".into()],
-            rows: (0..rows).map(|i| vec![i.to_string()]).collect(),
+            rows: stampede_core::data::Rows::from_rows((0..rows).map(|i| [i.to_string()])).unwrap(),
             ..Default::default()
         };
         let pass = source.pass("users", seed);
@@ -487,7 +487,7 @@ session:
         let expected = |key: u64| -> Option<&str> {
             let n = rows as u64;
             let p = if key < n { key } else if wrap { key % n } else { return None };
-            Some(source.rows[pass[p as usize] as usize][0].as_str())
+            source.rows.row(pass[p as usize] as usize).and_then(|r| r.get(0))
         };
         let map = ShardMap::new(agents, &[]).unwrap();
         let keys = Keys::new(&scenario, "users", &source, seed, &map);

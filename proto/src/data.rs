@@ -19,7 +19,9 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 pub const MAX_RECEIVED_BYTES: usize = MAX_SCENARIO_BYTES;
 
 /// The messages of one agent's share of source `name`: the rows at `positions` (ascending)
-/// of the pass `pass` (`DataSource::pass`), made as they are sent.
+/// of the pass `pass` (`DataSource::pass`), made as they are sent, their values packed
+/// (`cells` and `ends`). A message's budget counts what it costs on the wire and decoded:
+/// the values' text, 4 bytes an offset and 4 a position.
 pub fn chunks<'a>(
     run_id: &'a str,
     name: &'a str,
@@ -35,29 +37,104 @@ pub fn chunks<'a>(
         let mut m = v1::DataRows {
             run_id: run_id.to_string(),
             source: name.to_string(),
-            positions: Vec::new(),
-            values: Vec::new(),
+            ..v1::DataRows::default()
         };
         let mut bytes = 0;
         while let Some((&p, tail)) = rest.split_first() {
             if bytes >= CHUNK_BYTES {
                 break;
             }
+            rest = tail;
             let row = pass
                 .get(p as usize)
-                .and_then(|&r| source.rows.get(r as usize));
+                .and_then(|&r| source.rows.row(r as usize));
             let Some(row) = row else {
                 // Positions come from the pass itself; none is out of range.
-                rest = tail;
                 continue;
             };
-            bytes += row.iter().map(String::len).sum::<usize>() + 4;
+            let before = m.cells.len();
+            for v in row.iter() {
+                m.cells.push_str(v);
+                // A message is far below 4 GiB: its budget stops it at about CHUNK_BYTES.
+                m.ends
+                    .push(u32::try_from(m.cells.len()).unwrap_or(u32::MAX));
+            }
+            bytes += m.cells.len() - before + 4 * row.len() + 4;
             m.positions.push(p);
-            m.values.extend(row.iter().cloned());
-            rest = tail;
         }
         Some(m)
     })
+}
+
+/// The bytes a received message holds, as [`Received`] counts them against its bound.
+fn held_bytes(m: &v1::DataRows) -> usize {
+    m.positions.len() * 4
+        + m.values.iter().map(|v| v.len() + 8).sum::<usize>()
+        + m.cells.len()
+        + m.ends.len() * 4
+}
+
+/// The values of `m`, row after row, `width` to a row, from its packed `cells` and `ends`
+/// or, from a controller that sends them apart, its `values`; checked, never trusted.
+fn rows_of<'m>(
+    m: &'m v1::DataRows,
+    width: usize,
+    field: &str,
+) -> Result<Vec<&'m str>, ConvertError> {
+    let want = m.positions.len().checked_mul(width);
+    if !m.values.is_empty() {
+        if !m.cells.is_empty() || !m.ends.is_empty() {
+            return Err(ConvertError::invalid(
+                field,
+                "gives values both apart and packed",
+            ));
+        }
+        if want != Some(m.values.len()) {
+            return Err(ConvertError::invalid(
+                field,
+                format!(
+                    "{} values for {} rows of {width} columns",
+                    m.values.len(),
+                    m.positions.len()
+                ),
+            ));
+        }
+        return Ok(m.values.iter().map(String::as_str).collect());
+    }
+    if want != Some(m.ends.len()) {
+        return Err(ConvertError::invalid(
+            field,
+            format!(
+                "{} values for {} rows of {width} columns",
+                m.ends.len(),
+                m.positions.len()
+            ),
+        ));
+    }
+    let mut start = 0usize;
+    let mut out = Vec::with_capacity(m.ends.len());
+    for (i, &end) in m.ends.iter().enumerate() {
+        let end = end as usize;
+        let Some(v) = (start <= end).then(|| m.cells.get(start..end)).flatten() else {
+            return Err(ConvertError::invalid(
+                format!("{field}.ends[{i}]"),
+                format!(
+                    "{end} is not the end of a value: the values before end at {start}, the \
+                     cells hold {} bytes",
+                    m.cells.len()
+                ),
+            ));
+        };
+        out.push(v);
+        start = end;
+    }
+    if start != m.cells.len() {
+        return Err(ConvertError::invalid(
+            format!("{field}.cells"),
+            format!("{} bytes, of which the values take {start}", m.cells.len()),
+        ));
+    }
+    Ok(out)
 }
 
 /// What an agent was told about each source: `DataShare`s of its Assign.
@@ -93,7 +170,7 @@ impl Received {
         if self.overflow {
             return;
         }
-        self.bytes += m.positions.len() * 4 + m.values.iter().map(|v| v.len() + 8).sum::<usize>();
+        self.bytes += held_bytes(&m);
         if self.bytes > MAX_RECEIVED_BYTES {
             self.overflow = true;
             self.chunks = Vec::new();
@@ -157,20 +234,11 @@ impl Received {
                 ));
             };
             let width = d.columns.len();
-            if m.values.len() != m.positions.len() * width {
-                return Err(ConvertError::invalid(
-                    field,
-                    format!(
-                        "{} values for {} rows of {width} columns",
-                        m.values.len(),
-                        m.positions.len()
-                    ),
-                ));
-            }
-            for (p, row) in m.positions.iter().zip(m.values.chunks(width.max(1))) {
+            let values = rows_of(&m, width, &field)?;
+            for (p, row) in m.positions.iter().zip(values.chunks(width.max(1))) {
                 share
-                    .push(*p, row)
-                    .map_err(|why| ConvertError::invalid(&field, why))?;
+                    .push(*p, row.iter())
+                    .map_err(|why| ConvertError::invalid(&field, why.to_string()))?;
             }
         }
         for (name, share) in &shares {
@@ -208,9 +276,9 @@ session: [ { http: { path: '/${users.a}' } } ]
         let full = scenario();
         let mut source = full.data["users"].clone();
         let big = "v".repeat(400_000);
-        source.rows = (0..10)
-            .map(|i| vec![format!("a{i}"), big.clone()])
-            .collect();
+        source.rows =
+            stampede_core::data::Rows::from_rows((0..10).map(|i| [format!("a{i}"), big.clone()]))
+                .unwrap();
         let pass = source.pass("users", 1);
         let positions = [1u32, 4, 5, 9];
         let msgs: Vec<_> = chunks("r", "users", &source, &pass, &positions).collect();
@@ -229,6 +297,7 @@ session: [ { http: { path: '/${users.a}' } } ]
             source: "users".into(),
             positions: vec![0],
             values: vec!["stale".into(), "x".into()],
+            ..v1::DataRows::default()
         });
         for m in msgs.iter().cloned() {
             rx.add(m);
@@ -237,7 +306,10 @@ session: [ { http: { path: '/${users.a}' } } ]
         let s = &shares["users"];
         assert_eq!(s.len(), 4);
         let row = s.row(4).unwrap();
-        assert_eq!(s.cell(row, 0), source.rows[pass[4] as usize][0]);
+        assert_eq!(
+            Some(s.cell(row, 0)),
+            source.rows.row(pass[4] as usize).unwrap().get(0)
+        );
 
         // A missing chunk, a wrong count, a foreign source, a bad width: errors naming the field.
         let mut rx = Received::default();
@@ -246,7 +318,7 @@ session: [ { http: { path: '/${users.a}' } } ]
         assert!(e.starts_with("data_rows.users: "), "{e}");
         let mut rx = Received::default();
         let mut bad = msgs[0].clone();
-        bad.values.pop();
+        bad.ends.pop();
         rx.add(bad);
         let e = rx.take("r", &form, &expected).unwrap_err().to_string();
         assert!(e.contains("values for"), "{e}");
@@ -266,5 +338,62 @@ session: [ { http: { path: '/${users.a}' } } ]
         rx.add(back);
         let e = rx.take("r", &form, &expected).unwrap_err().to_string();
         assert!(e.contains("does not ascend"), "{e}");
+    }
+
+    /// Offsets that point outside the cells, run backwards or split a character are errors
+    /// naming the offset; values given apart (as older controllers send them) are still read.
+    #[test]
+    fn packed_values_are_checked_and_values_apart_still_read() {
+        let form = scenario().agent_form();
+        let expected = shares_to_wire(&BTreeMap::from([("users".to_string(), 1)]));
+        let take = |m: v1::DataRows| {
+            let mut rx = Received::default();
+            rx.add(m);
+            rx.take("r", &form, &expected).map_err(|e| e.to_string())
+        };
+        let packed = |cells: &str, ends: Vec<u32>| v1::DataRows {
+            run_id: "r".into(),
+            source: "users".into(),
+            positions: vec![0],
+            cells: cells.into(),
+            ends,
+            ..v1::DataRows::default()
+        };
+        let s = take(packed("xyé", vec![2, 4])).unwrap();
+        assert_eq!((s["users"].cell(0, 0), s["users"].cell(0, 1)), ("xy", "é"));
+        assert_eq!(
+            take(packed("xy", vec![1, 9])).unwrap_err(),
+            "data_rows.users.ends[1]: 9 is not the end of a value: the values before end at 1, \
+             the cells hold 2 bytes"
+        );
+        assert!(take(packed("xy", vec![2, 1]))
+            .unwrap_err()
+            .starts_with("data_rows.users.ends[1]: 1 is not the end"));
+        assert!(take(packed("xé", vec![2, 3]))
+            .unwrap_err()
+            .starts_with("data_rows.users.ends[0]: 2 is not the end"));
+        assert_eq!(
+            take(packed("xyz", vec![1, 2])).unwrap_err(),
+            "data_rows.users.cells: 3 bytes, of which the values take 2"
+        );
+        assert_eq!(
+            take(packed("xy", vec![1, 2, 2])).unwrap_err(),
+            "data_rows.users: 3 values for 1 rows of 2 columns"
+        );
+        let apart = v1::DataRows {
+            values: vec!["a".into(), "b".into()],
+            ..packed("", vec![])
+        };
+        let s = take(apart.clone()).unwrap();
+        assert_eq!((s["users"].cell(0, 0), s["users"].cell(0, 1)), ("a", "b"));
+        let both = v1::DataRows {
+            cells: "ab".into(),
+            ends: vec![1, 2],
+            ..apart
+        };
+        assert_eq!(
+            take(both).unwrap_err(),
+            "data_rows.users: gives values both apart and packed"
+        );
     }
 }

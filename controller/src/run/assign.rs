@@ -90,8 +90,8 @@ impl Driver {
         self.scenario
             .check_data_supply(seed)
             .map_err(|e| Failure::Failed(e.to_string()))?;
-        let shares =
-            crate::data::Shares::new(&self.scenario, self.n, seed).map_err(Failure::Failed)?;
+        let shares = crate::data::Shares::new(&self.scenario, self.n, seed)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
         // Agents get the scenario without the data rows, and their own rows apart.
         let scenario_text = serde_json::to_string(&self.scenario.agent_form())
             .map_err(|e| Failure::Failed(format!("scenario: {e}")))?;

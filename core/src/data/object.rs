@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, DataSource};
+use super::{DataError, DataSource, SourceError};
 
 /// Largest value accepted from one key of a ConfigMap or Secret. The API server refuses
 /// objects over 1 MiB anyway; the bound holds whatever the server is.
@@ -172,9 +172,9 @@ impl DataSource {
     }
 
     /// Where the rows come from is said once: `file`, `config_map`, `secret` or inlined
-    /// `rows`, one of them; `Err(reason)`.
-    pub(super) fn check_origin(&self) -> Result<(), String> {
-        let given: Vec<&str> = [
+    /// `rows`, one of them.
+    pub(super) fn check_origin(&self) -> Result<(), SourceError> {
+        let given: Vec<&'static str> = [
             ("file", self.file.is_some()),
             ("config_map", self.config_map.is_some()),
             ("secret", self.secret.is_some()),
@@ -184,23 +184,24 @@ impl DataSource {
         .filter_map(|&(f, set)| set.then_some(f))
         .collect();
         match given.len() {
-            0 => Err("needs a file, a config_map or a secret (or inlined rows)".into()),
+            0 => Err(SourceError::NoOrigin),
             1 => {
                 if let Some((kind, k)) = self.object() {
                     if k.name.is_empty() || k.key.is_empty() {
-                        return Err(format!("{}: needs a name and a key", kind.field()));
+                        return Err(SourceError::NoObjectName {
+                            field: kind.field(),
+                        });
                     }
                     if DataFormat::of_name(&k.key).is_none() {
-                        return Err(format!(
-                            "{}: {}",
-                            kind.field(),
-                            ObjectError::Format { key: k.key.clone() }
-                        ));
+                        return Err(SourceError::ObjectFormat {
+                            field: kind.field(),
+                            key: k.key.clone(),
+                        });
                     }
                 }
                 Ok(())
             }
-            _ => Err(format!("give one of {}, not both", given.join(" or "))),
+            _ => Err(SourceError::Origins { given }),
         }
     }
 
@@ -287,7 +288,7 @@ mod tests {
         let o = object(&[("users.csv", b"id,name\n1,a\n2,\"b, c\"\n"), ("x", b"")]);
         d.load_object("ns", Some(&o)).unwrap();
         assert_eq!(d.columns, ["id", "name"]);
-        assert_eq!(d.rows, [vec!["1", "a"], vec!["2", "b, c"]]);
+        assert_eq!(d.rows.to_vec(), [vec!["1", "a"], vec!["2", "b, c"]]);
         assert!(!d.is_unread() && d.config_map.is_none());
         d.check().unwrap();
         // The inlined form is what a scenario file's source becomes: no trace of the object.
@@ -368,30 +369,47 @@ mod tests {
     fn the_origin_is_given_once_and_the_key_says_the_format() {
         let mut d = cm("users", "users.txt");
         assert_eq!(
-            d.check().unwrap_err(),
+            d.check().unwrap_err().to_string(),
             "config_map: key users.txt: the format is taken from the key's extension: name it .csv, .jsonl or .ndjson"
         );
         d.config_map.as_mut().unwrap().key = "users.CSV".into();
         d.check().unwrap();
         d.file = Some("u.csv".into());
         assert_eq!(
-            d.check().unwrap_err(),
+            d.check(),
+            Err(SourceError::Origins {
+                given: vec!["file", "config_map"]
+            })
+        );
+        assert_eq!(
+            d.check().unwrap_err().to_string(),
             "give one of file or config_map, not both"
         );
         d.file = None;
         d.secret = d.config_map.clone();
-        assert!(d.check().unwrap_err().contains("config_map or secret"));
+        assert!(d
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("config_map or secret"));
         assert_eq!(
-            cm("", "a.csv").check().unwrap_err(),
+            cm("", "a.csv").check(),
+            Err(SourceError::NoObjectName {
+                field: "config_map"
+            })
+        );
+        assert_eq!(
+            cm("", "a.csv").check().unwrap_err().to_string(),
             "config_map: needs a name and a key"
         );
+        assert_eq!(DataSource::default().check(), Err(SourceError::NoOrigin));
         assert!(DataSource::default()
             .check()
             .unwrap_err()
+            .to_string()
             .contains("config_map"));
     }
 
-    #[test]
     fn objects_lists_the_sources_to_fetch() {
         let mut data = BTreeMap::new();
         data.insert("a".to_string(), cm("users", "u.csv"));

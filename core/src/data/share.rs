@@ -364,6 +364,30 @@ fn count(n: u64) -> String {
     out
 }
 
+/// Why a row cannot join a [`Share`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    /// The pass has no row at this position.
+    #[error("position {position} has no row")]
+    NoRow { position: u32 },
+    /// The position is past the source's last row.
+    #[error("position {position} is past the source's {rows} rows")]
+    PastEnd { position: u32, rows: u64 },
+    /// Positions arrive ascending, each once.
+    #[error("position {position} does not ascend")]
+    NotAscending { position: u32 },
+    /// A row gives one value per column.
+    #[error("position {position} has {values} values for {columns} columns")]
+    Width {
+        position: u32,
+        values: usize,
+        columns: usize,
+    },
+    /// Offsets are `u32`: a share's text stops at 4 GiB.
+    #[error("the share is larger than 4 GiB")]
+    TooLarge,
+}
+
 /// An agent's share of one source: the rows at the positions of the pass its keys need, and
 /// the lookup from a key to one of them. The cells live in one arena.
 #[derive(Debug, Clone, Default)]
@@ -394,40 +418,48 @@ impl Share {
 
     /// The share of the positions `positions` (ascending) of `source`'s inlined rows in the
     /// order of `pass` ([`DataSource::pass`]).
-    pub fn of(source: &DataSource, pass: &[u32], positions: &[u32]) -> Result<Self, String> {
+    pub fn of(source: &DataSource, pass: &[u32], positions: &[u32]) -> Result<Self, ShareError> {
         let mut s = Self::new(source);
         for &p in positions {
             let row = pass
                 .get(p as usize)
-                .and_then(|&r| source.rows.get(r as usize))
-                .ok_or_else(|| format!("position {p} has no row"))?;
-            s.push(p, row)?;
+                .and_then(|&r| source.rows.row(r as usize))
+                .ok_or(ShareError::NoRow { position: p })?;
+            s.push(p, row.iter())?;
         }
         Ok(s)
     }
 
     /// Appends the row at `position`, which must be above every position already there.
-    pub fn push(&mut self, position: u32, cells: &[impl AsRef<str>]) -> Result<(), String> {
+    pub fn push<S: AsRef<str>>(
+        &mut self,
+        position: u32,
+        cells: impl ExactSizeIterator<Item = S>,
+    ) -> Result<(), ShareError> {
         if u64::from(position) >= self.pass {
-            return Err(format!(
-                "position {position} is past the source's {} rows",
-                self.pass
-            ));
+            return Err(ShareError::PastEnd {
+                position,
+                rows: self.pass,
+            });
         }
         if self.positions.last().is_some_and(|&l| l >= position) {
-            return Err(format!("position {position} does not ascend"));
+            return Err(ShareError::NotAscending { position });
         }
         if cells.len() != self.columns {
-            return Err(format!(
-                "position {position} has {} values for {} columns",
-                cells.len(),
-                self.columns
-            ));
+            return Err(ShareError::Width {
+                position,
+                values: cells.len(),
+                columns: self.columns,
+            });
         }
+        let start = (self.text.len(), self.ends.len());
         for c in cells {
             self.text.push_str(c.as_ref());
-            let end = u32::try_from(self.text.len())
-                .map_err(|_| "the share is larger than 4 GiB".to_string())?;
+            let Ok(end) = u32::try_from(self.text.len()) else {
+                self.text.truncate(start.0);
+                self.ends.truncate(start.1);
+                return Err(ShareError::TooLarge);
+            };
             self.ends.push(end);
         }
         self.positions.push(position);
@@ -489,6 +521,7 @@ impl Share {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Rows;
 
     fn equal(agents: u32, stride: u64) -> KeyOwners {
         KeyOwners::shards(&ShardMap::new(agents, &[]).unwrap(), stride)
@@ -600,7 +633,7 @@ session: [ { http: { path: '/${users.id}' } } ]
         let mut t = s.clone();
         let users = t.data.get_mut("users").unwrap();
         users.on_exhausted = OnExhausted::Fail;
-        users.rows = vec![vec!["x".into()]; 150];
+        users.rows = Rows::from_rows(vec![["x"]; 150]).unwrap();
         let (field, why) = check_supply(&t, 0).unwrap_err();
         assert_eq!(field, "data.users");
         assert_eq!(
@@ -608,7 +641,7 @@ session: [ { http: { path: '/${users.id}' } } ]
             "150 rows, 300 arrivals: rows run out at t=13.7 s in phase ramp; add rows, or use on_exhausted: wrap or stop"
         );
         let users = t.data.get_mut("users").unwrap();
-        users.rows = vec![vec!["x".into()]; 300];
+        users.rows = Rows::from_rows(vec![["x"]; 300]).unwrap();
         check_supply(&t, 0).unwrap();
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(999), "999");
@@ -619,7 +652,7 @@ session: [ { http: { path: '/${users.id}' } } ]
         let d = DataSource {
             order: crate::data::DataOrder::Random,
             columns: vec!["a".into()],
-            rows: (0..7).map(|i| vec![i.to_string()]).collect(),
+            rows: Rows::from_rows((0..7).map(|i| [i.to_string()])).unwrap(),
             ..DataSource::default()
         };
         let keys = Keys::new(
@@ -654,9 +687,7 @@ session: [ { http: { path: '/${users.id}' } } ]
     fn a_share_looks_keys_up() {
         let d = DataSource {
             columns: vec!["a".into(), "b".into()],
-            rows: (0..5)
-                .map(|i| vec![format!("a{i}"), format!("b{i}")])
-                .collect(),
+            rows: Rows::from_rows((0..5).map(|i| [format!("a{i}"), format!("b{i}")])).unwrap(),
             on_exhausted: OnExhausted::Wrap,
             ..Default::default()
         };
@@ -669,9 +700,25 @@ session: [ { http: { path: '/${users.id}' } } ]
         assert_eq!(s.cell(0, 0), "a1");
         assert_eq!(s.cell(9, 0), "");
         let mut bad = Share::new(&d);
-        assert!(bad.push(5, &["x", "y"]).is_err());
-        bad.push(2, &["x", "y"]).unwrap();
-        assert!(bad.push(2, &["x", "y"]).is_err());
-        assert!(bad.push(3, &["x"]).is_err());
+        assert_eq!(
+            bad.push(5, ["x", "y"].iter()),
+            Err(ShareError::PastEnd {
+                position: 5,
+                rows: 5
+            })
+        );
+        bad.push(2, ["x", "y"].iter()).unwrap();
+        assert_eq!(
+            bad.push(2, ["x", "y"].iter()).unwrap_err().to_string(),
+            "position 2 does not ascend"
+        );
+        assert_eq!(
+            bad.push(3, ["x"].iter()).unwrap_err().to_string(),
+            "position 3 has 1 values for 2 columns"
+        );
+        assert_eq!(
+            Share::of(&d, &pass, &[7]).unwrap_err(),
+            ShareError::NoRow { position: 7 }
+        );
     }
 }

@@ -773,7 +773,7 @@ fn env_and_data_files_are_resolved_by_the_cli() {
         Ok(b"id,name\n1,x\n".to_vec())
     })
     .unwrap();
-    assert_eq!(s.data["users"].rows, [vec!["1", "x"]]);
+    assert_eq!(s.data["users"].rows.to_vec(), [vec!["1", "x"]]);
     let e = s.resolve_env(&|_| None).unwrap_err();
     assert_eq!(
         e.to_string(),

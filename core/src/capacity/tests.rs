@@ -268,6 +268,23 @@ fn judge_names_the_slo_and_the_achieved_rate() {
     );
 }
 
+/// A closed load has no schedule: requests in flight at the step's end are no shortfall,
+/// and only the SLOs judge it.
+#[test]
+fn a_connections_step_is_judged_on_its_slos_alone() {
+    let ctx = StepContext {
+        axis: Axis::Connections,
+        ..ctx()
+    };
+    let r = step_report(100.0, &[80, 80, 80], true);
+    let v = judge("s2 3 conn", StepKind::Stair, 3.0, 3.0, &r, 0.95, ctx);
+    assert!(v.holds, "{v:?}");
+    assert_eq!((v.planned_rps, v.achieved_rps), (0.0, 80.0));
+    let r = step_report(100.0, &[80, 80, 80], false);
+    let v = judge("s2 3 conn", StepKind::Stair, 3.0, 3.0, &r, 0.95, ctx);
+    assert_eq!(v.reason.as_deref(), Some("`p99 < 50ms` measured 90.00ms"));
+}
+
 #[test]
 fn merged_report_keeps_every_step_as_a_phase() {
     let parts = vec![

@@ -114,6 +114,10 @@ pub struct AgentConfig {
     pub source_ips: Vec<std::net::IpAddr>,
     /// How target names are looked up; `None`: the system's configuration.
     pub resolver: Option<resolve::DnsResolver>,
+    /// The cores this agent may use (`--cpu-limit`), when not what the process sees: its CPU
+    /// share, and so whether it was the run's limit, is measured against them. Process-wide:
+    /// set when [`run`] starts.
+    pub cpu_limit: Option<f64>,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -147,6 +151,7 @@ impl AgentConfig {
             restart_grace: DEFAULT_RESTART_GRACE,
             source_ips: Vec::new(),
             resolver: None,
+            cpu_limit: None,
         }
     }
 }
@@ -168,6 +173,9 @@ pub enum AgentError {
     SourceAddress(std::io::Error),
     #[error("starting the control thread: {0}")]
     Runtime(std::io::Error),
+    /// A CPU limit that is not a positive number of cores.
+    #[error("--cpu-limit: must be a number of cores > 0, got {0}")]
+    CpuLimit(f64),
 }
 
 fn unix_ns() -> i64 {
@@ -211,6 +219,12 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     if !cfg.source_ips.is_empty() {
         net::set_source_addresses(&cfg.source_ips).map_err(AgentError::SourceAddress)?;
+    }
+    if let Some(c) = cfg.cpu_limit {
+        if !(c.is_finite() && c > 0.0) {
+            return Err(AgentError::CpuLimit(c));
+        }
+        selfwatch::set_cpu_limit(c);
     }
     let mut cfg = cfg;
     // Never aim at the controller itself.

@@ -3,10 +3,65 @@
 //! looks like a target at its knee (latency up, throughput flat); these figures let the report
 //! tell them apart.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrusage, UsageWho};
 use stampede_proto::v1;
+
+/// The cores this process may use when set ([`set_cpu_limit`]), as `f64` bits; 0: not set.
+static CPU_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the cores this process may use (`--cpu-limit`): the share is then measured against
+/// them. For a quota the process cannot see, or a budget it is given: a generator past its
+/// budget is the run's limit, whatever the machine has spare. Ignores a value that is not a
+/// positive number of cores (the caller checks it).
+pub fn set_cpu_limit(cores: f64) {
+    if cores.is_finite() && cores > 0.0 {
+        CPU_LIMIT.store(cores.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// The cores this process may use: the limit set, else its cgroup's CPU quota when that is
+/// below the CPUs it may run on (a fractional quota, 0.5 of a core, would read as 1), else
+/// those CPUs.
+fn cores() -> f64 {
+    let set = f64::from_bits(CPU_LIMIT.load(Ordering::Relaxed));
+    if set > 0.0 {
+        return set;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    match cgroup_quota() {
+        Some(q) if q < cpus => q,
+        _ => cpus,
+    }
+}
+
+/// The CPU quota of this process's cgroup (v2), in cores: `cpu.max` of the cgroup named in
+/// `/proc/self/cgroup`, or of the root a container sees.
+fn cgroup_quota() -> Option<f64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+        });
+    let paths = own
+        .iter()
+        .map(|p| format!("/sys/fs/cgroup{p}/cpu.max"))
+        .chain(std::iter::once("/sys/fs/cgroup/cpu.max".to_string()));
+    paths
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .find_map(|t| parse_cpu_max(&t))
+}
+
+/// `cpu.max`: `QUOTA PERIOD` in microseconds, or `max PERIOD` (no quota: `None`).
+fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut it = text.split_whitespace();
+    let quota: f64 = it.next()?.parse().ok()?;
+    let period: f64 = it.next()?.parse().ok()?;
+    (quota > 0.0 && period > 0.0 && quota.is_finite() && period.is_finite()).then(|| quota / period)
+}
 
 /// Samples the agent's own process between report intervals.
 #[derive(Debug)]
@@ -24,9 +79,8 @@ impl Default for SelfWatch {
 
 impl SelfWatch {
     pub fn new() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         Self {
-            cores,
+            cores: cores(),
             last: process_cpu().map(|c| (Instant::now(), c)),
         }
     }
@@ -102,6 +156,16 @@ mod tests {
         assert_eq!(cpu_share(s(1), s(2), 2.0), 0.25);
         assert_eq!(cpu_share(Duration::from_millis(300), s(1), 0.5), 0.6);
         assert_eq!(cpu_share(s(1), Duration::ZERO, 4.0), 0.0);
+    }
+
+    #[test]
+    fn a_cgroup_quota_reads_in_cores() {
+        assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
+        assert_eq!(parse_cpu_max("250000 100000"), Some(2.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("0 100000"), None);
+        assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(parse_cpu_max("50000 0"), None);
     }
 
     /// Real figures of this process: work done between two samples shows as CPU time, and

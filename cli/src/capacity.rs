@@ -1,16 +1,18 @@
 //! `stampede capacity`: the stair-step capacity search (the logic is in
 //! `stampede_core::capacity`; this drives it through the ordinary submit/watch path).
 
+mod vary;
+pub use vary::{resolve, step_scenario, Varied};
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use stampede_core::capacity::{self, Search, SearchSpec, StepKind, StepVerdict};
+use stampede_core::capacity::{self, Axis, Search, SearchSpec, StepContext, StepKind, StepVerdict};
 use stampede_core::report::{Report, RunOutcome};
-use stampede_core::scenario::{Phase, Scenario};
+use stampede_core::scenario::Scenario;
 use stampede_core::threshold::Threshold;
-use stampede_core::HumanDuration;
 use stampede_proto::v1;
 
 use crate::client;
@@ -28,13 +30,14 @@ pub struct CapacityArgs {
     /// (e.g. "p99 < 50ms", "error_rate < 0.1%"); repeat for more.
     #[arg(long = "slo", required = true)]
     pub slos: Vec<String>,
-    /// First stair rate, in arrivals (sessions) per second.
+    /// First stair level: arrivals (sessions) per second, or connections with
+    /// `--vary connections`.
     #[arg(long)]
     pub start: Option<f64>,
-    /// Stair increment, in arrivals per second.
+    /// Stair increment: arrivals per second, or connections.
     #[arg(long)]
     pub step: Option<f64>,
-    /// Highest rate to try (alone: the stair goes from a tenth of it in tenths).
+    /// Highest level to try (alone: the stair goes from a tenth of it in tenths).
     #[arg(long)]
     pub max: Option<f64>,
     /// Most stair steps when no --max is given.
@@ -77,69 +80,20 @@ pub struct CapacityArgs {
     /// No per-step progress on stderr.
     #[arg(long)]
     pub quiet: bool,
-    /// With workloads: the one whose rate the search varies. The others run as written in
-    /// every step (so give them at least the step's duration), SLOs without a scope apply to
-    /// this workload, and a step is judged on its requests.
+    /// What the search varies: `rate` (arrivals per second, the default) or `connections`
+    /// (a closed load of N connections: the largest concurrency that meets the SLOs). A
+    /// workload's name is read as `--vary rate --workload NAME`.
     #[arg(long)]
     pub vary: Option<String>,
+    /// With workloads: the one the search varies. The others run as written in every step
+    /// (so give them at least the step's duration), SLOs without a scope apply to this
+    /// workload, and a step is judged on its requests.
+    #[arg(long)]
+    pub workload: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
     stampede_core::duration::parse_duration(s)
-}
-
-/// The scenario of one step: the base scenario at one constant rate, with the SLOs as
-/// thresholds, evaluated live (`abort_on_fail`) so an overloaded step ends early.
-pub fn step_scenario(
-    base: &Scenario,
-    name: &str,
-    rate: f64,
-    duration: Duration,
-    slos: &[String],
-    vary: Option<&str>,
-) -> Result<Scenario> {
-    let mut s = base.clone();
-    let step = vec![Phase {
-        name: Some(name.to_string()),
-        duration: HumanDuration(duration),
-        arrival_rate: rate,
-        ramp_to: None,
-        warmup: false,
-    }];
-    match (vary, s.workloads.is_empty()) {
-        (None, true) => {
-            s.load = None;
-            s.phases = step;
-            s.thresholds = slos.to_vec();
-        }
-        (Some(_), true) => bail!("--vary: the scenario has no workloads; leave --vary out"),
-        (vary, false) => {
-            let names: Vec<&str> = base.workloads.iter().map(|w| w.name.as_str()).collect();
-            let Some(w) = vary.and_then(|v| s.workloads.iter_mut().find(|w| w.name == v)) else {
-                bail!(
-                    "--vary: name the workload whose rate the search varies (one of: {})",
-                    names.join(", ")
-                );
-            };
-            w.load = None;
-            w.phases = step;
-            let scope = w.name.clone();
-            s.thresholds = slos
-                .iter()
-                .map(|slo| match Threshold::parse(slo) {
-                    Ok(t) if t.scope == stampede_core::threshold::Scope::Run => {
-                        format!("workload({scope}).{}", slo.trim())
-                    }
-                    _ => slo.clone(),
-                })
-                .collect();
-        }
-    }
-    // The SLOs given are the verdict; the default error verdict would add one of its own.
-    s.max_error_rate = Some("none".into());
-    s.abort_on_fail = true;
-    s.validate().with_context(|| format!("step {name}"))?;
-    Ok(s)
 }
 
 /// The result of a search.
@@ -164,6 +118,8 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
     for (i, slo) in a.slos.iter().enumerate() {
         Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}"))?;
     }
+    let names: Vec<&str> = base.workloads.iter().map(|w| w.name.as_str()).collect();
+    let varied = resolve(a.vary.as_deref(), a.workload.as_deref(), &names)?;
     let spec = SearchSpec::new(
         a.start,
         a.step,
@@ -172,14 +128,14 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
         a.bisect,
         a.min_achieved / 100.0,
     )
-    .map_err(anyhow::Error::msg)?;
+    .and_then(|s| s.with_axis(varied.axis))?;
     let agents = a.agents.or(base.agents).unwrap_or(1);
     let outcome = if a.local {
         let cluster = LocalCluster::start(agents, None).await?;
         let r = search(
             &cluster.url(),
             Some(&cluster.token),
-            &base,
+            (&base, &varied),
             spec,
             agents,
             (&a, &mut signals),
@@ -189,7 +145,8 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
         r?
     } else {
         let conn = (&a, &mut signals);
-        search(&a.controller, a.token.as_deref(), &base, spec, agents, conn).await?
+        let base = (&base, &varied);
+        search(&a.controller, a.token.as_deref(), base, spec, agents, conn).await?
     };
     if let Some(path) = &a.report {
         std::fs::write(path, serde_json::to_string_pretty(&outcome.report)? + "\n")
@@ -232,7 +189,7 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
 async fn search(
     url: &str,
     token: Option<&str>,
-    base: &Scenario,
+    (base, varied): (&Scenario, &Varied),
     spec: SearchSpec,
     agents: u32,
     (a, signals): (&CapacityArgs, &mut Interrupts),
@@ -244,20 +201,17 @@ async fn search(
     let mut sides = Vec::new();
     // The signal that stopped the search, and the report of the step it aborted.
     let mut interrupted = None;
-    while let Some((name, kind, rate)) = search.next_step() {
-        let s = step_scenario(
-            base,
-            &name,
-            rate,
-            a.step_duration,
-            &a.slos,
-            a.vary.as_deref(),
-        )?;
+    let axis = varied.axis;
+    while let Some((name, kind, level)) = search.next_step() {
+        let s = step_scenario(base, &name, level, a.step_duration, &a.slos, varied)?;
         let text = serde_json::to_string(&s)?;
         if !a.quiet {
+            let what = match axis {
+                Axis::Rate => format!("{} arrivals/s", capacity::fmt_rate(level)),
+                Axis::Connections => format!("{level:.0} connections"),
+            };
             eprintln!(
-                "step {name}: {} arrivals/s for {:.0}s",
-                capacity::fmt_rate(rate),
+                "step {name}: {what} for {:.0}s",
                 a.step_duration.as_secs_f64()
             );
         }
@@ -290,23 +244,36 @@ async fn search(
             );
         }
         // Judged on the varied workload alone, or on the whole run (no copy of the report).
-        let narrowed = match &a.vary {
+        let narrowed = match &varied.workload {
             Some(w) => Some(
                 capacity::narrow_to_workload(&report, w)
                     .with_context(|| format!("step {name}: the report has no workload `{w}`"))?,
             ),
             None => None,
         };
+        // The agents' CPU per request at the last step that held (over the whole run: the
+        // agents' CPU is every workload's) sizes the agents if this step was the generator's.
+        let last_good = search.sustainable().and_then(|v| {
+            let i = search.verdicts.iter().position(|x| std::ptr::eq(x, v))?;
+            Some((&parts.get(i)?.1, v.achieved_rps, v.level))
+        });
+        let ctx = StepContext {
+            axis,
+            last_good,
+            top: search.top(),
+            agents,
+        };
         let v = capacity::judge(
             &name,
             kind,
-            rate,
+            level,
             a.step_duration.as_secs_f64(),
             narrowed.as_ref().unwrap_or(&report),
             min_achieved,
+            ctx,
         );
         if !a.quiet {
-            eprintln!("  {}", row(&v));
+            eprintln!("  {}", row(axis, &v));
         }
         sides.push(capacity::TargetSide::of(
             narrowed.as_ref().unwrap_or(&report),
@@ -334,18 +301,24 @@ async fn search(
 }
 
 fn verdict_text(v: &StepVerdict) -> String {
-    match &v.reason {
-        None => "holds".into(),
-        Some(r) => format!("FAILS: {r}"),
+    match (&v.reason, &v.generator) {
+        (None, _) => "holds".into(),
+        (Some(r), Some(_)) => format!("GENERATOR LIMITED: {r}"),
+        (Some(r), None) => format!("FAILS: {r}"),
     }
 }
 
-fn row(v: &StepVerdict) -> String {
+fn row(axis: Axis, v: &StepVerdict) -> String {
+    // A closed load has no plan: its planned column is empty.
+    let planned = match axis {
+        Axis::Rate => format!("{:.1}", v.planned_rps),
+        Axis::Connections => "-".into(),
+    };
     format!(
-        "{:<14} {:>8} {:>10.1} {:>10.1} {:>9} {:>7} {:>9} {:>9}  {}",
+        "{:<14} {:>8} {:>10} {:>10.1} {:>9} {:>7} {:>9} {:>9}  {}",
         v.name,
-        capacity::fmt_rate(v.rate),
-        v.planned_rps,
+        capacity::fmt_rate(v.level),
+        planned,
         v.achieved_rps,
         v.completed,
         v.failed,
@@ -355,30 +328,58 @@ fn row(v: &StepVerdict) -> String {
     )
 }
 
+/// The generator's stop, in one sentence: where, which agent, how many agents are needed.
+fn generator_text(s: &Search) -> Option<String> {
+    let v = s.generator_stop()?;
+    let g = v.generator.as_ref()?;
+    let axis = s.spec.axis;
+    let mut o = format!(
+        "the search stopped at {} (step {}): the generator was the limit, not the target ({}); no knee of the target was found there",
+        axis.fmt(v.level),
+        v.name,
+        g.cause
+    );
+    match (g.agents_needed, g.cpu_us_per_request) {
+        (Some(n), Some(us)) => o.push_str(&format!(
+            "; reaching {} needs {n} agents ({us:.0} µs of agent CPU per request)",
+            axis.fmt(s.top())
+        )),
+        _ => o.push_str("; add agents (or give them more CPU) and search again"),
+    }
+    Some(o)
+}
+
 fn summary(s: &Search) -> String {
+    let axis = s.spec.axis;
     let sustainable = s.sustainable().map_or_else(
         || "no step held".to_string(),
-        |v| {
-            format!(
-                "sustainable rate {}/s ({})",
-                capacity::fmt_rate(v.rate),
-                v.name
-            )
+        |v| match axis {
+            Axis::Rate => format!("sustainable rate {} ({})", axis.fmt(v.level), v.name),
+            Axis::Connections => {
+                format!("largest concurrency {} connections ({})", v.level, v.name)
+            }
         },
     );
-    match s.first_failing() {
+    let failing = match s.first_failing() {
         Some(f) => format!(
-            "{sustainable}; first failing rate {}/s ({}): {}",
-            capacity::fmt_rate(f.rate),
+            "{sustainable}; first failing {} ({}): {}",
+            axis.fmt(f.level),
             f.name,
             f.reason.clone().unwrap_or_default()
         ),
-        None => format!("{sustainable}; no step failed up to the highest rate tried"),
+        None if s.generator_stop().is_some() => sustainable,
+        None => format!("{sustainable}; no step failed up to the highest level tried"),
+    };
+    match generator_text(s) {
+        Some(g) => format!("{failing}; {g}"),
+        None => failing,
     }
 }
 
-/// The result as text: the per-step table, the sustainable rate and the first failing one.
+/// The result as text: the per-step table, the sustainable level and the first failing one,
+/// and where the generator stopped the search.
 pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search) -> String {
+    let axis = s.spec.axis;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -389,52 +390,91 @@ pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search
     let _ = writeln!(
         o,
         "{:<14} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9}  verdict",
-        "step", "rate/s", "planned/s", "achieved/s", "completed", "failed", "p50", "p99"
+        "step",
+        match axis {
+            Axis::Rate => "rate/s",
+            Axis::Connections => "conns",
+        },
+        "planned/s",
+        "achieved/s",
+        "completed",
+        "failed",
+        "p50",
+        "p99"
     );
     for v in &s.verdicts {
-        let _ = writeln!(o, "{}", row(v));
+        let _ = writeln!(o, "{}", row(axis, v));
     }
-    match s.sustainable() {
-        Some(v) => {
+    match (axis, s.sustainable()) {
+        (Axis::Rate, Some(v)) => {
             let _ = writeln!(
                 o,
-                "Sustainable rate: {}/s  (step {}: p99 {}, achieved {:.1}/s)",
-                capacity::fmt_rate(v.rate),
+                "Sustainable rate: {}  (step {}: p99 {}, achieved {:.1}/s)",
+                axis.fmt(v.level),
                 v.name,
                 us(v.p99_us),
                 v.achieved_rps
             );
         }
-        None => {
+        (Axis::Connections, Some(v)) => {
             let _ = writeln!(
                 o,
-                "Sustainable rate: none — the first step already failed; try a lower --start"
+                "Largest concurrency meeting the SLOs: {} connections ({:.1} req/s, p99 {}; step {})",
+                v.level,
+                v.achieved_rps,
+                us(v.p99_us),
+                v.name
+            );
+        }
+        (_, None) if s.generator_stop().is_some() => {
+            let _ = writeln!(
+                o,
+                "Sustainable level: none found before the generator's limit"
+            );
+        }
+        (_, None) => {
+            let _ = writeln!(
+                o,
+                "Sustainable level: none — the first step already failed; try a lower --start"
             );
         }
     }
+    let what = match axis {
+        Axis::Rate => "rate",
+        Axis::Connections => "concurrency",
+    };
     match s.first_failing() {
         Some(f) => {
             let _ = writeln!(
                 o,
-                "First failing rate: {}/s  (step {}): {}",
-                capacity::fmt_rate(f.rate),
+                "First failing {what}: {}  (step {}): {}",
+                axis.fmt(f.level),
                 f.name,
                 f.reason.clone().unwrap_or_default()
             );
         }
+        None if s.generator_stop().is_some() => {}
         None => {
-            let _ = writeln!(o, "First failing rate: none up to the highest rate tried");
+            let _ = writeln!(o, "First failing {what}: none up to the highest tried");
         }
+    }
+    if let Some(g) = generator_text(s) {
+        let _ = writeln!(o, "Generator limited: {g}");
     }
     o
 }
 
 fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
+    let axis = s.spec.axis;
+    let key = match axis {
+        Axis::Rate => "rate",
+        Axis::Connections => "connections",
+    };
     let step = |v: &StepVerdict| {
         serde_json::json!({
             "name": v.name,
             "kind": if v.kind == StepKind::Stair { "stair" } else { "bisect" },
-            "rate": v.rate,
+            key: v.level,
             "planned_rps": v.planned_rps,
             "achieved_rps": v.achieved_rps,
             "completed": v.completed,
@@ -443,62 +483,33 @@ fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
             "p99_us": v.p99_us,
             "holds": v.holds,
             "reason": v.reason,
+            "generator_limited": v.generator.is_some(),
         })
     };
+    let generator = s.generator_stop().and_then(|v| {
+        let g = v.generator.as_ref()?;
+        let agent = match &g.cause {
+            capacity::GeneratorCause::Cpu { agent, .. } => Some(agent.clone()),
+            capacity::GeneratorCause::Behind { agent, .. } => agent.clone(),
+        };
+        Some(serde_json::json!({
+            "step": v.name,
+            key: v.level,
+            "cause": g.cause.to_string(),
+            "agent": agent,
+            "cpu_us_per_request": g.cpu_us_per_request,
+            "agents_needed": g.agents_needed,
+            "to_reach": s.top(),
+        }))
+    });
     serde_json::json!({
-        "sustainable_rate": s.sustainable().map(|v| v.rate),
-        "first_failing_rate": s.first_failing().map(|v| v.rate),
+        "vary": key,
+        format!("sustainable_{key}"): s.sustainable().map(|v| v.level),
+        format!("first_failing_{key}"): s.first_failing().map(|v| v.level),
         "first_failing_reason": s.first_failing().and_then(|v| v.reason.clone()),
+        "generator_limited": generator,
         "findings": capacity::findings(s, sides),
         "target_cpu_cores": sides.iter().map(|t| t.cpu_cores).collect::<Vec<_>>(),
         "steps": s.verdicts.iter().map(step).collect::<Vec<_>>(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TWO: &str = "name: v\ntarget: http://127.0.0.1:1\nworkloads:\n  - name: background\n    load: { model: constant, rate: 20, connections: 2, duration: 30s }\n    session: [ { http: { method: GET, path: / } } ]\n  - name: checkout\n    session: [ { http: { method: GET, path: /pay } } ]\n";
-
-    /// `--vary` replaces one workload's load with the step and scopes unscoped SLOs to it;
-    /// the others run as written.
-    #[test]
-    fn a_step_varies_one_workload_and_scopes_its_slos() {
-        let base = Scenario::from_yaml_loadless(TWO).unwrap();
-        let slos = [
-            "p99 < 50ms".to_string(),
-            "step(checkout/step-1).p99 < 9ms".to_string(),
-        ];
-        let d = Duration::from_secs(5);
-        let s = step_scenario(&base, "s1", 40.0, d, &slos, Some("checkout")).unwrap();
-        assert_eq!(s.workloads[1].phases[0].arrival_rate, 40.0);
-        assert!(s.workloads[1].load.is_none());
-        assert_eq!(s.workloads[0], base.workloads[0]);
-        assert_eq!(
-            s.thresholds,
-            [
-                "workload(checkout).p99 < 50ms",
-                "step(checkout/step-1).p99 < 9ms"
-            ]
-        );
-        let e = step_scenario(&base, "s1", 40.0, d, &slos, None).unwrap_err();
-        assert!(e.to_string().contains("background, checkout"), "{e}");
-        let one = Scenario::from_yaml_loadless(
-            "name: o\ntarget: http://127.0.0.1:1\nsession: [ { http: { path: / } } ]\n",
-        )
-        .unwrap();
-        // One workload: its steps are named without a workload prefix.
-        let slos = [
-            "p99 < 50ms".to_string(),
-            "step(step-1).p99 < 9ms".to_string(),
-        ];
-        assert!(step_scenario(&one, "s1", 40.0, d, &slos, Some("x")).is_err());
-        assert_eq!(
-            step_scenario(&one, "s1", 40.0, d, &slos, None)
-                .unwrap()
-                .thresholds,
-            slos
-        );
-    }
 }

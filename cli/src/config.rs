@@ -329,6 +329,19 @@ pub struct AgentArgs {
     /// when shorter; 0s: stop at the lease)
     #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub restart_grace: Duration,
+    /// The cores this agent may use, e.g. 0.5, when its process cannot see its quota (default:
+    /// the cgroup's CPU quota, else the CPUs it may run on). Its CPU share is measured against
+    /// them: at 90 % the report, and `capacity`, name it as the limit.
+    #[arg(long, env = "STAMPEDE_CPU_LIMIT", value_parser = parse_cores)]
+    pub cpu_limit: Option<f64>,
+}
+
+/// A number of cores: positive and finite.
+pub fn parse_cores(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(c) if c.is_finite() && c > 0.0 => Ok(c),
+        _ => Err(format!("`{s}`: a number of cores > 0, e.g. 0.5 or 2")),
+    }
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {

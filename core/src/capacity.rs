@@ -11,13 +11,20 @@
 //! The stair runs `start, start + step, …` up to `max` (or `max_steps` steps); at the first
 //! step that fails, a bisection between the last rate that held and the first that failed
 //! narrows the knee down in `bisect` more steps.
+//!
+//! The same search walks connections instead of a rate ([`Axis::Connections`]): each step is
+//! a closed load ramped to N connections, and the answer is the largest concurrency that
+//! meets the SLOs. A step whose generator was the limit ([`generator`]) is never a knee: the
+//! search stops there.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 
 mod findings;
+pub mod generator;
 pub use findings::{findings, TargetSide};
+pub use generator::{GeneratorCause, GeneratorLimit};
 
 use crate::hist;
 use crate::report::{
@@ -26,10 +33,61 @@ use crate::report::{
 };
 use crate::threshold::ThresholdResult;
 
-/// How the search walks the rates.
+/// What a search varies from step to step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Axis {
+    /// The arrival rate (sessions per second) of an open load.
+    #[default]
+    Rate,
+    /// The connections of a closed load: what gateways, WebSocket hubs and connection pools
+    /// run out of.
+    Connections,
+}
+
+impl Axis {
+    /// A level as the search keeps it: rates to 0.1/s (whole above 20/s), connections whole.
+    pub fn round(self, level: f64) -> f64 {
+        match self {
+            Self::Rate => round_rate(level),
+            Self::Connections => level.round().max(1.0),
+        }
+    }
+
+    /// A level with its unit: `120/s`, `40 conn`.
+    pub fn fmt(self, level: f64) -> String {
+        match self {
+            Self::Rate => format!("{}/s", fmt_rate(level)),
+            Self::Connections => format!("{level:.0} conn"),
+        }
+    }
+}
+
+/// A search's arguments that cannot describe a search, naming the flag.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SearchSpecError {
+    /// A level or increment that is zero, negative or not a number.
+    #[error("--{0}: must be > 0")]
+    NotPositive(&'static str),
+    /// Connections come whole.
+    #[error("--{0}: connections are a whole number, at least 1")]
+    NotWhole(&'static str),
+    /// Neither the first level and its increment nor the highest level were given.
+    #[error("give --start N --step S, or --max N")]
+    NoLevels,
+    #[error("--max {max} is below --start {start}")]
+    MaxBelowStart { max: f64, start: f64 },
+    #[error("--max-steps: must be >= 1")]
+    NoSteps,
+    #[error("--min-achieved: must be a share between 0 and 100%")]
+    MinAchieved,
+}
+
+/// How the search walks the levels (rates, or connections).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchSpec {
-    /// First stair rate, arrivals per second.
+    /// What the levels are.
+    pub axis: Axis,
+    /// First stair level: arrivals per second, or connections.
     pub start: f64,
     /// Stair increment.
     pub step: f64,
@@ -42,29 +100,9 @@ pub struct SearchSpec {
     pub min_achieved: f64,
 }
 
-/// Why the search's flags cannot make a stair; each message names the flag.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SearchSpecError {
-    /// A rate that is zero, negative or not a number.
-    #[error("--{flag}: must be > 0")]
-    NotPositive { flag: &'static str },
-    /// Neither a start nor a maximum: nothing to build the stair from.
-    #[error("give --start R --step S, or --max R")]
-    NoRates,
-    /// The stair would stop before its first step.
-    #[error("--max {max} is below --start {start}")]
-    MaxBelowStart { max: f64, start: f64 },
-    /// No step at all to run.
-    #[error("--max-steps: must be >= 1")]
-    NoSteps,
-    /// A share outside (0, 100 %].
-    #[error("--min-achieved: must be a share between 0 and 100%")]
-    MinAchieved,
-}
-
 impl SearchSpec {
     /// From the command line: `--start R --step S`, `--max R` (start and step default to a
-    /// tenth of it), or both.
+    /// tenth of it), or both. A rate search; see [`SearchSpec::with_axis`].
     pub fn new(
         start: Option<f64>,
         step: Option<f64>,
@@ -73,8 +111,8 @@ impl SearchSpec {
         bisect: u32,
         min_achieved: f64,
     ) -> Result<Self, SearchSpecError> {
-        let positive = |flag: &'static str, v: Option<f64>| match v {
-            Some(x) if !(x.is_finite() && x > 0.0) => Err(SearchSpecError::NotPositive { flag }),
+        let positive = |name: &'static str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(SearchSpecError::NotPositive(name)),
             _ => Ok(v),
         };
         let (start, step, max) = (
@@ -86,11 +124,11 @@ impl SearchSpec {
             (Some(a), Some(s), _) => (a, s),
             (a, s, Some(m)) => (a.unwrap_or(m / 10.0), s.unwrap_or(m / 10.0)),
             (Some(a), None, None) => (a, a),
-            (None, _, None) => return Err(SearchSpecError::NoRates),
+            (None, _, None) => return Err(SearchSpecError::NoLevels),
         };
-        if let Some(max) = max {
-            if max < start {
-                return Err(SearchSpecError::MaxBelowStart { max, start });
+        if let Some(m) = max {
+            if m < start {
+                return Err(SearchSpecError::MaxBelowStart { max: m, start });
             }
         }
         if max_steps == 0 {
@@ -100,6 +138,7 @@ impl SearchSpec {
             return Err(SearchSpecError::MinAchieved);
         }
         Ok(Self {
+            axis: Axis::Rate,
             start,
             step,
             max,
@@ -109,11 +148,30 @@ impl SearchSpec {
         })
     }
 
-    /// The stair's rates, in order.
+    /// The same search over `axis`. Connections must be whole: a start, step or max of
+    /// connections with a fraction is refused rather than rounded behind the user's back.
+    pub fn with_axis(mut self, axis: Axis) -> Result<Self, SearchSpecError> {
+        if axis == Axis::Connections {
+            let whole = |v: f64| v >= 1.0 && v.fract() == 0.0;
+            for (name, v) in [
+                ("start", Some(self.start)),
+                ("step", Some(self.step)),
+                ("max", self.max),
+            ] {
+                if v.is_some_and(|v| !whole(v)) {
+                    return Err(SearchSpecError::NotWhole(name));
+                }
+            }
+        }
+        self.axis = axis;
+        Ok(self)
+    }
+
+    /// The stair's levels, in order.
     pub fn stair(&self) -> Vec<f64> {
         let mut rates = Vec::new();
         for k in 0..self.max_steps {
-            let r = round_rate(self.start + f64::from(k) * self.step);
+            let r = self.axis.round(self.start + f64::from(k) * self.step);
             if self.max.is_some_and(|m| r > m + 1e-9) {
                 break;
             }
@@ -142,11 +200,11 @@ pub enum StepKind {
 /// The verdict on one step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepVerdict {
-    /// The phase name in the combined report, e.g. `s3 120/s`.
+    /// The phase name in the combined report, e.g. `s3 120/s` or `s3 40 conn`.
     pub name: String,
     pub kind: StepKind,
-    /// Arrivals per second.
-    pub rate: f64,
+    /// The step's level: arrivals per second, or connections.
+    pub level: f64,
     /// Requests per second planned (rate × requests per session).
     pub planned_rps: f64,
     /// Requests completed within the step's duration, per second.
@@ -157,26 +215,50 @@ pub struct StepVerdict {
     pub p99_us: u64,
     pub holds: bool,
     /// Why the step failed: the SLO and its measured value, the achieved rate, or the
-    /// generator falling behind.
+    /// generator being the limit.
     pub reason: Option<String>,
+    /// The generator, not the target, was the limit of this step: it failed, and it is not
+    /// the target's knee. The search stops at it.
+    pub generator: Option<GeneratorLimit>,
+}
+
+/// What a step's verdict needs from the search around it, to size the agents when the
+/// generator was the limit.
+#[derive(Debug, Clone, Copy)]
+pub struct StepContext<'a> {
+    pub axis: Axis,
+    /// The report of the last step that held, with its achieved requests per second and its
+    /// level: its agent CPU per request sizes the agents.
+    pub last_good: Option<(&'a Report, f64, f64)>,
+    /// The highest level the search would try.
+    pub top: f64,
+    /// The agents the step ran on.
+    pub agents: u32,
 }
 
 /// Judges one step's report against the SLOs (already evaluated into `report.thresholds`,
-/// since each step's scenario carries them) and the keep-up rules.
+/// since each step's scenario carries them) and the keep-up rules. A step whose generator
+/// was the limit fails on that alone (its SLO figures are the generator's), with the agents
+/// the search would need.
 pub fn judge(
     name: &str,
     kind: StepKind,
-    rate: f64,
+    level: f64,
     duration_s: f64,
     report: &Report,
     min_achieved: f64,
+    ctx: StepContext<'_>,
 ) -> StepVerdict {
     let requests_per_session = if report.totals.sessions.planned > 0 {
         report.totals.planned as f64 / report.totals.sessions.planned as f64
     } else {
         1.0
     };
-    let planned_rps = rate * requests_per_session;
+    // A closed load has no plan: it does what the target lets it.
+    let planned_rps = match ctx.axis {
+        Axis::Rate => level * requests_per_session,
+        Axis::Connections => 0.0,
+    };
     // Completed within the step: the timeline rows that start before its end (a report
     // narrowed to one workload has no timeline of its own: all its completed requests count).
     let in_window: u64 = if report.timeline.is_empty() {
@@ -207,23 +289,20 @@ pub fn judge(
             reasons.push(format!("`{}` measured {}", t.expr, t.measured_text));
         }
     }
-    if planned > 0 && (in_window as f64) < min_achieved * planned as f64 {
+    // A closed load's "planned" is what it started: there is no schedule to keep up with.
+    if ctx.axis == Axis::Rate && planned > 0 && (in_window as f64) < min_achieved * planned as f64 {
         reasons.push(format!(
             "achieved {achieved_rps:.1}/s of planned {planned_rps:.1}/s ({:.1}% within the step)",
             in_window as f64 * 100.0 / planned as f64
         ));
     }
-    // The report flags any lateness (over 0.1% of sessions); a step only blames the generator
-    // when over 5% of its sessions started late, or arrivals were dropped, so a scheduling
-    // hiccup on the agent's CPU does not turn into "add agents". A generator that is really the
-    // limit is late for most sessions.
-    let g = &report.generator;
-    let started = report.totals.sessions.started.max(1);
-    if g.dropped_arrivals > 0 || g.late_arrivals * 20 > started {
-        reasons.push(format!(
-            "the generator fell behind its schedule ({} late, {} dropped): the agents are the limit, not the target — add agents",
-            g.late_arrivals, g.dropped_arrivals
-        ));
+    let generator = generator::limit(report, ctx.last_good, ctx.top, ctx.agents);
+    if let Some(g) = &generator {
+        // The SLO figures of this step are the generator's: they are not a reason.
+        reasons = vec![format!(
+            "the generator was the limit, not the target: {}",
+            g.cause
+        )];
     }
     if report.outcome != RunOutcome::Succeeded && report.threshold_abort.is_none() {
         reasons.push(format!(
@@ -234,7 +313,7 @@ pub fn judge(
     StepVerdict {
         name: name.to_string(),
         kind,
-        rate,
+        level,
         planned_rps,
         achieved_rps,
         completed: report.totals.completed,
@@ -243,6 +322,7 @@ pub fn judge(
         p99_us: report.latency.response_time.p99_us,
         holds: reasons.is_empty(),
         reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
+        generator,
     }
 }
 
@@ -288,8 +368,13 @@ impl Search {
         }
     }
 
-    /// The next step to run (name, kind, rate), or `None` when the search is over.
+    /// The next step to run (name, kind, level), or `None` when the search is over: the
+    /// stair and the bisection are done, or the generator was the limit.
     pub fn next_step(&mut self) -> Option<(String, StepKind, f64)> {
+        if self.generator_stop().is_some() {
+            return None;
+        }
+        let axis = self.spec.axis;
         if !self.stair_done {
             let k = self
                 .verdicts
@@ -299,7 +384,7 @@ impl Search {
             let failed = self.verdicts.iter().any(|v| !v.holds);
             if !failed {
                 if let Some(&r) = self.stair.get(k) {
-                    return Some((format!("s{} {}/s", k + 1, fmt_rate(r)), StepKind::Stair, r));
+                    return Some((format!("s{} {}", k + 1, axis.fmt(r)), StepKind::Stair, r));
                 }
             }
             self.stair_done = true;
@@ -307,40 +392,58 @@ impl Search {
         if self.bisected >= self.spec.bisect {
             return None;
         }
-        let hi = self.first_failing()?.rate;
-        let lo = self.sustainable().map_or(0.0, |v| v.rate);
-        let mid = round_rate((lo + hi) / 2.0);
+        let hi = self.first_failing()?.level;
+        let lo = self.sustainable().map_or(0.0, |v| v.level);
+        let mid = axis.round((lo + hi) / 2.0);
         // Stop when the interval is too narrow to split (1 % of the rate, or the rounding).
         if mid <= lo || mid >= hi || hi - lo <= 0.01 * hi || lo == 0.0 {
             return None;
         }
         self.bisected += 1;
         Some((
-            format!("b{} {}/s", self.bisected, fmt_rate(mid)),
+            format!("b{} {}", self.bisected, axis.fmt(mid)),
             StepKind::Bisect,
             mid,
         ))
+    }
+
+    /// The highest level the search would try: `max`, or the top of the stair.
+    pub fn top(&self) -> f64 {
+        self.spec
+            .max
+            .or_else(|| self.stair.last().copied())
+            .unwrap_or(self.spec.start)
+    }
+
+    /// The step at which the generator was the limit (and the search stopped), if any.
+    pub fn generator_stop(&self) -> Option<&StepVerdict> {
+        self.verdicts.iter().find(|v| v.generator.is_some())
     }
 
     pub fn record(&mut self, v: StepVerdict) {
         self.verdicts.push(v);
     }
 
-    /// The highest rate that held and is below every failing rate.
+    /// The highest level that held and is below every failing level (the generator's too).
     pub fn sustainable(&self) -> Option<&StepVerdict> {
-        let cap = self.first_failing().map_or(f64::INFINITY, |f| f.rate);
+        let cap = self
+            .verdicts
+            .iter()
+            .filter(|v| !v.holds)
+            .map(|v| v.level)
+            .fold(f64::INFINITY, f64::min);
         self.verdicts
             .iter()
-            .filter(|v| v.holds && v.rate < cap)
-            .max_by(|a, b| a.rate.total_cmp(&b.rate))
+            .filter(|v| v.holds && v.level < cap)
+            .max_by(|a, b| a.level.total_cmp(&b.level))
     }
 
-    /// The lowest rate that failed.
+    /// The lowest level at which the target failed: a step the generator limited is not one.
     pub fn first_failing(&self) -> Option<&StepVerdict> {
         self.verdicts
             .iter()
-            .filter(|v| !v.holds)
-            .min_by(|a, b| a.rate.total_cmp(&b.rate))
+            .filter(|v| !v.holds && v.generator.is_none())
+            .min_by(|a, b| a.level.total_cmp(&b.level))
     }
 }
 
@@ -565,195 +668,4 @@ fn worst_latency(a: &Latency, b: &Latency) -> Latency {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn verdict(name: &str, kind: StepKind, rate: f64, holds: bool) -> StepVerdict {
-        StepVerdict {
-            name: name.into(),
-            kind,
-            rate,
-            planned_rps: rate,
-            achieved_rps: rate,
-            completed: 0,
-            failed: 0,
-            p50_us: 0,
-            p99_us: 0,
-            holds,
-            reason: (!holds).then(|| "x".into()),
-        }
-    }
-
-    /// Drives a search against a system whose true capacity is `knee`.
-    fn drive(spec: SearchSpec, knee: f64) -> (Search, Vec<f64>) {
-        let mut s = Search::new(spec);
-        let mut tried = Vec::new();
-        while let Some((name, kind, rate)) = s.next_step() {
-            tried.push(rate);
-            s.record(verdict(&name, kind, rate, rate <= knee));
-            assert!(tried.len() < 100);
-        }
-        (s, tried)
-    }
-
-    #[test]
-    fn spec_from_arguments() {
-        let s = SearchSpec::new(None, None, Some(200.0), 20, 3, 0.95).unwrap();
-        assert_eq!((s.start, s.step), (20.0, 20.0));
-        assert_eq!(s.stair().len(), 10);
-        assert_eq!(s.stair().last(), Some(&200.0));
-        let s = SearchSpec::new(Some(40.0), Some(20.0), None, 5, 3, 0.95).unwrap();
-        assert_eq!(s.stair(), vec![40.0, 60.0, 80.0, 100.0, 120.0]);
-        assert!(SearchSpec::new(None, Some(5.0), None, 5, 3, 0.95).is_err());
-        assert!(SearchSpec::new(Some(-1.0), Some(5.0), None, 5, 3, 0.95).is_err());
-        assert!(SearchSpec::new(Some(50.0), Some(5.0), Some(10.0), 5, 3, 0.95).is_err());
-        assert!(SearchSpec::new(Some(5.0), Some(5.0), None, 5, 3, 0.0).is_err());
-    }
-
-    #[test]
-    fn stair_then_bisection_finds_the_knee() {
-        let spec = SearchSpec::new(Some(40.0), Some(20.0), Some(200.0), 20, 3, 0.95).unwrap();
-        let (s, tried) = drive(spec, 93.0);
-        // Stair up to the first failure (100), then 3 bisections between 80 and 100.
-        assert_eq!(tried, vec![40.0, 60.0, 80.0, 100.0, 90.0, 95.0, 93.0]);
-        assert_eq!(s.sustainable().unwrap().rate, 93.0);
-        assert_eq!(s.first_failing().unwrap().rate, 95.0);
-    }
-
-    #[test]
-    fn no_failure_up_to_max_and_failure_at_the_first_step() {
-        let spec = SearchSpec::new(Some(10.0), Some(10.0), Some(30.0), 20, 3, 0.95).unwrap();
-        let (s, tried) = drive(spec.clone(), 1000.0);
-        assert_eq!(tried, vec![10.0, 20.0, 30.0]);
-        assert_eq!(s.sustainable().unwrap().rate, 30.0);
-        assert!(s.first_failing().is_none());
-        let (s, tried) = drive(spec, 1.0);
-        assert_eq!(tried, vec![10.0]);
-        assert!(s.sustainable().is_none());
-        assert_eq!(s.first_failing().unwrap().rate, 10.0);
-    }
-
-    fn step_report(rate: f64, completed_per_s: &[u64], p99_ok: bool) -> Report {
-        let mut h = hist::new_histogram();
-        hist::record(&mut h, 1000);
-        let enc = base64::engine::general_purpose::STANDARD.encode(hist::encode(&h).unwrap());
-        Report {
-            run_id: format!("run-{rate}"),
-            planned_duration_s: completed_per_s.len() as f64,
-            duration_s: completed_per_s.len() as f64 + 0.2,
-            totals: Totals {
-                planned: (rate * completed_per_s.len() as f64) as u64,
-                completed: completed_per_s.iter().sum(),
-                sessions: SessionTotals {
-                    planned: (rate * completed_per_s.len() as f64) as u64,
-                    ..SessionTotals::default()
-                },
-                ..Totals::default()
-            },
-            phases: vec![PhaseReport {
-                name: "phase-1".into(),
-                completed: completed_per_s.iter().sum(),
-                ..PhaseReport::default()
-            }],
-            thresholds: vec![ThresholdResult {
-                expr: "p99 < 50ms".into(),
-                measured: if p99_ok { 10_000.0 } else { 90_000.0 },
-                limit: 50_000.0,
-                passed: p99_ok,
-                measured_text: if p99_ok { "10.00ms" } else { "90.00ms" }.into(),
-                window: None,
-            }],
-            timeline: completed_per_s
-                .iter()
-                .enumerate()
-                .map(|(i, c)| TimelineRow {
-                    interval: i as u64,
-                    t_s: i as f64,
-                    completed: *c,
-                    response_hist: enc.clone(),
-                    service_hist: enc.clone(),
-                    ..TimelineRow::default()
-                })
-                .collect(),
-            ..Report::default()
-        }
-    }
-
-    #[test]
-    fn judge_names_the_slo_and_the_achieved_rate() {
-        let ok = judge(
-            "s1 50/s",
-            StepKind::Stair,
-            50.0,
-            3.0,
-            &step_report(50.0, &[50, 50, 49], true),
-            0.95,
-        );
-        assert!(ok.holds, "{ok:?}");
-        let slow = judge(
-            "s2 100/s",
-            StepKind::Stair,
-            100.0,
-            3.0,
-            &step_report(100.0, &[80, 80, 80], true),
-            0.95,
-        );
-        assert!(!slow.holds);
-        assert_eq!(
-            slow.reason.as_deref(),
-            Some("achieved 80.0/s of planned 100.0/s (80.0% within the step)")
-        );
-        let late = judge(
-            "s3",
-            StepKind::Stair,
-            50.0,
-            3.0,
-            &step_report(50.0, &[50, 50, 50], false),
-            0.95,
-        );
-        assert_eq!(
-            late.reason.as_deref(),
-            Some("`p99 < 50ms` measured 90.00ms")
-        );
-    }
-
-    #[test]
-    fn merged_report_keeps_every_step_as_a_phase() {
-        let parts = vec![
-            ("s1 50/s".to_string(), step_report(50.0, &[50, 50], true)),
-            (
-                "s2 100/s".to_string(),
-                step_report(100.0, &[100, 90], false),
-            ),
-        ];
-        let m = merge_steps("cap", &parts).unwrap();
-        assert_eq!(m.phases.len(), 2);
-        assert_eq!(m.phases[1].name, "s2 100/s");
-        // The second step follows the first's last row: no empty second between them.
-        assert_eq!(m.phases[1].start_s, 2.0);
-        assert_eq!(m.totals.completed, 290);
-        assert_eq!(m.totals.planned, 300);
-        assert_eq!(m.timeline.len(), 4);
-        assert_eq!(m.timeline[2].t_s, 2.0);
-        assert_eq!(m.timeline[3].interval, 3);
-        // Every interval histogram (one sample each) is merged into the overall latency.
-        assert_eq!(m.latency.response_time.count, 4);
-        assert_eq!(m.thresholds[1].expr, "s2 100/s: p99 < 50ms");
-        assert!(!m.thresholds[1].passed);
-    }
-
-    /// Step reports read from files are not trusted: counts at the top of `u64` add up
-    /// saturating instead of overflowing (a panic in debug builds, a wrap in release).
-    #[test]
-    fn merging_steps_with_huge_counts_saturates() {
-        let mut a = step_report(50.0, &[50], true);
-        a.totals.completed = u64::MAX - 1;
-        a.totals.failed = u64::MAX;
-        a.totals.errors.insert("reset".into(), u64::MAX);
-        let parts = vec![("s1".to_string(), a.clone()), ("s2".to_string(), a)];
-        let m = merge_steps("cap", &parts).unwrap();
-        assert_eq!(m.totals.completed, u64::MAX);
-        assert_eq!(m.totals.failed, u64::MAX);
-        assert_eq!(m.totals.errors["reset"], u64::MAX);
-    }
-}
+mod tests;

@@ -134,6 +134,7 @@ pub async fn agent(a: AgentArgs, cli_tls: ClientTls) -> Result<i32> {
     cfg.capacity = a.capacity;
     cfg.source_ips = a.source_ips;
     cfg.restart_grace = a.restart_grace;
+    cfg.cpu_limit = a.cpu_limit;
     cfg.pod_name = std::env::var("POD_NAME").unwrap_or_default();
     cfg.node_name = std::env::var("NODE_NAME").unwrap_or_default();
     cfg.pod_ip = std::env::var("POD_IP").unwrap_or_default();

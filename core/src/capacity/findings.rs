@@ -18,15 +18,11 @@ pub struct TargetSide {
     /// The endpoint whose p99 was more than twice the others' median: (address, its p99 µs,
     /// the others' median p99 µs).
     pub slow_endpoint: Option<(String, u64, u64)>,
-    /// The generator fell behind its schedule in this step.
-    pub generator_behind: bool,
 }
 
 impl TargetSide {
     /// The target's side of one step's report.
     pub fn of(report: &crate::report::Report) -> Self {
-        let g = &report.generator;
-        let started = report.totals.sessions.started.max(1);
         Self {
             cpu_cores: report
                 .target_resources
@@ -35,8 +31,6 @@ impl TargetSide {
                 .filter(|c| c.is_finite() && *c > 0.0),
             slow_endpoint: crate::endpoints::slow_endpoint(&report.endpoints)
                 .map(|(e, median)| (e.address.clone(), e.p99_us, median)),
-            // The same rule as the step's verdict.
-            generator_behind: g.dropped_arrivals > 0 || g.late_arrivals * 20 > started,
         }
     }
 }
@@ -57,11 +51,16 @@ pub fn findings(search: &Search, sides: &[TargetSide]) -> Vec<String> {
             .and_then(|i| sides.get(i))
     };
     let mut out = Vec::new();
+    let axis = search.spec.axis;
     let ok = search.sustainable();
     if let Some(v) = ok {
         match side(v).and_then(|s| s.cpu_cores) {
             Some(cores) => out.push(format!(
-                "at the sustainable rate the target served {:.0} req/s per core ({:.1} req/s on {:.2} cores)",
+                "at the {} the target served {:.0} req/s per core ({:.1} req/s on {:.2} cores)",
+                match axis {
+                    super::Axis::Rate => "sustainable rate".to_string(),
+                    super::Axis::Connections => format!("largest concurrency ({})", axis.fmt(v.level)),
+                },
                 v.achieved_rps / cores,
                 v.achieved_rps,
                 cores
@@ -72,56 +71,80 @@ pub fn findings(search: &Search, sides: &[TargetSide]) -> Vec<String> {
             ),
         }
     }
+    if let Some(g) = search.generator_stop() {
+        out.push(generator_line(search, g));
+    }
     let Some(f) = search.first_failing() else {
         return out;
     };
     let fs = side(f).cloned().unwrap_or_default();
-    if fs.generator_behind {
-        out.push(format!(
-            "limit at {}/s: the generator, not the target (it fell behind its schedule); add agents before reading a knee",
-            super::fmt_rate(f.rate)
-        ));
-        return out;
-    }
     if let Some((addr, p99, median)) = &fs.slow_endpoint {
         out.push(format!(
-            "limit at {}/s: one slow endpoint, {addr} (p99 {} against {} for the others)",
-            super::fmt_rate(f.rate),
+            "limit at {}: one slow endpoint, {addr} (p99 {} against {} for the others)",
+            axis.fmt(f.level),
             ms(*p99),
             ms(*median)
         ));
     }
     let cores = (ok.and_then(|v| side(v)?.cpu_cores), fs.cpu_cores);
     match (ok, cores) {
-        (Some(v), (Some(c0), Some(c1))) if v.planned_rps > 0.0 => {
-            let load = f.planned_rps / v.planned_rps - 1.0;
+        // The offered load grows with the level: the rate's planned requests, or connections.
+        (Some(v), (Some(c0), Some(c1))) if v.level > 0.0 => {
+            let load = f.level / v.level - 1.0;
             let cpu = c1 / c0 - 1.0;
             if load > 0.0 && cpu < SATURATED_GROWTH * load {
                 out.push(format!(
-                    "limit at {}/s: target CPU saturated at {c1:.2} cores (+{:.0}% load, +{:.0}% CPU)",
-                    super::fmt_rate(f.rate),
+                    "limit at {}: target CPU saturated at {c1:.2} cores (+{:.0}% load, +{:.0}% CPU)",
+                    axis.fmt(f.level),
                     load * 100.0,
                     cpu.max(0.0) * 100.0
                 ));
             } else if fs.slow_endpoint.is_none() {
                 out.push(format!(
-                    "limit at {}/s: the SLO failed while target CPU still grew with the load ({c1:.2} cores): a lock, I/O or a dependency",
-                    super::fmt_rate(f.rate)
+                    "limit at {}: the SLO failed while target CPU still grew with the load ({c1:.2} cores): a lock, I/O or a dependency",
+                    axis.fmt(f.level)
                 ));
             }
         }
         (None, (_, Some(c1))) if fs.slow_endpoint.is_none() => out.push(format!(
-            "limit at {}/s: the first step already failed, the target on {c1:.2} cores ({:.0} req/s per core); try a lower --start",
-            super::fmt_rate(f.rate),
+            "limit at {}: the first step already failed, the target on {c1:.2} cores ({:.0} req/s per core); try a lower --start",
+            axis.fmt(f.level),
             f.achieved_rps / c1
         )),
         _ if fs.slow_endpoint.is_none() && fs.cpu_cores.is_none() => out.push(format!(
-            "limit at {}/s: cause not known without the target's CPU (`observe:`)",
-            super::fmt_rate(f.rate)
+            "limit at {}: cause not known without the target's CPU (`observe:`)",
+            axis.fmt(f.level)
         )),
         _ => {}
     }
     out
+}
+
+/// The search stopped at `g`, the generator its limit: which agent, and how many agents
+/// the search needs.
+fn generator_line(search: &Search, g: &StepVerdict) -> String {
+    let axis = search.spec.axis;
+    let mut line = format!(
+        "generator limited at {}: {}; this is not the target's knee",
+        axis.fmt(g.level),
+        g.generator
+            .as_ref()
+            .map_or_else(String::new, |l| l.cause.to_string())
+    );
+    let limit = g.generator.as_ref();
+    match (
+        limit.and_then(|l| l.agents_needed),
+        limit.and_then(|l| l.cpu_us_per_request),
+        search.sustainable(),
+    ) {
+        (Some(n), Some(us), Some(ok)) => line.push_str(&format!(
+            "; reaching {} needs {n} agents ({us:.0} µs of agent CPU per request at {})",
+            axis.fmt(search.top()),
+            ok.name
+        )),
+        _ => line.push_str("; add agents (or give them more CPU) and search again"),
+    }
+    line
 }
 
 fn ms(us: u64) -> String {
@@ -141,7 +164,7 @@ mod tests {
         StepVerdict {
             name: format!("s {rate}"),
             kind: StepKind::Stair,
-            rate,
+            level: rate,
             planned_rps: rate,
             achieved_rps: rate,
             completed: 1,
@@ -150,6 +173,7 @@ mod tests {
             p99_us: 1,
             holds,
             reason: None,
+            generator: None,
         }
     }
 
@@ -192,16 +216,35 @@ mod tests {
         assert!(f[1].contains("a lock, I/O or a dependency"), "{f:?}");
     }
 
+    /// The generator's stop is named with its agent and the agents needed, and no limit of
+    /// the target is made of it.
+    #[test]
+    fn the_generator_stop_is_not_a_knee() {
+        let mut s = search(&[(100.0, true)]);
+        let mut g = step(200.0, false);
+        g.generator = Some(crate::capacity::GeneratorLimit {
+            cause: crate::capacity::GeneratorCause::Cpu {
+                agent: "a-2".into(),
+                cpu_pct: 97.0,
+                cores: 1.0,
+            },
+            cpu_us_per_request: Some(1500.0),
+            agents_needed: Some(3),
+        });
+        s.record(g);
+        let f = findings(&s, &[TargetSide::default(), cores(0.3)]);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].contains("not known"), "{f:?}");
+        assert_eq!(
+            f[1],
+            "generator limited at 200/s: agent a-2 at 97% of its 1 core(s); this is not the \
+             target's knee; reaching 500/s needs 3 agents (1500 µs of agent CPU per request at s 100)"
+        );
+    }
+
     #[test]
     fn the_generator_and_a_slow_endpoint_are_named() {
         let s = search(&[(100.0, true), (200.0, false)]);
-        let behind = TargetSide {
-            generator_behind: true,
-            ..Default::default()
-        };
-        let f = findings(&s, &[TargetSide::default(), behind]);
-        assert!(f[0].contains("not known"), "{f:?}");
-        assert!(f[1].contains("the generator, not the target"), "{f:?}");
         let slow = TargetSide {
             slow_endpoint: Some(("127.0.0.2:80".into(), 41_000, 2_000)),
             ..cores(0.5)

@@ -136,6 +136,18 @@ pub fn check_literal(target: &crate::target::Target) -> Result<(), String> {
     }
 }
 
+/// [`check_literal`] for every target a scenario loads (its own and its workloads'); the
+/// error names the field: `workloads[1].target: ...`.
+pub fn check_literals(scenario: &crate::Scenario) -> Result<(), String> {
+    for (field, t) in scenario.targets() {
+        check_literal(t).map_err(|e| match e.strip_prefix("target") {
+            Some(rest) => format!("{field}{rest}"),
+            None => e,
+        })?;
+    }
+    Ok(())
+}
+
 /// An IPv6 form of an IPv4 address, checked as the IPv4 address it reaches: IPv4-mapped
 /// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, but `::` and `::1` stay themselves) and
 /// the NAT64 well-known prefix (`64:ff9b::a.b.c.d`, RFC 6052), which a NAT64 gateway

@@ -3,11 +3,11 @@
 //! session types compiled into a [`RunSpec`].
 
 use super::*;
-use crate::runner::EndpointSet;
 use stampede_core::scenario::StepKind;
 
 mod error;
 pub use error::{AssignError, StepError};
+mod target;
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.
 pub(crate) async fn prepare(
@@ -39,96 +39,68 @@ pub(crate) async fn prepare(
     scenario
         .check_data_supply(a.seed)
         .map_err(AssignError::DataSupply)?;
-    let target = scenario.target.clone().ok_or(AssignError::NoTarget)?;
-    let transport = target.transport();
-    if transport == Transport::Unix && !cfg.target_policy.allow_unix {
-        return Err(AssignError::UnixTarget);
+    // Every target once, each workload pointing at its own: workloads naming the same URL
+    // share its connections' setup and its endpoints.
+    let views = scenario.workload_views();
+    let several_targets = scenario.targets().len() > 1;
+    let mut built: Vec<target::Built> = Vec::new();
+    let mut of_workload = Vec::with_capacity(views.len());
+    for w in &views {
+        let Some(url) = w.target else {
+            return Err(AssignError::NoTarget {
+                field: w.target_field.clone(),
+            });
+        };
+        // The scenario's `endpoints:` belong to its own target, whoever names it.
+        let top = scenario.target.as_ref() == Some(url);
+        let i = match built.iter().position(|b| &b.url == url) {
+            Some(i) => i,
+            None => {
+                let field = if top {
+                    "target"
+                } else {
+                    w.target_field.as_str()
+                };
+                let listed: &[String] = if top { &scenario.endpoints } else { &[] };
+                built.push(
+                    target::build(cfg, &scenario, url, field, listed, several_targets).await?,
+                );
+                built.len() - 1
+            }
+        };
+        of_workload.push(i);
     }
-    let resolver = cfg
-        .resolver
-        .clone()
-        .unwrap_or_else(crate::resolve::DnsResolver::system);
-    let (mut endpoint, resolved) = resolve(&target, &resolver).await?;
-    let host_header = target.authority();
-    // The addresses the run will really use, after resolution: a name that resolves to a
-    // refused address is refused too.
-    if let Some(r) = &resolved {
-        for addr in &r.addrs {
-            cfg.target_policy.check(*addr)?;
+    // Setup steps run against the scenario's own target.
+    let setup_target = match &scenario.target {
+        Some(url) => {
+            let b = match built.iter().find(|b| &b.url == url) {
+                Some(b) => b.clone(),
+                None => {
+                    target::build(cfg, &scenario, url, "target", &scenario.endpoints, false).await?
+                }
+            };
+            Some(setup::Target {
+                endpoint: b.endpoint.clone(),
+                authority: b.host_header.clone(),
+                prefix: b.url.prefix().to_string(),
+                https: b.https,
+            })
         }
-    } else if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
-        cfg.target_policy.check(*addr)?;
-    }
-    // gRPC is HTTP/2 underneath: h2c with prior knowledge, or h2 by ALPN over TLS.
-    let grpc = matches!(transport, Transport::Grpc | Transport::Grpcs);
-    let http2 = grpc || scenario.http_version == Some(stampede_core::scenario::HttpVersion::Http2);
-    let https = transport.is_tls();
-    let websocket = matches!(transport, Transport::Ws | Transport::Wss);
-    if let Endpoint::Http(addr, _) = endpoint {
-        let tls = if https {
-            Some(Arc::new(tls::TlsClient::new(
-                scenario.tls.as_ref(),
-                target.host(),
-                http2,
-            )?))
-        } else {
-            None
-        };
-        endpoint = if websocket {
-            Endpoint::Ws(addr, tls)
-        } else if http2 {
-            Endpoint::H2(addr, tls)
-        } else {
-            Endpoint::Http(addr, tls)
-        };
-    }
-    // `endpoints:`: the same transport (and TLS name) at each listed address, each checked
-    // against the target policy like the target's own address.
-    let addrs = stampede_core::endpoints::parse(&scenario.endpoints)
-        .map_err(|(field, why)| AssignError::Endpoints { field, why })?;
-    let mut endpoints = Vec::with_capacity(addrs.len());
-    for (index, addr) in addrs.into_iter().enumerate() {
-        cfg.target_policy
-            .check(addr)
-            .map_err(|error| AssignError::EndpointPolicy { index, error })?;
-        endpoints.push((addr, at_address(&endpoint, addr)?));
-    }
-    // Without the list, a target name's addresses (all of them, followed during the run).
-    let mut follow = None;
-    let endpoints = if !endpoints.is_empty() {
-        Arc::new(EndpointSet::fixed(endpoints))
-    } else if let (Some(r), Some(host)) = (resolved, crate::resolve::host_name(target.host())) {
-        let f = crate::resolve::Follow {
-            resolver,
-            host: host.to_string(),
-            port: r.addrs[0].port(),
-            set: Arc::default(),
-            template: endpoint.clone(),
-            policy: cfg.target_policy.clone(),
-            first_refresh: r.refresh,
-        };
-        f.set.replace(f.endpoints(&r.addrs), true);
-        let set = f.set.clone();
-        follow = Some(Arc::new(f));
-        set
-    } else {
-        Arc::default()
+        None => None,
     };
+    let follow: Vec<_> = built.iter().filter_map(|b| b.follow.clone()).collect();
     let (context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
     // Setup steps run here, on the one agent the controller asked to, before Ready: outside
     // any measurement. The others receive the values in their Start.
-    let setup_target = setup::Target {
-        endpoint: endpoint.clone(),
-        authority: host_header.clone(),
-        prefix: target.prefix().to_string(),
-        https,
-    };
-    let setup_values = if a.run_setup {
+    let setup_values = if a.run_setup && !scenario.setup.is_empty() {
+        let setup_target = setup_target
+            .as_ref()
+            .ok_or_else(|| "target: setup steps need the scenario's target".to_string())?;
         let values = setup::run(
             &scenario,
             &context,
-            &setup_target,
+            setup_target,
             scenario.request_timeout.0,
         )
         .await?;
@@ -138,17 +110,17 @@ pub(crate) async fn prepare(
         Vec::new()
     };
     let mut any_dynamic = false;
-    let compiler = Compiler {
-        scenario: &scenario,
-        slots: &slots,
-        host_header: &host_header,
-        prefix: target.prefix(),
-        https,
-        http2,
-    };
-    let views = scenario.workload_views();
     let mut types = Vec::with_capacity(views.len());
-    for w in &views {
+    for (w, &t) in views.iter().zip(&of_workload) {
+        let b = &built[t];
+        let compiler = Compiler {
+            scenario: &scenario,
+            slots: &slots,
+            host_header: &b.host_header,
+            prefix: b.url.prefix(),
+            https: b.https,
+            http2: b.http2,
+        };
         let mut compiled = Vec::with_capacity(w.types.len());
         for t in &w.types {
             compiled.push(compiler.steps(t, &mut any_dynamic)?);
@@ -173,7 +145,7 @@ pub(crate) async fn prepare(
     let dynamic = (any_dynamic || !context_is_empty(&scenario)).then(|| Arc::new(context));
     let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
     let mut workloads = Vec::with_capacity(views.len());
-    for (w, types) in views.iter().zip(types) {
+    for ((w, types), &t) in views.iter().zip(types).zip(&of_workload) {
         let mode = match w.load {
             None => runner::Mode::Arrivals,
             Some(load) => {
@@ -233,8 +205,8 @@ pub(crate) async fn prepare(
             planned: planned.get(phase_range).unwrap_or_default().to_vec(),
             request_timeout: scenario.request_timeout.0,
             filter,
-            target: endpoint.clone(),
-            endpoints: endpoints.clone(),
+            target: built[t].endpoint.clone(),
+            endpoints: built[t].endpoints.clone(),
             types,
             mix,
             mix_offset,
@@ -244,8 +216,8 @@ pub(crate) async fn prepare(
             seed: a.seed,
         }));
     }
-    let refresh = match (scenario.setup_refresh, &dynamic) {
-        (Some(every), Some(_)) => Some(Arc::new(setup::Refresh {
+    let refresh = match (scenario.setup_refresh, &dynamic, setup_target) {
+        (Some(every), Some(_), Some(setup_target)) => Some(Arc::new(setup::Refresh {
             scenario: Arc::new(scenario.clone()),
             target: setup_target,
             every: every.0,
@@ -446,53 +418,4 @@ fn dynamic_send(
 /// Data sources bind rows (and `stop` skips sessions) even when no step reads them.
 fn context_is_empty(scenario: &Scenario) -> bool {
     scenario.data.is_empty()
-}
-
-/// The endpoint `target` (resolved, with its TLS client) at another address.
-fn at_address(target: &Endpoint, addr: std::net::SocketAddr) -> Result<Endpoint, AssignError> {
-    Ok(match target {
-        Endpoint::Http(_, tls) => Endpoint::Http(addr, tls.clone()),
-        Endpoint::H2(_, tls) => Endpoint::H2(addr, tls.clone()),
-        Endpoint::Tcp(_) => Endpoint::Tcp(addr),
-        Endpoint::Udp(_) => Endpoint::Udp(addr),
-        Endpoint::Ws(_, tls) => Endpoint::Ws(addr, tls.clone()),
-        Endpoint::Unix(_) => return Err(AssignError::UnixEndpoints),
-    })
-}
-
-/// Resolves the target: its first address, and every address of a host name (`None` for an
-/// IP address or a socket path).
-async fn resolve(
-    target: &stampede_core::target::Target,
-    resolver: &crate::resolve::DnsResolver,
-) -> Result<(Endpoint, Option<crate::resolve::Resolved>), AssignError> {
-    if let Some(path) = target.unix_path() {
-        return Ok((Endpoint::Unix(path.into()), None));
-    }
-    let authority = target.socket_authority().unwrap_or_default();
-    let (addr, resolved) = match crate::resolve::host_name(target.host()) {
-        Some(host) => {
-            let port = authority
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse().ok())
-                .unwrap_or_default();
-            let r = resolver
-                .lookup(host, port)
-                .await
-                .map_err(|error| AssignError::Resolve { error })?;
-            (r.addrs[0], Some(r))
-        }
-        None => (
-            authority.parse().map_err(|_| AssignError::NotAnAddress {
-                authority: authority.to_string(),
-            })?,
-            None,
-        ),
-    };
-    let endpoint = match target.transport() {
-        Transport::Tcp => Endpoint::Tcp(addr),
-        Transport::Udp => Endpoint::Udp(addr),
-        _ => Endpoint::Http(addr, None),
-    };
-    Ok((endpoint, resolved))
 }

@@ -52,21 +52,25 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    let endpoints = run
-        .workloads
-        .first()
-        .map(|w| w.endpoints.clone())
-        .unwrap_or_default();
+    // One set per target, shared by the workloads that name it.
+    let mut sets: Vec<Arc<EndpointSet>> = Vec::new();
+    for w in &run.workloads {
+        if !sets.iter().any(|s| Arc::ptr_eq(s, &w.endpoints)) {
+            sets.push(w.endpoints.clone());
+        }
+    }
+    let endpoints = endpoints::EndpointSets(sets);
     let rec = Arc::new(
         Recorder::per_phase(run.phase_steps())
             .with_endpoints(endpoints)
             .with_samples(t0, run.samples),
     );
     // A target name's addresses, followed while the run goes on.
-    let follower = run
+    let followers: Vec<_> = run
         .follow
-        .clone()
-        .map(|f| tokio::spawn(crate::resolve::follow(f, stop.clone())));
+        .iter()
+        .map(|f| tokio::spawn(crate::resolve::follow(f.clone(), stop.clone())))
+        .collect();
     let tracker = TaskTracker::new();
 
     // The interval ticker.
@@ -146,7 +150,7 @@ pub async fn execute(
     tracker.close();
     tracker.wait().await;
     aborter.abort();
-    if let Some(f) = follower {
+    for f in followers {
         f.abort();
     }
     // The pools have ended: their queues are empty and closed, unless the run stopped early.

@@ -328,9 +328,7 @@ pub fn read_scenario(path: &std::path::Path) -> Result<(String, stampede_core::S
 /// controller's message: a dry run says what the run would be told.
 pub fn read_scenario_dry(path: &std::path::Path) -> Result<stampede_core::Scenario> {
     let (_, s) = read(path, stampede_core::Scenario::from_yaml, Env::Leave)?;
-    if let Some(t) = &s.target {
-        stampede_core::target_policy::check_literal(t).map_err(anyhow::Error::msg)?;
-    }
+    stampede_core::target_policy::check_literals(&s)?;
     Ok(s)
 }
 

@@ -428,8 +428,12 @@ fn report_lines(r: &Report, wide: bool) -> String {
     if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
         let _ = writeln!(o, "Workloads");
         phase_header(&mut o, wide);
+        let targets = r.workloads.iter().any(|w| w.target != r.target);
         for w in &r.workloads {
             phase_line(&mut o, &w.figures, wide);
+            if targets && !w.target.is_empty() {
+                let _ = writeln!(o, "    target {}", w.target);
+            }
             if w.session_types.len() > 1 {
                 for t in &w.session_types {
                     if !wide {

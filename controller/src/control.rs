@@ -212,10 +212,8 @@ pub(crate) fn submit(
         )));
     }
     // A literal address the agents would refuse is refused here, before any agent is picked.
-    if let Some(target) = &scenario.target {
-        stampede_core::target_policy::check_literal(target)
-            .map_err(|e| ControllerError::Invalid(e.to_string()))?;
-    }
+    stampede_core::target_policy::check_literals(&scenario)
+        .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
     let handle = run::start(inner.clone(), scenario.into_inner(), agents, wait);
     if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {

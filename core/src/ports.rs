@@ -142,21 +142,31 @@ pub fn demand(
     if agents == 0 {
         return Err(ShardError::NoShards);
     }
-    let Some(target) = scenario.target.as_ref().and_then(endpoint) else {
-        return Ok(Vec::new());
-    };
-    // Workloads add up, as if they all peaked at once (conservative): the arrival-phase
-    // sessions (capped by each agent's capacity, which they share), then the closed and
-    // constant loads' connections.
+    // Workloads add up per destination, as if they all peaked at once (conservative): the
+    // arrival-phase sessions (capped by each agent's capacity, which they share), then the
+    // closed and constant loads' connections. Each workload spends ports towards its own
+    // target; the scenario's `endpoints:` split those of the scenario's target.
     let several = scenario.named_workloads();
-    let mut sessions = 0u64;
-    let mut pooled = vec![0u64; agents as usize];
+    // (host:port, whether it is the scenario's target, sessions, pooled per agent)
+    let mut groups: Vec<(String, bool, u64, Vec<u64>)> = Vec::new();
     for w in scenario.workload_views() {
+        let Some(target) = w.target.and_then(endpoint) else {
+            continue;
+        };
+        let top = !w.own_target() || w.target == scenario.target.as_ref();
+        let g = match groups.iter().position(|g| g.0 == target) {
+            Some(i) => &mut groups[i],
+            None => {
+                groups.push((target, top, 0, vec![0u64; agents as usize]));
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        g.1 |= top;
         match w.load {
             Some(load) => {
-                for (a, c) in pooled
-                    .iter_mut()
-                    .zip(split_evenly(u64::from(load.connections), agents))
+                for (a, c) in
+                    g.3.iter_mut()
+                        .zip(split_evenly(u64::from(load.connections), agents))
                 {
                     *a = a.saturating_add(c);
                 }
@@ -176,34 +186,35 @@ pub fn demand(
                 let peak = schedule.peak_in_window(hold.as_secs_f64());
                 // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals
                 // gives one agent at most ⌈peak / n⌉ of them.
-                sessions = sessions.saturating_add(peak.div_ceil(u64::from(agents)));
+                g.2 = g.2.saturating_add(peak.div_ceil(u64::from(agents)));
             }
         }
     }
-    let per_agent: Vec<u64> = pooled
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let open = capacities
-                .get(i)
-                .map_or(sessions, |&c| sessions.min(u64::from(c.max(1))));
-            open.saturating_add(*p)
-        })
-        .collect();
-    let n = scenario.endpoints.len();
-    if n == 0 {
-        return Ok(vec![Demand { target, per_agent }]);
-    }
-    // Several endpoints: each destination ip:port has its own ports, and connection `i`
-    // goes to endpoint `i mod n`, so an agent holds at most ⌈its connections / n⌉ to each.
-    Ok(scenario
-        .endpoints
-        .iter()
-        .map(|e| Demand {
+    let mut out = Vec::new();
+    for (target, top, sessions, pooled) in groups {
+        let per_agent: Vec<u64> = pooled
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let open = capacities
+                    .get(i)
+                    .map_or(sessions, |&c| sessions.min(u64::from(c.max(1))));
+                open.saturating_add(*p)
+            })
+            .collect();
+        let n = scenario.endpoints.len();
+        if n == 0 || !top {
+            out.push(Demand { target, per_agent });
+            continue;
+        }
+        // Several endpoints: each destination ip:port has its own ports, and connection `i`
+        // goes to endpoint `i mod n`, so an agent holds at most ⌈its connections / n⌉ to each.
+        out.extend(scenario.endpoints.iter().map(|e| Demand {
             target: e.clone(),
             per_agent: per_agent.iter().map(|p| p.div_ceil(n as u64)).collect(),
-        })
-        .collect())
+        }));
+    }
+    Ok(out)
 }
 
 /// Checks every demand against the agents (in shard order): the agents that share a source
@@ -318,6 +329,32 @@ mod tests {
         assert!(check(&d, &agents(1, 28_232, 4)).is_ok());
         // An unknown range is not checked.
         assert!(check(&d, &agents(1, 0, 1)).is_ok());
+    }
+
+    /// Each workload spends ports towards its own target; workloads naming the same one add
+    /// up, and `endpoints:` split only the scenario's target.
+    #[test]
+    fn each_target_has_its_own_budget() {
+        let s = Scenario::from_yaml(
+            "name: p\ntarget: http://10.0.0.1:80\nendpoints: [\"10.0.0.5:80\", \"10.0.0.6:80\"]\nworkloads:\n\
+             \x20 - { name: a, load: { model: closed, connections: 10, duration: 1s }, session: [ { http: { path: / } } ] }\n\
+             \x20 - { name: b, target: \"tcp://10.0.0.2:7\", load: { model: closed, connections: 30, duration: 1s }, session: [ { tcp: { send: { text: hi }, framing: length_prefixed } } ] }\n\
+             \x20 - { name: c, target: \"tcp://10.0.0.2:7\", load: { model: closed, connections: 4, duration: 1s }, session: [ { tcp: { send: { text: hi }, framing: length_prefixed } } ] }\n",
+        )
+        .unwrap();
+        let d = demand(&s, 2, 0, &[]).unwrap();
+        let got: Vec<(&str, &[u64])> = d
+            .iter()
+            .map(|d| (d.target.as_str(), d.per_agent.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.5:80", &[3, 3][..]),
+                ("10.0.0.6:80", &[3, 3][..]),
+                ("10.0.0.2:7", &[17, 17][..]),
+            ]
+        );
     }
 
     /// With `endpoints:`, each endpoint is a destination of its own: 100,000 connections over

@@ -141,10 +141,14 @@ fn join(nets: &[IpNet]) -> String {
         .join(", ")
 }
 
-/// A scenario's literal `target` that every agent would refuse; the message names the field.
+/// A scenario's literal target that every agent would refuse; the message names the field
+/// (`target`, `workloads[1].target`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("target: {0}")]
-pub struct LiteralTargetError(pub TargetPolicyError);
+#[error("{field}: {error}")]
+pub struct LiteralTargetError {
+    pub field: String,
+    pub error: TargetPolicyError,
+}
 
 /// Checks a target written as a literal address against the default policy, which every
 /// agent applies unless its operator opened the address: `validate`, `plan` and the
@@ -154,9 +158,21 @@ pub fn check_literal(target: &crate::target::Target) -> Result<(), LiteralTarget
     match crate::ports::endpoint(target).and_then(|e| e.parse::<SocketAddr>().ok()) {
         Some(addr) => TargetPolicy::default()
             .check(addr)
-            .map_err(LiteralTargetError),
+            .map_err(|error| LiteralTargetError {
+                field: "target".into(),
+                error,
+            }),
         None => Ok(()),
     }
+}
+
+/// [`check_literal`] for every target a scenario loads (its own and its workloads'); the
+/// error names the field: `workloads[1].target: ...`.
+pub fn check_literals(scenario: &crate::Scenario) -> Result<(), LiteralTargetError> {
+    for (field, t) in scenario.targets() {
+        check_literal(t).map_err(|e| LiteralTargetError { field, ..e })?;
+    }
+    Ok(())
 }
 
 /// An IPv6 form of an IPv4 address, checked as the IPv4 address it reaches: IPv4-mapped

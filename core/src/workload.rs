@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::HumanDuration;
 use crate::scenario::{Load, LoadModel, Phase, Scenario, Step};
+use crate::target::Target;
 
 /// Most workloads in one scenario.
 pub const MAX_WORKLOADS: usize = 64;
@@ -36,6 +37,12 @@ pub const MAX_MIX_PERIOD: u32 = 65_536;
 pub struct Workload {
     /// Names the workload in the report and in thresholds (`workload(NAME).p99 < 300ms`).
     pub name: String,
+    /// What this workload loads, when it is not the scenario's `target:` (an auth service
+    /// beside an API, say): any scheme a scenario's target may have, and its steps follow
+    /// that scheme. Workloads naming the same URL share its connections' setup (TLS, DNS).
+    /// The scenario's `endpoints:` apply to the scenario's own target only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
     /// When this workload starts, after the run's T0 (default 0): a background load first,
     /// a spike later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,6 +79,11 @@ pub struct View<'a> {
     pub name: &'a str,
     /// The field path of its load and sessions in the file: `` (top level) or `workloads[2].`.
     pub path: String,
+    /// What it loads: its own `target:`, or else the scenario's (`None`: neither is given).
+    pub target: Option<&'a Target>,
+    /// The field that gives its target: `workloads[2].target`, or `target` for the
+    /// scenario's.
+    pub target_field: String,
     pub start: Duration,
     /// The arrival phases as written (empty with a `load`).
     pub phases: &'a [Phase],
@@ -121,6 +133,7 @@ impl<'a> View<'a> {
         let mut push = |index: usize,
                         name: &'a str,
                         path: String,
+                        own: Option<&'a Target>,
                         start: Duration,
                         phases: &'a [Phase],
                         load: Option<&'a Load>,
@@ -158,10 +171,16 @@ impl<'a> View<'a> {
                 .collect();
             let n_phases = if load.is_some() { 1 } else { phases.len() };
             let n_types = types.len();
+            let target_field = match own {
+                Some(_) => format!("{path}target"),
+                None => "target".to_string(),
+            };
             views.push(View {
                 index,
                 name,
                 path,
+                target: own.or(s.target.as_ref()),
+                target_field,
                 start,
                 phases,
                 load,
@@ -178,6 +197,7 @@ impl<'a> View<'a> {
                 0,
                 DEFAULT_NAME,
                 String::new(),
+                None,
                 Duration::ZERO,
                 &s.phases,
                 s.load.as_ref(),
@@ -190,6 +210,7 @@ impl<'a> View<'a> {
                     i,
                     &w.name,
                     format!("workloads[{i}]."),
+                    w.target.as_ref(),
                     w.start.map_or(Duration::ZERO, |d| d.0),
                     &w.phases,
                     w.load.as_ref(),
@@ -270,6 +291,12 @@ impl<'a> View<'a> {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Whether it loads a target of its own rather than the scenario's: the scenario's
+    /// `endpoints:` then do not apply to it.
+    pub fn own_target(&self) -> bool {
+        self.target_field != "target"
     }
 
     /// Its mix table (one entry for a single session).
@@ -424,6 +451,55 @@ mod tests {
             let (got, message) = err(&text);
             assert!(got.starts_with(path), "{path}: got {got}: {message}");
         }
+    }
+
+    const TARGETS: &str = "name: t\nworkloads:\n  - name: auth\n    target: http://127.0.0.1:1\n    phases: [ { duration: 1s, arrival_rate: 1 } ]\n    session: [ { http: { method: GET, path: /auth } } ]\n  - name: api\n    target: tcp://127.0.0.1:2\n    phases: [ { duration: 1s, arrival_rate: 1 } ]\n    session: [ { tcp: { send: { text: hi }, framing: length_prefixed } } ]\n";
+
+    #[test]
+    fn workloads_load_their_own_targets_or_the_scenarios() {
+        let s = Scenario::from_yaml(TARGETS).unwrap();
+        let v = s.workload_views();
+        assert_eq!(v[0].target.map(|t| t.as_str()), Some("http://127.0.0.1:1"));
+        assert_eq!(v[1].target_field, "workloads[1].target");
+        let fields: Vec<String> = s.targets().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(fields, ["workloads[0].target", "workloads[1].target"]);
+        // One without its own target loads the scenario's; a URL named twice counts once.
+        let shared = TARGETS
+            .replacen("name: t\n", "name: t\ntarget: http://127.0.0.1:1\n", 1)
+            .replacen("    target: http://127.0.0.1:1\n", "", 1);
+        let s = Scenario::from_yaml(&shared).unwrap();
+        let v = s.workload_views();
+        assert_eq!(v[0].target, s.target.as_ref());
+        assert!(!v[0].own_target() && v[1].own_target());
+        assert_eq!(s.targets().len(), 2);
+    }
+
+    #[test]
+    fn target_mistakes_name_the_workloads_field() {
+        let with = |from: &str, to: &str| TARGETS.replacen(from, to, 1);
+        let cases = [
+            // An http step against the workload's tcp target.
+            (with("length_prefixed } }", "length_prefixed } }, { http: { path: / } }"), "workloads[1].session[1].http", "workloads[1].target is `tcp://127.0.0.1:2`"),
+            // No target here and none for the scenario.
+            (with("    target: tcp://127.0.0.1:2\n", ""), "workloads[1].target", "target URL is required"),
+            (with("target: tcp://127.0.0.1:2", "target: ftp://127.0.0.1:2"), "workloads[1].target", ""),
+            (with("name: t\n", "name: t\ntls: { insecure_skip_verify: true }\n"), "tls", "only applies"),
+            (with("name: t\n", "name: t\nhttp_version: \"2\"\n").replace("http://127.0.0.1:1", "ws://127.0.0.1:1"), "http_version", ""),
+            (
+                with("    phases: [ { duration: 1s, arrival_rate: 1 } ]\n    session: [ { tcp", "    load: { model: closed, connections: 2, duration: 1s, streams_per_connection: 2 }\n    session: [ { tcp").replacen("name: t\n", "name: t\nhttp_version: \"2\"\n", 1),
+                "workloads[1].load.streams_per_connection",
+                "only HTTP/2",
+            ),
+        ];
+        for (text, path, why) in cases {
+            let (got, message) = err(&text);
+            assert!(got.starts_with(path), "{path}: got {got}: {message}");
+            assert!(message.contains(why), "{path}: {message}");
+        }
+        // A literal address the agents refuse is refused with the workload's field.
+        let s = Scenario::from_yaml(&with("tcp://127.0.0.1:2", "tcp://169.254.169.254:2")).unwrap();
+        let e = crate::target_policy::check_literals(&s).unwrap_err();
+        assert!(e.to_string().starts_with("workloads[1].target: "), "{e}");
     }
 
     #[test]

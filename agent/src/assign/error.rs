@@ -38,23 +38,30 @@ pub enum AssignError {
     /// The data sources cannot supply the run with this seed.
     #[error(transparent)]
     DataSupply(ScenarioError),
-    /// No `target:`.
-    #[error("target: is required")]
-    NoTarget,
+    /// No target for a workload (`field` is `target` or `workloads[N].target`).
+    #[error("{field}: is required")]
+    NoTarget { field: String },
     /// A socket path on an agent that may not reach the CLI's machine.
     #[error(
-        "target: unix:// targets only run on agents on the same machine as the CLI (run --local)"
+        "{field}: unix:// targets only run on agents on the same machine as the CLI (run --local)"
     )]
-    UnixTarget,
+    UnixTarget { field: String },
     /// The target's name has no address.
-    #[error("target: {error}{}", source_suffix(.error))]
-    Resolve { error: ResolveError },
+    #[error("{field}: {error}{}", source_suffix(.error))]
+    Resolve { field: String, error: ResolveError },
     /// A target that is neither a name nor an address.
-    #[error("target: `{authority}` is not an address")]
-    NotAnAddress { authority: String },
-    /// An address of the target that the target policy refuses.
+    #[error("{field}: `{authority}` is not an address")]
+    NotAnAddress { field: String, authority: String },
+    /// An address of the scenario's target that the target policy refuses (the policy's
+    /// message names the target).
     #[error(transparent)]
     Policy(#[from] TargetPolicyError),
+    /// An address of a workload's own target that the target policy refuses.
+    #[error("{field}: {error}")]
+    WorkloadPolicy {
+        field: String,
+        error: TargetPolicyError,
+    },
     /// The TLS client for the target cannot be built.
     #[error(transparent)]
     Tls(#[from] TlsError),

@@ -28,11 +28,18 @@ pub struct EndpointSlot {
     pub address: SocketAddr,
     pub endpoint: Endpoint,
     stats: Mutex<EndpointStats>,
+    /// Its set's `measured` flag: a slot is recorded into wherever it is picked, whichever of
+    /// the run's sets (one per target) it belongs to.
+    measured: Arc<AtomicBool>,
 }
 
 impl EndpointSlot {
     fn lock(&self) -> MutexGuard<'_, EndpointStats> {
         self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn measured(&self) -> bool {
+        self.measured.load(Ordering::Relaxed)
     }
 }
 
@@ -49,7 +56,7 @@ pub struct EndpointSet {
     live: AtomicUsize,
     /// Figures are kept per endpoint: the scenario lists its endpoints, or the name has had
     /// several addresses. One address of a name is the target itself, and costs no lock.
-    measured: AtomicBool,
+    measured: Arc<AtomicBool>,
 }
 
 impl EndpointSet {
@@ -82,6 +89,7 @@ impl EndpointSet {
                     address,
                     endpoint,
                     stats: Mutex::new(EndpointStats::default()),
+                    measured: self.measured.clone(),
                 });
                 slots.push(s.clone());
                 current.push(s);
@@ -130,16 +138,22 @@ impl EndpointSet {
         current.get(i).cloned()
     }
 
+    /// Keeps figures per address from now on, even while the set holds one address: a run
+    /// with several targets reports each target's addresses.
+    pub fn measure(&self) {
+        self.measured.store(true, Ordering::Relaxed);
+    }
+
     /// Counts a connection opened to `to`.
     pub fn opened(&self, to: &Pick) {
-        if let Some(s) = to.as_ref().filter(|_| self.measured()) {
+        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
             s.lock().connections += 1;
         }
     }
 
     /// Records a request sent to `to`: completed in `response_us`, or failed (`None`).
     pub fn record(&self, to: &Pick, response_us: Option<u64>) {
-        if let Some(s) = to.as_ref().filter(|_| self.measured()) {
+        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
             let mut s = s.lock();
             match response_us {
                 Some(us) => {
@@ -167,16 +181,60 @@ impl EndpointSet {
     /// Takes the interval's figures into a Progress message (nothing when no figures are
     /// kept).
     pub fn attach(&self, msg: &mut v1::AgentMessage) {
-        if !self.measured() {
-            return;
+        attach([self], msg);
+    }
+}
+
+/// Every endpoint set of a run, one per target: what the recorder counts into and sends.
+/// A pick carries its slot, so counting never looks the set up.
+#[derive(Debug, Default)]
+pub struct EndpointSets(pub Vec<Arc<EndpointSet>>);
+
+impl EndpointSets {
+    /// Counts a connection opened to `to`.
+    pub fn opened(&self, to: &Pick) {
+        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
+            s.lock().connections += 1;
         }
-        let rows = self.take();
-        if let Some(v1::agent_message::Msg::Progress(p)) = msg.msg.as_mut() {
-            match stampede_proto::convert::endpoints_to_wire(&rows) {
-                Ok(w) => p.endpoints = w,
-                Err(e) => {
-                    tracing::error!(error = %e, "dropping an interval's endpoint figures that cannot be encoded")
+    }
+
+    /// Records a request sent to `to`: completed in `response_us`, or failed (`None`).
+    pub fn record(&self, to: &Pick, response_us: Option<u64>) {
+        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
+            let mut s = s.lock();
+            match response_us {
+                Some(us) => {
+                    s.completed += 1;
+                    s.response.record_n(us, 1);
                 }
+                None => s.failed += 1,
+            }
+        }
+    }
+
+    /// Takes the interval's figures of every set into a Progress message.
+    pub fn attach(&self, msg: &mut v1::AgentMessage) {
+        attach(self.0.iter().map(|s| &**s), msg);
+    }
+}
+
+/// Takes the interval's figures of every set of the run (one per target) into a Progress
+/// message: the rows of the sets that keep figures, together.
+pub fn attach<'a>(sets: impl IntoIterator<Item = &'a EndpointSet>, msg: &mut v1::AgentMessage) {
+    let mut rows = Vec::new();
+    let mut any = false;
+    for set in sets.into_iter().filter(|s| s.measured()) {
+        any = true;
+        rows.extend(set.take());
+    }
+    if !any {
+        return;
+    }
+    if let Some(v1::agent_message::Msg::Progress(p)) = msg.msg.as_mut() {
+        match stampede_proto::convert::endpoints_to_wire(&rows) {
+            Ok(w) => p.endpoints = w,
+            Err(e) => {
+                tracing::error!(error = %e, "dropping an interval's endpoint figures that cannot be encoded")
             }
         }
     }

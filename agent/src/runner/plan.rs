@@ -280,8 +280,9 @@ pub struct ShardRun {
     pub graceful_stop: Duration,
     /// The first failed requests of each step and error kind are sampled (`samples:`).
     pub samples: bool,
-    /// The target name whose addresses the run follows (`None`: a fixed set of endpoints).
-    pub follow: Option<Arc<crate::resolve::Follow>>,
+    /// The target names whose addresses the run follows, one per target given by name
+    /// without `endpoints:` (none: every set of endpoints is fixed).
+    pub follow: Vec<Arc<crate::resolve::Follow>>,
 }
 
 impl RunSpec {
@@ -340,7 +341,7 @@ pub struct RunSpec {
     pub target: Endpoint,
     /// The scenario's `endpoints:`, or the target name's addresses as last resolved (empty
     /// for a target that is one address): the connection or session with global index `i`
-    /// goes to the `i mod n`-th. Shared by the run's workloads.
+    /// goes to the `i mod n`-th. Shared by the workloads loading the same target.
     pub endpoints: Arc<super::endpoints::EndpointSet>,
     /// The steps of each session type (one for a `session:`), request steps numbered in the
     /// run's global step order.

@@ -52,7 +52,7 @@ pub struct Recorder {
     pub connections: crate::net::ConnGauge,
     /// The run's endpoints, whose figures go out with each interval (empty for a target that
     /// is one address).
-    pub endpoints: std::sync::Arc<super::endpoints::EndpointSet>,
+    pub endpoints: super::endpoints::EndpointSets,
     /// The first failed requests of each step and error kind (off until [`Self::with_samples`]).
     pub samples: super::samples::SampleRecorder,
 }
@@ -123,11 +123,8 @@ impl Recorder {
         }
     }
 
-    /// The same recorder sending the figures of the run's `endpoints` too.
-    pub fn with_endpoints(
-        mut self,
-        endpoints: std::sync::Arc<super::endpoints::EndpointSet>,
-    ) -> Self {
+    /// The same recorder sending the figures of the run's `endpoints` (a set per target) too.
+    pub fn with_endpoints(mut self, endpoints: super::endpoints::EndpointSets) -> Self {
         self.endpoints = endpoints;
         self
     }

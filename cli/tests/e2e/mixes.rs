@@ -108,3 +108,89 @@ thresholds: [ \"workload(background).error_rate < 1%\", \"session(checkout).p99 
     );
     assert!(r.thresholds.iter().all(|t| t.passed), "{:?}", r.thresholds);
 }
+
+/// A server on a port of its own that logs every request it serves.
+async fn logged_target(dir: &std::path::Path, name: &str) -> (Target, std::path::PathBuf) {
+    let log = dir.join(format!("{name}.log"));
+    let target = Target::start_with(HttpConfig {
+        access_log: AccessLog::File(log.clone()),
+        access_log_buffer: 1,
+        ..HttpConfig::default()
+    })
+    .await;
+    (target, log)
+}
+
+/// Waits until `log` holds `n` requests (it is flushed by the server), then counts them.
+async fn served_at_least(log: &std::path::Path, n: u64) -> BTreeMap<String, u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (counts, _) = served(log);
+        if counts.values().sum::<u64>() >= n || std::time::Instant::now() > deadline {
+            return counts;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_workload_loads_its_own_target_over_two_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let (auth, auth_log) = logged_target(dir.path(), "auth").await;
+    let (api, api_log) = logged_target(dir.path(), "api").await;
+    let cluster = LocalCluster::start(2, None).await.unwrap();
+    // `auth` loads the scenario's target, `api` one of its own.
+    let text = format!(
+        "name: e2e-targets
+target: {}
+workloads:
+  - name: auth
+    phases: [ {{ duration: 2s, arrival_rate: 30 }} ]
+    session: [ {{ http: {{ method: GET, path: /auth }} }} ]
+  - name: api
+    target: {}
+    phases: [ {{ duration: 2s, arrival_rate: 20 }} ]
+    session: [ {{ http: {{ method: GET, path: /api }} }} ]
+",
+        auth.url, api.url
+    );
+    let (url, token) = (cluster.url(), cluster.token.clone());
+    let r = run(&url, &token, &text, 2).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    let (on_auth, on_api) = (
+        served_at_least(&auth_log, 60).await,
+        served_at_least(&api_log, 40).await,
+    );
+    assert_eq!(on_auth, BTreeMap::from([("/auth".to_string(), 60)]));
+    assert_eq!(on_api, BTreeMap::from([("/api".to_string(), 40)]));
+    assert_eq!((auth.requests(), api.requests()), (60, 40));
+    let rows: Vec<(&str, &str, u64)> = r
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.figures.name.as_str(),
+                w.target.as_str(),
+                w.figures.completed,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("auth", auth.url.as_str(), 60),
+            ("api", api.url.as_str(), 40)
+        ]
+    );
+    // Each target's address has its row.
+    let mut endpoints: Vec<(String, u64)> = r
+        .endpoints
+        .iter()
+        .map(|e| (format!("http://{}", e.address), e.completed))
+        .collect();
+    endpoints.sort();
+    let mut want = vec![(auth.url.clone(), 60), (api.url.clone(), 40)];
+    want.sort();
+    assert_eq!(endpoints, want);
+    cluster.stop().await;
+}

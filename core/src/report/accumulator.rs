@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 mod assemble;
 mod resources;
 
+pub(crate) use assemble::without_userinfo;
 pub use assemble::{ReportMeta, INSECURE_TLS_WARNING};
 pub use resources::{ResourceSample, CPU_LIMIT_SHARE};
 

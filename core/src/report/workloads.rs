@@ -17,6 +17,10 @@ pub struct WorkloadReport {
     /// offset, `duration_s` how long it generated load.
     #[serde(flatten)]
     pub figures: PhaseReport,
+    /// What it loaded (its own `target:` or the scenario's), without credentials; empty in
+    /// reports written before workloads had targets of their own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub target: String,
     /// `phases`, `closed` or `constant`.
     pub model: String,
     /// Its phases' names in the report's `phases`.
@@ -158,6 +162,10 @@ pub(super) fn reports(
                     latency: Latency::of(&merged),
                     warmup: false,
                 },
+                target: w
+                    .target
+                    .map(|t| super::accumulator::without_userinfo(t.as_str()))
+                    .unwrap_or_default(),
                 model: match w.load.map(|l| l.model) {
                     None => "phases".into(),
                     Some(crate::scenario::LoadModel::Closed) => "closed".into(),

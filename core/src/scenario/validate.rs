@@ -77,14 +77,14 @@ impl Scenario {
         }
         crate::observe::validate(&self.observe)
             .map_err(|(path, why)| ScenarioError::invalid(path, why))?;
-        if self.http_version.is_some() && self.transport()?.step_kind() != "http" {
+        if self.http_version.is_some() && !self.any_target(|t| t.step_kind() == "http")? {
             return Err(ScenarioError::invalid(
                 "http_version",
                 "only applies to http:// and https:// targets",
             ));
         }
         if let Some(tls) = &self.tls {
-            if !self.transport()?.is_tls() {
+            if !self.any_target(Transport::is_tls)? {
                 return Err(ScenarioError::invalid(
                     "tls",
                     "only applies to https://, grpcs:// and wss:// targets",
@@ -94,7 +94,7 @@ impl Scenario {
         }
         self.validate_workloads()?;
         self.validate_data()?;
-        if self.cookies && self.transport()?.step_kind() != "http" {
+        if self.cookies && !self.any_target(|t| t.step_kind() == "http")? {
             return Err(ScenarioError::invalid(
                 "cookies",
                 "only applies to http:// and https:// targets",
@@ -103,7 +103,7 @@ impl Scenario {
         self.validate_setup()?;
         for w in self.workload_views() {
             for t in &w.types {
-                self.validate_steps(&t.path, t.steps)?;
+                self.validate_steps(&t.path, t.steps, &w)?;
             }
         }
         crate::grpc::check_scenario(self)?;
@@ -133,13 +133,13 @@ impl Scenario {
         self.check_scopes(&thresholds, phase_scopes)
     }
 
-    /// A workload's `load` (`path` is its field prefix: empty at the top level).
+    /// A workload's `load` (its `path` is its field prefix: empty at the top level).
     pub(super) fn validate_load(
         &self,
-        path: &str,
-        phases: &[Phase],
+        w: &crate::workload::View<'_>,
         load: &Load,
     ) -> Result<(), ScenarioError> {
+        let (path, phases) = (w.path.as_str(), w.phases);
         let field = |f: &str| format!("{path}{f}");
         if !phases.is_empty() {
             return Err(ScenarioError::invalid(
@@ -175,8 +175,10 @@ impl Scenario {
             ));
         }
         if let Some(s) = load.streams_per_connection {
-            let h2 = self.http_version == Some(HttpVersion::Http2)
-                || matches!(self.transport()?, Transport::Grpc | Transport::Grpcs);
+            let transport = w.target.map(Target::transport);
+            let h2 = (self.http_version == Some(HttpVersion::Http2)
+                && transport.is_some_and(|t| t.step_kind() == "http"))
+                || matches!(transport, Some(Transport::Grpc | Transport::Grpcs));
             if !h2 {
                 return Err(ScenarioError::invalid(
                     field("load.streams_per_connection"),
@@ -253,7 +255,7 @@ impl Scenario {
             let raw = |f: &str| format!("{}{f}", w.path);
             match w.load {
                 None => self.validate_phases(&w.path, w.phases)?,
-                Some(load) => self.validate_load(&w.path, w.phases, load)?,
+                Some(load) => self.validate_load(w, load)?,
             }
             let (session, sessions) = if self.workloads.is_empty() {
                 (!self.session.is_empty(), !self.sessions.is_empty())
@@ -398,7 +400,12 @@ impl Scenario {
     }
 
     /// One session type's steps (`path`: `session`, `sessions[1].steps`, ...).
-    pub(super) fn validate_steps(&self, path: &str, steps: &[Step]) -> Result<(), ScenarioError> {
+    pub(super) fn validate_steps(
+        &self,
+        path: &str,
+        steps: &[Step],
+        w: &crate::workload::View<'_>,
+    ) -> Result<(), ScenarioError> {
         if steps.is_empty() {
             return Err(ScenarioError::invalid(
                 path,
@@ -416,7 +423,7 @@ impl Scenario {
         for (i, step) in steps.iter().enumerate() {
             let at = format!("{path}[{i}]");
             if step.kind.is_request() {
-                self.check_step_transport(&at, step.kind.key())?;
+                check_step_transport(w, &at, step.kind.key())?;
             }
             let field = |f: &str, why: String| {
                 ScenarioError::invalid(format!("{at}.{}.{f}", step.kind.key()), why)
@@ -566,33 +573,75 @@ impl Scenario {
         Ok(())
     }
 
-    /// A step of `kind` needs a target whose scheme runs that kind.
-    pub(super) fn check_step_transport(&self, step: &str, kind: &str) -> Result<(), ScenarioError> {
-        let Some(t) = self.target.as_ref() else {
-            return Err(ScenarioError::invalid(
-                "target",
-                format!("{step} is a {kind} step, so a target URL is required"),
-            ));
-        };
-        let transport = self.transport()?;
-        if transport.step_kind() != kind {
-            let want = match kind {
-                "http" => "http:// or https://",
-                "tcp" => "tcp:// or unix://",
-                "grpc" => "grpc:// or grpcs://",
-                "ws" => "ws:// or wss://",
-                _ => "udp://",
-            };
-            return Err(ScenarioError::invalid(
-                format!("{step}.{kind}"),
-                format!(
-                    "a {kind} step needs a {want} target, but the target is `{t}` (its steps are {})",
-                    transport.step_kind()
-                ),
-            ));
+    /// Every target the run loads, once each, with the field that gives it: the
+    /// scenario's `target` first, then each workload's own.
+    pub fn targets(&self) -> Vec<(String, &Target)> {
+        let mut out: Vec<(String, &Target)> = Vec::new();
+        let top = self.target.iter().map(|t| ("target".to_string(), t));
+        let own = self
+            .workloads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| Some((format!("workloads[{i}].target"), w.target.as_ref()?)));
+        for (field, t) in top.chain(own) {
+            if !out.iter().any(|(_, seen)| *seen == t) {
+                out.push((field, t));
+            }
         }
-        Ok(())
+        out
     }
+
+    /// Whether some target the run loads has a transport `f` accepts; an error when the run
+    /// has no target at all.
+    fn any_target(&self, f: impl Fn(Transport) -> bool) -> Result<bool, ScenarioError> {
+        let targets = self.targets();
+        if targets.is_empty() {
+            return Err(ScenarioError::invalid("target", "is required"));
+        }
+        Ok(targets.iter().any(|(_, t)| f(t.transport())))
+    }
+}
+
+/// A step of `kind` needs its workload's target, whose scheme runs that kind.
+fn check_step_transport(
+    w: &crate::workload::View<'_>,
+    step: &str,
+    kind: &str,
+) -> Result<(), ScenarioError> {
+    let Some(t) = w.target else {
+        let field = if w.path.is_empty() {
+            "target".to_string()
+        } else {
+            format!("{}target", w.path)
+        };
+        return Err(ScenarioError::invalid(
+            field,
+            format!("{step} is a {kind} step, so a target URL is required (here or the scenario's target)"),
+        ));
+    };
+    let transport = t.transport();
+    if transport.step_kind() != kind {
+        let want = match kind {
+            "http" => "http:// or https://",
+            "tcp" => "tcp:// or unix://",
+            "grpc" => "grpc:// or grpcs://",
+            "ws" => "ws:// or wss://",
+            _ => "udp://",
+        };
+        return Err(ScenarioError::invalid(
+            format!("{step}.{kind}"),
+            format!(
+                "a {kind} step needs a {want} target, but {} is `{t}` (its steps are {})",
+                if w.own_target() {
+                    w.target_field.as_str()
+                } else {
+                    "the target"
+                },
+                transport.step_kind()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The expected arrivals of `phases` stay within [`MAX_TOTAL_ARRIVALS`]; `field` names them.

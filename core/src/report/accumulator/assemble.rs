@@ -310,7 +310,7 @@ fn pct(share: f64) -> f64 {
 }
 
 /// `scheme://user:password@host/path` without `user:password@`.
-pub(super) fn without_userinfo(url: &str) -> String {
+pub(crate) fn without_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

@@ -452,6 +452,7 @@ mod tests {
         let timeout = std::time::Duration::from_secs(10);
         assert!(GrpcRequest::new(&call, false, "h:1", timeout)
             .unwrap_err()
+            .to_string()
             .contains("resolved by the CLI"));
         call.frame = Some(stampede_core::protocol::encode_base64(
             &stampede_core::grpc::frame(b"\x08\x01").unwrap(),

@@ -206,7 +206,7 @@ mod tests {
                 assert_eq!(c.server_name, ServerName::try_from("127.0.0.1").unwrap());
                 assert_eq!(c.alpn, b"http/1.1");
             }
-            Err(e) => assert!(e.contains("tls.ca_file"), "{e}"),
+            Err(e) => assert!(e.to_string().contains("tls.ca_file"), "{e}"),
         }
         let opts = TlsOptions {
             insecure_skip_verify: true,
@@ -221,13 +221,17 @@ mod tests {
             server_name: Some("not a name".into()),
             ..TlsOptions::default()
         };
-        let e = TlsClient::new(Some(&bad), "h", false).unwrap_err();
+        let e = TlsClient::new(Some(&bad), "h", false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("neither a DNS name nor an IP address"), "{e}");
         let garbage = TlsOptions {
             ca_pem: Some("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()),
             ..TlsOptions::default()
         };
-        let e = TlsClient::new(Some(&garbage), "h", false).unwrap_err();
+        let e = TlsClient::new(Some(&garbage), "h", false)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("tls.ca_pem"), "{e}");
     }
 }

@@ -96,7 +96,7 @@ pub(crate) async fn prepare(
     let setup_values = if a.run_setup && !scenario.setup.is_empty() {
         let setup_target = setup_target
             .as_ref()
-            .ok_or_else(|| "target: setup steps need the scenario's target".to_string())?;
+            .ok_or(AssignError::SetupWithoutTarget)?;
         let values = setup::run(
             &scenario,
             &context,

@@ -77,6 +77,9 @@ pub enum AssignError {
     /// `endpoints:` beside a socket path.
     #[error("endpoints: a unix:// target has one socket path, no addresses")]
     UnixEndpoints,
+    /// Setup steps in a scenario whose workloads each name their own target.
+    #[error("target: setup steps need the scenario's target")]
+    SetupWithoutTarget,
     /// The setup this agent was asked to run failed.
     #[error(transparent)]
     Setup(#[from] SetupError),

@@ -40,6 +40,8 @@ impl Scenario {
     /// earlier step (`defined`), by a setup step, a built-in, a generator, or the environment.
     /// In a setup step (`in_setup`), `defined` holds the earlier setup steps' values, read as
     /// `${setup.NAME}`, and no data is read.
+    // The error is built once, when a scenario is refused: its size costs nothing.
+    #[allow(clippy::result_large_err)]
     pub(super) fn check_refs(
         &self,
         t: &Template,

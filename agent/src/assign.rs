@@ -266,7 +266,7 @@ impl Compiler<'_> {
         &self,
         t: &stampede_core::workload::TypeView<'_>,
         any_dynamic: &mut bool,
-    ) -> Result<Vec<StepPlan>, StepError> {
+    ) -> Result<Vec<StepPlan>, Box<StepError>> {
         let Self {
             scenario,
             slots,
@@ -289,7 +289,7 @@ impl Compiler<'_> {
                         || h.stream.is_some() =>
                 {
                     if http2 && h.stream.is_some() {
-                        return Err(StepError::StreamOverH2 { at: at() });
+                        return Err(StepError::StreamOverH2 { at: at() }.into());
                     }
                     *any_dynamic = true;
                     StepPlan::HttpDynamic {

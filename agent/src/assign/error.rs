@@ -85,7 +85,7 @@ pub enum AssignError {
     Setup(#[from] SetupError),
     /// A step that cannot be compiled.
     #[error(transparent)]
-    Step(#[from] StepError),
+    Step(#[from] Box<StepError>),
     /// More connections than this agent's capacity.
     #[error("load.connections: this agent's share is {share} connections, more than its capacity of {capacity}")]
     Capacity { share: u64, capacity: u32 },

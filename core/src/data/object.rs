@@ -410,6 +410,7 @@ mod tests {
             .contains("config_map"));
     }
 
+    #[test]
     fn objects_lists_the_sources_to_fetch() {
         let mut data = BTreeMap::new();
         data.insert("a".to_string(), cm("users", "u.csv"));

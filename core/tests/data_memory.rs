@@ -11,39 +11,16 @@
 
 #![allow(unsafe_code)] // the counting allocator only forwards to the system allocator
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use stampede_core::data::share::Share;
 use stampede_core::data::{Keys, Rows};
 use stampede_core::scenario::{ReadyScenario, Scenario};
 use stampede_core::shard::ShardMap;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to `System` unchanged; only counts bytes and calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{ALLOCS, LIVE, PEAK};
 
 const ROWS: usize = 1_000_000;
 

@@ -146,23 +146,12 @@ impl EndpointSet {
 
     /// Counts a connection opened to `to`.
     pub fn opened(&self, to: &Pick) {
-        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
-            s.lock().connections += 1;
-        }
+        count_open(to);
     }
 
     /// Records a request sent to `to`: completed in `response_us`, or failed (`None`).
     pub fn record(&self, to: &Pick, response_us: Option<u64>) {
-        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
-            let mut s = s.lock();
-            match response_us {
-                Some(us) => {
-                    s.completed += 1;
-                    s.response.record_n(us, 1);
-                }
-                None => s.failed += 1,
-            }
-        }
+        count_request(to, response_us);
     }
 
     fn measured(&self) -> bool {
@@ -193,23 +182,12 @@ pub struct EndpointSets(pub Vec<Arc<EndpointSet>>);
 impl EndpointSets {
     /// Counts a connection opened to `to`.
     pub fn opened(&self, to: &Pick) {
-        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
-            s.lock().connections += 1;
-        }
+        count_open(to);
     }
 
     /// Records a request sent to `to`: completed in `response_us`, or failed (`None`).
     pub fn record(&self, to: &Pick, response_us: Option<u64>) {
-        if let Some(s) = to.as_ref().filter(|s| s.measured()) {
-            let mut s = s.lock();
-            match response_us {
-                Some(us) => {
-                    s.completed += 1;
-                    s.response.record_n(us, 1);
-                }
-                None => s.failed += 1,
-            }
-        }
+        count_request(to, response_us);
     }
 
     /// Takes the interval's figures of every set into a Progress message.
@@ -236,6 +214,28 @@ pub fn attach<'a>(sets: impl IntoIterator<Item = &'a EndpointSet>, msg: &mut v1:
             Err(e) => {
                 tracing::error!(error = %e, "dropping an interval's endpoint figures that cannot be encoded")
             }
+        }
+    }
+}
+
+/// Counts a connection opened to `to`, in the slot the pick carries (when its set keeps
+/// figures).
+fn count_open(to: &Pick) {
+    if let Some(s) = to.as_ref().filter(|s| s.measured()) {
+        s.lock().connections += 1;
+    }
+}
+
+/// Counts a request sent to `to`: completed in `response_us`, or failed (`None`).
+fn count_request(to: &Pick, response_us: Option<u64>) {
+    if let Some(s) = to.as_ref().filter(|s| s.measured()) {
+        let mut s = s.lock();
+        match response_us {
+            Some(us) => {
+                s.completed += 1;
+                s.response.record_n(us, 1);
+            }
+            None => s.failed += 1,
         }
     }
 }

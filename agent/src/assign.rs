@@ -57,7 +57,23 @@ pub(crate) async fn prepare(
         .resolver
         .clone()
         .unwrap_or_else(crate::resolve::DnsResolver::system);
-    let (mut endpoint, resolved) = resolve(&target, &resolver).await?;
+    // `endpoints: service`: the controller's addresses of the Service's ready pods; its name
+    // (one virtual address) is looked up nowhere.
+    let service_addrs = if scenario.endpoints.is_service() {
+        let set =
+            stampede_proto::service::from_wire("assign.service_endpoints", &a.service_endpoints)
+                .map_err(|e| e.to_string())?;
+        if set.is_empty() {
+            return Err("endpoints: the target's Service has no ready endpoint".into());
+        }
+        Some(set.into_iter().map(|e| e.address).collect::<Vec<_>>())
+    } else {
+        None
+    };
+    let (mut endpoint, resolved) = match &service_addrs {
+        Some(addrs) => (base_endpoint(transport, addrs[0]), None),
+        None => resolve(&target, &resolver).await?,
+    };
     let host_header = target.authority();
     // The addresses the run will really use, after resolution: a name that resolves to a
     // refused address is refused too.
@@ -65,6 +81,8 @@ pub(crate) async fn prepare(
         for addr in &r.addrs {
             cfg.target_policy.check(*addr)?;
         }
+    } else if service_addrs.is_some() {
+        // Each of the Service's endpoints is checked as it is taken (below).
     } else if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
         cfg.target_policy.check(*addr)?;
     }
@@ -93,7 +111,7 @@ pub(crate) async fn prepare(
     }
     // `endpoints:`: the same transport (and TLS name) at each listed address, each checked
     // against the target policy like the target's own address.
-    let addrs = stampede_core::endpoints::parse(&scenario.endpoints)
+    let addrs = stampede_core::endpoints::parse(scenario.endpoints.list())
         .map_err(|(path, why)| format!("{path}: {why}"))?;
     let mut endpoints = Vec::with_capacity(addrs.len());
     for (i, addr) in addrs.into_iter().enumerate() {
@@ -104,7 +122,29 @@ pub(crate) async fn prepare(
     }
     // Without the list, a target name's addresses (all of them, followed during the run).
     let mut follow = None;
-    let endpoints = if !endpoints.is_empty() {
+    let mut service = None;
+    let endpoints = if let Some(addrs) = &service_addrs {
+        let s = crate::service::ServiceSet {
+            set: Arc::new(EndpointSet::fixed(Vec::new())),
+            template: endpoint.clone(),
+            policy: cfg.target_policy.clone(),
+        };
+        // Every pod is a row of the report, even when the Service has one.
+        s.set.measure();
+        if s.replace(addrs) == 0 {
+            return Err(format!(
+                "endpoints: the target policy refuses every ready endpoint of the Service ({})",
+                addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let set = s.set.clone();
+        service = Some(Arc::new(s));
+        set
+    } else if !endpoints.is_empty() {
         Arc::new(EndpointSet::fixed(endpoints))
     } else if let (Some(r), Some(host)) = (resolved, crate::resolve::host_name(target.host())) {
         let f = crate::resolve::Follow {
@@ -274,6 +314,7 @@ pub(crate) async fn prepare(
         graceful_stop: scenario.graceful_stop(),
         samples: scenario.samples,
         follow,
+        service,
     })
 }
 
@@ -500,10 +541,14 @@ async fn resolve(
             None,
         ),
     };
-    let endpoint = match target.transport() {
+    Ok((base_endpoint(target.transport(), addr), resolved))
+}
+
+/// The endpoint of `transport` at `addr`, before TLS and the HTTP version are settled.
+fn base_endpoint(transport: Transport, addr: std::net::SocketAddr) -> Endpoint {
+    match transport {
         Transport::Tcp => Endpoint::Tcp(addr),
         Transport::Udp => Endpoint::Udp(addr),
         _ => Endpoint::Http(addr, None),
-    };
-    Ok((endpoint, resolved))
+    }
 }

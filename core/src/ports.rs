@@ -190,7 +190,7 @@ pub fn demand(
             open.saturating_add(*p)
         })
         .collect();
-    let n = scenario.endpoints.len();
+    let n = scenario.endpoints.list().len();
     if n == 0 {
         return Ok(vec![Demand { target, per_agent }]);
     }
@@ -198,6 +198,7 @@ pub fn demand(
     // goes to endpoint `i mod n`, so an agent holds at most ⌈its connections / n⌉ to each.
     Ok(scenario
         .endpoints
+        .list()
         .iter()
         .map(|e| Demand {
             target: e.clone(),

@@ -99,6 +99,12 @@ impl EndpointSet {
         all
     }
 
+    /// Keeps figures per endpoint from now on, however many there are (a Service's pods are
+    /// rows of the report even when there is one).
+    pub fn measure(&self) {
+        self.measured.store(true, Ordering::Relaxed);
+    }
+
     /// The current endpoints' addresses, in their order.
     pub fn addresses(&self) -> Vec<SocketAddr> {
         self.current

@@ -282,6 +282,8 @@ pub struct ShardRun {
     pub samples: bool,
     /// The target name whose addresses the run follows (`None`: a fixed set of endpoints).
     pub follow: Option<Arc<crate::resolve::Follow>>,
+    /// `endpoints: service`: where the controller's new sets of the Service's endpoints go.
+    pub service: Option<Arc<crate::service::ServiceSet>>,
 }
 
 impl RunSpec {

@@ -306,7 +306,11 @@ async fn agent(
             }
             // The fleet keeps no replay buffer: acknowledgements need no answer; its
             // scenarios read no data.
-            In::Ack(_) | In::DataRows(_) | In::SetupValues(_) | In::TakeOverSetup(_) => {}
+            In::Ack(_)
+            | In::DataRows(_)
+            | In::SetupValues(_)
+            | In::TakeOverSetup(_)
+            | In::ServiceEndpoints(_) => {}
             In::ClockPing(p) => {
                 let now = unix_ns();
                 let _ = tx

@@ -45,6 +45,18 @@ pub(crate) async fn prepare(
     let several_targets = scenario.targets().len() > 1;
     let mut built: Vec<target::Built> = Vec::new();
     let mut of_workload = Vec::with_capacity(views.len());
+    // `endpoints: service`: the controller's addresses of the Service's ready pods, for the
+    // scenario's own target; its name (one virtual address) is looked up nowhere.
+    let service = if scenario.endpoints.is_service() {
+        let set =
+            stampede_proto::service::from_wire("assign.service_endpoints", &a.service_endpoints)?;
+        if set.is_empty() {
+            return Err(AssignError::ServiceEmpty);
+        }
+        Some(set.into_iter().map(|e| e.address).collect::<Vec<_>>())
+    } else {
+        None
+    };
     for w in &views {
         let Some(url) = w.target else {
             return Err(AssignError::NoTarget {
@@ -61,7 +73,11 @@ pub(crate) async fn prepare(
                 } else {
                     w.target_field.as_str()
                 };
-                let listed: &[String] = if top { &scenario.endpoints } else { &[] };
+                let listed = if top {
+                    target::Listed::of(&scenario.endpoints, service.as_deref())
+                } else {
+                    target::Listed::None
+                };
                 built.push(
                     target::build(cfg, &scenario, url, field, listed, several_targets).await?,
                 );
@@ -76,7 +92,8 @@ pub(crate) async fn prepare(
             let b = match built.iter().find(|b| &b.url == url) {
                 Some(b) => b.clone(),
                 None => {
-                    target::build(cfg, &scenario, url, "target", &scenario.endpoints, false).await?
+                    let listed = target::Listed::of(&scenario.endpoints, service.as_deref());
+                    target::build(cfg, &scenario, url, "target", listed, false).await?
                 }
             };
             Some(setup::Target {
@@ -89,6 +106,7 @@ pub(crate) async fn prepare(
         None => None,
     };
     let follow: Vec<_> = built.iter().filter_map(|b| b.follow.clone()).collect();
+    let service = built.iter().find_map(|b| b.service.clone());
     let (context, slots) =
         dynamic::Context::new(&scenario, shares, a.seed, a.shard_index, &a.run_id);
     // Setup steps run here, on the one agent the controller asked to, before Ready: outside
@@ -237,6 +255,7 @@ pub(crate) async fn prepare(
         graceful_stop: scenario.graceful_stop(),
         samples: scenario.samples,
         follow,
+        service,
     })
 }
 

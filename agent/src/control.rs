@@ -26,6 +26,8 @@ struct ActiveRun {
     /// agent runs it: from the start when it ran the setup, or since a `TakeOverSetup`.
     refresh: Option<Arc<crate::setup::Refresh>>,
     refreshing: bool,
+    /// `endpoints: service`: where the controller's new sets of endpoints go.
+    service: Option<Arc<crate::service::ServiceSet>>,
 }
 
 /// Stops a run, remembering why (the first reason given wins).
@@ -407,6 +409,7 @@ async fn handle(
                 setup_generation: 0,
                 refresh: pending.spec.refresh.clone(),
                 refreshing: false,
+                service: pending.spec.service.clone(),
             });
             tokio::spawn(watchdog(
                 lease_deadline,
@@ -481,6 +484,24 @@ async fn handle(
                     } else {
                         tracing::warn!(run = %v.run_id, "refreshed setup values do not fit the scenario; ignored");
                     }
+                }
+            }
+        }
+        In::ServiceEndpoints(e) => {
+            let service = match (&state.active, &state.pending) {
+                (Some(a), _) if a.run_id == e.run_id => a.service.clone(),
+                (_, Some(p)) if p.spec.run_id == e.run_id => p.spec.service.clone(),
+                _ => None,
+            };
+            let Some(service) = service else { return };
+            match stampede_proto::service::from_wire("service_endpoints.endpoints", &e.endpoints) {
+                Ok(set) => {
+                    let addrs: Vec<_> = set.iter().map(|s| s.address).collect();
+                    let n = service.replace(&addrs);
+                    tracing::info!(run = %e.run_id, endpoints = ?addrs, current = n, "the Service's endpoints changed");
+                }
+                Err(why) => {
+                    tracing::warn!(run = %e.run_id, %why, "a set of Service endpoints refused; keeping the last one");
                 }
             }
         }
@@ -600,6 +621,7 @@ mod tests {
             setup_generation: 0,
             refresh: None,
             refreshing: false,
+            service: None,
         }
     }
 

@@ -22,6 +22,7 @@
 //!   agent's data rows taken, the target resolved and checked against the target policy.
 //! - [`setup`]: the setup steps, run once before `Ready` and again every `setup_refresh`.
 //! - [`resolve`]: a target name's every address, looked up again on its TTL during the run.
+//! - [`service`]: `endpoints: service`, the Service's ready pods as the controller sends them.
 //!
 //! The load:
 //! - [`runner`]: one `RunSpec` per workload started from one T0 into one recorder.
@@ -50,6 +51,7 @@ mod pool;
 pub mod resolve;
 pub mod runner;
 pub mod selfwatch;
+pub mod service;
 pub mod setup;
 pub mod stream;
 pub mod ticked;

@@ -18,10 +18,14 @@ pub fn target_text(o: &mut String, r: &Report) {
             "address", "completed", "failed", "p50", "p99", "conns"
         );
         for e in &r.endpoints {
+            let address = match &e.pod {
+                Some(pod) => format!("{} {pod}", e.address),
+                None => e.address.clone(),
+            };
             let _ = writeln!(
                 o,
                 "  {:<28} {:>10} {:>8} {:>9} {:>9} {:>6}",
-                e.address,
+                address,
                 e.completed,
                 e.failed,
                 us(e.p50_us),
@@ -32,8 +36,11 @@ pub fn target_text(o: &mut String, r: &Report) {
         if let Some((slow, median)) = stampede_core::endpoints::slow_endpoint(&r.endpoints) {
             let _ = writeln!(
                 o,
-                "  slow endpoint {}: p99 {} against {}",
+                "  slow endpoint {}{}: p99 {} against {}",
                 slow.address,
+                slow.pod
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(" ({p})")),
                 us(slow.p99_us),
                 us(median)
             );

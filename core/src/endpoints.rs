@@ -11,12 +11,100 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::hist::SparseHist;
 
 /// Most endpoints a scenario may list (each costs the agent a histogram).
 pub const MAX_ENDPOINTS: usize = 1024;
+
+/// Where a target's several addresses come from (`endpoints:`): listed in the scenario, or
+/// the ready pods of the Kubernetes Service the target URL names, followed while the run goes
+/// on. The word keeps the two apart, so no list can be mistaken for a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Endpoints {
+    /// `["10.0.0.7:8080", "10.0.0.8:8080"]`: these addresses, in this order (each an
+    /// ip:port, none twice).
+    List(Vec<String>),
+    /// `service`: the ready endpoints of the Service the target's host names
+    /// (`http://NAME.NAMESPACE.svc:PORT`, or `http://NAME:PORT` in the run's namespace), from
+    /// its EndpointSlices; the controller follows them and needs the Kubernetes API.
+    Source(EndpointSource),
+}
+
+/// A source of endpoints other than a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointSource {
+    /// The ready pods of a Kubernetes Service.
+    Service,
+}
+
+impl Default for Endpoints {
+    fn default() -> Self {
+        Self::List(Vec::new())
+    }
+}
+
+impl Endpoints {
+    /// No list and no source: the target's own address (or its name's addresses).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Self::List(l) if l.is_empty())
+    }
+
+    /// The listed addresses as written (none for a Service).
+    pub fn list(&self) -> &[String] {
+        match self {
+            Self::List(l) => l,
+            Self::Source(_) => &[],
+        }
+    }
+
+    /// The endpoints are a Service's pods.
+    pub fn is_service(&self) -> bool {
+        matches!(self, Self::Source(EndpointSource::Service))
+    }
+}
+
+impl From<Vec<String>> for Endpoints {
+    fn from(l: Vec<String>) -> Self {
+        Self::List(l)
+    }
+}
+
+impl<'de> Deserialize<'de> for Endpoints {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Endpoints;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of ip:port addresses, or `service`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Endpoints, E> {
+                match v {
+                    "service" => Ok(Endpoints::Source(EndpointSource::Service)),
+                    _ => Err(E::custom(format!(
+                        "`{v}` is not a source of endpoints: write `service` (the pods behind \
+                         the target's Kubernetes Service) or a list of ip:port addresses"
+                    ))),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Endpoints, A::Error> {
+                let mut l = Vec::with_capacity(a.size_hint().unwrap_or(0).min(MAX_ENDPOINTS));
+                while let Some(e) = a.next_element::<String>()? {
+                    l.push(e);
+                }
+                Ok(Endpoints::List(l))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// The endpoint of the connection or session with global index `index`, among `n`.
 pub fn endpoint_of(index: u64, n: usize) -> usize {
@@ -188,6 +276,7 @@ fn rows(by: &BTreeMap<SocketAddr, EndpointStats>, listed: &[SocketAddr]) -> Vec<
             };
             EndpointReport {
                 address: address.to_string(),
+                pod: None,
                 completed: s.completed,
                 failed: s.failed,
                 p50_us: p50,
@@ -203,6 +292,9 @@ fn rows(by: &BTreeMap<SocketAddr, EndpointStats>, listed: &[SocketAddr]) -> Vec<
 pub struct EndpointReport {
     /// `ip:port` (`[v6]:port`).
     pub address: String,
+    /// The pod behind it, when the endpoints are a Kubernetes Service's (`endpoints: service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     pub completed: u64,
     pub failed: u64,
     /// Response-time percentiles of its completed requests, in microseconds.

@@ -24,6 +24,8 @@
 //! - [`plan`]: planned sessions and requests per agent and phase; the bounds shared by the agent
 //!   and the controller (`LATE_START_LIMIT`, `FINISH_MARGIN`).
 //! - [`endpoints`]: a target's several addresses, the split over them and their report rows.
+//! - [`service`]: `endpoints: service`, the ready pods of a Kubernetes Service from its
+//!   EndpointSlices (the Service's name, its port, the ready set and its changes).
 //! - [`ports`]: the port budget. [`target_policy`]: which addresses an agent may load.
 //!
 //! Measuring and reporting:
@@ -57,6 +59,7 @@ pub mod ramp;
 pub mod report;
 pub mod samples;
 pub mod scenario;
+pub mod service;
 
 pub use duration::HumanDuration;
 pub use scenario::{Scenario, ScenarioError};

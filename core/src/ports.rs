@@ -202,14 +202,14 @@ pub fn demand(
                 open.saturating_add(*p)
             })
             .collect();
-        let n = scenario.endpoints.len();
+        let n = scenario.endpoints.list().len();
         if n == 0 || !top {
             out.push(Demand { target, per_agent });
             continue;
         }
         // Several endpoints: each destination ip:port has its own ports, and connection `i`
         // goes to endpoint `i mod n`, so an agent holds at most ⌈its connections / n⌉ to each.
-        out.extend(scenario.endpoints.iter().map(|e| Demand {
+        out.extend(scenario.endpoints.list().iter().map(|e| Demand {
             target: e.clone(),
             per_agent: per_agent.iter().map(|p| p.div_ceil(n as u64)).collect(),
         }));

@@ -65,8 +65,11 @@ pub struct Scenario {
     /// sessions (arrival phases) are split over them exactly, by their global index; the
     /// `target` URL still gives the scheme, the Host header and TLS name, and the path prefix.
     /// The report then has a row per endpoint.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub endpoints: Vec<String>,
+    /// `endpoints: service` takes the ready pods of the Kubernetes Service the target names
+    /// (`http://NAME.NAMESPACE.svc:PORT`, or `http://NAME:PORT` in the run's namespace) from its
+    /// EndpointSlices, and follows them while the run goes on; the report names each pod.
+    #[serde(default, skip_serializing_if = "crate::endpoints::Endpoints::is_empty")]
+    pub endpoints: crate::endpoints::Endpoints,
     /// Where to read the target's own resources during the run, beside the latency:
     /// `[{ prometheus: "http://10.0.0.7:9102/metrics" }]` scrapes the standard process metrics
     /// (`process_cpu_seconds_total`, `process_resident_memory_bytes`) every interval; the

@@ -178,6 +178,11 @@ impl Target {
             .unwrap_or(&self.host)
     }
 
+    /// The port to connect to (the scheme's default filled in); `None` for unix.
+    pub fn port(&self) -> Option<u16> {
+        (self.transport != Transport::Unix).then_some(self.port)
+    }
+
     /// The HTTP path prefix every request path is appended to (`""` for none).
     pub fn prefix(&self) -> &str {
         &self.prefix

@@ -914,6 +914,7 @@ mod tests {
             p50_us: p99_us / 2,
             p99_us,
             connections: 1,
+            ..Default::default()
         }
     }
 

@@ -77,6 +77,14 @@ pub enum AssignError {
     /// `endpoints:` beside a socket path.
     #[error("endpoints: a unix:// target has one socket path, no addresses")]
     UnixEndpoints,
+
+    #[error("endpoints: the target's Service has no ready endpoint")]
+    ServiceEmpty,
+
+    #[error(
+        "endpoints: the target policy refuses every ready endpoint of the Service ({addresses})"
+    )]
+    ServiceRefused { addresses: String },
     /// Setup steps in a scenario whose workloads each name their own target.
     #[error("target: setup steps need the scenario's target")]
     SetupWithoutTarget,

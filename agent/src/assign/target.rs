@@ -5,6 +5,32 @@
 use super::*;
 use crate::runner::EndpointSet;
 use stampede_core::target_policy::TargetPolicyError;
+use std::net::SocketAddr;
+
+/// Where a target's several addresses come from, once the assignment is read.
+#[derive(Clone, Copy)]
+pub(super) enum Listed<'a> {
+    /// Its own address, or its name's addresses (a workload's target, or no `endpoints:`).
+    None,
+    /// `endpoints: [...]` as written, each checked here.
+    Addresses(&'a [String]),
+    /// `endpoints: service`: the ready pods the controller sent; the name is never looked up.
+    Service(&'a [SocketAddr]),
+}
+
+impl<'a> Listed<'a> {
+    /// The scenario's `endpoints:` with the Service's pods the assignment carried, if any.
+    pub(super) fn of(
+        endpoints: &'a stampede_core::endpoints::Endpoints,
+        service: Option<&'a [SocketAddr]>,
+    ) -> Self {
+        match service {
+            Some(addrs) => Self::Service(addrs),
+            None if endpoints.list().is_empty() => Self::None,
+            None => Self::Addresses(endpoints.list()),
+        }
+    }
+}
 
 /// A target resolved and checked, shared by the workloads that name it.
 #[derive(Clone)]
@@ -15,6 +41,8 @@ pub(super) struct Built {
     /// several targets, its one address, so that the report counts each target's addresses.
     pub endpoints: Arc<EndpointSet>,
     pub follow: Option<Arc<crate::resolve::Follow>>,
+    /// `endpoints: service`: where the controller's later sets of pods go.
+    pub service: Option<Arc<crate::service::ServiceSet>>,
     pub host_header: String,
     pub https: bool,
     pub http2: bool,
@@ -28,7 +56,7 @@ pub(super) async fn build(
     scenario: &Scenario,
     url: &stampede_core::target::Target,
     field: &str,
-    listed: &[String],
+    listed: Listed<'_>,
     measured: bool,
 ) -> Result<Built, AssignError> {
     // The policy's own message starts with "target ..."; a workload's target adds its field.
@@ -52,14 +80,18 @@ pub(super) async fn build(
         .resolver
         .clone()
         .unwrap_or_else(crate::resolve::DnsResolver::system);
-    let (mut endpoint, resolved) = resolve(url, &resolver, field).await?;
+    let (mut endpoint, resolved) = match listed {
+        Listed::Service(addrs) => (base_endpoint(transport, addrs[0]), None),
+        _ => resolve(url, &resolver, field).await?,
+    };
     let host_header = url.authority();
     // The addresses the run will really use, after resolution: a name that resolves to a
-    // refused address is refused too.
+    // refused address is refused too. A Service's pods are checked as they are taken.
     if let Some(r) = &resolved {
         for addr in &r.addrs {
             cfg.target_policy.check(*addr).map_err(named)?;
         }
+    } else if let Listed::Service(_) = listed {
     } else if let Endpoint::Http(addr, _) | Endpoint::Tcp(addr) | Endpoint::Udp(addr) = &endpoint {
         cfg.target_policy.check(*addr).map_err(named)?;
     }
@@ -88,7 +120,11 @@ pub(super) async fn build(
     }
     // `endpoints:`: the same transport (and TLS name) at each listed address, each checked
     // against the target policy like the target's own address.
-    let addrs = stampede_core::endpoints::parse(listed)
+    let written = match listed {
+        Listed::Addresses(l) => l,
+        Listed::None | Listed::Service(_) => &[],
+    };
+    let addrs = stampede_core::endpoints::parse(written)
         .map_err(|(field, why)| AssignError::Endpoints { field, why })?;
     let mut endpoints = Vec::with_capacity(addrs.len());
     for (index, addr) in addrs.into_iter().enumerate() {
@@ -99,7 +135,27 @@ pub(super) async fn build(
     }
     // Without the list, a target name's addresses (all of them, followed during the run).
     let mut follow = None;
-    let endpoints = if !endpoints.is_empty() {
+    let mut service = None;
+    let endpoints = if let Listed::Service(addrs) = listed {
+        let s = crate::service::ServiceSet {
+            set: Arc::new(EndpointSet::fixed(Vec::new())),
+            template: endpoint.clone(),
+            policy: cfg.target_policy.clone(),
+        };
+        // Every pod is a row of the report, even when the Service has one.
+        s.set.measure();
+        if s.replace(addrs) == 0 {
+            let addresses = addrs
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(AssignError::ServiceRefused { addresses });
+        }
+        let set = s.set.clone();
+        service = Some(Arc::new(s));
+        set
+    } else if !endpoints.is_empty() {
         Arc::new(EndpointSet::fixed(endpoints))
     } else if let (Some(r), Some(host)) = (resolved, crate::resolve::host_name(url.host())) {
         let f = crate::resolve::Follow {
@@ -128,6 +184,7 @@ pub(super) async fn build(
         endpoint,
         endpoints,
         follow,
+        service,
         host_header,
         https,
         http2,
@@ -192,10 +249,14 @@ async fn resolve(
             None,
         ),
     };
-    let endpoint = match target.transport() {
+    Ok((base_endpoint(target.transport(), addr), resolved))
+}
+
+/// The endpoint at `addr` before TLS and the HTTP version are known.
+fn base_endpoint(transport: Transport, addr: SocketAddr) -> Endpoint {
+    match transport {
         Transport::Tcp => Endpoint::Tcp(addr),
         Transport::Udp => Endpoint::Udp(addr),
         _ => Endpoint::Http(addr, None),
-    };
-    Ok((endpoint, resolved))
+    }
 }

@@ -139,7 +139,8 @@ impl EndpointSet {
     }
 
     /// Keeps figures per address from now on, even while the set holds one address: a run
-    /// with several targets reports each target's addresses.
+    /// with several targets reports each target's addresses, and a Service's pods are rows
+    /// of the report even when there is one.
     pub fn measure(&self) {
         self.measured.store(true, Ordering::Relaxed);
     }

@@ -283,6 +283,8 @@ pub struct ShardRun {
     /// The target names whose addresses the run follows, one per target given by name
     /// without `endpoints:` (none: every set of endpoints is fixed).
     pub follow: Vec<Arc<crate::resolve::Follow>>,
+    /// `endpoints: service`: where the controller's new sets of the Service's endpoints go.
+    pub service: Option<Arc<crate::service::ServiceSet>>,
 }
 
 impl RunSpec {

@@ -6,12 +6,14 @@
 //! - [`scale`]: scales the agent Deployment (`STAMPEDE_AGENT_DEPLOYMENT`) through its scale
 //!   subresource when a run asks for more agents than are attached, and back after the run when
 //!   `--scale-down-after` is set.
+//! - [`endpoints`]: `endpoints: service`, a run's Service's ready pods from its EndpointSlices.
 //! - [`loadtest`]: reconciles `LoadTest` resources with `kube::runtime::Controller`; `data`
 //!   reads a LoadTest's `config_map:` / `secret:` data sources and `protos` compiles the
 //!   `.proto` files of its `grpc.config_map` and encodes its gRPC calls, before it is submitted.
 
 pub mod crd;
 mod data;
+pub mod endpoints;
 pub mod loadtest;
 pub mod pods;
 mod protos;
@@ -59,6 +61,10 @@ pub enum KubeError {
 pub(crate) struct KubeState {
     pub pods: Option<Store<Pod>>,
     pub scaler: Option<Arc<scale::Scaler>>,
+    /// For what runs ask of the cluster (`endpoints: service`).
+    pub client: kube::Client,
+    /// The controller's namespace: a run's, for a Service named without one.
+    pub namespace: String,
 }
 
 impl Controller {
@@ -100,7 +106,12 @@ impl Controller {
         });
         if inner
             .kube
-            .set(Arc::new(KubeState { pods, scaler }))
+            .set(Arc::new(KubeState {
+                pods,
+                scaler,
+                client: client.clone(),
+                namespace: settings.namespace.clone(),
+            }))
             .is_err()
         {
             return Err(KubeError::Config(

@@ -224,6 +224,8 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
         setup: v1::SetupValues::default(),
         setup_agent: 0,
         target_resources: None,
+        service: None,
+        pods: std::collections::BTreeMap::new(),
     };
     // What was merged before the restart, merged again in the same order: the same state.
     let merged = saved.progress.len();

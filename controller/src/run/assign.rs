@@ -38,6 +38,14 @@ impl Driver {
     /// Waits for agents, assigns shards and collects Ready.
     pub(super) async fn prepare(&mut self) -> Result<(Vec<Member>, Plan, u64), Failure> {
         let n = self.n as usize;
+        // `endpoints: service`: the Service's pods, known before any agent is taken.
+        if self.scenario.endpoints.is_service() {
+            self.h
+                .set_state(RunState::Pending, "reading the target Service's endpoints");
+            self.follow_service()
+                .await
+                .map_err(|e| Failure::Failed(e.to_string()))?;
+        }
         let deadline = Instant::now() + self.agent_wait;
         let picked: Vec<(u64, String)> = loop {
             let notified = self.inner.agents_changed.notified();
@@ -134,6 +142,11 @@ impl Driver {
                 run_setup: i == 0 && !self.scenario.setup.is_empty(),
                 restart_grace_ms: u64::try_from(self.inner.cfg.restart_grace.as_millis())
                     .unwrap_or(u64::MAX),
+                service_endpoints: self
+                    .service
+                    .as_ref()
+                    .map(|w| stampede_proto::service::to_wire(&w.current()))
+                    .unwrap_or_default(),
             };
             let _ =
                 m.tx.send(Ok(v1::ControllerMessage {

@@ -24,6 +24,7 @@ impl Driver {
             Ok(mut r) => {
                 r.threshold_abort = self.threshold_abort.clone();
                 r.target_resources = self.target_resources.clone();
+                self.name_pods(&mut r);
                 r
             }
             Err(e) => {

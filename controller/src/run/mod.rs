@@ -24,6 +24,7 @@ mod driver_tests;
 mod finish;
 mod member;
 mod running;
+mod service;
 mod state;
 
 pub(crate) use adopt::adopt_all;
@@ -229,6 +230,8 @@ pub(crate) fn start(
         setup: v1::SetupValues::default(),
         setup_agent: 0,
         target_resources: None,
+        service: None,
+        pods: std::collections::BTreeMap::new(),
     };
     spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
@@ -332,6 +335,10 @@ struct Driver {
     setup_agent: usize,
     /// The target's resources scraped during the run (`observe:`).
     target_resources: Option<stampede_core::observe::TargetResources>,
+    /// `endpoints: service`: the Service's ready pods, followed while the run holds it.
+    service: Option<crate::k8s::endpoints::ServiceWatch>,
+    /// Every Service endpoint the run was given, with its pod: the report names them.
+    pods: std::collections::BTreeMap<std::net::SocketAddr, String>,
 }
 
 enum Failure {

@@ -172,6 +172,22 @@ impl Driver {
     ) {
         let observer =
             crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
+        // A run re-adopted after a restart follows its Service again.
+        if self.scenario.endpoints.is_service() && self.service.is_none() {
+            match self.follow_service().await {
+                Ok(()) => {
+                    let set = self
+                        .service
+                        .as_ref()
+                        .map(|w| w.current())
+                        .unwrap_or_default();
+                    self.forward_service_set(&members, set);
+                }
+                Err(why) => {
+                    tracing::warn!(run = %self.h.run_id, %why, "the Service's endpoints are not followed any more")
+                }
+            }
+        }
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -232,6 +248,9 @@ impl Driver {
                         let why = format!("connection lost and not back within {:.1} s", grace.as_secs_f64());
                         self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
                     }
+                }
+                set = Self::next_service_set(&mut self.service) => {
+                    self.forward_service_set(&members, set);
                 }
                 _ = snap.tick() => {
                     self.flush_checkpoint(&mut checkpoint, &members, &renewals);
@@ -442,7 +461,7 @@ impl Driver {
             return;
         }
         // Per-endpoint figures ride the same Progress (a replayed one was refused above).
-        let listed = stampede_core::endpoints::listed(&self.scenario.endpoints);
+        let listed = stampede_core::endpoints::listed(self.scenario.endpoints.list());
         match stampede_proto::convert::endpoints_from_wire(progress, &listed) {
             Ok(rows) => {
                 for (address, s) in rows {

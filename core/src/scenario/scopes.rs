@@ -39,7 +39,7 @@ impl ScopeNames {
             steps: s.step_names(),
             workloads: views.iter().map(|w| w.name.to_string()).collect(),
             sessions,
-            endpoints: crate::endpoints::listed(&s.endpoints)
+            endpoints: crate::endpoints::listed(s.endpoints.list())
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),

@@ -72,8 +72,15 @@ impl Scenario {
                     "a unix:// target has one socket path, no addresses",
                 ));
             }
-            crate::endpoints::parse(&self.endpoints)
+            crate::endpoints::parse(self.endpoints.list())
                 .map_err(|(path, why)| ScenarioError::invalid(path, why))?;
+        }
+        if self.endpoints.is_service() {
+            if let Some(t) = &self.target {
+                crate::service::ServiceRef::from_target(t).map_err(|e| {
+                    ScenarioError::invalid("target", format!("with `endpoints: service`, {e}"))
+                })?;
+            }
         }
         crate::observe::validate(&self.observe)
             .map_err(|(path, why)| ScenarioError::invalid(path, why))?;

@@ -292,9 +292,9 @@ impl RunAccumulator {
     /// The per-endpoint rows of the run and of each timeline interval. A target name that
     /// kept one address has no table: its one row would repeat the run's figures.
     fn endpoint_rows(&self, scenario: &Scenario, report: &mut Report) {
-        let listed = crate::endpoints::listed(&scenario.endpoints);
+        let listed = crate::endpoints::listed(scenario.endpoints.list());
         let rows = self.endpoints.report(&listed);
-        if listed.is_empty() && rows.len() < 2 {
+        if listed.is_empty() && rows.len() < 2 && !scenario.endpoints.is_service() {
             return;
         }
         report.endpoints = rows;

@@ -1,0 +1,79 @@
+//! `endpoints: service` in a run: the Service followed from before the assignment to the
+//! report, each new ready set passed on to the agents, each pod remembered for the report.
+
+use super::*;
+use crate::k8s::endpoints::ServiceWatchError;
+use stampede_core::service::{ServiceEndpoint, ServiceRef};
+
+impl Driver {
+    /// Starts following the target's Service; the error is the run's failure message.
+    pub(super) async fn follow_service(&mut self) -> Result<(), ServiceWatchError> {
+        let target = self
+            .scenario
+            .target
+            .as_ref()
+            .ok_or(ServiceWatchError::NoTarget)?;
+        let service = ServiceRef::from_target(target).map_err(ServiceWatchError::Target)?;
+        let kube = self.inner.kube.get().cloned();
+        let (client, namespace) = crate::k8s::endpoints::client_for(kube.as_deref()).await?;
+        let watch = crate::k8s::endpoints::follow(client, &namespace, &service).await?;
+        let set = watch.current();
+        tracing::info!(run = %self.h.run_id, service = %service.name, endpoints = ?set, "following the target Service's endpoints");
+        self.remember(&set);
+        self.service = Some(watch);
+        Ok(())
+    }
+
+    /// The Service's next ready set (never without a Service).
+    pub(super) async fn next_service_set(
+        service: &mut Option<crate::k8s::endpoints::ServiceWatch>,
+    ) -> Vec<ServiceEndpoint> {
+        match service {
+            Some(w) => w.changed().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Sends a new ready set to every agent still running the run.
+    pub(super) fn forward_service_set(&mut self, members: &[Member], set: Vec<ServiceEndpoint>) {
+        self.remember(&set);
+        let msg = v1::ServiceEndpoints {
+            run_id: self.h.run_id.clone(),
+            endpoints: stampede_proto::service::to_wire(&set),
+        };
+        for m in members.iter().filter(|m| m.pending()) {
+            let out = v1::ControllerMessage {
+                msg: Some(Out::ServiceEndpoints(msg.clone())),
+            };
+            if m.tx.try_send(Ok(out)).is_err() {
+                tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, "could not pass on the Service's new endpoints");
+            }
+        }
+    }
+
+    fn remember(&mut self, set: &[ServiceEndpoint]) {
+        for e in set {
+            if let Some(pod) = &e.pod {
+                self.pods.insert(e.address, pod.clone());
+            }
+        }
+    }
+
+    /// Names the pod of each endpoint row the run was given.
+    pub(super) fn name_pods(&self, report: &mut stampede_core::report::Report) {
+        if self.pods.is_empty() {
+            return;
+        }
+        let rows = report.endpoints.iter_mut().chain(
+            report
+                .timeline
+                .iter_mut()
+                .flat_map(|t| t.endpoints.iter_mut()),
+        );
+        for row in rows {
+            if let Ok(a) = row.address.parse::<std::net::SocketAddr>() {
+                row.pod = self.pods.get(&a).cloned();
+            }
+        }
+    }
+}

@@ -432,3 +432,50 @@ async fn without_a_restart_grace_a_restart_fails_the_run() {
         .expect("a failed report");
     assert!(json.contains("controller restarted"), "{json}");
 }
+
+/// A run being aborted when its controller goes (its ending already checkpointed) is
+/// re-adopted still ending: the next controller tells the returning agent to stop, and the
+/// run ends `aborted` with the user's reason, not `succeeded`.
+#[tokio::test(start_paused = true)]
+async fn a_re_adopted_run_that_was_aborted_ends_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(15);
+    let c = controller_on(dir.path(), grace);
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(
+        c.inner.clone(),
+        Scenario::from_yaml(
+            "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 30s, arrival_rate: 1 }\n\
+             session:\n  - http: { path: / }\n",
+        )
+        .unwrap(),
+        1,
+        Duration::from_secs(30),
+    );
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.request_abort("stopped by the test".into());
+    assert!(matches!(next(&mut a1).await, Out::Abort(_)));
+    // The first controller is gone from here on (its driver never hears from a1 again).
+    let c2 = controller_on(dir.path(), grace);
+    let h2 = lock(&c2.inner.runs)
+        .get(&h.run_id)
+        .cloned()
+        .expect("re-adopted");
+    let s = h2.state();
+    assert_eq!(s.state, RunState::Finishing);
+    assert!(s.message.contains("stopped by the test"), "{}", s.message);
+    let (tx, mut back) = mpsc::channel(16);
+    h2.send(RunInput::Reconnected {
+        agent_id: "a1".into(),
+        conn_id: 7,
+        tx,
+        heard: Heard::new(),
+    });
+    assert!(matches!(next(&mut back).await, Out::Abort(_)));
+    done(&h2, "a1");
+    h2.finished().await;
+    let s = h2.state();
+    assert_eq!(s.state, RunState::Aborted);
+    assert_eq!(s.message, "stopped by the test");
+}

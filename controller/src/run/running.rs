@@ -157,8 +157,14 @@ impl Driver {
         );
 
         let checkpoint = self.start_checkpoint(&members, seed, t0_unix_ns, started_at);
-        self.supervise(members, acc, (t0, started_at), checkpoint)
-            .await;
+        self.supervise(
+            members,
+            acc,
+            (t0, started_at),
+            checkpoint,
+            adopt::Resumed::default(),
+        )
+        .await;
     }
 
     /// From the start (or a re-adoption) to the report: merges, renews, checkpoints, applies
@@ -169,9 +175,19 @@ impl Driver {
         mut acc: RunAccumulator,
         (t0, started_at): (Instant, u64),
         mut checkpoint: Option<checkpoint::Writer>,
+        resumed: adopt::Resumed,
     ) {
-        let observer =
-            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
+        let adopt::Resumed {
+            mut failure,
+            observed,
+        } = resumed;
+        let observer = crate::observe::Observer::start(
+            &self.scenario.observe,
+            t0,
+            self.inner.cfg.interval,
+            observed,
+        );
+        let silence = crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval);
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -179,7 +195,7 @@ impl Driver {
                 .map(|m| (m.tx.clone(), m.heard.clone()))
                 .collect(),
             self.inner.cfg.lease,
-            crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval),
+            silence,
             t0,
         );
         for (i, m) in members.iter().enumerate() {
@@ -203,7 +219,13 @@ impl Driver {
             .saturating_add(stampede_core::plan::FINISH_MARGIN)
             .min(FAR_FUTURE);
         let mut deadline = t0 + deadline;
-        let mut failure: Option<Failure> = None;
+        let grace = away_grace(&self.inner.cfg);
+        // A re-adopted run that was already ending: its agents get their time to come back
+        // and to send their last data, then it ends as it was going to.
+        let mut ending_saved = failure.is_some();
+        if failure.is_some() {
+            deadline = deadline.min(Instant::now() + grace + self.stop_wait());
+        }
         let policy = self.scenario.on_agent_loss;
         let live_thresholds = if self.scenario.abort_on_fail {
             self.scenario.parsed_thresholds().unwrap_or_default()
@@ -214,27 +236,38 @@ impl Driver {
         let windowed = live_thresholds.iter().any(|t| t.window_s.is_some());
         let mut closed_seen = 0usize;
 
-        let grace = away_grace(&self.inner.cfg);
         while members.iter().any(Member::pending) {
             if failure.is_some() {
                 renewals.stop();
+                if !ending_saved {
+                    // How the run ends is durable at once: a controller restarted from here
+                    // ends it the same way.
+                    ending_saved = true;
+                    self.flush_checkpoint(
+                        &mut checkpoint,
+                        &members,
+                        &renewals,
+                        failure.as_ref(),
+                        &observer,
+                    );
+                }
             }
             let away = members.iter().filter_map(Member::away_until).min();
             tokio::select! {
                 _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
                     let now = Instant::now();
-                    let gone: Vec<String> = members
+                    let gone: Vec<(String, Duration)> = members
                         .iter()
                         .filter(|m| m.overdue(now))
-                        .map(|m| m.agent_id.clone())
+                        .map(|m| (m.agent_id.clone(), m.away_window().unwrap_or_default()))
                         .collect();
-                    for agent_id in gone {
-                        let why = format!("connection lost and not back within {:.1} s", grace.as_secs_f64());
+                    for (agent_id, window) in gone {
+                        let why = format!("connection lost and not back within {:.1} s", window.as_secs_f64());
                         self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
                     }
                 }
                 _ = snap.tick() => {
-                    self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                    self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
                         let mut w = v1::LiveSnapshot::from(&s);
@@ -289,7 +322,7 @@ impl Driver {
                                     break; // acknowledged once the report is stored
                                 }
                                 // Its Done is acknowledged once the checkpoint holds it.
-                                self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
                                 self.ack_done(&members[i]);
                             }
                             if !members.iter().any(Member::pending) {
@@ -311,7 +344,10 @@ impl Driver {
                                 continue;
                             }
                             renewals.retire(i);
-                            m.move_to(MemberState::Away { until: Instant::now() + grace });
+                            m.move_to(MemberState::Away {
+                                until: Instant::now() + grace,
+                                window: grace,
+                            });
                             tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
                             // Values it refreshes cannot reach the others while it is away,
                             // and tokens expire sooner than the grace ends: a member whose
@@ -336,7 +372,7 @@ impl Driver {
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
                             } else if !m.is_done() {
                                 // Counted lost, or the run is ending: it must not go on loading.
-                                let why = failure.as_ref().map_or("the run counted this agent lost", |f| match f { Failure::Failed(m) | Failure::Aborted(m) => m.as_str() }).to_string();
+                                let why = failure.as_ref().map_or("the run counted this agent lost", Failure::message).to_string();
                                 let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Abort(v1::Abort { run_id: self.h.run_id.clone(), reason: why })) }));
                             }
                         }
@@ -354,7 +390,7 @@ impl Driver {
                 }
                 _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
                     if failure.is_none() && !self.inner.cfg.restart_grace.is_zero() {
-                        self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                        self.flush_checkpoint(&mut checkpoint, &members, &renewals, None, &observer);
                         if checkpoint.is_some() {
                             // The next controller on this data directory re-adopts the run;
                             // its agents ride out the restart grace meanwhile.

@@ -7,6 +7,15 @@ use super::*;
 /// as lost: its backoff's first retries and a registration.
 const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 
+/// How long an agent whose stream closed while this controller runs has to come back before
+/// it counts as lost. The restart grace is not waited for: it is the agents' allowance for a
+/// controller restart, and this controller did not restart. An agent that is alive retries
+/// within 100 ms, then at most every 1.2 s while a run goes on (its backoff, jittered), so a
+/// link back within a second is taken up within about two; a killed agent is lost at this
+/// bound instead of its lease, restart grace and rejoin margin (18 s by default), measured
+/// in `a_closed_stream_is_lost_without_waiting_for_the_restart_grace`.
+pub(super) const RECONNECT_WINDOW: Duration = Duration::from_secs(3);
+
 /// What a stopped run's agents have, past their graceful stop, to send their last data.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
@@ -188,6 +197,8 @@ impl Driver {
             observed,
         );
         let silence = crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval);
+        // Silent this long, an agent got no renewals for a lease: its load has stopped.
+        let silent_lost = silence + self.inner.cfg.lease;
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -268,6 +279,17 @@ impl Driver {
                 }
                 _ = snap.tick() => {
                     self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                    // Silence (a stopped process, a link that carries nothing) ends in a loss
+                    // once renewals were withheld for a lease; a closed stream does not wait.
+                    let silent: Vec<String> = members
+                        .iter()
+                        .filter(|m| matches!(m.state(), MemberState::Running) && m.heard.silent_for() > silent_lost)
+                        .map(|m| m.agent_id.clone())
+                        .collect();
+                    for agent_id in silent {
+                        let why = format!("silent for more than {:.1} s", silent_lost.as_secs_f64());
+                        self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
+                    }
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
                         let mut w = v1::LiveSnapshot::from(&s);
@@ -344,11 +366,8 @@ impl Driver {
                                 continue;
                             }
                             renewals.retire(i);
-                            m.move_to(MemberState::Away {
-                                until: Instant::now() + grace,
-                                window: grace,
-                            });
-                            tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
+                            m.move_to(MemberState::Away { until: Instant::now() + RECONNECT_WINDOW, window: RECONNECT_WINDOW });
+                            tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", RECONNECT_WINDOW.as_secs_f64());
                             // Values it refreshes cannot reach the others while it is away,
                             // and tokens expire sooner than the grace ends: a member whose
                             // stream is up takes the refresh over now.

@@ -248,8 +248,9 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "1s", value_parser = parse_lease)]
     pub lease: Duration,
     /// How long beyond their lease a run's agents keep loading when their stream closes, and
-    /// how long the run waits for them to come back: a controller restarted on the same data
-    /// directory within it re-adopts its runs (0s: runs end when the controller goes)
+    /// how long a restarted controller waits for them to come back: a controller restarted on
+    /// the same data directory within it re-adopts its runs (0s: runs end when the controller
+    /// goes)
     #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub restart_grace: Duration,
     /// Most agents one run may ask for; the agent Deployment is never scaled above it.

@@ -65,8 +65,9 @@ pub struct ControllerConfig {
     /// Lease granted to agents; renewed every third of it (`renew::RENEWALS_PER_LEASE`).
     pub lease: Duration,
     /// How long beyond their lease a run's agents keep loading when their stream closes, and
-    /// how long a run waits for them to come back: long enough for this controller to restart
-    /// on its data directory and re-adopt the run (agents cap it with their own setting).
+    /// how long a re-adopted run waits for them to come back: long enough for this controller
+    /// to restart on its data directory and re-adopt the run (agents cap it with their own
+    /// setting). A controller that did not restart waits only for a reconnect.
     pub restart_grace: Duration,
     /// How long a submitted run waits for enough agents before failing.
     pub agent_wait: Duration,

@@ -3,6 +3,7 @@
 //! HTTP/1.0 GET (a few KiB, one connection each time). The arithmetic is
 //! `stampede_core::observe`'s.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stampede_core::observe::{
@@ -16,48 +17,102 @@ use tokio_util::sync::CancellationToken;
 /// Most a scrape may take: a source that hangs costs one failed scrape, not the interval.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// One scrape's outcome for the checkpoint: the source's index and what it found, `None` when
+/// it could not be read at all.
+pub(crate) type Observation = (usize, Option<Scrape>);
+
+/// What a run's scrapes found so far, shared by the scraping task and the run's driver.
+#[derive(Default)]
+struct Observed {
+    seen: Vec<(String, Vec<Scrape>)>,
+    failed: u64,
+    /// Scrapes not yet handed to the checkpoint.
+    fresh: Vec<Observation>,
+}
+
+impl Observed {
+    fn add(&mut self, (i, scrape): Observation) {
+        match scrape {
+            Some(s) => {
+                if s.sample.cpu_seconds.is_none() {
+                    self.failed += 1;
+                }
+                if let Some((_, scrapes)) = self.seen.get_mut(i) {
+                    scrapes.push(s);
+                }
+            }
+            None => self.failed += 1,
+        }
+    }
+}
+
 /// The scraping task of one run.
 pub(crate) struct Observer {
     stop: CancellationToken,
-    task: Option<tokio::task::JoinHandle<TargetResources>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    observed: Arc<Mutex<Observed>>,
 }
 
 impl Observer {
-    /// Starts scraping `sources` at `t0`, then every `interval`; nothing without sources.
-    pub(crate) fn start(sources: &[ObserveSource], t0: Instant, interval: Duration) -> Self {
+    /// Starts scraping `sources` at `t0`, then every `interval`, after what a previous
+    /// controller scraped (`before`, a re-adopted run's checkpoint); nothing without sources.
+    pub(crate) fn start(
+        sources: &[ObserveSource],
+        t0: Instant,
+        interval: Duration,
+        before: Vec<Observation>,
+    ) -> Self {
         let stop = CancellationToken::new();
+        let mut observed = Observed {
+            seen: sources
+                .iter()
+                .map(|s| (s.prometheus.clone(), Vec::new()))
+                .collect(),
+            ..Observed::default()
+        };
+        for o in before {
+            observed.add(o);
+        }
+        let observed = Arc::new(Mutex::new(observed));
         let task = (!sources.is_empty()).then(|| {
-            let sources = sources.to_vec();
-            let stop = stop.clone();
+            let urls = sources.iter().map(|s| s.prometheus.clone()).collect();
             tokio::spawn(observe(
-                sources,
+                urls,
                 t0,
                 interval.max(Duration::from_millis(100)),
-                stop,
+                stop.clone(),
+                observed.clone(),
             ))
         });
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            observed,
+        }
+    }
+
+    /// The scrapes since the last call, for the checkpoint.
+    pub(crate) fn take_fresh(&self) -> Vec<Observation> {
+        std::mem::take(&mut crate::lock(&self.observed).fresh)
     }
 
     /// Stops scraping after one last scrape and returns what was seen (`None` without
     /// sources).
     pub(crate) async fn finish(self) -> Option<TargetResources> {
         self.stop.cancel();
-        self.task?.await.ok()
+        self.task?.await.ok()?;
+        let o = crate::lock(&self.observed);
+        Some(resources(&o.seen, o.failed))
     }
 }
 
 async fn observe(
-    sources: Vec<ObserveSource>,
+    urls: Vec<String>,
     t0: Instant,
     interval: Duration,
     stop: CancellationToken,
-) -> TargetResources {
-    let mut seen: Vec<(String, Vec<Scrape>)> = sources
-        .iter()
-        .map(|s| (s.prometheus.clone(), Vec::new()))
-        .collect();
-    let mut failed = 0u64;
+    observed: Arc<Mutex<Observed>>,
+) {
     tokio::select! {
         _ = tokio::time::sleep_until(t0) => {}
         _ = stop.cancelled() => {}
@@ -69,24 +124,20 @@ async fn observe(
             _ = tick.tick() => false,
             _ = stop.cancelled() => true,
         };
-        for (url, scrapes) in &mut seen {
+        for (i, url) in urls.iter().enumerate() {
             let at_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
-            match scrape(url).await {
-                Some(text) => {
-                    let sample = parse_process_metrics(&text);
-                    if sample.cpu_seconds.is_none() {
-                        failed += 1;
-                    }
-                    scrapes.push(Scrape { at_s, sample });
-                }
-                None => failed += 1,
-            }
+            let scrape = scrape(url).await.map(|text| Scrape {
+                at_s,
+                sample: parse_process_metrics(&text),
+            });
+            let mut o = crate::lock(&observed);
+            o.add((i, scrape));
+            o.fresh.push((i, scrape));
         }
         if last {
             break;
         }
     }
-    resources(&seen, failed)
 }
 
 /// One GET of `url`'s text, `None` when it cannot be read in time.

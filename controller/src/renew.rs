@@ -59,7 +59,8 @@ impl Heard {
         *last = (*last).max(at);
     }
 
-    fn silent_for(&self) -> Duration {
+    /// How long since it was last heard from.
+    pub(crate) fn silent_for(&self) -> Duration {
         Instant::now().saturating_duration_since(*crate::lock(&self.0))
     }
 }

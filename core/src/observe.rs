@@ -82,8 +82,9 @@ pub fn validate(sources: &[ObserveSource]) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// What one scrape of a source found.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// What one scrape of a source found (serialized in the controller's checkpoint, so a
+/// restarted controller keeps what was scraped before it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessSample {
     /// `process_cpu_seconds_total`: CPU time the process used since it started.
     pub cpu_seconds: Option<f64>,
@@ -132,7 +133,7 @@ pub fn parse_process_metrics(text: &str) -> ProcessSample {
 }
 
 /// One scrape of one source, at `at_s` seconds after the run's T0.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Scrape {
     pub at_s: f64,
     pub sample: ProcessSample,

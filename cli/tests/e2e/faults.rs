@@ -10,7 +10,7 @@ use stampede_proto::v1;
 use crate::{spawn_agent, spawn_controller_on, spawn_controller_with, Target};
 
 /// A fresh port on loopback for a controller that must come back on the same address.
-fn fresh_listen() -> String {
+pub(crate) fn fresh_listen() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -21,10 +21,25 @@ fn fresh_listen() -> String {
 
 /// Submits `scenario` and waits (bounded) until the run is running.
 async fn submit_running(url: &str, token: &str, scenario: &str) -> String {
+    submit_running_on(url, token, scenario, 1).await
+}
+
+/// Submits `scenario` on `agents` agents and waits (bounded) until the run is running.
+pub(crate) async fn submit_running_on(
+    url: &str,
+    token: &str,
+    scenario: &str,
+    agents: u32,
+) -> String {
     let mut c = client::connect(url, Some(token)).await.unwrap();
-    let run_id = client::submit(&mut c, scenario, Some(1), Some(Duration::from_secs(20)))
-        .await
-        .unwrap();
+    let run_id = client::submit(
+        &mut c,
+        scenario,
+        Some(agents),
+        Some(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
     let running = async {
         loop {
             let runs = c
@@ -49,7 +64,7 @@ async fn submit_running(url: &str, token: &str, scenario: &str) -> String {
 }
 
 /// Polls (bounded) a restarted controller for a run's report.
-async fn report_after_restart(
+pub(crate) async fn report_after_restart(
     url: &str,
     token: &str,
     run_id: &str,

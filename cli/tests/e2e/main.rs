@@ -12,6 +12,7 @@ mod mixes;
 mod netcut;
 mod ports;
 mod protocols;
+mod restarts;
 mod results;
 mod samples;
 mod security;

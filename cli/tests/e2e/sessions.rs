@@ -15,24 +15,24 @@ use crate::{serve_until_dropped, Stop, BIN};
 
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
-struct Seen {
+pub(crate) struct Seen {
     /// The client's port: one per connection.
-    peer: u16,
-    path: String,
-    headers: BTreeMap<String, String>,
-    body: String,
+    pub(crate) peer: u16,
+    pub(crate) path: String,
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) body: String,
 }
 
 /// A small real HTTP/1.1 keep-alive server: `/login` issues `{"token":"t-N","status":"ok"}`
 /// and a `sid` cookie; `/me` answers 200 only to `Bearer t-N` of an issued token.
-struct LoginServer {
-    url: String,
+pub(crate) struct LoginServer {
+    pub(crate) url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     _stop: Stop,
 }
 
 impl LoginServer {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/api", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -56,7 +56,7 @@ impl LoginServer {
         }
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -387,7 +387,7 @@ session:
 
 /// A run of `duration` at 20 sessions/s whose setup logs in once and whose sessions send the
 /// token (and say which agent they ran on); `extra` goes before the setup steps.
-fn setup_scenario(url: &str, duration: &str, extra: &str) -> String {
+pub(crate) fn setup_scenario(url: &str, duration: &str, extra: &str) -> String {
     format!(
         r#"name: setup
 target: {url}

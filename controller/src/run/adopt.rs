@@ -3,8 +3,19 @@
 //! waits for their agents to come back (within the restart grace), takes their replay once,
 //! and finishes them as if nothing had happened.
 
-use super::checkpoint::{self, MemberEntry, MemberRecord};
+use super::checkpoint::{self, MemberEntry, MemberRecord, RunRecord, SetupRecord};
 use super::*;
+use crate::observe::{Observation, Observer};
+
+/// What a re-adopted run takes over from its checkpoint besides its members and merged data;
+/// a run that starts afresh has none of it.
+#[derive(Default)]
+pub(super) struct Resumed {
+    /// How the run was ending when the previous controller stopped.
+    pub(super) failure: Option<Failure>,
+    /// What the previous controller scraped of the target.
+    pub(super) observed: Vec<Observation>,
+}
 
 impl Driver {
     /// Starts the checkpoint of a run whose agents were just sent their Start. Without one
@@ -39,6 +50,7 @@ impl Driver {
             started_at_unix_ms,
             members: entries(members),
             log_len: 0,
+            state: self.run_record(None),
         };
         checkpoint::Writer::create(&self.inner.cfg.data_dir, header)
             .map_err(|e| {
@@ -55,9 +67,14 @@ impl Driver {
         checkpoint: &mut Option<checkpoint::Writer>,
         members: &[Member],
         renewals: &Renewals,
+        failure: Option<&Failure>,
+        observer: &Observer,
     ) {
+        // Taken even without a checkpoint: they would pile up otherwise.
+        let observed = observer.take_fresh();
         let Some(c) = checkpoint else { return };
-        if let Err(e) = c.flush(entries(members)) {
+        c.observed(observed);
+        if let Err(e) = c.flush(entries(members), self.run_record(failure)) {
             tracing::warn!(run = %self.h.run_id, error = %display_chain(&e), "checkpoint given up: a controller restart would fail this run");
             if let Some(c) = checkpoint.take() {
                 c.remove();
@@ -65,6 +82,20 @@ impl Driver {
         }
         for (i, m) in members.iter().enumerate() {
             renewals.ack(i, m.received.next);
+        }
+    }
+
+    /// The run's own state as the checkpoint keeps it.
+    fn run_record(&self, failure: Option<&Failure>) -> RunRecord {
+        RunRecord {
+            ending: failure.cloned(),
+            threshold_abort: self.threshold_abort.clone(),
+            setup: (!self.scenario.setup.is_empty()).then(|| SetupRecord {
+                values: self.setup.values.clone(),
+                generation: self.setup.generation,
+                agent: self.setup_agent,
+            }),
+            observe_len: 0,
         }
     }
 }
@@ -99,7 +130,7 @@ fn entries(members: &[Member]) -> Vec<MemberEntry> {
 
 /// Why a checkpoint could not be re-adopted.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum AdoptError {
+pub(super) enum AdoptError {
     /// The checkpoint could not be read back.
     #[error("reading the checkpoint")]
     Checkpoint(#[from] checkpoint::CheckpointError),
@@ -112,6 +143,12 @@ pub(crate) enum AdoptError {
     /// The run's id is already taken in this controller.
     #[error("run {0} is already known")]
     Duplicate(String),
+    /// Its setup values do not fit its scenario.
+    #[error("its setup values")]
+    Setup(#[source] assign::SetupValuesError),
+    /// A scrape of a source its scenario does not observe.
+    #[error("a scrape of observe source {index}, the scenario has {sources}")]
+    ObserveSource { index: usize, sources: usize },
 }
 
 /// Re-adopts every run checkpointed in the data directory; returns the ids adopted. A
@@ -180,7 +217,10 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
         m.move_to(MemberState::Running);
         match &e.state {
             MemberRecord::Running => {
-                m.move_to(MemberState::Away { until });
+                m.move_to(MemberState::Away {
+                    until,
+                    window: running::away_grace(&inner.cfg),
+                });
                 waiting += 1;
             }
             MemberRecord::Done => {
@@ -193,40 +233,84 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
         }
         members.push(m);
     }
+    let RunRecord {
+        ending,
+        threshold_abort,
+        setup,
+        ..
+    } = header.state.clone();
+    if let Some((index, _)) = saved
+        .observed
+        .iter()
+        .find(|(i, _)| *i >= scenario.observe.len())
+    {
+        return Err(AdoptError::ObserveSource {
+            index: *index,
+            sources: scenario.observe.len(),
+        });
+    }
     let (inbox, rx) = mpsc::unbounded_channel();
     let (events, _) = broadcast::channel(1024);
-    let message =
+    let mut message =
         format!("re-adopted after a controller restart; waiting for {waiting} agents to come back");
+    // A run that was ending goes on ending, with its reason.
+    let mut state = RunState::Running;
+    if let Some(f) = &ending {
+        state = RunState::Finishing;
+        message = format!("{}; {message}", f.message());
+    }
+    let abort_reason = match &ending {
+        Some(Failure::Aborted(m)) => Some(m.clone()),
+        _ => None,
+    };
     let handle = Arc::new(RunHandle {
         run_id: header.run_id.clone(),
         scenario_name: header.scenario_name.clone(),
         agents_wanted: header.agents,
         submitted_at_unix_ms: header.submitted_at_unix_ms,
         state: Mutex::new(Status {
-            state: RunState::Running,
+            state,
             message: message.clone(),
         }),
         events,
         report_json: OnceLock::new(),
         persisted: std::sync::atomic::AtomicBool::new(false),
         abort: CancellationToken::new(),
-        abort_reason: Mutex::new(None),
+        abort_reason: Mutex::new(abort_reason),
         inbox,
     });
-    let driver = Driver {
+    let mut driver = Driver {
         inner: inner.clone(),
         h: handle.clone(),
         scenario,
         n: header.agents,
         rx,
         agent_wait: inner.cfg.agent_wait,
-        threshold_abort: None,
+        threshold_abort,
         setup: v1::SetupValues::default(),
         setup_agent: 0,
         target_resources: None,
         service: None,
         pods: std::collections::BTreeMap::new(),
     };
+    if let Some(s) = setup {
+        driver
+            .check_setup_values(&s.values)
+            .map_err(AdoptError::Setup)?;
+        if s.agent >= members.len() {
+            return Err(AdoptError::Plan(format!(
+                "setup agent {} of {} members",
+                s.agent,
+                members.len()
+            )));
+        }
+        driver.setup = v1::SetupValues {
+            run_id: header.run_id.clone(),
+            values: s.values,
+            generation: s.generation,
+        };
+        driver.setup_agent = s.agent;
+    }
     // What was merged before the restart, merged again in the same order: the same state.
     let merged = saved.progress.len();
     for (i, p) in &saved.progress {
@@ -250,7 +334,16 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
     spawn_supervised(
         inner.clone(),
         handle,
-        driver.supervise(members, acc, (t0, header.started_at_unix_ms), Some(writer)),
+        driver.supervise(
+            members,
+            acc,
+            (t0, header.started_at_unix_ms),
+            Some(writer),
+            Resumed {
+                failure: ending,
+                observed: saved.observed,
+            },
+        ),
     );
     Ok(())
 }

@@ -6,24 +6,33 @@
 //!   merged them: `[member u32 LE][length u32 LE][the Progress, protobuf]`. Merging is
 //!   deterministic, so replaying the log into a fresh accumulator rebuilds the merged state
 //!   exactly, histograms included, in the wire's own codec.
+//! - `<run>.observe`, an append-only log of the target's scrapes (`observe:`), one JSON line
+//!   each: the source's index and what the scrape found (nothing when it failed).
 //! - `<run>.json`, the header: the format's version, the scenario as agents receive it, the
-//!   seed (the plan follows from it), T0, each member's state, and how many bytes of the log
-//!   are durable. It is replaced atomically (temporary file, fsync, rename) after the log's
-//!   new bytes are synced, so a crash mid-write leaves the previous header, which ignores the
-//!   torn tail.
+//!   seed (the plan follows from it), T0, each member's state, how the run is ending once it
+//!   is (an abort, a live threshold breach, the agent-loss policy), the newest setup values,
+//!   and how many bytes of each log are durable. It is replaced atomically (temporary file,
+//!   fsync, rename) after the logs' new bytes are synced, so a crash mid-write leaves the
+//!   previous header, which ignores the torn tails. It may hold setup values (tokens): only
+//!   its owner may read it.
 //!
-//! Writes are throttled to one per interval (and one per agent's Done), and an agent's
-//! intervals are acknowledged only once they are in the checkpoint: what the controller has
-//! not made durable, the agent still holds for replay. The log is bounded
-//! ([`MAX_LOG_BYTES`]); a run that outgrows it stops checkpointing (and acknowledges as it
-//! merges again), and a restart then ends it `failed`, as a controller without a checkpoint
-//! would.
+//! Writes are throttled to one per interval (and one per agent's Done, and one when the run's
+//! ending is decided), and an agent's intervals are acknowledged only once they are in the
+//! checkpoint: what the controller has not made durable, the agent still holds for replay.
+//! The log is bounded ([`MAX_LOG_BYTES`]); a run that outgrows it stops checkpointing (and
+//! acknowledges as it merges again), and a restart then ends it `failed`, as a controller
+//! without a checkpoint would.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
+use stampede_core::observe::Scrape;
+use stampede_core::report::ThresholdAbort;
 use stampede_proto::v1;
+
+use super::Failure;
+use crate::observe::Observation;
 
 /// The header's format; a controller refuses (and fails) checkpoints of another version.
 pub(crate) const VERSION: u32 = 1;
@@ -34,6 +43,9 @@ pub(crate) const MAX_LOG_BYTES: u64 = 512 << 20;
 const MAX_HEADER_BYTES: u64 = (stampede_core::scenario::MAX_SCENARIO_BYTES as u64) * 2 + (1 << 20);
 /// Largest single Progress record: the wire's own bound on a message.
 const MAX_RECORD_BYTES: usize = 64 << 20;
+/// Most bytes of scrapes one run's observe log may hold (a line is under 100 bytes: a day
+/// of one-second scrapes of several sources).
+pub(crate) const MAX_OBSERVE_BYTES: u64 = 64 << 20;
 
 /// Checkpoint failures.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +77,7 @@ pub(crate) enum CheckpointError {
     /// The log does not hold what its header says.
     #[error("checkpoint log {path}: {why}")]
     Log { path: PathBuf, why: LogError },
-    /// The log outgrew [`MAX_LOG_BYTES`].
+    /// The log outgrew [`MAX_LOG_BYTES`], or the observe log [`MAX_OBSERVE_BYTES`].
     #[error("the run's merged data outgrew the checkpoint's {} MiB", MAX_LOG_BYTES >> 20)]
     TooLarge,
 }
@@ -102,6 +114,12 @@ pub(crate) enum LogError {
     Decode {
         record: usize,
         error: prost::DecodeError,
+    },
+    /// An observe line that is not a scrape.
+    #[error("observe line {line}: {error}")]
+    Observe {
+        line: usize,
+        error: serde_json::Error,
     },
 }
 
@@ -143,12 +161,51 @@ pub(crate) struct Header {
     pub(crate) members: Vec<MemberEntry>,
     /// Bytes of the log that are durable and merged; anything past them is ignored.
     pub(crate) log_len: u64,
+    #[serde(flatten)]
+    pub(crate) state: RunRecord,
+}
+
+/// What the driver knows beyond the members and the merged data, rewritten with every flush.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RunRecord {
+    /// How the run is ending, once it is: a re-adopted run ends the same way, not
+    /// `succeeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ending: Option<Failure>,
+    /// The live threshold breach that stopped the run (`abort_on_fail`), for its report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) threshold_abort: Option<ThresholdAbort>,
+    /// The newest setup values and who refreshes them (`setup:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) setup: Option<SetupRecord>,
+    /// Bytes of the observe log that are durable.
+    #[serde(default)]
+    pub(crate) observe_len: u64,
+}
+
+/// The setup values a run sends its agents, as the checkpoint keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SetupRecord {
+    pub(crate) values: Vec<String>,
+    pub(crate) generation: u64,
+    /// The member that refreshes them: the first, or the one that took over.
+    pub(crate) agent: usize,
+}
+
+/// One line of the observe log.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ObserveLine {
+    source: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scrape: Option<Scrape>,
 }
 
 /// A checkpoint read back: its header and the Progress it merged, in order, by member index.
 pub(crate) struct Saved {
     pub(crate) header: Header,
     pub(crate) progress: Vec<(usize, v1::Progress)>,
+    /// The scrapes of the target, in order.
+    pub(crate) observed: Vec<Observation>,
 }
 
 /// The checkpoints' folder in a data directory.
@@ -163,6 +220,15 @@ fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_
     }
 }
 
+fn paths(data_dir: &Path, run_id: &str) -> [PathBuf; 3] {
+    let dir = dir(data_dir);
+    [
+        dir.join(format!("{run_id}.json")),
+        dir.join(format!("{run_id}.progress")),
+        dir.join(format!("{run_id}.observe")),
+    ]
+}
+
 /// One run's checkpoint, as its driver writes it.
 pub(crate) struct Writer {
     header: Header,
@@ -171,6 +237,10 @@ pub(crate) struct Writer {
     log: std::fs::File,
     /// Records merged since the last flush.
     pending: Vec<u8>,
+    observe_path: PathBuf,
+    observe: std::fs::File,
+    /// Scrapes since the last flush.
+    observe_pending: Vec<u8>,
 }
 
 impl Writer {
@@ -179,17 +249,21 @@ impl Writer {
     pub(crate) fn create(data_dir: &Path, header: Header) -> Result<Self, CheckpointError> {
         let dir = dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(write_err(&dir))?;
-        let log_path = dir.join(format!("{}.progress", header.run_id));
-        let header_path = dir.join(format!("{}.json", header.run_id));
+        let [header_path, log_path, observe_path] = paths(data_dir, &header.run_id);
         let log = std::fs::File::create(&log_path).map_err(write_err(&log_path))?;
+        let observe = std::fs::File::create(&observe_path).map_err(write_err(&observe_path))?;
         let mut w = Self {
             header,
             header_path,
             log_path,
             log,
             pending: Vec::new(),
+            observe_path,
+            observe,
+            observe_pending: Vec::new(),
         };
         w.header.log_len = 0;
+        w.header.state.observe_len = 0;
         w.write_header()?;
         Ok(w)
     }
@@ -197,22 +271,29 @@ impl Writer {
     /// Resumes the checkpoint of a re-adopted run: the log is cut back to its durable length
     /// (dropping a torn tail) and appended to from there.
     pub(crate) fn resume(data_dir: &Path, header: Header) -> Result<Self, CheckpointError> {
-        let dir = dir(data_dir);
-        let log_path = dir.join(format!("{}.progress", header.run_id));
-        let header_path = dir.join(format!("{}.json", header.run_id));
-        let log = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&log_path)
-            .map_err(write_err(&log_path))?;
-        log.set_len(header.log_len).map_err(write_err(&log_path))?;
-        let mut log = log;
-        std::io::Seek::seek(&mut log, std::io::SeekFrom::End(0)).map_err(write_err(&log_path))?;
+        let [header_path, log_path, observe_path] = paths(data_dir, &header.run_id);
+        let resume = |path: &Path, len: u64| -> Result<std::fs::File, CheckpointError> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(write_err(path))?;
+            f.set_len(len).map_err(write_err(path))?;
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(write_err(path))?;
+            Ok(f)
+        };
+        let log = resume(&log_path, header.log_len)?;
+        let observe = resume(&observe_path, header.state.observe_len)?;
         Ok(Self {
             header,
             header_path,
             log_path,
             log,
             pending: Vec::new(),
+            observe_path,
+            observe,
+            observe_pending: Vec::new(),
         })
     }
 
@@ -226,22 +307,49 @@ impl Writer {
         progress.encode(&mut self.pending).unwrap_or_default();
     }
 
-    /// Makes everything recorded durable with the members' states: the log's new bytes are
-    /// written and synced, then the header is replaced.
-    pub(crate) fn flush(&mut self, members: Vec<MemberEntry>) -> Result<(), CheckpointError> {
+    /// Adds scrapes of the target (written at the next flush).
+    pub(crate) fn observed(&mut self, scrapes: Vec<Observation>) {
+        for (source, scrape) in scrapes {
+            if serde_json::to_writer(&mut self.observe_pending, &ObserveLine { source, scrape })
+                .is_ok()
+            {
+                self.observe_pending.push(b'\n');
+            }
+        }
+    }
+
+    /// Makes everything recorded durable with the members' states and the run's: the logs'
+    /// new bytes are written and synced, then the header is replaced.
+    pub(crate) fn flush(
+        &mut self,
+        members: Vec<MemberEntry>,
+        state: RunRecord,
+    ) -> Result<(), CheckpointError> {
         let grown = self.header.log_len + self.pending.len() as u64;
-        if grown > MAX_LOG_BYTES {
+        let observe_len = self.header.state.observe_len + self.observe_pending.len() as u64;
+        if grown > MAX_LOG_BYTES || observe_len > MAX_OBSERVE_BYTES {
             return Err(CheckpointError::TooLarge);
         }
-        if !self.pending.is_empty() {
-            self.log
-                .write_all(&self.pending)
-                .map_err(write_err(&self.log_path))?;
-            self.log.sync_data().map_err(write_err(&self.log_path))?;
-            self.pending.clear();
+        for (file, path, bytes) in [
+            (&mut self.log, &self.log_path, &mut self.pending),
+            (
+                &mut self.observe,
+                &self.observe_path,
+                &mut self.observe_pending,
+            ),
+        ] {
+            if !bytes.is_empty() {
+                file.write_all(bytes).map_err(write_err(path))?;
+                file.sync_data().map_err(write_err(path))?;
+                bytes.clear();
+            }
         }
         self.header.log_len = grown;
         self.header.members = members;
+        self.header.state = RunRecord {
+            observe_len,
+            ..state
+        };
         self.write_header()
     }
 
@@ -252,7 +360,11 @@ impl Writer {
         })?;
         let tmp = self.header_path.with_extension("json.tmp");
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut f = options.open(&tmp)?;
             f.write_all(&json)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.header_path)?;
@@ -268,22 +380,19 @@ impl Writer {
 
     /// The run ended (its report is stored): the checkpoint goes.
     pub(crate) fn remove(self) {
-        remove(&self.header_path, &self.log_path);
+        remove(&[self.header_path, self.log_path, self.observe_path]);
     }
 }
 
-fn remove(header: &Path, log: &Path) {
-    let _ = std::fs::remove_file(header);
-    let _ = std::fs::remove_file(log);
+fn remove(paths: &[PathBuf]) {
+    for p in paths {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 /// Removes run `run_id`'s checkpoint, if any.
 pub(crate) fn discard(data_dir: &Path, run_id: &str) {
-    let dir = dir(data_dir);
-    remove(
-        &dir.join(format!("{run_id}.json")),
-        &dir.join(format!("{run_id}.progress")),
-    );
+    remove(&paths(data_dir, run_id));
 }
 
 /// The run ids that have a checkpoint header in `data_dir`.
@@ -305,9 +414,7 @@ pub(crate) fn list(data_dir: &Path) -> Vec<String> {
 
 /// Reads run `run_id`'s checkpoint back, trusting no length in it.
 pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointError> {
-    let dir = dir(data_dir);
-    let header_path = dir.join(format!("{run_id}.json"));
-    let log_path = dir.join(format!("{run_id}.progress"));
+    let [header_path, log_path, observe_path] = paths(data_dir, run_id);
     let read_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| CheckpointError::Read { path, source }
@@ -351,7 +458,50 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
         }));
     }
     let progress = decode_log(&bytes, header.members.len()).map_err(log_err)?;
-    Ok(Saved { header, progress })
+    let observed = match header.state.observe_len {
+        0 => Vec::new(),
+        len => {
+            let observe_err = |why: LogError| CheckpointError::Log {
+                path: observe_path.clone(),
+                why,
+            };
+            if len > MAX_OBSERVE_BYTES {
+                return Err(observe_err(LogError::TooLong { claimed: len }));
+            }
+            let mut bytes = Vec::new();
+            std::fs::File::open(&observe_path)
+                .map_err(read_err(&observe_path))?
+                .take(len)
+                .read_to_end(&mut bytes)
+                .map_err(read_err(&observe_path))?;
+            if (bytes.len() as u64) < len {
+                return Err(observe_err(LogError::Short {
+                    have: bytes.len(),
+                    durable: len,
+                }));
+            }
+            decode_observe(&bytes).map_err(observe_err)?
+        }
+    };
+    Ok(Saved {
+        header,
+        progress,
+        observed,
+    })
+}
+
+/// The lines of an observe log, each a scrape record.
+fn decode_observe(bytes: &[u8]) -> Result<Vec<Observation>, LogError> {
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+        .map(|(line, l)| {
+            serde_json::from_slice::<ObserveLine>(l)
+                .map(|o| (o.source, o.scrape))
+                .map_err(|error| LogError::Observe { line, error })
+        })
+        .collect()
 }
 
 /// The records of a log: each member index below `members`, each length within the bytes
@@ -415,6 +565,7 @@ mod tests {
                 },
             ],
             log_len: 0,
+            state: RunRecord::default(),
         }
     }
 
@@ -437,7 +588,17 @@ mod tests {
         w.record(1, &progress(0));
         w.record(0, &progress(1));
         let members = header("run-1").members;
-        w.flush(members.clone()).unwrap();
+        w.observed(vec![(0, None)]);
+        let state = RunRecord {
+            ending: Some(Failure::Aborted("by a user".into())),
+            setup: Some(SetupRecord {
+                values: vec!["t-1".into()],
+                generation: 2,
+                agent: 1,
+            }),
+            ..RunRecord::default()
+        };
+        w.flush(members.clone(), state.clone()).unwrap();
         w.record(0, &progress(2)); // never flushed
         let saved = load(dir.path(), "run-1").unwrap();
         assert_eq!(saved.header.members, members);
@@ -447,6 +608,9 @@ mod tests {
             .map(|(i, p)| (*i, p.interval))
             .collect();
         assert_eq!(got, [(0, 0), (1, 0), (0, 1)]);
+        assert_eq!(saved.header.state.ending, state.ending);
+        assert_eq!(saved.header.state.setup, state.setup);
+        assert_eq!(saved.observed, [(0, None)]);
         // A torn tail past the durable length is cut when the run is resumed.
         drop(w);
         let log = dir.path().join("checkpoints/run-1.progress");
@@ -458,10 +622,23 @@ mod tests {
             .unwrap();
         let mut w = Writer::resume(dir.path(), saved.header).unwrap();
         w.record(0, &progress(2));
-        w.flush(members).unwrap();
+        let scrape = Scrape {
+            at_s: 1.5,
+            sample: stampede_core::observe::ProcessSample {
+                cpu_seconds: Some(2.0),
+                resident_bytes: None,
+            },
+        };
+        w.observed(vec![(1, Some(scrape))]);
+        w.flush(members, state).unwrap();
         let again = load(dir.path(), "run-1").unwrap();
         assert_eq!(again.progress.len(), 4);
         assert_eq!(again.progress[3].1.interval, 2);
+        assert_eq!(again.observed, [(0, None), (1, Some(scrape))]);
+        assert_eq!(
+            again.header.state.ending,
+            Some(Failure::Aborted("by a user".into()))
+        );
         assert_eq!(list(dir.path()), ["run-1"]);
         w.remove();
         assert!(list(dir.path()).is_empty());

@@ -432,3 +432,114 @@ async fn without_a_restart_grace_a_restart_fails_the_run() {
         .expect("a failed report");
     assert!(json.contains("controller restarted"), "{json}");
 }
+
+/// A stream that closes while the controller runs (the agent process killed: the kernel
+/// closes its connection) is lost once the reconnect window is over, whatever the restart
+/// grace: that grace is for a controller that restarts, and this one did not.
+#[tokio::test(start_paused = true)]
+async fn a_closed_stream_is_lost_without_waiting_for_the_restart_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller_on(dir.path(), Duration::from_secs(15));
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(c.inner.clone(), scenario(""), 2, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1"), (&mut a2, "a2")]).await;
+    let t = Instant::now();
+    h.send(RunInput::Disconnected {
+        agent_id: "a2".into(),
+        conn_id: 2,
+    });
+    assert!(matches!(next(&mut a1).await, Out::Abort(_)));
+    assert_eq!(t.elapsed(), running::RECONNECT_WINDOW);
+    done(&h, "a1");
+    h.finished().await;
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a2") && s.message.contains("not back within 3.0 s"),
+        "{}",
+        s.message
+    );
+}
+
+/// An agent whose stream stays up but says nothing (a stopped process) gets no renewals past
+/// the silence limit, and is lost one lease later, when its load has surely stopped.
+#[tokio::test(start_paused = true)]
+async fn a_silent_agent_is_lost_a_lease_after_its_renewals_stop() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(
+        c.inner.clone(),
+        Scenario::from_yaml(
+            "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 60s, arrival_rate: 1 }\n\
+             session:\n  - http: { path: / }\n",
+        )
+        .unwrap(),
+        1,
+        Duration::from_secs(30),
+    );
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    let t = Instant::now();
+    h.finished().await;
+    // Silence limit (lease + 5 intervals = 6 s) and a lease, from T0 (100 ms after the Start),
+    // seen at the next interval's tick: 7 s, not the run's 60 s.
+    let lost_after = t.elapsed();
+    assert!(
+        lost_after > Duration::from_secs(7) && lost_after <= Duration::from_secs(9),
+        "{lost_after:?}"
+    );
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a1") && s.message.contains("silent for more than 7.0 s"),
+        "{}",
+        s.message
+    );
+}
+
+/// A run being aborted when its controller goes (its ending already checkpointed) is
+/// re-adopted still ending: the next controller tells the returning agent to stop, and the
+/// run ends `aborted` with the user's reason, not `succeeded`.
+#[tokio::test(start_paused = true)]
+async fn a_re_adopted_run_that_was_aborted_ends_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(15);
+    let c = controller_on(dir.path(), grace);
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(
+        c.inner.clone(),
+        Scenario::from_yaml(
+            "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 30s, arrival_rate: 1 }\n\
+             session:\n  - http: { path: / }\n",
+        )
+        .unwrap(),
+        1,
+        Duration::from_secs(30),
+    );
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.request_abort("stopped by the test".into());
+    assert!(matches!(next(&mut a1).await, Out::Abort(_)));
+    // The first controller is gone from here on (its driver never hears from a1 again).
+    let c2 = controller_on(dir.path(), grace);
+    let h2 = lock(&c2.inner.runs)
+        .get(&h.run_id)
+        .cloned()
+        .expect("re-adopted");
+    let s = h2.state();
+    assert_eq!(s.state, RunState::Finishing);
+    assert!(s.message.contains("stopped by the test"), "{}", s.message);
+    let (tx, mut back) = mpsc::channel(16);
+    h2.send(RunInput::Reconnected {
+        agent_id: "a1".into(),
+        conn_id: 7,
+        tx,
+        heard: Heard::new(),
+    });
+    assert!(matches!(next(&mut back).await, Out::Abort(_)));
+    done(&h2, "a1");
+    h2.finished().await;
+    let s = h2.state();
+    assert_eq!(s.state, RunState::Aborted);
+    assert_eq!(s.message, "stopped by the test");
+}

@@ -17,8 +17,12 @@ pub(super) enum MemberState {
     /// Its load runs and its stream is up.
     Running,
     /// Its stream closed mid-run: until this instant it may reconnect and resume (its load
-    /// goes on meanwhile, up to its lease and restart grace); after it, it is lost.
-    Away { until: tokio::time::Instant },
+    /// goes on meanwhile, up to its lease and restart grace); after it, it is lost. `window`
+    /// is how long it was given, for the reason a loss gives.
+    Away {
+        until: tokio::time::Instant,
+        window: std::time::Duration,
+    },
     /// It sent its Done: every interval it ran is delivered.
     Done,
     /// The run gave up on it (failed, stopped early, away too long, too slow to finish).
@@ -135,7 +139,15 @@ impl Member {
     /// Until when a member whose stream closed may come back.
     pub(super) fn away_until(&self) -> Option<tokio::time::Instant> {
         match self.state {
-            MemberState::Away { until } => Some(until),
+            MemberState::Away { until, .. } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// How long a member whose stream closed was given to come back.
+    pub(super) fn away_window(&self) -> Option<std::time::Duration> {
+        match self.state {
+            MemberState::Away { window, .. } => Some(window),
             _ => None,
         }
     }
@@ -197,7 +209,9 @@ mod tests {
         assert!(m.move_to(MemberState::Ready) && m.is_ready());
         assert!(m.move_to(MemberState::Running));
         let until = Instant::now() + Duration::from_secs(3);
-        assert!(m.move_to(MemberState::Away { until }));
+        let window = Duration::from_secs(3);
+        assert!(m.move_to(MemberState::Away { until, window }));
+        assert_eq!(m.away_window(), Some(window));
         assert_eq!(m.away_until(), Some(until));
         assert!(m.move_to(MemberState::Running), "it came back");
         assert!(m.move_to(MemberState::Done) && m.is_done() && !m.pending());
@@ -227,8 +241,9 @@ mod tests {
         let mut m = member();
         assert!(m.move_to(MemberState::Ready) && m.move_to(MemberState::Running));
         assert!(!m.overdue(Instant::now()));
-        let until = Instant::now() + Duration::from_millis(2500);
-        assert!(m.move_to(MemberState::Away { until }));
+        let window = Duration::from_millis(2500);
+        let until = Instant::now() + window;
+        assert!(m.move_to(MemberState::Away { until, window }));
         tokio::time::sleep(Duration::from_millis(2499)).await;
         assert!(!m.overdue(Instant::now()));
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -244,7 +259,10 @@ mod tests {
             MemberState::Assigned,
             MemberState::Ready,
             MemberState::Running,
-            MemberState::Away { until: now },
+            MemberState::Away {
+                until: now,
+                window: Duration::ZERO,
+            },
             MemberState::Done,
             MemberState::Lost { why: String::new() },
         ];

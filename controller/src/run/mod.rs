@@ -341,9 +341,21 @@ struct Driver {
     pods: std::collections::BTreeMap<std::net::SocketAddr, String>,
 }
 
-enum Failure {
+/// How a run that will not succeed ends, with the reason; kept in the checkpoint, so a
+/// re-adopted run ends the same way.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome", content = "message")]
+pub(crate) enum Failure {
     Failed(String),
     Aborted(String),
+}
+
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::Failed(m) | Failure::Aborted(m) => m,
+        }
+    }
 }
 
 impl Driver {

@@ -7,6 +7,15 @@ use super::*;
 /// as lost: its backoff's first retries and a registration.
 const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 
+/// How long an agent whose stream closed while this controller runs has to come back before
+/// it counts as lost. The restart grace is not waited for: it is the agents' allowance for a
+/// controller restart, and this controller did not restart. An agent that is alive retries
+/// within 100 ms, then at most every 1.2 s while a run goes on (its backoff, jittered), so a
+/// link back within a second is taken up within about two; a killed agent is lost at this
+/// bound instead of its lease, restart grace and rejoin margin (18 s by default), measured
+/// in `a_closed_stream_is_lost_without_waiting_for_the_restart_grace`.
+pub(super) const RECONNECT_WINDOW: Duration = Duration::from_secs(3);
+
 /// What a stopped run's agents have, past their graceful stop, to send their last data.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
@@ -157,8 +166,14 @@ impl Driver {
         );
 
         let checkpoint = self.start_checkpoint(&members, seed, t0_unix_ns, started_at);
-        self.supervise(members, acc, (t0, started_at), checkpoint)
-            .await;
+        self.supervise(
+            members,
+            acc,
+            (t0, started_at),
+            checkpoint,
+            adopt::Resumed::default(),
+        )
+        .await;
     }
 
     /// From the start (or a re-adoption) to the report: merges, renews, checkpoints, applies
@@ -169,9 +184,21 @@ impl Driver {
         mut acc: RunAccumulator,
         (t0, started_at): (Instant, u64),
         mut checkpoint: Option<checkpoint::Writer>,
+        resumed: adopt::Resumed,
     ) {
-        let observer =
-            crate::observe::Observer::start(&self.scenario.observe, t0, self.inner.cfg.interval);
+        let adopt::Resumed {
+            mut failure,
+            observed,
+        } = resumed;
+        let observer = crate::observe::Observer::start(
+            &self.scenario.observe,
+            t0,
+            self.inner.cfg.interval,
+            observed,
+        );
+        let silence = crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval);
+        // Silent this long, an agent got no renewals for a lease: its load has stopped.
+        let silent_lost = silence + self.inner.cfg.lease;
         // A run re-adopted after a restart follows its Service again.
         if self.scenario.endpoints.is_service() && self.service.is_none() {
             match self.follow_service().await {
@@ -195,7 +222,7 @@ impl Driver {
                 .map(|m| (m.tx.clone(), m.heard.clone()))
                 .collect(),
             self.inner.cfg.lease,
-            crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval),
+            silence,
             t0,
         );
         for (i, m) in members.iter().enumerate() {
@@ -219,7 +246,13 @@ impl Driver {
             .saturating_add(stampede_core::plan::FINISH_MARGIN)
             .min(FAR_FUTURE);
         let mut deadline = t0 + deadline;
-        let mut failure: Option<Failure> = None;
+        let grace = away_grace(&self.inner.cfg);
+        // A re-adopted run that was already ending: its agents get their time to come back
+        // and to send their last data, then it ends as it was going to.
+        let mut ending_saved = failure.is_some();
+        if failure.is_some() {
+            deadline = deadline.min(Instant::now() + grace + self.stop_wait());
+        }
         let policy = self.scenario.on_agent_loss;
         let live_thresholds = if self.scenario.abort_on_fail {
             self.scenario.parsed_thresholds().unwrap_or_default()
@@ -230,22 +263,33 @@ impl Driver {
         let windowed = live_thresholds.iter().any(|t| t.window_s.is_some());
         let mut closed_seen = 0usize;
 
-        let grace = away_grace(&self.inner.cfg);
         while members.iter().any(Member::pending) {
             if failure.is_some() {
                 renewals.stop();
+                if !ending_saved {
+                    // How the run ends is durable at once: a controller restarted from here
+                    // ends it the same way.
+                    ending_saved = true;
+                    self.flush_checkpoint(
+                        &mut checkpoint,
+                        &members,
+                        &renewals,
+                        failure.as_ref(),
+                        &observer,
+                    );
+                }
             }
             let away = members.iter().filter_map(Member::away_until).min();
             tokio::select! {
                 _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
                     let now = Instant::now();
-                    let gone: Vec<String> = members
+                    let gone: Vec<(String, Duration)> = members
                         .iter()
                         .filter(|m| m.overdue(now))
-                        .map(|m| m.agent_id.clone())
+                        .map(|m| (m.agent_id.clone(), m.away_window().unwrap_or_default()))
                         .collect();
-                    for agent_id in gone {
-                        let why = format!("connection lost and not back within {:.1} s", grace.as_secs_f64());
+                    for (agent_id, window) in gone {
+                        let why = format!("connection lost and not back within {:.1} s", window.as_secs_f64());
                         self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
                     }
                 }
@@ -253,7 +297,18 @@ impl Driver {
                     self.forward_service_set(&members, set);
                 }
                 _ = snap.tick() => {
-                    self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                    self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                    // Silence (a stopped process, a link that carries nothing) ends in a loss
+                    // once renewals were withheld for a lease; a closed stream does not wait.
+                    let silent: Vec<String> = members
+                        .iter()
+                        .filter(|m| matches!(m.state(), MemberState::Running) && m.heard.silent_for() > silent_lost)
+                        .map(|m| m.agent_id.clone())
+                        .collect();
+                    for agent_id in silent {
+                        let why = format!("silent for more than {:.1} s", silent_lost.as_secs_f64());
+                        self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
+                    }
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
                         let mut w = v1::LiveSnapshot::from(&s);
@@ -308,7 +363,7 @@ impl Driver {
                                     break; // acknowledged once the report is stored
                                 }
                                 // Its Done is acknowledged once the checkpoint holds it.
-                                self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
                                 self.ack_done(&members[i]);
                             }
                             if !members.iter().any(Member::pending) {
@@ -330,8 +385,8 @@ impl Driver {
                                 continue;
                             }
                             renewals.retire(i);
-                            m.move_to(MemberState::Away { until: Instant::now() + grace });
-                            tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", grace.as_secs_f64());
+                            m.move_to(MemberState::Away { until: Instant::now() + RECONNECT_WINDOW, window: RECONNECT_WINDOW });
+                            tracing::warn!(run = %self.h.run_id, agent = %agent_id, "agent stream closed mid-run; waiting {:.1} s for it to reconnect", RECONNECT_WINDOW.as_secs_f64());
                             // Values it refreshes cannot reach the others while it is away,
                             // and tokens expire sooner than the grace ends: a member whose
                             // stream is up takes the refresh over now.
@@ -355,7 +410,7 @@ impl Driver {
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, "agent resumed the run");
                             } else if !m.is_done() {
                                 // Counted lost, or the run is ending: it must not go on loading.
-                                let why = failure.as_ref().map_or("the run counted this agent lost", |f| match f { Failure::Failed(m) | Failure::Aborted(m) => m.as_str() }).to_string();
+                                let why = failure.as_ref().map_or("the run counted this agent lost", Failure::message).to_string();
                                 let _ = tx.try_send(Ok(v1::ControllerMessage { msg: Some(Out::Abort(v1::Abort { run_id: self.h.run_id.clone(), reason: why })) }));
                             }
                         }
@@ -373,7 +428,7 @@ impl Driver {
                 }
                 _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
                     if failure.is_none() && !self.inner.cfg.restart_grace.is_zero() {
-                        self.flush_checkpoint(&mut checkpoint, &members, &renewals);
+                        self.flush_checkpoint(&mut checkpoint, &members, &renewals, None, &observer);
                         if checkpoint.is_some() {
                             // The next controller on this data directory re-adopts the run;
                             // its agents ride out the restart grace meanwhile.

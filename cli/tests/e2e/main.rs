@@ -9,6 +9,7 @@ mod faults;
 mod first_hour;
 mod grpc;
 mod mixes;
+mod mtls;
 mod netcut;
 mod ports;
 mod protocols;

@@ -268,6 +268,9 @@ pub struct HttpArgs {
     /// scenario's path then fails its run instead of passing unnoticed.
     #[arg(long)]
     pub strict: bool,
+    /// Gzip successful bodies (up to 64 MiB) for requests whose `accept-encoding` lists gzip.
+    #[arg(long)]
+    pub gzip: bool,
 }
 
 impl HttpArgs {
@@ -314,6 +317,7 @@ impl From<&HttpArgs> for HttpConfig {
             read_timeout: a.read_timeout,
             shutdown_grace: a.shutdown_grace,
             strict: a.strict,
+            gzip: a.gzip,
             access_log: a.access_log.clone(),
             access_log_buffer: a.access_log_buffer,
             max_source_ips: a.max_source_ips,

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod compare;
+mod compression;
 mod endurance;
 mod faults;
 mod first_hour;

@@ -42,6 +42,7 @@
 mod arrivals;
 mod assign;
 mod control;
+mod decode;
 pub mod dynamic;
 pub mod grpc;
 pub mod h2;

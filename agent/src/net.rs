@@ -214,8 +214,13 @@ pub fn connect_failure(e: &io::Error) -> Failure {
     })
 }
 
-/// Maps an error on an open connection to its kind.
+/// Maps an error on an open connection to its kind. A TLS error after the handshake (an
+/// alert: with TLS 1.3 a server refuses a client certificate, or its absence, only after the
+/// client finished its side of the handshake) is `tls`.
 pub fn io_failure(e: &io::Error, writing: bool) -> Failure {
+    if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+        return Failure(error_kind::TLS);
+    }
     Failure(match e.kind() {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted

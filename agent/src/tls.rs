@@ -1,8 +1,11 @@
 //! TLS for `https://` targets: rustls with the ring provider, one client configuration per run,
 //! ALPN offering exactly the HTTP version the scenario asks for (`h2` or `http/1.1`).
 //!
-//! A failed handshake (unknown issuer, wrong name, expired certificate, a plaintext server)
-//! counts as a `tls` error. With `tls.insecure_skip_verify` any certificate is accepted, but the
+//! With `tls.client_cert_pem` and `tls.client_key_pem` the client presents that identity to a
+//! server that asks for one (mutual TLS).
+//!
+//! A failed handshake (unknown issuer, wrong name, expired certificate, a plaintext server,
+//! a server refusing the client's certificate or its absence) counts as a `tls` error. With `tls.insecure_skip_verify` any certificate is accepted, but the
 //! handshake's signatures are still checked, so the peer must hold the key of what it shows.
 
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use stampede_core::scenario::{CaBundleError, TlsOptions};
+use stampede_core::scenario::{CaBundleError, ClientCertError, TlsOptions};
 use stampede_core::stats::error_kind;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -55,6 +58,12 @@ pub enum TlsError {
     /// No bundle given and none installed on this machine.
     #[error("tls: this machine has no trusted certificate authorities; give tls.ca_file (or, for a self-signed test target, tls.insecure_skip_verify)")]
     NoSystemRoots,
+    /// `tls.client_cert_pem` and `tls.client_key_pem` are not a usable pair.
+    #[error("{field}: {0}", field = .0.field())]
+    ClientIdentity(ClientCertError),
+    /// rustls refuses the client identity (checked already; kept for a provider's change).
+    #[error("tls.client_key_pem: {0}")]
+    ClientAuth(rustls::Error),
     /// A name that cannot be sent in SNI nor checked against a certificate.
     #[error("tls: `{name}` is neither a DNS name nor an IP address")]
     ServerName { name: String },
@@ -70,7 +79,7 @@ impl TlsClient {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(TlsError::Protocols)?;
-        let mut config = if opts.insecure_skip_verify {
+        let builder = if opts.insecure_skip_verify {
             tracing::warn!(
                 "TLS CERTIFICATE VERIFICATION IS OFF (tls.insecure_skip_verify): any certificate \
                  is accepted; use this only against your own self-signed test targets"
@@ -78,11 +87,15 @@ impl TlsClient {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-                .with_no_client_auth()
         } else {
-            builder
-                .with_root_certificates(roots(opts)?)
-                .with_no_client_auth()
+            builder.with_root_certificates(roots(opts)?)
+        };
+        // Mutual TLS: the identity is presented only to a server that asks for one.
+        let mut config = match opts.client_identity().map_err(TlsError::ClientIdentity)? {
+            Some(id) => builder
+                .with_client_auth_cert(id.chain, id.key)
+                .map_err(TlsError::ClientAuth)?,
+            None => builder.with_no_client_auth(),
         };
         let alpn: &'static [u8] = if http2 { b"h2" } else { b"http/1.1" };
         config.alpn_protocols = vec![alpn.to_vec()];

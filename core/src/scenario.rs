@@ -246,6 +246,21 @@ pub struct TlsOptions {
     /// target URL's host (for example a target addressed by IP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
+    /// PEM file of the certificate chain to present when the target asks for one (mutual
+    /// TLS), leaf first, relative to the scenario file. Needs `client_key_file`. The CLI
+    /// reads it into `client_cert_pem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_file: Option<String>,
+    /// PEM file of the private key of `client_cert_file` (PKCS#8, PKCS#1 or SEC1). The CLI
+    /// reads it into `client_key_pem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_file: Option<String>,
+    /// The client certificate chain, PEM (what `client_cert_file` becomes once read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_pem: Option<String>,
+    /// The client private key, PEM (what `client_key_file` becomes once read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_pem: Option<SecretPem>,
 }
 
 /// Largest CA bundle accepted in `tls.ca_file`.
@@ -267,6 +282,7 @@ impl TlsOptions {
         }
         self.ca_certificates()
             .map_err(|why| ScenarioError::invalid("tls.ca_pem", why))?;
+        self.check_client_identity()?;
         if let Some(name) = &self.server_name {
             rustls_pki_types::ServerName::try_from(name.as_str()).map_err(|_| {
                 ScenarioError::invalid(
@@ -1233,6 +1249,7 @@ pub fn json_schema() -> serde_json::Value {
 }
 
 mod ca;
+mod client_cert;
 mod files;
 mod ready;
 mod refs;
@@ -1240,6 +1257,7 @@ mod scopes;
 mod validate;
 
 pub use ca::CaBundleError;
+pub use client_cert::{ClientCertError, ClientIdentity, SecretPem};
 pub use ready::{NotReady, ReadyScenario};
 pub use refs::RefError;
 pub use scopes::ScopeNames;

@@ -32,6 +32,11 @@ pub mod error_kind {
     pub const WS_CLOSED: &str = "ws_closed";
     /// A WebSocket step found no open WebSocket (before its `connect`, or after a `close`).
     pub const WS_NOT_OPEN: &str = "ws_not_open";
+    /// A compressed body (`content-encoding`) that does not decode, or in a coding the agent
+    /// does not know.
+    pub const DECODE: &str = "decode";
+    /// A compressed body that decodes past the agent's cap (a decompression bomb).
+    pub const DECODE_LIMIT: &str = "decode_limit";
 
     /// The error kind of an unexpected HTTP status: `status_404`, so every report names the
     /// code. Codes are three digits (100 to 999), so there are at most 900 such kinds and

@@ -257,6 +257,10 @@ pub struct HttpArgs {
     /// write the certificate (PEM) to this file, for clients to trust (`tls.ca_file`).
     #[arg(long, value_name = "CERT_OUT")]
     pub tls_self_signed: Option<std::path::PathBuf>,
+    /// Require every client to present a certificate signed by a CA of this PEM file
+    /// (mutual TLS); a handshake without one fails. With `--tls-cert` or `--tls-self-signed`.
+    #[arg(long, value_name = "PEM")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
     /// Names of the self-signed certificate (DNS names or IP addresses; repeat the flag).
     #[arg(long = "tls-name", value_name = "NAME", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()])]
     pub tls_names: Vec<String>,
@@ -264,6 +268,9 @@ pub struct HttpArgs {
     /// scenario's path then fails its run instead of passing unnoticed.
     #[arg(long)]
     pub strict: bool,
+    /// Gzip successful bodies (up to 64 MiB) for requests whose `accept-encoding` lists gzip.
+    #[arg(long)]
+    pub gzip: bool,
 }
 
 impl HttpArgs {
@@ -273,13 +280,21 @@ impl HttpArgs {
             std::fs::read(p)
                 .map_err(|e| TargetError::Config(format!("tls: cannot read {}: {e}", p.display())))
         };
+        let client_ca = self.tls_client_ca.as_deref().map(read).transpose()?;
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            return crate::tls::TlsServer::from_pem(&read(cert)?, &read(key)?).map(Some);
+            return crate::tls::TlsServer::new(&read(cert)?, &read(key)?, client_ca.as_deref())
+                .map(Some);
         }
         let Some(out) = &self.tls_self_signed else {
+            if client_ca.is_some() {
+                return Err(TargetError::Config(
+                    "--tls-client-ca: needs --tls-cert or --tls-self-signed".into(),
+                ));
+            }
             return Ok(None);
         };
-        let (server, cert_pem) = crate::tls::TlsServer::self_signed(&self.tls_names)?;
+        let (server, cert_pem) =
+            crate::tls::TlsServer::self_signed_requiring(&self.tls_names, client_ca.as_deref())?;
         std::fs::write(out, cert_pem).map_err(|e| {
             TargetError::Config(format!("tls: cannot write {}: {e}", out.display()))
         })?;
@@ -302,6 +317,7 @@ impl From<&HttpArgs> for HttpConfig {
             read_timeout: a.read_timeout,
             shutdown_grace: a.shutdown_grace,
             strict: a.strict,
+            gzip: a.gzip,
             access_log: a.access_log.clone(),
             access_log_buffer: a.access_log_buffer,
             max_source_ips: a.max_source_ips,
@@ -532,6 +548,31 @@ mod tests {
             "--tls-cert needs --tls-key"
         );
         assert!(http_args(&[]).unwrap().tls().unwrap().is_none());
+        // --tls-client-ca: the written certificate serves as a client CA; a key is not one,
+        // and without a server certificate the flag is refused by name.
+        let a = http_args(&[
+            "--tls-self-signed",
+            out.to_str().unwrap(),
+            "--tls-client-ca",
+            out.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert!(a.tls().unwrap().is_some());
+        let a = http_args(&[
+            "--tls-self-signed",
+            dir.path().join("c2.pem").to_str().unwrap(),
+            "--tls-client-ca",
+            key.to_str().unwrap(),
+        ])
+        .unwrap();
+        let e = a.tls().unwrap_err().to_string();
+        assert!(e.contains("client CA"), "{e}");
+        let e = http_args(&["--tls-client-ca", out.to_str().unwrap()])
+            .unwrap()
+            .tls()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-client-ca: needs --tls-cert"), "{e}");
     }
 
     #[test]

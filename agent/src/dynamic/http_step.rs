@@ -197,6 +197,13 @@ impl DynamicHttp {
     /// Runs extraction, checks and the cookie jar on a captured response; the error kind
     /// of the first failure.
     pub(super) fn judge(&self, status: u16, vars: &mut SessionVars) -> Option<&str> {
+        // A compressed body is decoded for the checks and extraction that read it.
+        if self.capture_body {
+            let cap = crate::decode::MAX_DECODED_BODY;
+            if let Err(kind) = crate::decode::decode_capture(&mut vars.capture, cap) {
+                return Some(kind);
+            }
+        }
         let seen = Seen {
             status,
             headers: &vars.capture.headers,

@@ -85,6 +85,10 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
         if let Some(pem) = &opts.ca_pem {
             config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
         }
+        if let (Some(cert), Some(key)) = (&opts.client_cert_pem, &opts.client_key_pem) {
+            // A target that requires mutual TLS asks the same of its reflection service.
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key.expose()));
+        }
         endpoint = endpoint.tls_config(config).context("tls")?;
     }
     let channel = endpoint.connect().await.with_context(|| {

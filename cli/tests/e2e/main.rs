@@ -4,11 +4,13 @@
 
 mod capacity;
 mod compare;
+mod compression;
 mod endurance;
 mod faults;
 mod first_hour;
 mod grpc;
 mod mixes;
+mod mtls;
 mod netcut;
 mod ports;
 mod protocols;

@@ -1,6 +1,6 @@
 //! What the CLI resolves before submission, so nothing past it reads a file or the
-//! environment: files named by the scenario (`file:` payloads, `body_file`, `tls.ca_file`, data
-//! files) read into it, and `${env:NAME}` references replaced by their values.
+//! environment: files named by the scenario (`file:` payloads, `body_file`, `tls.ca_file`, the
+//! client certificate and key, data files) read into it, and `${env:NAME}` references replaced by their values.
 
 use super::*;
 
@@ -125,6 +125,7 @@ impl Scenario {
                 tls.ca_pem = Some(text);
                 changed = true;
             }
+            changed |= inline_client_identity(tls, base, read)?;
         }
         if changed {
             self.validate()?;
@@ -141,8 +142,15 @@ impl Scenario {
     /// `session[2].http.body_file`, `setup[0].http.body_file`, `session[1].tcp.send`), for the
     /// error that refuses such a scenario where no file can be read.
     pub fn first_unread_file(&self) -> Option<String> {
-        if self.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
-            return Some("tls.ca_file".into());
+        if let Some(t) = &self.tls {
+            let files = [
+                ("tls.ca_file", &t.ca_file),
+                ("tls.client_cert_file", &t.client_cert_file),
+                ("tls.client_key_file", &t.client_key_file),
+            ];
+            if let Some((field, _)) = files.iter().find(|(_, f)| f.is_some()) {
+                return Some((*field).into());
+            }
         }
         if let Some((name, _)) = self.data.iter().find(|(_, d)| d.file.is_some()) {
             return Some(format!("data.{name}.file"));
@@ -207,5 +215,37 @@ pub(super) fn inline_body_file(
         crate::template::Template::parse(&text)
             .map_err(|why| ScenarioError::invalid(field, why))?,
     );
+    Ok(true)
+}
+
+/// Reads `tls.client_cert_file` and `tls.client_key_file` (relative to `base`) into their PEM
+/// fields and checks the pair, naming the file field at fault. Returns whether it read them.
+fn inline_client_identity(
+    tls: &mut TlsOptions,
+    base: &std::path::Path,
+    read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+) -> Result<bool, ScenarioError> {
+    let (Some(cert_file), Some(key_file)) =
+        (tls.client_cert_file.take(), tls.client_key_file.take())
+    else {
+        // A lone file is refused by validate, which names the missing one.
+        return Ok(false);
+    };
+    let mut text = |field: &str, f: &str| {
+        let bytes = protocol::read_file(f, base, MAX_CA_PEM, read)
+            .map_err(|why| ScenarioError::invalid(field, why))?;
+        String::from_utf8(bytes)
+            .map_err(|_| ScenarioError::invalid(field, format!("`{f}` is not PEM text")))
+    };
+    tls.client_cert_pem = Some(text("tls.client_cert_file", &cert_file)?);
+    tls.client_key_pem = Some(SecretPem::new(text("tls.client_key_file", &key_file)?));
+    tls.client_identity().map_err(|e| {
+        let (field, f) = if e.field() == "tls.client_cert_pem" {
+            ("tls.client_cert_file", &cert_file)
+        } else {
+            ("tls.client_key_file", &key_file)
+        };
+        ScenarioError::invalid(field, format!("`{f}` {e}"))
+    })?;
     Ok(true)
 }

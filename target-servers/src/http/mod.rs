@@ -31,6 +31,7 @@
 
 mod access_log;
 mod body;
+mod gzip;
 mod metrics;
 mod paced;
 mod route;
@@ -100,6 +101,9 @@ pub struct HttpConfig {
     /// Answer 404 to paths that are not routes (instead of serving them as `/data`), so a
     /// typo in a scenario's path shows as `status_404` rather than passing unnoticed.
     pub strict: bool,
+    /// Gzip successful bodies (up to 64 MiB) for requests whose `accept-encoding` lists
+    /// gzip, so a client's decoding meets real compressed answers.
+    pub gzip: bool,
 }
 
 impl Default for HttpConfig {
@@ -121,6 +125,7 @@ impl Default for HttpConfig {
             max_concurrent_streams: 256,
             tls: None,
             strict: false,
+            gzip: false,
         }
     }
 }
@@ -355,7 +360,11 @@ impl Shared {
         if req.version() == hyper::Version::HTTP_2 {
             self.requests_http2.fetch_add(1, Ordering::Relaxed);
         }
-        let (route, resp) = self.route(req, slot).await;
+        let gzip = self.cfg.gzip && gzip::accepted(req.headers());
+        let (route, mut resp) = self.route(req, slot).await;
+        if gzip {
+            resp = gzip::compress(resp);
+        }
         let elapsed = start.elapsed();
         self.metrics.observe(route, resp.status(), elapsed);
         self.requests_total.fetch_add(1, Ordering::Relaxed);

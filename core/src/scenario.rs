@@ -1231,12 +1231,14 @@ pub fn json_schema() -> serde_json::Value {
 
 mod ca;
 mod files;
+mod limits;
 mod ready;
 mod refs;
 mod scopes;
 mod validate;
 
 pub use ca::CaBundleError;
+pub use limits::{check_agent_wait, MAX_AGENT_MESSAGE_BYTES, MAX_AGENT_WAIT};
 pub use ready::{NotReady, ReadyScenario};
 pub use refs::RefError;
 pub use scopes::ScopeNames;

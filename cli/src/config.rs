@@ -181,8 +181,8 @@ pub struct RunArgs {
     /// Number of agents (overrides the scenario's `agents`; at least 1).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub agents: Option<u32>,
-    /// How long to wait for enough agents, e.g. 30s.
-    #[arg(long, value_parser = parse_duration)]
+    /// How long to wait for enough agents, e.g. 30s (at most 1h).
+    #[arg(long, value_parser = parse_agent_wait)]
     pub agent_wait: Option<Duration>,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -240,9 +240,17 @@ pub struct ControllerArgs {
     pub data_dir: PathBuf,
     #[command(flatten)]
     pub security: crate::security::ServerSecurity,
-    /// How long a run waits for enough agents, e.g. 30s.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// How long a run waits for enough agents when its submission names no wait, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_agent_wait)]
     pub agent_wait: Duration,
+    /// The longest wait for agents a submission may ask for (at most 1h).
+    #[arg(long, env = "STAMPEDE_MAX_AGENT_WAIT", default_value = "1h", value_parser = parse_agent_wait)]
+    pub max_agent_wait: Duration,
+    /// Runs waiting for agents at once; past it a submission is refused (resource exhausted)
+    /// until one starts or fails.
+    #[arg(long, env = "STAMPEDE_MAX_PENDING_RUNS", default_value_t = stampede_controller::DEFAULT_MAX_PENDING_RUNS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_pending_runs: u32,
     /// Lease granted to agents; load stops this long after the controller goes away
     /// (100ms to 60s).
     #[arg(long, default_value = "1s", value_parser = parse_lease)]
@@ -347,6 +355,15 @@ pub fn parse_cores(s: &str) -> Result<f64, String> {
 
 pub fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
     stampede_core::duration::parse_duration(s)
+}
+
+/// A wait for agents no longer than any controller allows: refused here with the message a
+/// controller would give, before anything is sent.
+pub fn parse_agent_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    stampede_core::scenario::check_agent_wait(d, stampede_core::scenario::MAX_AGENT_WAIT)
+        .map_err(|e| e.to_string())?;
+    Ok(d)
 }
 
 /// A lease between the controller's bounds: 0 would panic the renewal timer, an hour would

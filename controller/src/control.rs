@@ -215,6 +215,19 @@ pub(crate) fn submit(
     stampede_core::target_policy::check_literals(&scenario)
         .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     let wait = wait.unwrap_or(inner.cfg.agent_wait);
+    stampede_core::scenario::check_agent_wait(wait, inner.cfg.max_agent_wait)?;
+    let _admission = lock(&inner.admission);
+    let pending = lock(&inner.runs)
+        .values()
+        .filter(|h| h.state().state == run::RunState::Pending)
+        .count();
+    if pending >= inner.cfg.max_pending_runs {
+        return Err(ControllerError::Exhausted(format!(
+            "{pending} runs are already waiting for agents, at most {} (--max-pending-runs): \
+             submit again once one has started",
+            inner.cfg.max_pending_runs
+        )));
+    }
     let handle = run::start(inner.clone(), scenario.into_inner(), agents, wait);
     if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {
         tokio::spawn(scaler.hold(agents, handle.clone()));
@@ -254,4 +267,78 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(f(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(yaml_name: &str) -> ReadyScenario {
+        let s = Scenario::from_yaml(&format!(
+            "name: {yaml_name}\ntarget: http://127.0.0.1:1\nphases:\n  - {{ duration: 1s, arrival_rate: 1 }}\n\
+             session:\n  - http: {{ path: / }}\n"
+        ))
+        .unwrap();
+        ReadyScenario::new(s).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn submissions_past_the_pending_cap_are_refused_until_a_place_frees() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = crate::ControllerConfig::new(dir.path());
+        cfg.max_pending_runs = 2;
+        let c = crate::Controller::new(cfg).unwrap();
+        let wait = Some(Duration::from_secs(30));
+        let a = submit(c.inner.clone(), ready("a"), 1, wait).unwrap();
+        let _b = submit(c.inner.clone(), ready("b"), 1, wait).unwrap();
+        let Err(e) = submit(c.inner.clone(), ready("c"), 1, wait) else {
+            panic!("a third pending run is refused")
+        };
+        let status = Status::from(e);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("at most 2 (--max-pending-runs)"),
+            "{}",
+            status.message()
+        );
+        // A run that waited its whole bound ends failed, with the reason, and frees its place.
+        let t = tokio::time::Instant::now();
+        a.finished().await;
+        assert_eq!(t.elapsed(), Duration::from_secs(30));
+        let s = a.state();
+        assert_eq!(s.state, run::RunState::Failed);
+        assert!(s.message.contains("after 30 s"), "{}", s.message);
+        assert!(
+            submit(c.inner.clone(), ready("d"), 1, wait).is_ok(),
+            "a place is free again"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_agent_wait_past_the_controller_maximum_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = crate::ControllerConfig::new(dir.path());
+        cfg.max_agent_wait = Duration::from_secs(600);
+        let c = crate::Controller::new(cfg).unwrap();
+        let Err(e) = submit(
+            c.inner.clone(),
+            ready("a"),
+            1,
+            Some(Duration::from_secs(601)),
+        ) else {
+            panic!("a wait over the maximum is refused")
+        };
+        let status = Status::from(e);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().contains("agent_wait: 601s"),
+            "{}",
+            status.message()
+        );
+        assert!(status.message().contains("600s"), "{}", status.message());
+        // A wait of u64::MAX milliseconds, too, is a clear refusal rather than an overflow.
+        let huge = Some(Duration::from_millis(u64::MAX));
+        assert!(submit(c.inner.clone(), ready("b"), 1, huge).is_err());
+        assert!(lock(&c.inner.runs).is_empty());
+    }
 }

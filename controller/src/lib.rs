@@ -19,7 +19,8 @@
 //! - `data`: each agent's data rows, sent before its shard.
 //! - [`store`]: report files written atomically, retention, markers of runs in flight.
 //! - [`auth`]: the user and agent tokens, compared in constant time.
-//! - `metrics`: Prometheus `/metrics`.
+//! - `metrics`: Prometheus `/metrics` and `/healthz`, on a listener bounded in connections and time.
+//! - `listen`: which connections reach the gRPC server: a first byte within a timeout, a cap.
 //! - [`k8s`]: with `--kube` or in a pod: the `LoadTest` CRD and reconciler, ConfigMap and Secret
 //!   data, `.proto` files from a ConfigMap, the agent pod reflector and Deployment scaling.
 
@@ -28,6 +29,7 @@ pub mod auth;
 mod control;
 mod data;
 pub mod k8s;
+mod listen;
 mod metrics;
 mod observe;
 mod renew;
@@ -43,7 +45,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stampede_proto::v1;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
@@ -69,8 +70,16 @@ pub struct ControllerConfig {
     /// to restart on its data directory and re-adopt the run (agents cap it with their own
     /// setting). A controller that did not restart waits only for a reconnect.
     pub restart_grace: Duration,
-    /// How long a submitted run waits for enough agents before failing.
+    /// How long a submitted run waits for enough agents before failing, when its submission
+    /// names no wait.
     pub agent_wait: Duration,
+    /// The longest wait for agents a submission may ask for (at most
+    /// `stampede_core::scenario::MAX_AGENT_WAIT`): a waiting run holds its scenario, its data
+    /// rows and a pending place.
+    pub max_agent_wait: Duration,
+    /// Runs waiting for agents at once; the next submission is refused (`resource_exhausted`)
+    /// rather than queued, so a client looping on submit cannot fill the controller's memory.
+    pub max_pending_runs: usize,
     /// How long agents have to acknowledge an assignment.
     pub ready_timeout: Duration,
     /// Interval of progress reports and live snapshots.
@@ -97,6 +106,7 @@ impl std::fmt::Debug for ControllerConfig {
             .field("tls", &self.tls.as_ref().map(|t| t.client_ca_pem.is_some()))
             .field("lease", &self.lease)
             .field("max_agents", &self.max_agents)
+            .field("max_pending_runs", &self.max_pending_runs)
             .finish_non_exhaustive()
     }
 }
@@ -114,6 +124,10 @@ pub struct ServerTls {
 /// or a process restarted by its supervisor, is back well within it.
 pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(15);
 
+/// The default [`ControllerConfig::max_pending_runs`]: far more runs than a cluster's agents
+/// can start one after another within an agent wait, far fewer than fill a controller's memory.
+pub const DEFAULT_MAX_PENDING_RUNS: usize = 64;
+
 /// Shortest lease the controller grants: renewals go out every third of it, and a lease
 /// shorter than a few scheduling hiccups would stop healthy agents.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -130,6 +144,8 @@ impl ControllerConfig {
             lease: Duration::from_secs(1),
             restart_grace: DEFAULT_RESTART_GRACE,
             agent_wait: Duration::from_secs(30),
+            max_agent_wait: stampede_core::scenario::MAX_AGENT_WAIT,
+            max_pending_runs: DEFAULT_MAX_PENDING_RUNS,
             ready_timeout: Duration::from_secs(15),
             interval: Duration::from_secs(1),
             start_delay: Duration::from_millis(300),
@@ -158,6 +174,9 @@ pub enum ControllerError {
     Store(#[from] StoreError),
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A bound on the controller's work is reached; the same request can succeed later.
+    #[error("{0}")]
+    Exhausted(String),
     #[error("serving: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -168,6 +187,7 @@ impl From<ControllerError> for Status {
             ControllerError::Scenario(_)
             | ControllerError::NotReady(_)
             | ControllerError::Invalid(_) => Status::invalid_argument(e.to_string()),
+            ControllerError::Exhausted(_) => Status::resource_exhausted(e.to_string()),
             ControllerError::RunNotFound(_) => Status::not_found(e.to_string()),
             ControllerError::NotFinished(_) => Status::failed_precondition(e.to_string()),
             ControllerError::Store(StoreError::BadId(_)) => Status::invalid_argument(e.to_string()),
@@ -199,6 +219,9 @@ pub(crate) struct Inner {
     pub agents: Mutex<BTreeMap<u64, agents::AgentEntry>>,
     pub agents_changed: Notify,
     pub runs: Mutex<BTreeMap<String, Arc<RunHandle>>>,
+    /// Held from the count of pending runs to the new run's entry, so two submissions cannot
+    /// both take the last pending place.
+    pub admission: Mutex<()>,
     pub next_conn: AtomicU64,
     pub shutdown: CancellationToken,
     pub metrics: metrics::Metrics,
@@ -223,6 +246,7 @@ impl Controller {
             agents: Mutex::new(BTreeMap::new()),
             agents_changed: Notify::new(),
             runs: Mutex::new(BTreeMap::new()),
+            admission: Mutex::new(()),
             next_conn: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
             metrics: metrics::Metrics::default(),
@@ -288,9 +312,19 @@ impl Controller {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ControllerError> {
+        let stop = CancellationToken::new();
+        let admitted = listen::admit(
+            listener,
+            listen::MAX_GRPC_CONNECTIONS,
+            listen::FIRST_BYTE_TIMEOUT,
+            stop.clone(),
+        );
+        let _stop_admitting = stop.drop_guard();
         tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(5)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(5)))
             .add_service(self.health_service())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(admitted, shutdown)
             .await?;
         Ok(())
     }
@@ -325,7 +359,8 @@ impl Controller {
             v1::agent_service_server::AgentServiceServer::new(agents::AgentSvc {
                 inner: self.inner.clone(),
             })
-            .max_encoding_message_size(MAX_SCENARIO_BYTES + MESSAGE_OVERHEAD),
+            .max_encoding_message_size(MAX_SCENARIO_BYTES + MESSAGE_OVERHEAD)
+            .max_decoding_message_size(stampede_core::scenario::MAX_AGENT_MESSAGE_BYTES),
             creds.interceptor(auth::Role::Agent),
         );
         // A SubmitRun carries the scenario with its files inlined: accept what the CLI accepts.
@@ -357,13 +392,23 @@ impl Controller {
         }
         builder
             .tcp_nodelay(true)
+            // A peer that stops answering pings is closed within 10 s; a quiet one that
+            // answers them (an agent between runs) stays.
             .http2_keepalive_interval(Some(Duration::from_secs(5)))
             .http2_keepalive_timeout(Some(Duration::from_secs(5)))
             .add_service(health)
             .add_service(reflection)
             .add_service(agent_svc)
             .add_service(control_svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+            .serve_with_incoming_shutdown(
+                listen::admit(
+                    listener,
+                    listen::MAX_GRPC_CONNECTIONS,
+                    listen::FIRST_BYTE_TIMEOUT,
+                    self.inner.shutdown.clone(),
+                ),
+                signal,
+            )
             .await?;
         Ok(())
     }

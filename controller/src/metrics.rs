@@ -10,26 +10,20 @@
 //! aggregate it and compute any quantile with `histogram_quantile`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::convert::Infallible;
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
 use stampede_core::hist::SparseHist;
 use stampede_core::stats::SparseStats;
-use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
 use crate::run::RunState;
 use crate::{lock, Inner};
+
+mod listen;
+pub(crate) use listen::serve;
 
 /// The `Content-Type` of the Prometheus text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -313,70 +307,6 @@ pub(crate) fn render(inner: &Inner) -> String {
         tracing::error!(error = %e, "encoding metrics");
     }
     String::from_utf8(buf).unwrap_or_default()
-}
-
-/// Serves `GET /metrics` (and `GET /healthz`) on `listener` until `shutdown` resolves.
-pub(crate) async fn serve(
-    inner: Arc<Inner>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    let builder = Arc::new(hyper_util::server::conn::auto::Builder::new(
-        TokioExecutor::new(),
-    ));
-    let mut conns = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _)) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics accept");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                // Scrapers are few: bound the connections.
-                if conns.len() >= 64 {
-                    continue;
-                }
-                let inner = Arc::clone(&inner);
-                let builder = Arc::clone(&builder);
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let inner = Arc::clone(&inner);
-                        async move { Ok::<_, Infallible>(answer(&req, &inner)) }
-                    });
-                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                });
-            }
-        }
-    }
-    conns.shutdown().await;
-}
-
-fn answer(req: &Request<Incoming>, inner: &Inner) -> Response<Full<Bytes>> {
-    let (status, ctype, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, Bytes::from(render(inner))),
-        (&Method::GET, "/healthz" | "/readyz") => {
-            (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n"))
-        }
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            Bytes::from_static(b"not found\n"),
-        ),
-    };
-    let mut resp = Response::new(Full::new(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(ctype),
-    );
-    resp
 }
 
 #[cfg(test)]

@@ -1251,6 +1251,7 @@ pub fn json_schema() -> serde_json::Value {
 mod ca;
 mod client_cert;
 mod files;
+mod limits;
 mod ready;
 mod refs;
 mod scopes;
@@ -1258,6 +1259,7 @@ mod validate;
 
 pub use ca::CaBundleError;
 pub use client_cert::{ClientCertError, ClientIdentity, SecretPem};
+pub use limits::{check_agent_wait, MAX_AGENT_MESSAGE_BYTES, MAX_AGENT_WAIT};
 pub use ready::{NotReady, ReadyScenario};
 pub use refs::RefError;
 pub use scopes::ScopeNames;

@@ -14,7 +14,16 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     cfg.token = creds.token;
     cfg.agent_token = creds.agent_token;
     cfg.tls = creds.tls;
+    if a.agent_wait > a.max_agent_wait {
+        anyhow::bail!(
+            "--agent-wait {} is longer than --max-agent-wait {}",
+            stampede_core::duration::HumanDuration(a.agent_wait),
+            stampede_core::duration::HumanDuration(a.max_agent_wait)
+        );
+    }
     cfg.agent_wait = a.agent_wait;
+    cfg.max_agent_wait = a.max_agent_wait;
+    cfg.max_pending_runs = a.max_pending_runs as usize;
     cfg.lease = a.lease;
     cfg.restart_grace = a.restart_grace;
     cfg.max_agents = a.max_agents.max(1);

@@ -23,7 +23,8 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 /// Most files one reflection answer set may hold (a schema and its imports).
 const MAX_REFLECTED_FILES: usize = 256;
-/// How long the reflection service gets to answer.
+/// How long the reflection service gets to answer one request, its first message included:
+/// a target that sends the response headers and then nothing must not hold the CLI forever.
 const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the scenario has gRPC steps whose frames (or programs) are still to be made.
@@ -38,7 +39,7 @@ pub async fn resolve(s: &mut Scenario, base: &Path) -> Result<bool> {
         return Ok(false);
     }
     let pool = match s.grpc.as_ref() {
-        Some(o) if o.reflection => reflect(s).await?,
+        Some(o) if o.reflection => reflect(s, REFLECTION_TIMEOUT).await?,
         _ => compile(s, base)?,
     };
     stampede_grpc_schema::encode_all(s, &pool)?;
@@ -62,8 +63,9 @@ fn compile(s: &Scenario, base: &Path) -> Result<DescriptorPool> {
     Ok(stampede_grpc_schema::compile_files(options, base)?)
 }
 
-/// Asks the target's reflection service for the files that define every called service.
-async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
+/// Asks the target's reflection service for the files that define every called service,
+/// giving each request `deadline` to connect and to bring its answer.
+async fn reflect(s: &Scenario, deadline: Duration) -> Result<DescriptorPool> {
     let target = s.target.as_ref().context("target: is required")?;
     let tls = target.transport() == Transport::Grpcs;
     let authority = target
@@ -72,8 +74,8 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
     let url = format!("{}://{authority}", if tls { "https" } else { "http" });
     let mut endpoint = tonic::transport::Endpoint::from_shared(url.clone())
         .with_context(|| format!("target: `{url}`"))?
-        .connect_timeout(REFLECTION_TIMEOUT)
-        .timeout(REFLECTION_TIMEOUT);
+        .connect_timeout(deadline)
+        .timeout(deadline);
     if tls {
         let opts = s.tls.clone().unwrap_or_default();
         if opts.insecure_skip_verify {
@@ -112,7 +114,7 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     while let Some(req) = wanted.pop() {
         let asked = format!("{req:?}");
-        for bytes in ask(&mut client, req).await? {
+        for bytes in ask(&mut client, req, deadline).await? {
             let file = FileDescriptorProto::decode(bytes.as_slice()).context(
                 "grpc.reflection: the target sent a file descriptor that does not decode",
             )?;
@@ -137,16 +139,34 @@ async fn reflect(s: &Scenario) -> Result<DescriptorPool> {
     Ok(pool)
 }
 
-/// One reflection request; the file descriptors of its answer.
+/// One reflection request; the file descriptors of its answer, which must come within
+/// `deadline`: the channel's own timeout ends with the response headers, and a stream's
+/// first message can be awaited forever.
 async fn ask(
     client: &mut ServerReflectionClient<tonic::transport::Channel>,
     req: MessageRequest,
+    deadline: Duration,
 ) -> Result<Vec<Vec<u8>>> {
     let what = match &req {
         MessageRequest::FileContainingSymbol(s) => format!("service `{s}`"),
         MessageRequest::FileByFilename(f) => format!("file `{f}`"),
         other => format!("{other:?}"),
     };
+    tokio::time::timeout(deadline, ask_once(client, req, &what))
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "grpc.reflection: the target sent no answer for {what} within {} s",
+                deadline.as_secs_f64()
+            )
+        })?
+}
+
+async fn ask_once(
+    client: &mut ServerReflectionClient<tonic::transport::Channel>,
+    req: MessageRequest,
+    what: &str,
+) -> Result<Vec<Vec<u8>>> {
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(req),
@@ -222,6 +242,76 @@ message Item { int64 id = 1; string note = 2; }
         );
         // Encoded once: a second resolution has nothing to do.
         assert!(!resolve_files(&mut s, dir.path()).unwrap());
+    }
+
+    /// A reflection service that answers with headers and then never sends a message.
+    struct Silent;
+
+    type Never = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<
+                    Item = Result<
+                        tonic_reflection::pb::v1::ServerReflectionResponse,
+                        tonic::Status,
+                    >,
+                > + Send,
+        >,
+    >;
+
+    #[tonic::async_trait]
+    impl tonic_reflection::pb::v1::server_reflection_server::ServerReflection for Silent {
+        type ServerReflectionInfoStream = Never;
+
+        async fn server_reflection_info(
+            &self,
+            _req: tonic::Request<tonic::Streaming<ServerReflectionRequest>>,
+        ) -> Result<tonic::Response<Never>, tonic::Status> {
+            Ok(tonic::Response::new(Box::pin(tokio_stream::pending())))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_target_that_sends_headers_and_no_answer_is_given_up_on() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    tonic_reflection::pb::v1::server_reflection_server::ServerReflectionServer::new(
+                        Silent,
+                    ),
+                )
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        let s = Scenario::from_yaml(&format!(
+            "name: r\ntarget: grpc://{addr}\ngrpc: {{ reflection: true }}\n\
+             phases: [ {{ duration: 1s, arrival_rate: 1 }} ]\n\
+             session: [ {{ grpc: {{ method: t.v1.Items/Get, message: {{ id: 1 }} }} }} ]\n"
+        ))
+        .unwrap();
+        let deadline = Duration::from_millis(300);
+        let t = std::time::Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(5), reflect(&s, deadline))
+            .await
+            .expect("the reflection gives up on its own")
+            .unwrap_err();
+        let waited = t.elapsed();
+        assert!(
+            e.to_string().contains("no answer for service `t.v1.Items`"),
+            "{e:#}"
+        );
+        assert!(
+            waited >= deadline && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod netcut;
 mod ports;
 mod protocols;
 mod results;
+mod sample_secrets;
 mod samples;
 mod security;
 mod sessions;

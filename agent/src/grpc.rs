@@ -265,10 +265,25 @@ impl GrpcRequest {
     pub fn method_path(&self) -> &str {
         self.uri.path()
     }
+
+    /// The call's fixed metadata, `name: value` a line, for a failure sample.
+    pub fn metadata_text(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, value) in &self.headers {
+            if !out.is_empty() {
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+        }
+        out
+    }
 }
 
 /// Sends `request` on a new stream of `conn` and reads its answer to the end.
 async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failure> {
+    conn.grpc_message = None;
     {
         let response = conn.open(request).await?;
         let status = response.status().as_u16();
@@ -283,6 +298,9 @@ async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failu
         if let Some(s) = head.headers.get("grpc-status") {
             reply.grpc_status = status_code(s.as_bytes());
             reply.error = status_error(s.as_bytes(), None);
+            if reply.error.is_some() {
+                conn.grpc_message = grpc_message(&head.headers);
+            }
             return Ok(reply);
         }
         if status != 200 {
@@ -308,8 +326,38 @@ async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failu
             }
             None => Some(error_kind::PROTOCOL),
         };
+        if reply.error.is_some() {
+            conn.grpc_message = trailers.as_ref().and_then(grpc_message);
+        }
         Ok(reply)
     }
+}
+
+/// A `grpc-message`, percent-decoded as the gRPC spec encodes it; `None` when absent or
+/// empty. At most a few hundred bytes are kept: it is shown in a failure sample only.
+fn grpc_message(headers: &http::HeaderMap) -> Option<Box<str>> {
+    let raw = headers.get("grpc-message")?.as_bytes();
+    let raw = &raw[..raw.len().min(4 * stampede_core::samples::MAX_GRPC_MESSAGE)];
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            raw[i],
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    (!out.is_empty()).then(|| String::from_utf8_lossy(&out).into())
 }
 
 /// A `grpc-timeout` value: at most 8 digits and a unit, in the finest unit that fits.

@@ -146,6 +146,8 @@ pub struct H2Conn {
     send: h2::client::SendRequest<Bytes>,
     /// The last handle's drop aborts the driver.
     driver: std::sync::Arc<Driver>,
+    /// The `grpc-message` of this handle's last failed gRPC call, for its failure sample.
+    pub grpc_message: Option<Box<str>>,
 }
 
 /// The connection's driver task, aborted when the last handle goes.
@@ -185,6 +187,7 @@ impl H2Conn {
         Ok(Self {
             send,
             driver: std::sync::Arc::new(Driver(driver)),
+            grpc_message: None,
         })
     }
 

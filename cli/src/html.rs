@@ -377,6 +377,7 @@ pub fn html(r: &Report) -> Result<String, String> {
         t.planned, t.completed, t.failed, t.error_rate * 100.0, t.throughput_rps, t.achieved_ratio * 100.0,
         ms(lt.p50_us), ms(lt.p90_us), ms(lt.p99_us), ms(lt.p999_us), ms(lt.p9999_us), ms(lt.max_us),
     );
+    o.push_str(&answers_html(r));
     o.push_str("<h2>Thresholds</h2>");
     if r.thresholds.is_empty() {
         o.push_str("<p>No thresholds were set.</p>");
@@ -402,6 +403,11 @@ pub fn html(r: &Report) -> Result<String, String> {
         ("Errors", errors),
         ("Percentile spectrum", spectrum),
     ] {
+        // A chart with nothing on it is a line of text, not an empty frame.
+        if title == "Errors" && error_lines.is_empty() {
+            o.push_str("\n<h2>Errors</h2><p>No errors.</p>");
+            continue;
+        }
         let _ = write!(o, "\n<h2>{title}</h2><div class=\"chart\">{svg}</div>");
     }
     o.push_str("\n<h2>Phases</h2><div class=\"scroll\"><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
@@ -463,6 +469,57 @@ pub fn html(r: &Report) -> Result<String, String> {
     Ok(o)
 }
 
+/// The answers' figures the text report prints: status codes, gRPC statuses, sizes,
+/// connections and the service time beside the response time.
+fn answers_html(r: &Report) -> String {
+    let t = &r.totals;
+    let mut o = String::from("\n<h2>Answers</h2><div class=\"tables\">");
+    let counts = |o: &mut String, title: &str, rows: Vec<(String, u64)>| {
+        if rows.is_empty() {
+            return;
+        }
+        let _ = write!(
+            o,
+            "<div class=\"scroll\"><table><tr><th>{title}</th><th>count</th></tr>"
+        );
+        for (k, n) in rows {
+            let _ = write!(o, "<tr><td>{}</td><td>{n}</td></tr>", esc(&k));
+        }
+        o.push_str("</table></div>");
+    };
+    counts(
+        &mut o,
+        "HTTP status",
+        t.status_codes
+            .iter()
+            .map(|(k, n)| (k.to_string(), *n))
+            .collect(),
+    );
+    counts(
+        &mut o,
+        "gRPC status",
+        t.grpc_statuses
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect(),
+    );
+    let c = &r.connections;
+    let _ = write!(
+        o,
+        "<div class=\"scroll\"><table><tr><th>mean request B</th><th>mean response B</th><th>sent B</th><th>received B</th>\
+         <th>connections opened</th><th>peak open</th></tr><tr><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table></div>",
+        t.mean_request_bytes, t.mean_response_bytes, t.bytes_sent, t.bytes_received, c.opened, c.peak_open,
+    );
+    let st = &r.latency.service_time;
+    let _ = write!(
+        o,
+        "<div class=\"scroll\"><table><tr><th>service time</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th></tr>\
+         <tr><td>from the actual send</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table></div></div>",
+        ms(st.p50_us), ms(st.p90_us), ms(st.p99_us), ms(st.p999_us), ms(st.max_us),
+    );
+    o
+}
+
 /// The x axis of the percentile spectrum is -log10(1 - q): label it with q as a percentage.
 pub(crate) fn percentile_label(x: &f64) -> String {
     let q = 100.0 * (1.0 - 10f64.powf(-*x));
@@ -477,6 +534,41 @@ pub(crate) fn percentile_label(x: &f64) -> String {
 mod tests {
     use super::*;
     use stampede_core::report::LoadSummary;
+
+    /// The figures the text report prints are in the HTML and the JSON too.
+    #[test]
+    fn the_html_has_every_figure_of_the_text() {
+        let mut r = Report::default();
+        r.totals.status_codes = [(200, 9_876), (503, 17)].into();
+        r.totals.grpc_statuses = [("UNAVAILABLE".to_string(), 23)].into();
+        r.totals.bytes_received = 654_321;
+        r.connections.opened = 4_321;
+        r.connections.peak_open = 77;
+        r.latency.service_time.p99_us = 12_345;
+        let text = crate::render::report_text_width(&r, true);
+        let html = html(&r).unwrap();
+        let json = serde_json::to_string(&r).unwrap();
+        for (in_text, in_html) in [
+            ("200 ×9876", "<td>200</td><td>9876</td>"),
+            ("503 ×17", "<td>503</td><td>17</td>"),
+            ("UNAVAILABLE ×23", "<td>UNAVAILABLE</td><td>23</td>"),
+            ("opened 4321", "<td>4321</td>"),
+            ("peak open 77", "<td>77</td>"),
+        ] {
+            assert!(text.contains(in_text), "text lacks {in_text}:\n{text}");
+            assert!(html.contains(in_html), "HTML lacks {in_html}");
+        }
+        assert!(html.contains("<td>654321</td>") && json.contains("654321"));
+        assert!(json.contains("9876") && json.contains("4321") && json.contains("12345"));
+        assert!(
+            text.contains("service time") && html.contains("<td>12.345</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<p>No errors.</p>"),
+            "an empty chart collapses"
+        );
+    }
 
     #[test]
     fn the_header_names_the_load_model_and_legends_are_outside_the_charts() {
@@ -494,8 +586,9 @@ mod tests {
         let page = html(&r).unwrap();
         assert!(page.contains("constant model at 200/s over 10 connections, arrivals in 1ms ticks"));
         assert!(!page.contains("arrival uniform"));
-        // Legends are HTML under the charts, not boxes drawn over the plot.
-        assert_eq!(page.matches("<div class=\"legend\">").count(), 4);
+        // Legends are HTML under the charts, not boxes drawn over the plot; the errors chart
+        // of a run without errors is a line of text.
+        assert_eq!(page.matches("<div class=\"legend\">").count(), 3);
         r.arrival_resolution_us = None;
         r.load = Some(LoadSummary {
             model: "closed".into(),

@@ -48,6 +48,8 @@ fn one_line(s: &FailureSample) -> String {
     }
     if !s.body.is_empty() {
         parts.push(s.body.clone());
+    } else if !s.grpc_message.is_empty() {
+        parts.push(s.grpc_message.clone());
     } else if !s.request.is_empty() {
         parts.push(s.request.clone());
     }
@@ -72,8 +74,8 @@ pub fn samples_html(r: &Report) -> String {
     }
     let mut o = String::from(
         "\n<h2>Failure samples</h2><div class=\"scroll\"><table><tr><th>step</th><th>error</th>\
-         <th>at s</th><th>agent</th><th>data row</th><th>request</th><th>status</th>\
-         <th>answer (start)</th></tr>",
+         <th>at s</th><th>agent</th><th>data row</th><th>request</th><th>headers</th>\
+         <th>body sent</th><th>status</th><th>answer (start)</th></tr>",
     );
     for s in &r.failure_samples {
         let rows: Vec<String> = s
@@ -92,19 +94,30 @@ pub fn samples_html(r: &Report) -> String {
         let _ = write!(
             o,
             "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td><code>{}</code></td>\
-             <td>{}</td><td><code>{}</code></td></tr>",
+             <td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
             esc(&s.step),
             esc(&s.kind),
             s.offset_s,
             esc(&s.agent),
             esc(&rows.join("; ")),
             esc(&s.request),
+            esc(&s.headers).replace("\\r\\n", "<br>"),
+            esc(&s.sent_body),
             s.status.map(|c| c.to_string()).unwrap_or_default(),
-            esc(&s.body),
+            esc(&answer(s)),
         );
     }
     o.push_str("</table></div>");
     o
+}
+
+/// A sample's answer: the start of its body, or a gRPC call's `grpc-message`.
+fn answer(s: &FailureSample) -> String {
+    match (s.body.is_empty(), s.grpc_message.is_empty()) {
+        (_, true) => s.body.clone(),
+        (true, false) => format!("grpc-message: {}", s.grpc_message),
+        (false, false) => format!("grpc-message: {} {}", s.grpc_message, s.body),
+    }
 }
 
 #[cfg(test)]
@@ -124,8 +137,10 @@ mod tests {
                 values: [("name".to_string(), format!("u{row}"))].into(),
             }],
             request: format!("GET /login?user=u{row}"),
+            headers: "Host: h\\r\\nX-Key: ***".into(),
             status: Some(401),
             body: body.into(),
+            ..FailureSample::default()
         };
         Report {
             failure_samples: vec![
@@ -170,6 +185,7 @@ mod tests {
         assert!(html.contains("bad password for u14"));
         assert!(html.contains("users#11 (name=u11)"));
         assert!(html.contains("{&quot;error&quot;"), "{html}");
+        assert!(html.contains("Host: h<br>X-Key: ***"), "{html}");
         assert!(samples_html(&Report::default()).is_empty());
     }
 }

@@ -20,6 +20,14 @@ pub const MAX_KINDS: usize = 32;
 pub const MAX_BODY: usize = 512;
 /// Bytes of the request line (or payload) kept, before escaping.
 pub const MAX_REQUEST: usize = 256;
+/// Bytes of the request's headers kept (after its line), before escaping.
+pub const MAX_HEADERS: usize = 512;
+/// Bytes of the request's body kept, before escaping.
+pub const MAX_SENT_BODY: usize = 256;
+/// Bytes of a gRPC answer's `grpc-message` kept, before escaping.
+pub const MAX_GRPC_MESSAGE: usize = 256;
+/// What a masked value is written as.
+pub const MASK: &[u8] = b"***";
 /// Data sources named in one sample.
 pub const MAX_ROWS: usize = 4;
 /// Values of one row kept.
@@ -45,10 +53,17 @@ pub struct Sample {
     /// The request line as sent (`GET /login?user=u11`), the gRPC method, or the start of a
     /// tcp/udp payload, escaped.
     pub request: String,
+    /// The request's headers as sent, one `name: value` a line (escaped, so `\r\n` apart),
+    /// or the gRPC call's metadata; empty for tcp and udp.
+    pub headers: String,
+    /// The start of the request's body as sent, escaped.
+    pub sent_body: String,
     /// The HTTP status, or 0 when the request got none (a connect error, tcp, udp).
     pub status: u16,
     /// The start of the answer's body, escaped (see [`excerpt`]).
     pub body: String,
+    /// A failed gRPC call's `grpc-message`, escaped.
+    pub grpc_message: String,
 }
 
 /// A data row a sample's session used: the source, the row's position in the source's pass
@@ -94,6 +109,61 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
     }
     if cut {
         out.push('…');
+    }
+    out
+}
+
+/// Replaces every occurrence of each of `secrets` in `bytes` by [`MASK`], and of its
+/// percent-encoded form too (a secret in a query is sent encoded): what a sample or a debug
+/// print shows of a request that carried an `${env:...}` or a setup value. Longer secrets
+/// are masked first, so that one inside another leaves no part showing.
+pub fn mask(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for secret in secrets {
+        if secret.is_empty() {
+            continue;
+        }
+        out = replace_all(&out, secret);
+        let encoded = percent_encoded(secret);
+        if encoded != *secret {
+            out = replace_all(&out, &encoded);
+        }
+    }
+    out
+}
+
+/// Sorts secrets longest first and drops empty and repeated ones, for [`mask`].
+pub fn mask_order(mut secrets: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    secrets.dedup();
+    secrets
+}
+
+fn replace_all(bytes: &[u8], what: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(what) {
+            out.extend_from_slice(MASK);
+            i += what.len();
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `bytes` with everything but unreserved characters percent-encoded (upper case).
+fn percent_encoded(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
     }
     out
 }
@@ -212,8 +282,11 @@ impl SampleMerge {
                     })
                     .collect(),
                 request: s.request.clone(),
+                headers: s.headers.clone(),
+                sent_body: s.sent_body.clone(),
                 status: (s.status != 0).then_some(s.status),
                 body: s.body.clone(),
+                grpc_message: s.grpc_message.clone(),
             })
             .collect()
     }
@@ -236,12 +309,21 @@ pub struct FailureSample {
     /// The request line as sent, the gRPC method, or the start of a tcp/udp payload.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub request: String,
+    /// The request's headers as sent (`\r\n` apart), secrets masked as `***`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub headers: String,
+    /// The start of the request's body as sent, secrets masked as `***`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sent_body: String,
     /// The HTTP status, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     /// The start of the answer's body (at most 512 bytes, escaped; `…` marks a cut).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
+    /// A failed gRPC call's `grpc-message`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub grpc_message: String,
 }
 
 /// A data row in a report's sample.
@@ -291,6 +373,15 @@ mod tests {
         assert_eq!(excerpt("aé".as_bytes(), 3), "aé");
         let hostile = vec![0xffu8; 10_000];
         assert!(excerpt(&hostile, MAX_BODY).len() <= escaped_len(MAX_BODY));
+    }
+
+    #[test]
+    fn secrets_are_masked_plain_and_encoded() {
+        let secrets = mask_order(vec![b"s3cr".to_vec(), b"s3cr3t/x".to_vec(), Vec::new()]);
+        assert_eq!(secrets[0], b"s3cr3t/x");
+        let out = mask(b"GET /a?k=s3cr3t%2Fx&j=s3cr&h=s3cr3t/x", &secrets);
+        assert_eq!(out, b"GET /a?k=***&j=***&h=***");
+        assert_eq!(mask(b"plain", &secrets), b"plain");
     }
 
     #[test]

@@ -186,6 +186,12 @@ pub struct Scenario {
     /// than was asked for. A percentage like `1%`; `0.1%` by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_dropped: Option<String>,
+    /// The values the CLI put in place of `${env:...}` references: agents write `***` for
+    /// them wherever a failure sample or a debug print would show them. Filled by
+    /// [`Scenario::resolve_env`], not written by hand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(skip)]
+    pub masked: Vec<String>,
 }
 
 /// The share of planned sessions a run may leave unstarted when the scenario does not say

@@ -2,8 +2,8 @@
 //! every other field (counts, lengths, the step's ordinal), the error naming the field.
 
 use stampede_core::samples::{
-    escaped_len, RowRef, Sample, MAX_BODY, MAX_KINDS, MAX_REQUEST, MAX_ROWS, MAX_VALUE, MAX_VALUES,
-    PER_KIND,
+    escaped_len, RowRef, Sample, MAX_BODY, MAX_GRPC_MESSAGE, MAX_HEADERS, MAX_KINDS, MAX_REQUEST,
+    MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES, PER_KIND,
 };
 
 use crate::convert::{ConvertError, MAX_ERROR_KIND_LEN};
@@ -34,6 +34,9 @@ pub fn samples_to_wire(samples: Vec<Sample>) -> Vec<v1::FailureSample> {
             request: s.request,
             status: u32::from(s.status),
             body: s.body,
+            headers: s.headers,
+            sent_body: s.sent_body,
+            grpc_message: s.grpc_message,
         })
         .collect()
 }
@@ -68,6 +71,13 @@ pub fn samples_from_wire(p: &v1::Progress, steps: usize) -> Result<Vec<Sample>, 
             }
             bounded(&at("request"), &w.request, escaped_len(MAX_REQUEST))?;
             bounded(&at("body"), &w.body, escaped_len(MAX_BODY))?;
+            bounded(&at("headers"), &w.headers, escaped_len(MAX_HEADERS))?;
+            bounded(&at("sent_body"), &w.sent_body, escaped_len(MAX_SENT_BODY))?;
+            bounded(
+                &at("grpc_message"),
+                &w.grpc_message,
+                escaped_len(MAX_GRPC_MESSAGE),
+            )?;
             let status = u16::try_from(w.status)
                 .ok()
                 .filter(|s| *s == 0 || (100..1000).contains(s))
@@ -109,8 +119,11 @@ pub fn samples_from_wire(p: &v1::Progress, steps: usize) -> Result<Vec<Sample>, 
                 kind: w.kind.clone(),
                 rows,
                 request: w.request.clone(),
+                headers: w.headers.clone(),
+                sent_body: w.sent_body.clone(),
                 status,
                 body: w.body.clone(),
+                grpc_message: w.grpc_message.clone(),
             })
         })
         .collect()
@@ -141,8 +154,11 @@ mod tests {
                 values: vec!["u11".into()],
             }],
             request: "GET /login?user=u11".into(),
+            headers: "host: h\\r\\nauthorization: ***".into(),
+            sent_body: "k=***".into(),
             status: 401,
             body: r#"{"error":"bad password for u11"}"#.into(),
+            grpc_message: String::new(),
         }
     }
 
@@ -170,6 +186,16 @@ mod tests {
         assert!(e.starts_with("progress.failure_samples[0].step: "), "{e}");
         let e = err(Box::new(|w| w.body = "x".repeat(100_000)));
         assert!(e.starts_with("progress.failure_samples[0].body: "), "{e}");
+        let e = err(Box::new(|w| w.headers = "x".repeat(100_000)));
+        assert!(
+            e.starts_with("progress.failure_samples[0].headers: "),
+            "{e}"
+        );
+        let e = err(Box::new(|w| w.grpc_message = "x".repeat(100_000)));
+        assert!(
+            e.starts_with("progress.failure_samples[0].grpc_message: "),
+            "{e}"
+        );
         let e = err(Box::new(|w| w.status = 70_000));
         assert!(e.starts_with("progress.failure_samples[0].status: "), "{e}");
         let e = err(Box::new(|w| w.kind.clear()));

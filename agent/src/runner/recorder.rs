@@ -129,9 +129,10 @@ impl Recorder {
         self
     }
 
-    /// The same recorder sampling failures from `t0` on, when `on`.
-    pub fn with_samples(mut self, t0: Instant, on: bool) -> Self {
-        self.samples = super::samples::SampleRecorder::new(t0, on);
+    /// The same recorder sampling failures from `t0` on, when `on`, `masked` values (the
+    /// scenario's `${env:...}` values) written `***` in them.
+    pub fn with_samples(mut self, t0: Instant, on: bool, masked: &[String]) -> Self {
+        self.samples = super::samples::SampleRecorder::new(t0, on, masked);
         self
     }
 

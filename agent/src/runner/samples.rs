@@ -5,13 +5,19 @@
 use std::sync::Mutex;
 
 use stampede_core::samples::{
-    excerpt, RowRef, Sample, SampleBook, MAX_BODY, MAX_REQUEST, MAX_ROWS, MAX_VALUE, MAX_VALUES,
+    excerpt, mask, mask_order, RowRef, Sample, SampleBook, MAX_BODY, MAX_GRPC_MESSAGE, MAX_HEADERS,
+    MAX_REQUEST, MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES,
 };
+use stampede_core::stats::error_kind;
 use stampede_proto::v1;
 use tokio::time::Instant;
 
 use super::StepPlan;
 use crate::dynamic::{Context, SessionVars};
+
+/// Bytes of each part of a request (line, headers, body) masked before it is cut for a
+/// sample: far more than a sample keeps, so that a cut never shows what masking would hide.
+const MASK_WINDOW: usize = 16 << 10;
 
 /// The samples of one shard, off unless the run asks for them ([`SampleRecorder::new`]).
 #[derive(Debug, Default)]
@@ -19,6 +25,8 @@ pub struct SampleRecorder {
     /// T0 of the run, when sampling is on.
     t0: Option<Instant>,
     book: Mutex<SampleBook>,
+    /// Values never shown (the scenario's `${env:...}` values), longest first.
+    masked: Vec<Vec<u8>>,
 }
 
 /// What a failed request left for its sample.
@@ -27,14 +35,29 @@ pub(super) struct Failed<'a> {
     /// The HTTP status, 0 when there was none.
     pub(super) status: u16,
     pub(super) done: Instant,
+    /// A failed gRPC call's `grpc-message`.
+    pub(super) grpc_message: Option<&'a str>,
+}
+
+/// A request as sent, in the parts a sample shows, not yet masked.
+#[derive(Debug, Default, PartialEq)]
+pub struct Sent {
+    /// The request line without its version, the gRPC method, or a tcp/udp payload.
+    pub line: Vec<u8>,
+    /// The headers after the line (`\r\n` apart), or a gRPC call's metadata.
+    pub headers: Vec<u8>,
+    /// The request's body.
+    pub body: Vec<u8>,
 }
 
 impl SampleRecorder {
-    /// Samples kept from `t0` on, when `on`.
-    pub fn new(t0: Instant, on: bool) -> Self {
+    /// Samples kept from `t0` on, when `on`; `masked` (the scenario's `${env:...}` values)
+    /// written `***` wherever they would show.
+    pub fn new(t0: Instant, on: bool, masked: &[String]) -> Self {
         Self {
             t0: on.then_some(t0),
             book: Mutex::default(),
+            masked: mask_order(masked.iter().map(|m| m.as_bytes().to_vec()).collect()),
         }
     }
 
@@ -47,9 +70,19 @@ impl SampleRecorder {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The values a sample masks now: the scenario's `${env:...}` values and the setup values
+    /// sessions read (a refresh changes them).
+    pub fn secrets(&self, ctx: Option<&Context>) -> Vec<Vec<u8>> {
+        let mut all = self.masked.clone();
+        if let Some(ctx) = ctx {
+            all.extend(ctx.setup_now().iter().map(|v| v.as_bytes().to_vec()));
+        }
+        mask_order(all)
+    }
+
     /// Takes a sample of a failed request of `step` when the book still wants one of its
     /// kind: what was sent (from the step, or the session's rendered request), the rows its
-    /// session used, and the answer.
+    /// session used, and the answer, every secret masked.
     pub(super) fn note(
         &self,
         step: &StepPlan,
@@ -64,24 +97,39 @@ impl SampleRecorder {
             return;
         }
         // A dynamic step keeps the start of a failed answer's body in the session's buffers
-        // (more than MAX_BODY bytes marks a cut). A static step keeps none: its request
-        // is not rendered per session, and its answer is read without a buffer, so that a
-        // connection's task stays as small as it is.
+        // (more than MAX_BODY bytes marks a cut). A static step keeps none: its answer is
+        // read without a buffer, so that a connection's task stays as small as it is.
         let body = match step {
             StepPlan::HttpDynamic { .. } => {
                 vars.map(SessionVars::captured_body).unwrap_or_default()
             }
             _ => &[],
         };
+        // A failed connect sent nothing, and a rendered step has not rendered this request
+        // yet: what its session rendered last was another one.
+        let connect =
+            failed.kind.starts_with(error_kind::CONNECT) || failed.kind == error_kind::TLS;
+        let request = match step {
+            StepPlan::HttpDynamic { .. } | StepPlan::Ws { .. } if connect => Sent::default(),
+            _ => sent(step, vars),
+        };
+        let secrets = self.secrets(ctx);
+        let shown = |bytes: &[u8], max: usize| excerpt(&masked(bytes, &secrets), max);
         let offset = failed.done.saturating_duration_since(t0);
         let sample = Sample {
             offset_ms: u64::try_from(offset.as_millis()).unwrap_or(u64::MAX),
             step: ordinal,
             kind: failed.kind.to_string(),
             rows: ctx.zip(vars).map(rows).unwrap_or_default(),
-            request: excerpt(&sent(step, vars), MAX_REQUEST),
+            request: shown(&request.line, MAX_REQUEST),
+            headers: shown(&request.headers, MAX_HEADERS),
+            sent_body: shown(&request.body, MAX_SENT_BODY),
             status: failed.status,
-            body: excerpt(body, MAX_BODY),
+            body: shown(body, MAX_BODY),
+            grpc_message: shown(
+                failed.grpc_message.unwrap_or_default().as_bytes(),
+                MAX_GRPC_MESSAGE,
+            ),
         };
         self.book().offer(sample);
     }
@@ -97,49 +145,93 @@ impl SampleRecorder {
     }
 }
 
-/// What a step sent: the request line (without its version), the gRPC method, or the start
-/// of a tcp or udp payload.
-fn sent(step: &StepPlan, vars: Option<&SessionVars>) -> Vec<u8> {
+/// `bytes` with every secret written `***`: masked over [`MASK_WINDOW`] bytes, and when that
+/// cut the text, without the last bytes that may start a secret the cut split.
+pub fn masked(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
+    if secrets.is_empty() {
+        return bytes.iter().copied().take(MASK_WINDOW).collect();
+    }
+    let window = &bytes[..bytes.len().min(MASK_WINDOW)];
+    let mut out = mask(window, secrets);
+    if bytes.len() > MASK_WINDOW {
+        // Percent-encoding makes a secret up to three times longer.
+        let longest = secrets.iter().map(Vec::len).max().unwrap_or(0) * 3;
+        out.truncate(out.len().saturating_sub(longest));
+    }
+    out
+}
+
+/// What a step sent: the request line (without its version) with its headers and body, the
+/// gRPC method with its metadata, or a tcp or udp payload.
+pub fn sent(step: &StepPlan, vars: Option<&SessionVars>) -> Sent {
     match step {
-        StepPlan::Http { request, .. } => request_line(request.bytes(false)).to_vec(),
+        StepPlan::Http { request, .. } => http1_parts(request.bytes(false)),
         StepPlan::HttpDynamic { step, .. } => {
             let out = vars.map(SessionVars::rendered).unwrap_or_default();
             let method = step.method().as_bytes();
-            // HTTP/1.1 renders the whole request, h2 the path alone.
+            // HTTP/1.1 renders the whole request, h2 the path alone (and its body apart).
             if out.starts_with(method) && out.get(method.len()) == Some(&b' ') {
-                request_line(out).to_vec()
+                http1_parts(out)
             } else {
-                [method, b" ", out].concat()
+                Sent {
+                    line: [method, b" ", out].concat(),
+                    headers: Vec::new(),
+                    body: vars.map(SessionVars::payload).unwrap_or_default().to_vec(),
+                }
             }
         }
-        StepPlan::Tcp { request, send, .. } => match (send, vars) {
-            (Some(_), Some(v)) if !v.payload().is_empty() => v.payload().to_vec(),
-            _ => request.bytes().to_vec(),
+        StepPlan::Tcp { request, send, .. } => payload(match (send, vars) {
+            (Some(_), Some(v)) if !v.payload().is_empty() => v.payload(),
+            _ => request.bytes(),
+        }),
+        StepPlan::Udp { request, send, .. } => payload(match (send, vars) {
+            (Some(_), Some(v)) if !v.payload().is_empty() => v.payload(),
+            _ => request.bytes(),
+        }),
+        StepPlan::Grpc { request, .. } => Sent {
+            line: request.method_path().as_bytes().to_vec(),
+            headers: request.metadata_text(),
+            body: Vec::new(),
         },
-        StepPlan::Udp { request, send, .. } => match (send, vars) {
-            (Some(_), Some(v)) if !v.payload().is_empty() => v.payload().to_vec(),
-            _ => request.bytes().to_vec(),
-        },
-        StepPlan::Grpc { request, .. } => request.method_path().as_bytes().to_vec(),
         // A connect's request line; a message is not kept.
         StepPlan::Ws { step, .. } => match vars {
-            Some(v) if step.connects() => [b"GET ".as_slice(), v.rendered()].concat(),
-            _ => Vec::new(),
+            Some(v) if step.connects() => payload(&[b"GET ".as_slice(), v.rendered()].concat()),
+            _ => Sent::default(),
         },
-        StepPlan::Think(_) => Vec::new(),
+        StepPlan::Think(_) => Sent::default(),
     }
-    .into_iter()
-    .take(MAX_REQUEST + 1)
-    .collect()
 }
 
-/// An HTTP/1.1 request's first line without its version: `GET /login?user=u11`.
-fn request_line(request: &[u8]) -> &[u8] {
-    let line = request
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .map_or(request, |end| &request[..end]);
-    line.strip_suffix(b" HTTP/1.1").unwrap_or(line)
+fn payload(bytes: &[u8]) -> Sent {
+    Sent {
+        line: bytes[..bytes.len().min(MASK_WINDOW + 1)].to_vec(),
+        ..Sent::default()
+    }
+}
+
+/// An HTTP/1.1 request split for a sample: its first line without the version, the header
+/// lines, and the body (each at most [`MASK_WINDOW`] and one bytes).
+fn http1_parts(request: &[u8]) -> Sent {
+    let head_end = find(request, b"\r\n\r\n");
+    let (head, body) = match head_end {
+        Some(at) => (&request[..at], &request[at + 4..]),
+        None => (request, &[][..]),
+    };
+    let (line, headers) = match find(head, b"\r\n") {
+        Some(at) => (&head[..at], &head[at + 2..]),
+        None => (head, &[][..]),
+    };
+    let line = line.strip_suffix(b" HTTP/1.1").unwrap_or(line);
+    let cap = |b: &[u8]| b[..b.len().min(MASK_WINDOW + 1)].to_vec();
+    Sent {
+        line: cap(line),
+        headers: cap(headers),
+        body: cap(body),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The rows the session has bound, with their first values (none from a secret source).
@@ -160,14 +252,27 @@ fn rows((ctx, vars): (&Context, &SessionVars)) -> Vec<RowRef> {
 
 #[cfg(test)]
 mod tests {
-    use super::request_line;
+    use super::*;
 
     #[test]
-    fn the_request_line_drops_the_version_and_the_head() {
-        assert_eq!(
-            request_line(b"GET /login?user=u11 HTTP/1.1\r\nHost: h\r\n\r\n"),
-            b"GET /login?user=u11"
+    fn a_request_splits_into_line_headers_and_body() {
+        let sent = http1_parts(b"POST /login?user=u11 HTTP/1.1\r\nHost: h\r\nX-Key: k\r\n\r\na=1");
+        assert_eq!(sent.line, b"POST /login?user=u11");
+        assert_eq!(sent.headers, b"Host: h\r\nX-Key: k");
+        assert_eq!(sent.body, b"a=1");
+        assert_eq!(http1_parts(b"GET /x").line, b"GET /x");
+    }
+
+    #[test]
+    fn a_cut_never_shows_part_of_a_secret() {
+        let secrets = vec![b"topsecret".to_vec()];
+        let mut long = vec![b'a'; MASK_WINDOW - 4];
+        long.extend_from_slice(b"topsecret and more");
+        let out = masked(&long, &secrets);
+        assert!(
+            !out.windows(4).any(|w| w == b"tops"),
+            "a split secret shows"
         );
-        assert_eq!(request_line(b"GET /x"), b"GET /x");
+        assert_eq!(masked(b"k=topsecret", &secrets), b"k=***");
     }
 }

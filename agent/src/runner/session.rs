@@ -361,6 +361,10 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                             answer.status
                                         },
                                         done,
+                                        grpc_message: match conn.as_ref().map(|c| &c.conn) {
+                                            Some(Link::H2(h)) => h.grpc_message.as_deref(),
+                                            _ => None,
+                                        },
                                     };
                                     rec.samples.note(
                                         step,
@@ -390,9 +394,10 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     kind,
                                     status: 0,
                                     done,
+                                    grpc_message: None,
                                 };
-                                rec.samples
-                                    .note(step, (spec.dynamic.as_deref(), None), failed);
+                                let on = (spec.dynamic.as_deref(), vars.as_deref());
+                                rec.samples.note(step, on, failed);
                                 rec.endpoints.record(&endpoint, None);
                                 rec.with(phase, |s| {
                                     s.record_failure(*ordinal, kind);

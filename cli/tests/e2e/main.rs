@@ -16,6 +16,7 @@ mod ports;
 mod protocols;
 mod restarts;
 mod results;
+mod sample_secrets;
 mod samples;
 mod security;
 mod sessions;

@@ -13,6 +13,16 @@ impl Scenario {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<bool, ScenarioError> {
         let mut changed = false;
+        // Every value a reference resolved to, for the agents to mask.
+        let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
+        let lookup = |name: &str| {
+            let value = lookup(name);
+            if let Some(v) = value.as_ref().filter(|v| !v.is_empty()) {
+                seen.borrow_mut().insert(v.clone());
+            }
+            value
+        };
+        let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
         let mut lists = vec![("setup".to_string(), &mut self.setup)];
         lists.extend(session_lists_mut(
             &mut self.session,
@@ -28,10 +38,39 @@ impl Scenario {
                 }
             }
         }
+        for v in seen.into_inner() {
+            if !self.masked.contains(&v) {
+                self.masked.push(v);
+            }
+        }
         if changed {
             self.validate()?;
         }
         Ok(changed)
+    }
+
+    /// The values to mask (see [`Scenario::masked`]) of a scenario `text` already parsed
+    /// once: the agent reads them apart, as the plan it builds does not keep the scenario.
+    /// None when the text does not parse (its full parse has failed already).
+    pub fn masked_in(text: &str) -> Vec<String> {
+        #[derive(Deserialize)]
+        struct Masked {
+            #[serde(default)]
+            masked: Vec<String>,
+        }
+        if text.trim_start().starts_with('{')
+            && crate::yaml_guard::json_depth(text) <= crate::yaml_guard::MAX_DEPTH
+        {
+            if let Ok(m) = serde_json::from_str::<Masked>(text) {
+                return m.masked;
+            }
+        }
+        if crate::yaml_guard::check(text).is_err() {
+            return Vec::new();
+        }
+        serde_norway::from_str::<Masked>(text)
+            .map(|m| m.masked)
+            .unwrap_or_default()
     }
 
     /// The environment variables the templates read (`${env:NAME}`), by name: what a run

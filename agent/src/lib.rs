@@ -39,6 +39,8 @@
 //! - [`dynamic`]: steps rendered per session (templates, data rows, extracted values, cookies)
 //!   and judged (extraction and checks). Static steps never come here.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod arrivals;
 mod assign;
 mod control;

@@ -12,6 +12,7 @@
 //! each) and the encoded message, with room to spare: 8 MiB.
 
 #![allow(unsafe_code)] // the counting allocator only forwards to the system allocator
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::sync::atomic::Ordering;
 

@@ -23,7 +23,7 @@ pub mod rows;
 pub mod share;
 
 pub use object::{DataFormat, ObjectData, ObjectError, ObjectKey, ObjectKind};
-pub use rows::{Row, Rows, RowsError};
+pub use rows::{PackedError, Row, Rows, RowsError};
 pub use share::{positions, KeyOwners, Keys, Supply};
 
 /// Largest data file accepted: the file travels whole once, from the CLI to the controller

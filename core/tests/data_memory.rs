@@ -10,6 +10,7 @@
 //! a row, and the YAML parser's events about 300 more.
 
 #![allow(unsafe_code)] // the counting allocator only forwards to the system allocator
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::sync::atomic::Ordering;
 

@@ -12,6 +12,7 @@
 //! The dense design held (5 + 1000 + open) × 23 × 184 KiB ≈ 4.2 GiB for the same run.
 
 #![allow(unsafe_code)] // the counting allocator only forwards to the system allocator
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

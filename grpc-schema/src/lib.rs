@@ -10,6 +10,8 @@
 //! network client). The controller compiles a LoadTest's `.proto` files from the ConfigMap
 //! `grpc.config_map` names ([`compile_sources`]), since a LoadTest has no files beside it.
 
+#![warn(unreachable_pub, missing_docs)]
+
 mod program;
 mod sources;
 
@@ -39,13 +41,21 @@ pub enum SchemaError {
     Includes(String),
     /// A `.proto` file (or one it imports) does not compile.
     #[error("grpc.proto_files: `{file}`: {why}")]
-    Compile { file: String, why: String },
+    Compile {
+        /// The file as `grpc.proto_files` names it.
+        file: String,
+        /// The compiler's message.
+        why: String,
+    },
     /// A call's method or message does not fit the schema: `path` is the call
     /// (`session[0].grpc`), `field` the part of it (`method`, `message.inner.note`).
     #[error("{path}.{field}: {why}")]
     Call {
+        /// The call's place in the scenario.
         path: String,
+        /// The part of the call that does not fit.
         field: String,
+        /// What the schema wants instead.
         why: String,
     },
     /// The scenario with its calls encoded does not validate.

@@ -29,10 +29,10 @@ use stampede_core::grpc::program::{
 use stampede_core::grpc::{GrpcMessage, MAX_MESSAGE};
 
 /// `(field path relative to the message, reason)`.
-pub type FieldError = (String, String);
+pub(crate) type FieldError = (String, String);
 
 /// Compiles `message` (which holds references) against `desc`.
-pub fn compile(
+pub(crate) fn compile(
     desc: &MessageDescriptor,
     message: &GrpcMessage,
 ) -> Result<MessageProgram, FieldError> {
@@ -54,7 +54,7 @@ pub fn compile(
 
 /// The message of `json` (without references) against `desc`; the error's path is relative
 /// to `at`.
-pub fn decode(
+pub(crate) fn decode(
     desc: &MessageDescriptor,
     json: Value,
     at: &str,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use stampede_core::data::share::Share;
-use stampede_core::data::DataSource;
+use stampede_core::data::{DataSource, Rows};
 use stampede_core::scenario::{Scenario, MAX_SCENARIO_BYTES};
 
 use crate::{v1, ConvertError};
@@ -74,13 +74,10 @@ fn held_bytes(m: &v1::DataRows) -> usize {
         + m.ends.len() * 4
 }
 
-/// The values of `m`, row after row, `width` to a row, from its packed `cells` and `ends`
-/// or, from a controller that sends them apart, its `values`; checked, never trusted.
-fn rows_of<'m>(
-    m: &'m v1::DataRows,
-    width: usize,
-    field: &str,
-) -> Result<Vec<&'m str>, ConvertError> {
+/// The rows of `m`, `width` values to a row: its packed `cells` and `ends`, taken out of it and
+/// read by [`Rows::from_packed`], which trusts no offset, or, from a controller that sends them
+/// apart, its `values`.
+fn rows_of(m: &mut v1::DataRows, width: usize, field: &str) -> Result<Rows, ConvertError> {
     let want = m.positions.len().checked_mul(width);
     if !m.values.is_empty() {
         if !m.cells.is_empty() || !m.ends.is_empty() {
@@ -99,7 +96,9 @@ fn rows_of<'m>(
                 ),
             ));
         }
-        return Ok(m.values.iter().map(String::as_str).collect());
+        // As many values as the rows hold (so `width` is not 0): whole rows only.
+        return Rows::from_rows(m.values.chunks(width.max(1)))
+            .map_err(|why| ConvertError::invalid(field, why.to_string()));
     }
     if want != Some(m.ends.len()) {
         return Err(ConvertError::invalid(
@@ -111,30 +110,9 @@ fn rows_of<'m>(
             ),
         ));
     }
-    let mut start = 0usize;
-    let mut out = Vec::with_capacity(m.ends.len());
-    for (i, &end) in m.ends.iter().enumerate() {
-        let end = end as usize;
-        let Some(v) = (start <= end).then(|| m.cells.get(start..end)).flatten() else {
-            return Err(ConvertError::invalid(
-                format!("{field}.ends[{i}]"),
-                format!(
-                    "{end} is not the end of a value: the values before end at {start}, the \
-                     cells hold {} bytes",
-                    m.cells.len()
-                ),
-            ));
-        };
-        out.push(v);
-        start = end;
-    }
-    if start != m.cells.len() {
-        return Err(ConvertError::invalid(
-            format!("{field}.cells"),
-            format!("{} bytes, of which the values take {start}", m.cells.len()),
-        ));
-    }
-    Ok(out)
+    let (cells, ends) = (std::mem::take(&mut m.cells), std::mem::take(&mut m.ends));
+    Rows::from_packed(cells, ends, width)
+        .map_err(|why| ConvertError::invalid(format!("{field}.{}", why.part()), why.to_string()))
 }
 
 /// What an agent was told about each source: `DataShare`s of its Assign.
@@ -224,7 +202,7 @@ impl Received {
             }
             shares.insert(name.clone(), Share::new(d));
         }
-        for m in chunks {
+        for mut m in chunks {
             let field = format!("data_rows.{}", m.source);
             let (Some(share), Some(d)) = (shares.get_mut(&m.source), scenario.data.get(&m.source))
             else {
@@ -234,8 +212,8 @@ impl Received {
                 ));
             };
             let width = d.columns.len();
-            let values = rows_of(&m, width, &field)?;
-            for (p, row) in m.positions.iter().zip(values.chunks(width.max(1))) {
+            let rows = rows_of(&mut m, width, &field)?;
+            for (p, row) in m.positions.iter().zip(rows.iter()) {
                 share
                     .push(*p, row.iter())
                     .map_err(|why| ConvertError::invalid(&field, why.to_string()))?;

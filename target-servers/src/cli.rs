@@ -148,6 +148,7 @@ pub struct EchoTcpArgs {
     /// Framing: `length` (4-byte big-endian length prefix) or `newline`.
     #[arg(long, value_enum, default_value_t = Framing::Length)]
     pub framing: Framing,
+    /// The limits every stream server shares.
     #[command(flatten)]
     pub opts: StreamOpts,
 }
@@ -175,6 +176,7 @@ pub struct EchoUnixArgs {
     /// Framing: `length` (4-byte big-endian length prefix) or `newline`.
     #[arg(long, value_enum, default_value_t = Framing::Length)]
     pub framing: Framing,
+    /// The limits every stream server shares.
     #[command(flatten)]
     pub opts: StreamOpts,
 }

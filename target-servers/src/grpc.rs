@@ -17,7 +17,9 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::TargetError;
 
-/// The generated messages, server and client of `stampede.target.v1`.
+/// The generated messages, server and client of `stampede.target.v1`: documented in
+/// `target.proto`, not here.
+#[allow(missing_docs)]
 pub mod pb {
     tonic::include_proto!("stampede.target.v1");
 
@@ -70,6 +72,7 @@ type Echoes = std::sync::Arc<std::sync::Mutex<Vec<Echoed>>>;
 /// An `Echo` request as the server decoded it.
 #[derive(Clone, Debug)]
 pub struct Echoed {
+    /// The request's message, for tests to check what the load generator sent.
     pub request: pb::EchoRequest,
     /// Its metadata whose names start with `x-` (ASCII values), by name.
     pub metadata: std::collections::BTreeMap<String, String>,

@@ -16,6 +16,8 @@
 //! server panic: malformed or oversized input closes that connection (or answers 4xx over HTTP)
 //! and increments an error counter.
 
+#![warn(unreachable_pub, missing_docs)]
+
 pub mod cli;
 mod common;
 pub mod echo;

@@ -22,7 +22,7 @@ impl AsRawFd for Timer {
 }
 
 /// Sleeps for `d` with sub-millisecond precision.
-pub async fn sleep(d: Duration) {
+pub(crate) async fn sleep(d: Duration) {
     if d.is_zero() {
         return;
     }

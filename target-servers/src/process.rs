@@ -14,7 +14,7 @@ const PAGE_BYTES: f64 = 4096.0;
 
 /// The process metrics in the text exposition format, or an empty string when `/proc` cannot
 /// be read.
-pub fn process_metrics_text() -> String {
+pub(crate) fn process_metrics_text() -> String {
     match std::fs::read_to_string("/proc/self/stat") {
         Ok(stat) => render(&stat).unwrap_or_default(),
         Err(_) => String::new(),

@@ -33,6 +33,55 @@ pub enum RowsError {
     TooLarge,
 }
 
+/// Why packed rows (the cells' text and the end of each cell, as the wire carries them)
+/// cannot be read: each variant names the part at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackedError {
+    /// The offsets do not make whole rows.
+    #[error("{ends} values do not make rows of {width} columns")]
+    Width {
+        /// The offsets given.
+        ends: usize,
+        /// The values a row has.
+        width: usize,
+    },
+    /// An offset before the one ahead of it, past the text, or inside a character.
+    #[error(
+        "{end} is not the end of a value: the values before end at {start}, the cells hold \
+         {len} bytes"
+    )]
+    End {
+        /// The offset's index in `ends`.
+        index: usize,
+        /// The offset as given.
+        end: u32,
+        /// Where the value it ends starts.
+        start: usize,
+        /// The text's length.
+        len: usize,
+    },
+    /// Text after the last value's end.
+    #[error("{len} bytes, of which the values take {used}")]
+    Trailing {
+        /// The text's length.
+        len: usize,
+        /// The bytes the values take.
+        used: usize,
+    },
+}
+
+impl PackedError {
+    /// The part at fault (`ends[i]`, `cells`, or `ends` for a count that makes no rows),
+    /// for a caller that names it under its own field.
+    pub fn part(&self) -> String {
+        match self {
+            Self::Width { .. } => "ends".to_string(),
+            Self::End { index, .. } => format!("ends[{index}]"),
+            Self::Trailing { .. } => "cells".to_string(),
+        }
+    }
+}
+
 /// Rows of equal width, cell after cell in one buffer. Cloning shares the buffer; the first
 /// change to a shared table copies it.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -60,6 +109,49 @@ impl Rows {
             t.push(row)?;
         }
         Ok(t)
+    }
+
+    /// Rows as the wire packs them: `text` holds every value, row after row, and `ends` the
+    /// end of each value in it, `width` to a row. Taken without a copy, since a received
+    /// message is decoded once; no offset is trusted: each must end a value at or after the
+    /// end of the one before, on a character boundary, and the last must end the text.
+    pub fn from_packed(text: String, ends: Vec<u32>, width: usize) -> Result<Self, PackedError> {
+        let whole = if width == 0 {
+            ends.is_empty()
+        } else {
+            ends.len() % width == 0
+        };
+        if !whole {
+            return Err(PackedError::Width {
+                ends: ends.len(),
+                width,
+            });
+        }
+        let mut start = 0usize;
+        for (index, &end) in ends.iter().enumerate() {
+            let at = end as usize;
+            if at < start || !text.is_char_boundary(at) {
+                return Err(PackedError::End {
+                    index,
+                    end,
+                    start,
+                    len: text.len(),
+                });
+            }
+            start = at;
+        }
+        if start != text.len() {
+            return Err(PackedError::Trailing {
+                len: text.len(),
+                used: start,
+            });
+        }
+        Ok(Self(Arc::new(Arena {
+            width,
+            rows: ends.len().checked_div(width).unwrap_or(0),
+            text,
+            ends,
+        })))
     }
 
     /// Appends a row, which must have as many values as the first.
@@ -317,6 +409,47 @@ impl JsonSchema for Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Packed rows read into the arena as they are; every offset that does not end a value
+    /// is refused with its index, and so is text past the last value.
+    #[test]
+    fn packed_rows_are_read_without_trusting_an_offset() {
+        let r = Rows::from_packed("1ab\u{e9}c".into(), vec![1, 3, 3, 6], 2).unwrap();
+        assert_eq!(r.to_vec(), [vec!["1", "ab"], vec!["", "\u{e9}c"]]);
+        assert_eq!(
+            Rows::from_packed(String::new(), vec![], 3).unwrap().len(),
+            0
+        );
+        let err = |text: &str, ends: Vec<u32>, width| {
+            let e = Rows::from_packed(text.into(), ends, width).unwrap_err();
+            format!("{}: {e}", e.part())
+        };
+        assert_eq!(
+            err("abc", vec![2, 1, 3], 1),
+            "ends[1]: 1 is not the end of a value: the values before end at 2, the cells hold 3 bytes"
+        );
+        assert_eq!(
+            err("abc", vec![1, 9], 2),
+            "ends[1]: 9 is not the end of a value: the values before end at 1, the cells hold 3 bytes"
+        );
+        assert!(err("\u{e9}", vec![1], 1).starts_with("ends[0]: 1 is not"));
+        assert_eq!(
+            err("abcd", vec![1, 3], 2),
+            "cells: 4 bytes, of which the values take 3"
+        );
+        assert_eq!(
+            err("", vec![0, 0, 0], 2),
+            "ends: 3 values do not make rows of 2 columns"
+        );
+        assert_eq!(
+            err("", vec![0], 0),
+            "ends: 1 values do not make rows of 0 columns"
+        );
+        assert_eq!(
+            err("x", vec![], 0),
+            "cells: 1 bytes, of which the values take 0"
+        );
+    }
 
     #[test]
     fn rows_round_trip_through_json_and_yaml() {

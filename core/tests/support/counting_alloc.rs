@@ -19,6 +19,7 @@ pub struct Counting;
 // SAFETY: forwards every call to `System` unchanged; only counts bytes and calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` (a non-zero size) is passed on as it is.
         let p = unsafe { System.alloc(l) };
         if !p.is_null() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
@@ -28,6 +29,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `alloc` above, that is from `System`, with this layout.
         unsafe { System.dealloc(p, l) };
         LIVE.fetch_sub(l.size(), Ordering::Relaxed);
     }

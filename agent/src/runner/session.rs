@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::deadline::RequestTimer;
 use super::samples::Failed;
-use super::{Recorder, RunSpec, StepPlan, Tracked};
+use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 use crate::net::NO_ENDPOINT;
 use exchange::{arrival, close_after_server, exchange};

@@ -18,20 +18,20 @@ pub fn target_text(o: &mut String, r: &Report) {
             "address", "completed", "failed", "p50", "p99", "conns"
         );
         for e in &r.endpoints {
-            let address = match &e.pod {
-                Some(pod) => format!("{} {pod}", e.address),
-                None => e.address.clone(),
-            };
             let _ = writeln!(
                 o,
                 "  {:<28} {:>10} {:>8} {:>9} {:>9} {:>6}",
-                address,
+                e.address,
                 e.completed,
                 e.failed,
                 us(e.p50_us),
                 us(e.p99_us),
                 e.connections
             );
+            // A pod's name is too long for the column: it gets a line of its own.
+            if let Some(pod) = &e.pod {
+                let _ = writeln!(o, "    pod {pod}");
+            }
         }
         if let Some((slow, median)) = stampede_core::endpoints::slow_endpoint(&r.endpoints) {
             let _ = writeln!(

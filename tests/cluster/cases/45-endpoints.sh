@@ -11,8 +11,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 : "${HELM:?run cases through tests/cluster/e2e.sh}"
+CHART=$REPO_ROOT/helm/stampede
 REL=ep
 FULL=$REL-stampede
+CRD=loadtests.stampede.dev
 tmp=$(mktemp -d)
 
 host_stampede_bin

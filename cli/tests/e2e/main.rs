@@ -91,6 +91,42 @@ where
     Stop(stop)
 }
 
+/// Serves each connection `listener` accepts with `serve`, in a task of its own, until the
+/// returned guard drops.
+pub fn serve_each<S, F>(listener: tokio::net::TcpListener, serve: S) -> Stop
+where
+    S: Fn(tokio::net::TcpStream) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    serve_until_dropped(move |shutdown| async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = async {
+                loop {
+                    let Ok((s, _)) = listener.accept().await else { continue };
+                    tokio::spawn(serve(s));
+                }
+            } => {}
+        }
+    })
+}
+
+/// Reads from `s` into `buf` until `buf` holds a whole HTTP head; the head's length, or
+/// `None` once the peer closed first.
+pub async fn read_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    use tokio::io::AsyncReadExt as _;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(i + 4);
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 /// A child process that is killed when dropped.
 pub struct Proc(pub Child);
 

@@ -4,10 +4,10 @@
 
 use std::process::Command;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{serve_until_dropped, Stop, BIN};
+use crate::{read_head, serve_each, Stop, BIN};
 
 /// The users the target refuses.
 const BAD: [&str; 5] = ["u11", "u14", "u19", "u23", "u27"];
@@ -18,32 +18,14 @@ const BAD: [&str; 5] = ["u11", "u14", "u19", "u23", "u27"];
 async fn target() -> (String, Stop) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = serve_until_dropped(move |shutdown| async move {
-        tokio::select! {
-            _ = shutdown => {}
-            _ = async {
-                loop {
-                    let Ok((s, _)) = listener.accept().await else { continue };
-                    tokio::spawn(serve(s));
-                }
-            } => {}
-        }
-    });
-    (url, stop)
+    (url, serve_each(listener, serve))
 }
 
 async fn serve(mut s: TcpStream) {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
     loop {
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
+        let Some(end) = read_head(&mut s, &mut buf).await else {
+            return;
         };
         let head = String::from_utf8_lossy(&buf[..end]).to_string();
         buf.drain(..end);

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use stampede_cli::client;
 use stampede_core::report::RunOutcome;
 
-use crate::{serve_until_dropped, Stop, BIN};
+use crate::{read_head, serve_until_dropped, Stop, BIN};
 
 /// One request as the login server saw it.
 #[derive(Debug, Clone)]
@@ -66,14 +66,8 @@ async fn serve(mut s: TcpStream, log: Arc<Mutex<Vec<Seen>>>, issued: Arc<Mutex<B
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let head_end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
+        let Some(head_end) = read_head(&mut s, &mut buf).await else {
+            return;
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
         let mut lines = head.split("\r\n");

@@ -116,12 +116,8 @@ impl Rows {
     /// message is decoded once; no offset is trusted: each must end a value at or after the
     /// end of the one before, on a character boundary, and the last must end the text.
     pub fn from_packed(text: String, ends: Vec<u32>, width: usize) -> Result<Self, PackedError> {
-        let whole = if width == 0 {
-            ends.is_empty()
-        } else {
-            ends.len() % width == 0
-        };
-        if !whole {
+        // A width of 0 holds no value: only an empty list is whole.
+        if !ends.len().is_multiple_of(width) {
             return Err(PackedError::Width {
                 ends: ends.len(),
                 width,

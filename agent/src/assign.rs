@@ -254,6 +254,7 @@ pub(crate) async fn prepare(
         runs_setup: a.run_setup,
         graceful_stop: scenario.graceful_stop(),
         samples: scenario.samples,
+        masked: scenario.masked.clone(),
         follow,
         service,
     })

@@ -49,8 +49,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A shard prepared on Assign, waiting for Start.
 struct PendingRun {
     spec: Arc<ShardRun>,
-    /// The values its failure samples mask (the scenario's `${env:...}` values).
-    masked: Arc<[String]>,
     /// The run's restart grace: the controller's, at most this agent's.
     restart_grace: Duration,
 }
@@ -349,7 +347,6 @@ async fn handle(
                             let setup_values = spec.setup_values.clone();
                             state.pending = Some(PendingRun {
                                 spec: Arc::new(spec),
-                                masked: Scenario::masked_in(&a.scenario).into(),
                                 restart_grace: cfg
                                     .restart_grace
                                     .min(Duration::from_millis(a.restart_grace_ms)),
@@ -428,10 +425,10 @@ async fn handle(
                 };
                 start_refresh(state, from);
             }
-            let (spec, masked, out) = (pending.spec, pending.masked, state.run_tx.clone());
+            let (spec, out) = (pending.spec, state.run_tx.clone());
             state
                 .load
-                .spawn(async move { runner::execute_masked(spec, &masked, t0, out, stop).await });
+                .spawn(async move { runner::execute(spec, t0, out, stop).await });
         }
         In::Lease(l) => {
             if let Some(a) = &mut state.active {

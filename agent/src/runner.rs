@@ -52,18 +52,6 @@ pub async fn execute(
     out: mpsc::UnboundedSender<v1::AgentMessage>,
     stop: CancellationToken,
 ) -> RunEnd {
-    execute_masked(run, &[], t0, out, stop).await
-}
-
-/// [`execute`], with `masked` values (the scenario's `${env:...}` values) written `***`
-/// in the failure samples.
-pub async fn execute_masked(
-    run: Arc<ShardRun>,
-    masked: &[String],
-    t0: Instant,
-    out: mpsc::UnboundedSender<v1::AgentMessage>,
-    stop: CancellationToken,
-) -> RunEnd {
     // One set per target, shared by the workloads that name it.
     let mut sets: Vec<Arc<EndpointSet>> = Vec::new();
     for w in &run.workloads {
@@ -75,7 +63,7 @@ pub async fn execute_masked(
     let rec = Arc::new(
         Recorder::per_phase(run.phase_steps())
             .with_endpoints(endpoints)
-            .with_samples(t0, run.samples, masked),
+            .with_samples(t0, run.samples, &run.masked),
     );
     // A target name's addresses, followed while the run goes on.
     let followers: Vec<_> = run

@@ -280,6 +280,8 @@ pub struct ShardRun {
     pub graceful_stop: Duration,
     /// The first failed requests of each step and error kind are sampled (`samples:`).
     pub samples: bool,
+    /// The values its failure samples write `***` (the scenario's `${env:...}` values).
+    pub masked: Vec<String>,
     /// The target names whose addresses the run follows, one per target given by name
     /// without `endpoints:` (none: every set of endpoints is fixed).
     pub follow: Vec<Arc<crate::resolve::Follow>>,

@@ -49,30 +49,6 @@ impl Scenario {
         Ok(changed)
     }
 
-    /// The values to mask (see [`Scenario::masked`]) of a scenario `text` already parsed
-    /// once: the agent reads them apart, as the plan it builds does not keep the scenario.
-    /// None when the text does not parse (its full parse has failed already).
-    pub fn masked_in(text: &str) -> Vec<String> {
-        #[derive(Deserialize)]
-        struct Masked {
-            #[serde(default)]
-            masked: Vec<String>,
-        }
-        if text.trim_start().starts_with('{')
-            && crate::yaml_guard::json_depth(text) <= crate::yaml_guard::MAX_DEPTH
-        {
-            if let Ok(m) = serde_json::from_str::<Masked>(text) {
-                return m.masked;
-            }
-        }
-        if crate::yaml_guard::check(text).is_err() {
-            return Vec::new();
-        }
-        serde_norway::from_str::<Masked>(text)
-            .map(|m| m.masked)
-            .unwrap_or_default()
-    }
-
     /// The environment variables the templates read (`${env:NAME}`), by name: what a run
     /// needs set in the CLI's environment.
     pub fn env_names(&self) -> std::collections::BTreeSet<&str> {

@@ -20,6 +20,15 @@ use crate::{lock, unix_ms, unix_ns, Inner};
 
 /// Longest agent id accepted.
 const MAX_ID_LEN: usize = 128;
+/// Longest text kept from an agent's self-description (version, pod, node, address): the
+/// rest is cut, since it is shown in every listing and stored with each run.
+const MAX_INFO_LEN: usize = 253;
+
+/// An agent's self-described field, cut to [`MAX_INFO_LEN`] characters.
+fn bounded(text: &str) -> String {
+    text.chars().take(MAX_INFO_LEN).collect()
+}
+
 /// Clock pings after the first ten (see [`session`]).
 const CLOCK_PING_EVERY: Duration = Duration::from_secs(30);
 
@@ -33,9 +42,13 @@ pub struct ClockEstimate {
 
 impl ClockEstimate {
     /// NTP-style: offset = ((t2 − t1) + (t3 − t4)) / 2, delay = (t4 − t1) − (t3 − t2).
+    /// `t2` and `t3` come from the agent, so the sums are taken in `i128` and clamped: no
+    /// value an agent sends can overflow them.
     pub fn update(&mut self, t1: i64, t2: i64, t3: i64, t4: i64) {
-        let rtt = ((t4 - t1) - (t3 - t2)).max(0);
-        let offset = ((t2 - t1) + (t3 - t4)) / 2;
+        let [t1, t2, t3, t4] = [t1, t2, t3, t4].map(i128::from);
+        let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        let rtt = clamp(((t4 - t1) - (t3 - t2)).max(0));
+        let offset = clamp(((t2 - t1) + (t3 - t4)) / 2);
         if self.rtt_ns.is_none_or(|best| rtt <= best) {
             self.rtt_ns = Some(rtt);
             self.offset_ns = offset;
@@ -147,11 +160,11 @@ impl v1::agent_service_server::AgentService for AgentSvc {
                     conn_id,
                     info: v1::AgentInfo {
                         agent_id: register.agent_id.clone(),
-                        version: register.version.clone(),
+                        version: bounded(&register.version),
                         peer,
-                        pod_name: register.pod_name.clone(),
-                        node_name: register.node_name.clone(),
-                        pod_ip: register.pod_ip.clone(),
+                        pod_name: bounded(&register.pod_name),
+                        node_name: bounded(&register.node_name),
+                        pod_ip: bounded(&register.pod_ip),
                         state: state.into(),
                         run_id: run.clone().unwrap_or_default(),
                         connected_at_unix_ms: unix_ms(),
@@ -378,5 +391,19 @@ mod tests {
         // a worse sample does not replace it
         c.update(0, 9_000_000, 9_000_000, 10_000_000);
         assert_eq!(c.offset_ns, 1_000_000);
+    }
+
+    #[test]
+    fn clock_estimate_takes_any_agent_times_without_overflow() {
+        let mut c = ClockEstimate::default();
+        c.update(0, i64::MIN, i64::MAX, 1);
+        c.update(i64::MAX, i64::MIN, i64::MIN, i64::MIN);
+        assert!(c.rtt_ns.is_some_and(|r| r >= 0));
+    }
+
+    #[test]
+    fn an_agents_self_description_is_cut() {
+        assert_eq!(bounded(&"x".repeat(10_000)).len(), MAX_INFO_LEN);
+        assert_eq!(bounded("agent-1"), "agent-1");
     }
 }

@@ -185,13 +185,15 @@ impl Driver {
                         self.setup.values = setup_values;
                     }
                 }
-                Some(RunInput::Failed { agent_id, reason }) => {
+                // Only a member's word counts: any agent's stream may name this run.
+                Some(RunInput::Failed { agent_id, reason }) if is_member(&members, &agent_id) => {
                     self.abort_members(&members, "another agent failed").await;
                     return Err(Failure::Failed(format!(
-                        "agent {agent_id} refused its shard: {reason}"
+                        "agent {agent_id} refused its shard: {}",
+                        agent_text(&reason)
                     )));
                 }
-                Some(RunInput::Disconnected { agent_id, .. }) => {
+                Some(RunInput::Disconnected { agent_id, .. }) if is_member(&members, &agent_id) => {
                     self.abort_members(&members, "another agent was lost").await;
                     return Err(Failure::Failed(format!(
                         "agent {agent_id} was lost before the start"

@@ -152,6 +152,36 @@ async fn an_agent_that_never_acknowledges_fails_the_run_at_the_ready_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failure_named_by_an_agent_outside_the_run_changes_nothing() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), scenario(""), 1, Duration::from_secs(30));
+    let Out::Assign(a) = next(&mut a1).await else {
+        panic!("no Assign first")
+    };
+    h.send(RunInput::Failed {
+        agent_id: "intruder".into(),
+        reason: "x".repeat(100_000),
+    });
+    h.send(RunInput::Disconnected {
+        agent_id: "intruder".into(),
+        conn_id: 99,
+    });
+    h.send(RunInput::Ready {
+        agent_id: "a1".into(),
+        planned: a.planned_sessions,
+        setup_values: Vec::new(),
+    });
+    assert!(matches!(next(&mut a1).await, Out::Start(_)));
+    done(&h, "a1");
+    h.finished().await;
+    // It started, and ended on its own figures (no request was sent), not on the intruder's.
+    let s = h.state();
+    assert!(!s.message.contains("intruder"), "{}", s.message);
+    assert!(s.message.contains("no request was sent"), "{}", s.message);
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_agent_that_refuses_its_shard_fails_the_run_and_stops_the_others() {
     let (_dir, c) = controller();
     let mut a1 = join(&c.inner, 1, "a1");

@@ -188,6 +188,22 @@ impl Received {
     }
 }
 
+/// Whether `agent_id` is one of the run's members: any agent's stream may name any run, so
+/// only a member's messages may change it.
+pub(super) fn is_member(members: &[Member], agent_id: &str) -> bool {
+    members.iter().any(|m| m.agent_id == agent_id)
+}
+
+/// Longest text an agent may put into a run's message and stored report (a reason it failed
+/// or stopped early): the rest is cut.
+const MAX_AGENT_TEXT: usize = 200;
+
+/// An agent's free text, cut to [`MAX_AGENT_TEXT`] characters: it arrives from the network
+/// and would otherwise go whole into the run's message and its stored report.
+pub(super) fn agent_text(text: &str) -> String {
+    text.chars().take(MAX_AGENT_TEXT).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -352,7 +352,7 @@ impl Driver {
                             if done.stopped_early && failure.is_none() {
                                 // Its data is complete, but it did not deliver its share: the
                                 // loss policy decides, and the run cannot be `succeeded`.
-                                let why: String = if done.reason.is_empty() { "stopped early".into() } else { done.reason.chars().take(200).collect() };
+                                let why: String = if done.reason.is_empty() { "stopped early".into() } else { agent_text(&done.reason) };
                                 self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
                             }
                             if let Some(&i) = index.get(&agent_id) {
@@ -375,7 +375,7 @@ impl Driver {
                         }
                         RunInput::Failed { agent_id, reason } => {
                             if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
-                            self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {reason}"), policy, &mut failure, &mut deadline).await;
+                            self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {}", agent_text(&reason)), policy, &mut failure, &mut deadline).await;
                         }
                         RunInput::Disconnected { agent_id, conn_id } => {
                             // A stream it already replaced closing late changes nothing.

@@ -64,12 +64,37 @@ pub(crate) fn decode(
         v => v,
     };
     let mut track = serde_path_to_error::Track::new();
-    let de = serde_path_to_error::Deserializer::new(value, &mut track);
+    let de = serde_path_to_error::Deserializer::new(&value, &mut track);
     DynamicMessage::deserialize(desc.clone(), de).map_err(|e| {
         let path = track.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        (join_path(at, &path), e.to_string())
+        (join_path(at, &path), without_values(e.to_string(), &value))
     })
+}
+
+/// `message` with every string of `json` that it quotes replaced by `…`. The decoder's
+/// messages quote the value they refused (`invalid type: string "…", expected a boolean`),
+/// and that value may be a secret read from the environment, which must never reach a log.
+/// The path and the reason stay.
+fn without_values(mut message: String, json: &Value) -> String {
+    fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) if !s.is_empty() => out.push(s),
+            Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    strings(json, &mut found);
+    for s in found {
+        for quoted in [format!("{s:?}"), format!("'{s}'"), format!("`{s}`")] {
+            if message.contains(&quoted) {
+                message = message.replace(&quoted, "\"…\"");
+            }
+        }
+    }
+    message
 }
 
 /// `at` and a path serde_path_to_error wrote (`a.b`, `c[1]`).
@@ -656,6 +681,28 @@ message Inner { string note = 1; Inner deeper = 2; uint32 n = 3; }
     /// Templates in lists: each element in its place, fixed ones beside them, scalars (zero
     /// included) and messages, decoded by prost-reflect into the message the rendered JSON
     /// gives.
+    #[test]
+    fn a_refused_value_is_never_quoted_back() {
+        let desc = desc();
+        for (json, reason) in [
+            (
+                serde_json::json!({ "b": "Sup3r\"S3cret" }),
+                "expected a boolean",
+            ),
+            (serde_json::json!({ "inner": { "n": "Sup3rS3cret" } }), ""),
+            (serde_json::json!({ "color": "Sup3rS3cret" }), "enum"),
+            (
+                serde_json::json!({ "items": [{ "deeper": { "n": true } }], "s": 5, "b": "Sup3rS3cret" }),
+                "",
+            ),
+        ] {
+            let (path, why) = decode(&desc, json.clone(), "grpc.message").unwrap_err();
+            assert!(!why.contains("Sup3r"), "{json}: {why}");
+            assert!(why.contains(reason), "{json}: {why}");
+            assert!(path.starts_with("grpc.message"), "{path}");
+        }
+    }
+
     #[test]
     fn templates_fill_the_elements_of_repeated_fields_in_order() {
         let desc = desc();

@@ -576,24 +576,49 @@ async fn watchdog(
             _ = stop.cancelled() => return,
         }
         let current = *deadline.lock().unwrap_or_else(|p| p.into_inner());
-        if Instant::now() >= current {
-            tracing::warn!(run = %run_id, "lease lapsed: the controller is gone; stopping load");
-            stop_run(
-                &stop,
-                &reason,
-                format!(
-                    "its lease lapsed (no renewal from the controller for {} ms)",
-                    lease.as_millis()
-                ),
-            );
+        let now = Instant::now();
+        if now >= current {
+            let why = lapse_reason(lease, now.saturating_duration_since(wake));
+            tracing::warn!(run = %run_id, "{why}; stopping load");
+            stop_run(&stop, &reason, why);
             return;
         }
+    }
+}
+
+/// Why a lease lapsed. The watchdog looks at least every quarter lease, so a wake-up more
+/// than half a lease late means this agent itself was stalled (stopped, or starved of CPU)
+/// while renewals may well have been on their way: the report must not blame the controller.
+fn lapse_reason(lease: Duration, woke_late_by: Duration) -> String {
+    if woke_late_by > lease / 2 {
+        format!(
+            "its lease lapsed while this agent was stalled for {} ms (stopped or starved of CPU)",
+            woke_late_by.as_millis()
+        )
+    } else {
+        format!(
+            "its lease lapsed (no renewal from the controller for {} ms)",
+            lease.as_millis()
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lapse_while_the_agent_was_stalled_does_not_blame_the_controller() {
+        let lease = Duration::from_millis(1000);
+        let late = lapse_reason(lease, Duration::from_millis(4000));
+        assert!(late.contains("stalled for 4000 ms"), "{late}");
+        assert!(!late.contains("controller"), "{late}");
+        let gone = lapse_reason(lease, Duration::from_millis(3));
+        assert!(
+            gone.contains("no renewal from the controller for 1000 ms"),
+            "{gone}"
+        );
+    }
 
     /// A run held by the agent, its lease running from now, watched by the dead-man switch.
     fn active(lease: Duration, restart_grace: Duration) -> ActiveRun {

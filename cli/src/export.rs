@@ -90,12 +90,7 @@ pub fn hdr_log(r: &Report) -> String {
 
 /// The max of an encoded histogram, in seconds (0 when it cannot be decoded).
 fn service_max_s(b64: &str) -> f64 {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .ok()
-        .and_then(|bytes| stampede_core::hist::decode(&bytes).ok())
-        .map_or(0.0, |h| h.max() as f64 / 1e6)
+    stampede_core::hist::from_text(b64).map_or(0.0, |h| h.max() as f64 / 1e6)
 }
 
 /// One CSV row per interval: rate, errors and percentiles.

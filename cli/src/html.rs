@@ -189,13 +189,9 @@ fn ms(us: u64) -> String {
 /// The percentile spectrum of the whole run, merged from the per-interval histograms:
 /// (x = -log10(1 - q), value in ms).
 pub(crate) fn spectrum(r: &Report) -> Vec<(f64, f64)> {
-    use base64::Engine as _;
     let mut all = stampede_core::hist::new_histogram();
     for row in &r.timeline {
-        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&row.response_hist) else {
-            continue;
-        };
-        if let Ok(h) = stampede_core::hist::decode(&bytes) {
+        if let Ok(h) = stampede_core::hist::from_text(&row.response_hist) {
             let _ = stampede_core::hist::merge(&mut all, &h);
         }
     }

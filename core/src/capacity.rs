@@ -19,8 +19,6 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
-
 mod findings;
 pub mod generator;
 pub use findings::{findings, TargetSide};
@@ -482,7 +480,6 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
     let mut step_order: Vec<String> = Vec::new();
     let mut agents: Vec<AgentReport> = Vec::new();
     let mut worst_lag: Option<Percentiles> = None;
-    let b64 = base64::engine::general_purpose::STANDARD;
     for (phase_name, r) in parts {
         for p in &r.phases {
             out.phases.push(PhaseReport {
@@ -503,10 +500,7 @@ pub fn merge_steps(name: &str, parts: &[(String, Report)]) -> Result<Report, his
                 (&row.service_hist, &mut service),
             ] {
                 if !text.is_empty() {
-                    let bytes = b64
-                        .decode(text)
-                        .map_err(|e| hist::HistError::Decode(format!("base64: {e}")))?;
-                    hist::merge(h, &hist::decode(&bytes)?)?;
+                    hist::merge(h, &hist::from_text(text)?)?;
                 }
             }
             out.timeline.push(TimelineRow {

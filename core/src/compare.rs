@@ -44,8 +44,6 @@ pub const MIN_EFFECT_ERROR_RATE: f64 = 0.0001;
 /// A report that cannot be compared.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
-    #[error("{run} report, timeline interval {interval}: the response-time histogram is not valid base64")]
-    Base64 { run: &'static str, interval: u64 },
     #[error("{run} report, timeline interval {interval}: {source}")]
     Hist {
         run: &'static str,

@@ -1,7 +1,6 @@
 //! Endurance: what long runs produce (reports past tonic's default message size) reaches the
 //! CLI, and wide latency spreads arrive whole.
 
-use base64::Engine as _;
 use stampede_cli::client;
 use stampede_cli::local::LocalCluster;
 use stampede_core::hist;
@@ -95,7 +94,7 @@ macro_rules! timeline_sum {
     ($rows:expr, $f:ident) => {{
         let mut sum = hist::new_histogram();
         for row in $rows.iter().filter(|row| !row.$f.is_empty()) {
-            let h = hist::decode(&b64(&row.$f))
+            let h = hist::from_text(&row.$f)
                 .unwrap_or_else(|e| panic!("interval {}: {e}", row.interval));
             hist::merge(&mut sum, &h).unwrap();
         }
@@ -114,12 +113,6 @@ fn same_percentiles(mut dense: Percentiles, report: &Percentiles) {
     }
     (dense.mean_us, dense.stdev_us) = (report.mean_us, report.stdev_us);
     assert_eq!(&dense, report);
-}
-
-fn b64(text: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .unwrap()
 }
 
 /// Latencies from microseconds to a quarter of a second in one run (the 10,000-connection run
@@ -209,7 +202,7 @@ async fn wide_latency_spreads_arrive_whole_and_exact() {
         .iter()
         .filter(|row| !row.response_hist.is_empty())
         .map(|row| {
-            let h = hist::decode(&b64(&row.response_hist)).unwrap();
+            let h = hist::from_text(&row.response_hist).unwrap();
             hist::encode_wire(&h).unwrap()[3] & 0x0f == 4
         })
         .collect();

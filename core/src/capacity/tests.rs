@@ -175,7 +175,7 @@ fn no_failure_up_to_max_and_failure_at_the_first_step() {
 fn step_report(rate: f64, completed_per_s: &[u64], p99_ok: bool) -> Report {
     let mut h = hist::new_histogram();
     hist::record(&mut h, 1000);
-    let enc = base64::engine::general_purpose::STANDARD.encode(hist::encode(&h).unwrap());
+    let enc = hist::to_text(&hist::SparseHist::from_dense(&h)).unwrap();
     Report {
         run_id: format!("run-{rate}"),
         planned_duration_s: completed_per_s.len() as f64,

@@ -2,7 +2,6 @@
 //! table, the stratified block bootstrap (or the Poisson resampling of short runs), and the
 //! rows with their confidence intervals and verdicts. See the parent module for the method.
 
-use base64::Engine as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Poisson};
@@ -100,17 +99,12 @@ fn decode_run(r: &Report, run: &'static str) -> Result<Vec<(Interval, RawBuckets
         .map(|row| {
             let mut raw = Vec::new();
             if !row.response_hist.is_empty() {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(&row.response_hist)
-                    .map_err(|_| CompareError::Base64 {
+                let h =
+                    hist::from_text(&row.response_hist).map_err(|source| CompareError::Hist {
                         run,
                         interval: row.interval,
+                        source,
                     })?;
-                let h = hist::decode(&bytes).map_err(|source| CompareError::Hist {
-                    run,
-                    interval: row.interval,
-                    source,
-                })?;
                 for v in h.iter_recorded() {
                     let at = v.value_iterated_to();
                     raw.push((

@@ -1,7 +1,5 @@
 //! Tests of the comparison statistics on synthetic reports.
 
-use base64::Engine as _;
-
 use super::*;
 use crate::report::Percentiles;
 use crate::report::TimelineRow;
@@ -21,8 +19,7 @@ fn report(seconds: u64, per_interval: u64, f: impl Fn(u64, u64) -> u64) -> Repor
                 interval: s,
                 t_s: s as f64,
                 completed: per_interval,
-                response_hist: base64::engine::general_purpose::STANDARD
-                    .encode(hist::encode(&h).unwrap()),
+                response_hist: hist::to_text(&hist::SparseHist::from_dense(&h)).unwrap(),
                 ..TimelineRow::default()
             }
         })
@@ -132,10 +129,7 @@ fn two_phases(mut r: Report, seconds: u64) -> Report {
         .map(|i| {
             let mut h = hist::new_histogram();
             for row in &r.timeline[(i * half) as usize..((i + 1) * half) as usize] {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(&row.response_hist)
-                    .unwrap();
-                hist::merge(&mut h, &hist::decode(&bytes).unwrap()).unwrap();
+                hist::merge(&mut h, &hist::from_text(&row.response_hist).unwrap()).unwrap();
             }
             crate::report::PhaseReport {
                 index: i as u32,

@@ -124,6 +124,22 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
     decode_sparse(bytes).map(|s| s.to_dense())
 }
+/// A histogram as a report carries it (the `.hlog` cell): base64 of its compressed V2 bytes.
+/// Every writer and reader of report files goes through this pair, so they agree.
+pub fn to_text(h: &SparseHist) -> Result<String, HistError> {
+    use base64::Engine as _;
+    Ok(base64::engine::general_purpose::STANDARD.encode(encode_sparse(h)?))
+}
+
+/// The histogram of a report's text cell ([`to_text`]), with [`decode`]'s checks.
+pub fn from_text(text: &str) -> Result<Histogram<u64>, HistError> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|_| HistError::Base64)?;
+    decode(&bytes)
+}
+
 /// Encodes a sparse histogram as compressed V2 (the same bytes as its dense form).
 pub fn encode_sparse(h: &SparseHist) -> Result<Vec<u8>, HistError> {
     encode(&h.to_dense())

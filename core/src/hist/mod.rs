@@ -22,8 +22,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub use codec::{
-    decode, decode_sparse, encode, encode_sparse, encode_wire, encode_wire_sparse,
-    MAX_ENCODED_BYTES, WIRE_RAW_MAX,
+    decode, decode_sparse, encode, encode_sparse, encode_wire, encode_wire_sparse, from_text,
+    to_text, MAX_ENCODED_BYTES, WIRE_RAW_MAX,
 };
 pub use sparse::SparseHist;
 
@@ -69,6 +69,8 @@ pub enum HistError {
     Encode(String),
     #[error("merging: {0}")]
     Merge(String),
+    #[error("not valid base64")]
+    Base64,
     #[error("count at bucket {0} is beyond the spec's {COUNTS_LEN} buckets")]
     IndexOutOfRange(usize),
     #[error("the counts add up to more than 2^64")]

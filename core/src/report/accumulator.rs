@@ -439,10 +439,7 @@ impl RunAccumulator {
     }
 
     fn row(&self, interval: u64, s: &SparseStats) -> Result<TimelineRow, MergeError> {
-        use base64::Engine as _;
-        let b64 = |h: &SparseHist| -> Result<String, HistError> {
-            Ok(base64::engine::general_purpose::STANDARD.encode(hist::encode_sparse(h)?))
-        };
+        let b64 = hist::to_text;
         // Only the figures a row shows: one walk of each histogram, not a full percentile row.
         let [p50, p90, p99] = s.response.values_at_quantiles([0.50, 0.90, 0.99]);
         Ok(TimelineRow {

@@ -69,6 +69,10 @@ struct AgentState {
     /// The current run's messages the controller has not acknowledged, for replay after a
     /// reconnect (at most [`MAX_RETAINED`]).
     retained: std::collections::VecDeque<v1::AgentMessage>,
+    /// The newest setup values this agent refreshed for the current run, sent again on every
+    /// reconnect: a controller that restarted may have lost them with its last checkpoint
+    /// interval, and the other agents would keep the older values until the next refresh.
+    setup_sent: Option<v1::AgentMessage>,
     /// The runtime the load runs on (the control loop has its own).
     load: tokio::runtime::Handle,
     run_tx: mpsc::UnboundedSender<v1::AgentMessage>,
@@ -92,6 +96,7 @@ pub(crate) async fn control(
         pending: None,
         active: None,
         retained: std::collections::VecDeque::new(),
+        setup_sent: None,
         load,
         run_tx,
         run_rx,
@@ -236,8 +241,9 @@ async fn connection(
         .await?
         .into_inner();
     tracing::info!(controller = %cfg.controller, id = %cfg.id, "attached to controller");
-    // Replay what the controller has not acknowledged; it ignores intervals it already has.
-    for m in &state.retained {
+    // Replay what the controller has not acknowledged; it ignores intervals it already has,
+    // and setup values of a generation it already holds.
+    for m in state.retained.iter().chain(&state.setup_sent) {
         if tx.send(m.clone()).await.is_err() {
             return Err(AgentError::Closed);
         }
@@ -260,9 +266,10 @@ async fn connection(
                 }
             }
             Some(mut out) = state.run_rx.recv() => {
-                // Refreshed setup values are not kept for replay: the next refresh supersedes
-                // them, and the controller gives an agent that comes back the newest.
+                // Refreshed setup values: only the newest is kept for replay (it supersedes
+                // the others), and never acknowledged; the run's end drops it.
                 if matches!(out.msg, Some(Out::SetupValues(_))) {
+                    state.setup_sent = Some(out.clone());
                     if tx.send(out).await.is_err() {
                         return Err(AgentError::Closed);
                     }
@@ -271,6 +278,7 @@ async fn connection(
                 let done = if let Some(Out::Done(d)) = &mut out.msg {
                     // The run is over: end its lease watchdog too (it would otherwise report
                     // a lapsed lease once renewals stop), and say why it stopped early.
+                    state.setup_sent = None;
                     if let Some(a) = state.active.take() {
                         if d.stopped_early && d.reason.is_empty() {
                             d.reason = a.reason.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
@@ -397,6 +405,7 @@ async fn handle(
             let stop = CancellationToken::new();
             let reason = Arc::new(Mutex::new(None));
             let lease_deadline = Arc::new(Mutex::new(t0.max(Instant::now()) + state.lease));
+            state.setup_sent = None;
             state.active = Some(ActiveRun {
                 run_id: s.run_id.clone(),
                 stop: stop.clone(),

@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 use crate::{spawn_agent, spawn_controller_with, Proc, Target};
 
 /// A TCP proxy in front of the controller, with a switch for each kind of cut.
-struct CutProxy {
-    url: String,
+pub(crate) struct CutProxy {
+    pub(crate) url: String,
     /// Bumped to close every link open now.
     generation: watch::Sender<u64>,
     /// While set, new links are accepted and closed at once.
@@ -27,7 +27,7 @@ struct CutProxy {
 }
 
 impl CutProxy {
-    async fn start(upstream: String) -> Self {
+    pub(crate) async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (generation, gen_rx) = watch::channel(0u64);
@@ -77,9 +77,15 @@ impl CutProxy {
 
     /// Holds every link open and forwards nothing for `d`.
     async fn blackhole_for(&self, d: Duration) {
-        self.blackhole.send_replace(true);
+        self.set_blackhole(true);
         tokio::time::sleep(d).await;
-        self.blackhole.send_replace(false);
+        self.set_blackhole(false);
+    }
+
+    /// Holds every link open and forwards nothing (`true`), or forwards again. What a link
+    /// read meanwhile is held, and dropped if the link closes first.
+    pub(crate) fn set_blackhole(&self, on: bool) {
+        self.blackhole.send_replace(on);
     }
 }
 

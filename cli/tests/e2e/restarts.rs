@@ -10,8 +10,9 @@ use stampede_core::report::RunOutcome;
 use stampede_proto::v1;
 
 use crate::faults::{fresh_listen, report_after_restart, submit_running_on};
+use crate::netcut::CutProxy;
 use crate::sessions::{setup_scenario, LoginServer};
-use crate::{spawn_agent, spawn_controller_on, Proc, Target};
+use crate::{spawn_agent, spawn_controller_on, spawn_controller_with, Proc, Target};
 
 const TOKEN: &str = "restart-token";
 
@@ -252,4 +253,81 @@ async fn observed_scrapes_survive_a_controller_restart() {
         cpu.len() >= 5,
         "one interval a second but for the outage: {cpu:?}"
     );
+}
+
+/// A refresh of the setup values lost on its way, with the controller that was to receive it:
+/// the agent that refreshes the setup wrote it into its stream, then the controller was killed
+/// before reading it. The agent sends its newest values again when it reconnects, so the
+/// restarted controller passes them on at once: the other agent's sessions use them before the
+/// next refresh, not the older values the checkpoint held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_values_lost_in_flight_at_a_restart_are_sent_again() {
+    let server = LoginServer::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let listen = fresh_listen();
+    // A lease longer than the blackhole below: the load goes on through it.
+    let args = ["--lease", "10s"];
+    let (mut controller, url) = spawn_controller_with(&listen, TOKEN, data.path(), &args);
+    // s-1 runs the setup (the first by id), through a proxy that can hold what it sends.
+    let proxy = CutProxy::start(listen.clone()).await;
+    let _refresher = spawn_agent(&proxy.url, TOKEN, "s-1");
+    let _other = spawn_agent(&url, TOKEN, "s-2");
+    let text = setup_scenario(&server.url, "20s", "setup_refresh: 5s\n")
+        .replace("${env:E2E_SESSION_KEY}", "k-e2e");
+    let logins = || {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.path == "/api/login")
+            .count()
+    };
+    let until_logins = |n: usize| async move {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while logins() < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the setup is refreshed");
+    };
+    let run_id = submit_running_on(&url, TOKEN, &text, 2).await;
+    // The first refresh (t-2) reaches the controller and s-2; then s-1's link holds what it
+    // sends, and the second refresh (t-3) goes into it.
+    until_logins(2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set_blackhole(true);
+    until_logins(3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Killed: s-1's link closes and what it held (t-3) is gone.
+    controller.0.kill().unwrap();
+    controller.0.wait().unwrap();
+    proxy.set_blackhole(false);
+    std::thread::sleep(Duration::from_secs(1));
+    let (_controller, url) = spawn_controller_with(&listen, TOKEN, data.path(), &args);
+
+    // Until the next refresh (t-4), s-2's sessions must come to use t-3.
+    until_logins(4).await;
+    let seen = server.seen();
+    let fourth = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.path == "/api/login")
+        .nth(3)
+        .map(|(i, _)| i)
+        .unwrap();
+    let used = |token: &str| {
+        seen[..fourth].iter().any(|s| {
+            s.path == "/api/me"
+                && s.headers["x-agent"] == "1"
+                && s.headers["authorization"] == format!("Bearer {token}")
+        })
+    };
+    assert!(used("t-2"), "s-2 had the first refresh before the restart");
+    assert!(
+        used("t-3"),
+        "s-2 never used t-3, refreshed just before the restart, before the next refresh"
+    );
+    let r = report_after_restart(&url, TOKEN, &run_id).await;
+    assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
 }

@@ -573,3 +573,99 @@ async fn a_re_adopted_run_that_was_aborted_ends_aborted() {
     assert_eq!(s.state, RunState::Aborted);
     assert_eq!(s.message, "stopped by the test");
 }
+
+/// Copies a data directory as a SIGKILL would leave it: what is on disk at this instant.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Setup values refreshed between two checkpoint intervals reach the checkpoint before any
+/// other agent has them: a controller killed right after passing them on, and restarted on
+/// what its data directory holds, hands a returning agent those values, not the older ones.
+#[tokio::test(start_paused = true)]
+async fn refreshed_setup_values_are_checkpointed_before_they_are_passed_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(15);
+    let c = controller_on(dir.path(), grace);
+    let mut a1 = join(&c.inner, 1, "a1");
+    let mut a2 = join(&c.inner, 2, "a2");
+    let h = start(
+        c.inner.clone(),
+        Scenario::from_yaml(
+            "name: d\ntarget: http://127.0.0.1:1\nsetup_refresh: 10s\nsetup:\n  - name: login\n    \
+             http: { method: post, path: /login }\n    extract: { token: { json: /token } }\n\
+             phases:\n  - { duration: 30s, arrival_rate: 1 }\n\
+             session:\n  - http: { path: /, headers: { authorization: 'Bearer ${setup.token}' } }\n",
+        )
+        .unwrap(),
+        2,
+        Duration::from_secs(30),
+    );
+    for (rx, id, values) in [
+        (&mut a1, "a1", vec!["t-1".to_string()]),
+        (&mut a2, "a2", vec![]),
+    ] {
+        let Out::Assign(a) = next(rx).await else {
+            panic!("{id}: no Assign first")
+        };
+        h.send(RunInput::Ready {
+            agent_id: id.into(),
+            planned: a.planned_sessions,
+            setup_values: values,
+        });
+    }
+    for rx in [&mut a1, &mut a2] {
+        let Out::Start(s) = next(rx).await else {
+            panic!("no Start")
+        };
+        assert_eq!(s.setup_values, ["t-1"]);
+    }
+    // Half-way between two checkpoint intervals, a1 (it ran the setup) refreshes it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    h.send(RunInput::SetupValues {
+        agent_id: "a1".into(),
+        values: v1::SetupValues {
+            run_id: h.run_id.clone(),
+            values: vec!["t-2".into()],
+            generation: 1,
+        },
+    });
+    let Out::SetupValues(passed) = next(&mut a2).await else {
+        panic!("a2 is not passed the refreshed values")
+    };
+    assert_eq!(
+        (passed.generation, passed.values),
+        (1, vec!["t-2".to_string()])
+    );
+    // Killed now: the next controller starts on what is on disk at this instant.
+    let killed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), killed.path());
+    let c2 = controller_on(killed.path(), grace);
+    let h2 = lock(&c2.inner.runs)
+        .get(&h.run_id)
+        .cloned()
+        .expect("re-adopted");
+    let (tx, mut back) = mpsc::channel(16);
+    h2.send(RunInput::Reconnected {
+        agent_id: "a2".into(),
+        conn_id: 9,
+        tx,
+        heard: Heard::new(),
+    });
+    let Out::SetupValues(resent) = next(&mut back).await else {
+        panic!("a2 is not handed the setup values on its return")
+    };
+    assert_eq!(
+        (resent.generation, resent.values),
+        (1, vec!["t-2".to_string()])
+    );
+}

@@ -47,24 +47,32 @@ impl Driver {
 
     /// Refreshed setup values: taken only from the agent that refreshes the setup (the first
     /// member, or the one that took over from it), newer than the ones held and fitting the
-    /// scenario, then handed to every other agent still running. Values are never logged.
-    fn forward_setup(&mut self, members: &[Member], from: &str, v: v1::SetupValues) {
+    /// scenario. Returns whether they were taken; values are never logged.
+    fn take_setup(&mut self, members: &[Member], from: &str, v: v1::SetupValues) -> bool {
         if members
             .get(self.setup_agent)
             .is_none_or(|m| m.agent_id != from)
         {
             tracing::warn!(run = %self.h.run_id, agent = %from, "setup values from an agent that does not run the setup; ignored");
-            return;
+            return false;
         }
         if v.generation <= self.setup.generation {
-            return;
+            return false;
         }
         if let Err(why) = self.check_setup_values(&v.values) {
             tracing::warn!(run = %self.h.run_id, agent = %from, "refreshed setup values refused: {why}");
-            return;
+            return false;
         }
         self.setup = v;
         tracing::info!(run = %self.h.run_id, generation = self.setup.generation, "setup values refreshed");
+        true
+    }
+
+    /// Hands the setup values held to every agent still running but the one that refreshes
+    /// them. Called once they are in the checkpoint: no agent may hold a generation that a
+    /// controller restarted on the data directory does not know (it would hand an older one
+    /// on, and a take-over would reuse the generation number for other values).
+    fn pass_on_setup(&self, members: &[Member]) {
         let others = members
             .iter()
             .enumerate()
@@ -416,7 +424,11 @@ impl Driver {
                         }
                         RunInput::Ready { .. } => {}
                         RunInput::SetupValues { agent_id, values } => {
-                            self.forward_setup(&members, &agent_id, values);
+                            if self.take_setup(&members, &agent_id, values) {
+                                // Durable before any other agent has them.
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                                self.pass_on_setup(&members);
+                            }
                         }
                     }
                 }

@@ -10,7 +10,8 @@
 #     report location in its status, events on it, and no finalizer left. A controller restart does not rerun it.
 #  4. A LoadTest with `on_agent_loss: {tolerate: 50}` and an agent pod deleted mid-run: it ends Incomplete (never
 #     Succeeded: less than planned was delivered), the status names the lost
-#     agent (lostAgents and message) and an AgentLost event is published.
+#     agent (lostAgents and message) and an AgentLost event is published. Its books balance and count every request
+#     the http target served on /data (its stampede_target_http_requests_total), within 3.
 #  5. Deleting a running LoadTest aborts its run (the finalizer) and the delete completes promptly.
 #  6. A LoadTest asking for 4 agents while the agent Deployment has 3: the controller scales the Deployment (scale
 #     subresource) to 4 and the run succeeds over 4 agents.
@@ -152,6 +153,12 @@ for ((i = 0; i < 60; i++)); do
   [ "$(st agents --output json 2>/dev/null | jq '[.[] | select(.state == "idle")] | length')" -ge 3 ] && break
   sleep 1
 done
+# What the http target served on /data (its stampede_target_http_requests_total), through the service proxy.
+served() {
+  k get --raw "/api/v1/namespaces/$NS/services/http:$FULL-target-http:8080/proxy/metrics" |
+    awk '$1 ~ /^stampede_target_http_requests_total\{/ && $1 ~ /route="data"/ {n += $2} END {print n + 0}'
+}
+served_before=$(served)
 scenario lossy 20s 30 '{tolerate: 50}' >"$tmp/lossy.yaml"
 to_lt lossy "$tmp/lossy.yaml" >"$tmp/lossy-lt.yaml"
 kn apply -f "$tmp/lossy-lt.yaml" >&2 || fail "kubectl apply LoadTest lossy"
@@ -170,7 +177,20 @@ jq -e --arg v "$victim" '(.status.lostAgents | map(.agent) == [$v]) and (.status
 kn get events --field-selector involvedObject.kind=LoadTest,involvedObject.name=lossy -o json |
   jq -e --arg v "$victim" '[.items[] | select(.reason == "AgentLost" and (.note // .message | contains($v)))] | length > 0' >/dev/null ||
   fail "no AgentLost event naming $victim"
-say "agent $victim lost mid-run: tolerated, named in lostAgents, the message and an AgentLost event"
+# The books: every request the target served is counted (the deleted agent drained what it had on SIGTERM).
+served_n=$(($(served) - served_before))
+lossy_run=$(jq -r .status.runId "$tmp/lossy.json")
+# Its exit code is the run's verdict (incomplete: not 0); the report itself must be there.
+st report "$lossy_run" --output json >"$tmp/lossy-report.json" || true
+jq -e .totals "$tmp/lossy-report.json" >/dev/null || fail "stampede report $lossy_run gave no report"
+read -r completed failed interrupted started < <(jq -r '.totals | [.completed, .failed, .interrupted, .started] |
+  map(tostring) | join(" ")' "$tmp/lossy-report.json")
+[ "$started" = $((completed + failed + interrupted)) ] ||
+  fail "lossy: started $started != completed $completed + failed $failed + interrupted $interrupted"
+[ $((completed + failed + interrupted)) -ge $((served_n - 3)) ] && [ "$completed" -le $((served_n + 3)) ] ||
+  fail "lossy: the target served $served_n on /data, the report counts $completed completed, $failed failed, $interrupted interrupted"
+say "agent $victim lost mid-run: tolerated, named in lostAgents, the message and an AgentLost event;" \
+  "served $served_n on /data, counted completed $completed failed $failed interrupted $interrupted (started $started)"
 
 idle_agents() { # N: wait until N agents are idle
   for ((i = 0; i < 90; i++)); do

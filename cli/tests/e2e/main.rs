@@ -9,6 +9,7 @@ mod endurance;
 mod faults;
 mod first_hour;
 mod grpc;
+mod grpc_streams;
 mod mixes;
 mod mtls;
 mod netcut;

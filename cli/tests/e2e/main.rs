@@ -12,6 +12,7 @@ mod grpc;
 mod grpc_streams;
 mod mixes;
 mod mtls;
+mod multipart;
 mod netcut;
 mod ports;
 mod protocols;

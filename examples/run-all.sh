@@ -26,7 +26,7 @@ target_for() {
         echo-udp) echo "echo-udp --listen 127.0.0.1:7002" ;;
         echo-unix) echo "echo-unix --listen /tmp/stampede-echo.sock --framing length" ;;
         https-h2) echo "http --listen 127.0.0.1:8443 --tls-self-signed /tmp/stampede-example-ca.pem" ;;
-        grpc) echo "grpc --listen 127.0.0.1:50051" ;;
+        grpc | grpc-streams) echo "grpc --listen 127.0.0.1:50051" ;;
         *) echo "http --listen 127.0.0.1:8080" ;;
     esac
 }

@@ -359,10 +359,18 @@ impl Compiler<'_> {
                     }
                 }
                 StepKind::Grpc(g) => {
-                    let dynamic = crate::grpc::DynamicCall::new(g, scenario, slots)
+                    let stream = crate::grpc::StreamCall::new(g, scenario, slots)
                         .map_err(|error| StepError::Grpc { at: at(), error })?
                         .map(Arc::new);
-                    *any_dynamic |= dynamic.is_some();
+                    // A streaming call renders its own templates.
+                    let dynamic = match stream {
+                        Some(_) => None,
+                        None => crate::grpc::DynamicCall::new(g, scenario, slots)
+                            .map_err(|error| StepError::Grpc { at: at(), error })?
+                            .map(Arc::new),
+                    };
+                    *any_dynamic |=
+                        dynamic.is_some() || stream.as_ref().is_some_and(|s| s.is_dynamic());
                     StepPlan::Grpc {
                         ordinal,
                         request: crate::grpc::GrpcRequest::new(
@@ -373,6 +381,7 @@ impl Compiler<'_> {
                         )
                         .map_err(|error| StepError::Grpc { at: at(), error })?,
                         dynamic,
+                        stream,
                         repeat,
                         new_connection,
                     }

@@ -98,6 +98,9 @@ pub struct SessionVars {
     capture: Capture,
     /// A tcp or udp reply's payload, for a step that extracts from it or checks it.
     reply: Vec<u8>,
+    /// Compressed bodies decoded since the session's counters last took them: (bytes on the
+    /// wire, decoded).
+    decoded: (u64, u64),
 }
 
 /// What a dynamic exchange brought back.
@@ -201,6 +204,7 @@ impl Context {
             body: Vec::new(),
             capture: Capture::default(),
             reply: Vec::new(),
+            decoded: (0, 0),
         })
     }
 
@@ -237,6 +241,7 @@ impl Context {
             body: Vec::new(),
             capture: Capture::default(),
             reply: Vec::new(),
+            decoded: (0, 0),
         }
     }
 
@@ -289,6 +294,12 @@ impl SessionVars {
     pub(crate) fn keep_body(&mut self, body: &[u8]) {
         self.capture.body.clear();
         self.capture.body.extend_from_slice(body);
+    }
+
+    /// The compressed bodies decoded since the last call, (bytes on the wire, decoded), for
+    /// the session's counters.
+    pub fn take_decoded(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.decoded)
     }
 
     /// In a setup run, makes what the setup steps extracted so far readable as

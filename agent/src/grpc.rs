@@ -21,6 +21,10 @@ use stampede_core::grpc::{
 use stampede_core::scenario::Scenario;
 use stampede_core::stats::error_kind;
 
+mod stream;
+
+pub use stream::StreamCall;
+
 use crate::dynamic::{CompileError, Context, DynamicFields, SessionVars};
 use crate::h2::{h2_failure, H2Conn, H2Request};
 use crate::net::Failure;
@@ -80,6 +84,14 @@ pub enum GrpcStepError {
     /// The stored frame cannot be sent as it is.
     #[error("frame: {0}")]
     Frame(FrameBytesError),
+    /// A listed message's stored frame cannot be sent as it is.
+    #[error("encoded[{index}].frame: {error}")]
+    ListedFrame {
+        /// The message's place in `messages`.
+        index: usize,
+        /// Why its frame is refused.
+        error: FrameBytesError,
+    },
     /// Neither a frame nor a program: the scenario skipped the CLI's resolution.
     #[error(
         "frame: the message was not encoded: gRPC steps are resolved by the CLI (stampede run)"
@@ -205,7 +217,8 @@ impl GrpcRequest {
         // A call with a program has no frame: its `DynamicCall` renders one per call.
         let frame = match call.frame_bytes().map_err(GrpcStepError::Frame)? {
             Some(frame) => frame,
-            None if call.program.is_some() => Vec::new(),
+            // A call with a program, or with listed messages, renders its frames per call.
+            None if call.program.is_some() || !call.encoded.is_empty() => Vec::new(),
             None => return Err(GrpcStepError::NotEncoded),
         };
         let scheme = if tls { "https" } else { "http" };

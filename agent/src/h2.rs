@@ -209,6 +209,21 @@ impl H2Conn {
         self.start(r.head(), r.body.clone()).await
     }
 
+    /// Opens a new stream with `req`'s head and leaves its request body open: a streaming
+    /// gRPC call sends its messages on the stream while it reads the answer.
+    pub async fn open_stream(
+        &mut self,
+        req: http::Request<()>,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Failure> {
+        let mut send = self
+            .send
+            .clone()
+            .ready()
+            .await
+            .map_err(|e| h2_failure(&e))?;
+        send.send_request(req, false).map_err(|e| h2_failure(&e))
+    }
+
     /// Sends `req` with `body` on a new stream and returns the response head.
     async fn start(
         &mut self,

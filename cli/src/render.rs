@@ -379,6 +379,14 @@ fn report_lines(r: &Report, wide: bool) -> String {
             bytes(t.bytes_received as f64)
         );
     }
+    if let Some(c) = &t.compressed {
+        let _ = writeln!(
+            o,
+            "Bodies    compressed: {} on the wire, {} decoded",
+            bytes(c.wire_bytes as f64),
+            bytes(c.decoded_bytes as f64)
+        );
+    }
     if t.errors.is_empty() {
         let _ = writeln!(o, "Errors    none");
     } else {

@@ -28,6 +28,10 @@ pub struct HttpRequest {
     /// submission; the submitted scenario carries it as `body`. Excludes `body`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_file: Option<String>,
+    /// A `multipart/form-data` body, part by part (`crate::multipart`); excludes `body` and
+    /// `body_file`. The CLI reads the parts' files and writes the body and its content type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multipart: Vec<crate::multipart::FormPart>,
     /// Status codes that count as success; default: any 2xx or 3xx.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_status: Option<Vec<u16>>,
@@ -70,6 +74,7 @@ impl Default for HttpRequest {
             headers: BTreeMap::new(),
             body: None,
             body_file: None,
+            multipart: Vec::new(),
             expect_status: None,
             stream: None,
         }
@@ -96,6 +101,17 @@ impl HttpRequest {
                     .map(|(k, v)| (format!("headers.{k}"), v)),
             )
             .chain(self.body.iter().map(|b| ("body".to_string(), b)))
+            .chain(self.multipart.iter().enumerate().flat_map(|(i, p)| {
+                let value = p
+                    .value
+                    .iter()
+                    .map(move |t| (format!("multipart[{i}].value"), t));
+                let name = p
+                    .filename
+                    .iter()
+                    .map(move |t| (format!("multipart[{i}].filename"), t));
+                value.chain(name)
+            }))
     }
 
     /// Mutable access to every template, for the CLI's `${env:...}` resolution.
@@ -107,6 +123,17 @@ impl HttpRequest {
                     .map(|(k, v)| (format!("headers.{k}"), v)),
             )
             .chain(self.body.iter_mut().map(|b| ("body".to_string(), b)))
+            .chain(self.multipart.iter_mut().enumerate().flat_map(|(i, p)| {
+                let value = p
+                    .value
+                    .iter_mut()
+                    .map(move |t| (format!("multipart[{i}].value"), t));
+                let name = p
+                    .filename
+                    .iter_mut()
+                    .map(move |t| (format!("multipart[{i}].filename"), t));
+                value.chain(name)
+            }))
     }
 
     /// Checks what the types cannot; `Err((field, reason))`, the field relative to the request.
@@ -116,6 +143,26 @@ impl HttpRequest {
                 "body_file".into(),
                 "give either body or body_file, not both".into(),
             ));
+        }
+        if !self.multipart.is_empty() {
+            if self.body.is_some() || self.body_file.is_some() {
+                return Err((
+                    "multipart".into(),
+                    "give one of body, body_file and multipart".into(),
+                ));
+            }
+            if let Some(k) = self
+                .headers
+                .keys()
+                .find(|k| k.eq_ignore_ascii_case("content-type"))
+            {
+                return Err((
+                    format!("headers.{k}"),
+                    "multipart sets the content type (with its boundary)".into(),
+                ));
+            }
+            crate::multipart::check(&self.multipart)
+                .map_err(|(f, why)| (format!("multipart{f}"), why))?;
         }
         let method_ok = !self.method.is_empty()
             && self.method.len() <= 32

@@ -51,6 +51,7 @@ pub mod extract;
 pub mod grpc;
 pub mod hist;
 pub mod http;
+pub mod multipart;
 pub mod observe;
 pub mod plan;
 pub mod ports;

@@ -82,6 +82,13 @@ pub struct Counters {
     pub out_of_range: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Bytes on the wire of the compressed bodies that were decoded (for a step's checks or
+    /// extraction), beside [`Counters::bytes_decoded`]: their sizes both ways.
+    #[serde(default)]
+    pub bytes_compressed: u64,
+    /// What those compressed bodies decoded to.
+    #[serde(default)]
+    pub bytes_decoded: u64,
     /// Connections the agent opened (any transport). An agent counts them, and the one
     /// below, in its phase-0 sample only, since connections are not tied to a phase.
     #[serde(default)]
@@ -162,6 +169,8 @@ impl Counters {
         self.out_of_range = self.out_of_range.saturating_add(o.out_of_range);
         self.bytes_sent = self.bytes_sent.saturating_add(o.bytes_sent);
         self.bytes_received = self.bytes_received.saturating_add(o.bytes_received);
+        self.bytes_compressed = self.bytes_compressed.saturating_add(o.bytes_compressed);
+        self.bytes_decoded = self.bytes_decoded.saturating_add(o.bytes_decoded);
         self.connections_opened = self.connections_opened.saturating_add(o.connections_opened);
         self.peak_open_connections = self
             .peak_open_connections
@@ -196,6 +205,8 @@ impl Counters {
             (self.out_of_range, o.out_of_range),
             (self.bytes_sent, o.bytes_sent),
             (self.bytes_received, o.bytes_received),
+            (self.bytes_compressed, o.bytes_compressed),
+            (self.bytes_decoded, o.bytes_decoded),
             (self.connections_opened, o.connections_opened),
             (self.peak_open_connections, o.peak_open_connections),
         ];

@@ -209,6 +209,21 @@ impl Template {
         Ok(Self { segments })
     }
 
+    /// The templates one after the other, as one (adjacent literal text joined).
+    pub fn concat(parts: impl IntoIterator<Item = Template>) -> Self {
+        let mut segments: Vec<Segment> = Vec::new();
+        for s in parts.into_iter().flat_map(|t| t.segments) {
+            match (segments.last_mut(), s) {
+                (Some(Segment::Literal(l)), Segment::Literal(more)) => l.push_str(&more),
+                (_, s) => segments.push(s),
+            }
+        }
+        if segments.is_empty() {
+            segments.push(Segment::Literal(String::new()));
+        }
+        Self { segments }
+    }
+
     /// A template of literal text only.
     pub fn literal(text: impl Into<String>) -> Self {
         Self {

@@ -130,16 +130,11 @@ pub fn compile_sources(
 pub fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<usize, SchemaError> {
     let mut n = 0;
     for (path, call) in grpc::calls_mut(s) {
-        match encode(call, pool).map_err(|(field, why)| SchemaError::Call {
+        encode(call, pool).map_err(|(field, why)| SchemaError::Call {
             path: path.clone(),
             field,
             why,
-        })? {
-            Encoded::Frame(bytes) => {
-                call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
-            }
-            Encoded::Program(p) => call.program = Some(p),
-        }
+        })?;
         n += 1;
     }
     s.validate()?;
@@ -154,8 +149,9 @@ enum Encoded {
     Program(MessageProgram),
 }
 
-/// The call's frame or program, or `(field, reason)`.
-fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, String)> {
+/// Encodes `call` in place: its streaming kind, and its message's frame or program (each
+/// listed message's for a client-streaming call); or `(field, reason)`.
+fn encode(call: &mut GrpcCall, pool: &DescriptorPool) -> Result<(), (String, String)> {
     let (service, method) = call.parts().ok_or_else(|| {
         (
             "method".to_string(),
@@ -182,32 +178,76 @@ fn encode(call: &GrpcCall, pool: &DescriptorPool) -> Result<Encoded, (String, St
             ),
         )
     })?;
-    if m.is_client_streaming() || m.is_server_streaming() {
+    let kind = grpc::Streaming::of(m.is_client_streaming(), m.is_server_streaming());
+    let many = !call.messages.is_empty() || call.send.as_ref().is_some_and(|s| s.count() > 1);
+    if many && !kind.is_some_and(grpc::Streaming::client_streams) {
+        let field = if call.messages.is_empty() {
+            "send.count"
+        } else {
+            "messages"
+        };
         return Err((
-            "method".to_string(),
+            field.to_string(),
             format!(
-                "`{}` is a streaming method: only unary calls are supported",
+                "`{}` takes one message (it is not client- or bidirectional-streaming): give message",
                 call.method
             ),
         ));
     }
+    call.streaming = kind;
+    if call.messages.is_empty() {
+        match encode_message(&m.input(), &call.message, "message")? {
+            Encoded::Frame(bytes) => {
+                call.frame = Some(stampede_core::protocol::encode_base64(&bytes));
+            }
+            Encoded::Program(p) => call.program = Some(p),
+        }
+        return Ok(());
+    }
+    call.encoded = call
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            encode_message(&m.input(), message, &format!("messages[{i}]")).map(|e| match e {
+                Encoded::Frame(bytes) => grpc::EncodedMessage {
+                    frame: Some(stampede_core::protocol::encode_base64(&bytes)),
+                    program: None,
+                },
+                Encoded::Program(p) => grpc::EncodedMessage {
+                    frame: None,
+                    program: Some(p),
+                },
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+/// One message's frame or program; errors name the field under `at` (`message`,
+/// `messages[2]`).
+fn encode_message(
+    input: &prost_reflect::MessageDescriptor,
+    message: &grpc::GrpcMessage,
+    at: &str,
+) -> Result<Encoded, (String, String)> {
     let named = |(f, why): (String, String)| {
         let field = if f.is_empty() {
-            "message".to_string()
+            at.to_string()
         } else {
-            format!("message.{f}")
+            format!("{at}.{f}")
         };
         (field, why)
     };
-    if call.message.has_references() {
-        return program::compile(&m.input(), &call.message)
+    if message.has_references() {
+        return program::compile(input, message)
             .map(Encoded::Program)
             .map_err(named);
     }
-    let message = program::decode(&m.input(), call.message.literal_json(), "").map_err(named)?;
-    grpc::frame(&message.encode_to_vec())
+    let decoded = program::decode(input, message.literal_json(), "").map_err(named)?;
+    grpc::frame(&decoded.encode_to_vec())
         .map(Encoded::Frame)
-        .map_err(|why| ("message".to_string(), why.to_string()))
+        .map_err(|why| (at.to_string(), why.to_string()))
 }
 
 #[cfg(test)]
@@ -224,6 +264,7 @@ import "shop/v1/common.proto";
 service Orders {
   rpc Get(GetRequest) returns (Order);
   rpc Watch(GetRequest) returns (stream Order);
+  rpc Upload(stream GetRequest) returns (Order);
 }
 message GetRequest { int64 id = 1; bool verbose = 2; Inner inner = 3; repeated uint32 codes = 4; Page page = 5; }
 message Inner { string note = 1; google.protobuf.Timestamp at = 2; }
@@ -353,6 +394,67 @@ message Order { int64 id = 1; }
         );
     }
 
+    /// A streaming method's kind comes from the schema; a client stream's listed messages are
+    /// each encoded (a frame, or a program when templated), and a bad one is named by index.
+    #[test]
+    fn streaming_calls_take_their_kind_and_each_message() {
+        let (dir, s) = files();
+        let pool = compile_files(s.grpc.as_ref().unwrap(), dir.path()).unwrap();
+        let call = |s: &mut Scenario| match &mut s.session[0].kind {
+            stampede_core::scenario::StepKind::Grpc(x) => x.clone(),
+            k => panic!("not a grpc step: {k:?}"),
+        };
+        let with = |method: &str, messages: &[&str]| {
+            let mut s = s.clone();
+            if let stampede_core::scenario::StepKind::Grpc(g) = &mut s.session[0].kind {
+                g.method = method.into();
+                if !messages.is_empty() {
+                    g.message = grpc::GrpcMessage::default();
+                    g.messages = messages
+                        .iter()
+                        .map(|m| serde_json::from_str::<serde_json::Value>(m).unwrap().into())
+                        .collect();
+                }
+            }
+            s
+        };
+        let mut watch = with("shop.v1.Orders/Watch", &[]);
+        encode_all(&mut watch, &pool).unwrap();
+        let g = call(&mut watch);
+        assert_eq!(g.streaming, Some(grpc::Streaming::Server));
+        assert!(g.frame.is_some() && g.encoded.is_empty());
+
+        let mut upload = with(
+            "shop.v1.Orders/Upload",
+            &[r#"{"id": 1}"#, r#"{"id": "${session.index}"}"#],
+        );
+        encode_all(&mut upload, &pool).unwrap();
+        let g = call(&mut upload);
+        assert_eq!(g.streaming, Some(grpc::Streaming::Client));
+        assert!(g.frame.is_none());
+        assert_eq!(g.encoded.len(), 2);
+        assert_eq!(
+            g.encoded[0]
+                .frame
+                .as_deref()
+                .map(stampede_core::protocol::decode_base64)
+                .unwrap()
+                .unwrap(),
+            [0, 0, 0, 0, 2, 8, 1]
+        );
+        assert!(g.encoded[1].program.is_some());
+
+        let mut bad = with("shop.v1.Orders/Upload", &[r#"{"id": 1}"#, r#"{"id": "x"}"#]);
+        let e = encode_all(&mut bad, &pool).unwrap_err().to_string();
+        assert!(e.starts_with("session[0].grpc.messages[1].id: "), "{e}");
+        let mut unary = with("shop.v1.Orders/Get", &[r#"{"id": 1}"#]);
+        let e = encode_all(&mut unary, &pool).unwrap_err().to_string();
+        assert!(
+            e.starts_with("session[0].grpc.messages: `shop.v1.Orders/Get` takes one message"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn bad_messages_and_methods_name_the_field() {
         let (dir, s) = files();
@@ -367,12 +469,15 @@ message Order { int64 id = 1; }
             ("shop.v1.Orders/Get", r#"{"inner": {"at": "${now.iso}"}}"#, "session[0].grpc.message.inner.at: templates fill scalar fields; `at` is a google.protobuf.Timestamp"),
             ("shop.v1.Orders/Get", r#"{"inner": {"nope": "${uuid()}"}}"#, "session[0].grpc.message.inner.nope: `shop.v1.Inner` has no field `nope`"),
             ("shop.v1.Orders/Get", r#"{"id": "${uuid()}", "inner": {"note": 5}}"#, "session[0].grpc.message.inner.note: "),
-            ("shop.v1.Orders/Nope", "{}", "session[0].grpc.method: service `shop.v1.Orders` has no method `Nope` (it has: Get, Watch)"),
+            ("shop.v1.Orders/Nope", "{}", "session[0].grpc.method: service `shop.v1.Orders` has no method `Nope` (it has: Get, Watch, Upload)"),
             ("shop.v1.Carts/Get", "{}", "session[0].grpc.method: no service `shop.v1.Carts`"),
-            ("shop.v1.Orders/Watch", "{}", "streaming"),
+            ("shop.v1.Orders/Get", r#"{"id": 1}"#, "session[0].grpc.send.count: `shop.v1.Orders/Get` takes one message"),
         ] {
             let mut s = s.clone();
             let g = match &mut s.session[0].kind { stampede_core::scenario::StepKind::Grpc(x) => x, k => panic!("not a grpc step: {k:?}") };
+            if want.contains("send.count") {
+                g.send = Some(grpc::SendPlan { count: Some(3), gap: None });
+            }
             g.method = method.into();
             g.message = serde_json::from_str::<serde_json::Value>(message).unwrap().into();
             let e = encode_all(&mut s, &pool).unwrap_err().to_string();

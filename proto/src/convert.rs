@@ -112,6 +112,8 @@ impl From<&Counters> for v1::Counters {
             out_of_range: c.out_of_range,
             bytes_sent: c.bytes_sent,
             bytes_received: c.bytes_received,
+            bytes_compressed: c.bytes_compressed,
+            bytes_decoded: c.bytes_decoded,
             connections_opened: c.connections_opened,
             peak_open_connections: c.peak_open_connections,
             status_codes: c
@@ -231,6 +233,8 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         out_of_range: c.out_of_range,
         bytes_sent: c.bytes_sent,
         bytes_received: c.bytes_received,
+        bytes_compressed: c.bytes_compressed,
+        bytes_decoded: c.bytes_decoded,
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
         status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,

@@ -2,10 +2,15 @@
 //! (`target-servers/proto/stampede/target/v1/target.proto`) with a unary `Echo` (which can be
 //! told to answer a non-OK status, so the load tester's status accounting is tested against a
 //! real server) and `Work` (a call of a known CPU cost, for calibration), plus the server
-//! reflection service (`grpc.reflection.v1`), so clients need no `.proto` file.
+//! reflection service (`grpc.reflection.v1`), so clients need no `.proto` file. Three
+//! streaming methods test streamed calls against a real server: `Stream` (server-streaming, N
+//! messages M ms apart), `Collect` (client-streaming, counts what it received) and `Chat`
+//! (bidirectional, echoes each message).
 //!
 //! Metrics (prefix `stampede_target_grpc_`): `calls_total{method,code}` (every answered call,
-//! by gRPC status code name) and the `call_duration_seconds{method}` histogram. Serve them with
+//! by gRPC status code name), `stream_messages_total{method,direction}` (messages of streamed
+//! calls, `in` from clients and `out` to them) and the `call_duration_seconds{method}`
+//! histogram. Serve them with
 //! [`crate::metrics::serve`] and [`GrpcServer::metrics_text`].
 
 use std::future::Future;
@@ -82,6 +87,7 @@ pub struct Echoed {
 struct Metrics {
     registry: Registry,
     calls: IntCounterVec,
+    streamed: IntCounterVec,
     duration: HistogramVec,
 }
 
@@ -99,13 +105,26 @@ impl Metrics {
             ),
             &["method"],
         )?;
+        let streamed = IntCounterVec::new(
+            prometheus::Opts::new(
+                "stream_messages_total",
+                "Messages of streamed calls, by method and direction (in, out)",
+            ),
+            &["method", "direction"],
+        )?;
         registry.register(Box::new(calls.clone()))?;
+        registry.register(Box::new(streamed.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         Ok(Self {
             registry,
             calls,
+            streamed,
             duration,
         })
+    }
+
+    fn streamed(&self, method: &str, direction: &str) {
+        self.streamed.with_label_values(&[method, direction]).inc();
     }
 
     fn record(&self, method: &str, started: Instant, code: Code) {
@@ -172,6 +191,16 @@ impl GrpcServer {
         self.metrics
             .calls
             .get_metric_with_label_values(&[method, code])
+            .map(|c| c.get())
+            .unwrap_or(0)
+    }
+
+    /// Messages of the streamed calls of `method` (`Stream`, `Collect`, `Chat`) that went
+    /// `direction` (`in` from clients, `out` to them).
+    pub fn streamed(&self, method: &str, direction: &str) -> u64 {
+        self.metrics
+            .streamed
+            .get_metric_with_label_values(&[method, direction])
             .map(|c| c.get())
             .unwrap_or(0)
     }
@@ -247,8 +276,135 @@ impl Service {
     }
 }
 
+/// Most messages one `Stream` call may ask for, and the longest gap between them.
+const MAX_STREAMED: u32 = 1_000_000;
+const MAX_GAP_MS: u32 = 60_000;
+
+/// The answers of a streaming method, produced by a task of its own.
+type Answers =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::EchoReply, Status>> + Send + 'static>>;
+
+/// A status of a `fail_with` code (codes above 16 are UNKNOWN, as tonic reads them).
+fn failed_as_asked(fail_with: u32) -> Status {
+    let code = Code::from_i32(i32::try_from(fail_with).unwrap_or(i32::MAX));
+    Status::new(code, format!("failed as asked (fail_with = {fail_with})"))
+}
+
 #[tonic::async_trait]
 impl Target for Service {
+    type StreamStream = Answers;
+    type ChatStream = Answers;
+
+    async fn stream(
+        &self,
+        request: Request<pb::StreamRequest>,
+    ) -> Result<Response<Answers>, Status> {
+        let started = Instant::now();
+        let r = request.into_inner();
+        if r.count > MAX_STREAMED || r.gap_ms > MAX_GAP_MS {
+            self.metrics
+                .record("Stream", started, Code::InvalidArgument);
+            return Err(Status::invalid_argument(format!(
+                "count is at most {MAX_STREAMED} and gap_ms at most {MAX_GAP_MS}"
+            )));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let gap = Duration::from_millis(u64::from(r.gap_ms));
+            for i in 0..r.count {
+                if i > 0 {
+                    tokio::time::sleep(gap).await;
+                }
+                let reply = pb::EchoReply {
+                    text: r.text.clone(),
+                    id: i64::from(i),
+                    ..Default::default()
+                };
+                if tx.send(Ok(reply)).await.is_err() {
+                    // The client went away.
+                    metrics.record("Stream", started, Code::Cancelled);
+                    return;
+                }
+                metrics.streamed("Stream", "out");
+            }
+            let code = if r.fail_with != 0 {
+                let status = failed_as_asked(r.fail_with);
+                let code = status.code();
+                let _ = tx.send(Err(status)).await;
+                code
+            } else {
+                Code::Ok
+            };
+            metrics.record("Stream", started, code);
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn collect(
+        &self,
+        request: Request<tonic::Streaming<pb::EchoRequest>>,
+    ) -> Result<Response<pb::CollectReply>, Status> {
+        let mut incoming = request.into_inner();
+        let metrics = self.metrics.clone();
+        self.measured("Collect", async move {
+            let mut reply = pb::CollectReply::default();
+            while let Some(m) = incoming.message().await? {
+                metrics.streamed("Collect", "in");
+                reply.messages += 1;
+                reply.bytes += prost::Message::encoded_len(&m) as u64;
+                if m.fail_with != 0 {
+                    return Err(failed_as_asked(m.fail_with));
+                }
+            }
+            Ok(reply)
+        })
+        .await
+    }
+
+    async fn chat(
+        &self,
+        request: Request<tonic::Streaming<pb::EchoRequest>>,
+    ) -> Result<Response<Answers>, Status> {
+        let started = Instant::now();
+        let mut incoming = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let code = loop {
+                let m = match incoming.message().await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break Code::Ok,
+                    Err(status) => break status.code(),
+                };
+                metrics.streamed("Chat", "in");
+                if m.fail_with != 0 {
+                    let status = failed_as_asked(m.fail_with);
+                    let code = status.code();
+                    let _ = tx.send(Err(status)).await;
+                    break code;
+                }
+                let reply = pb::EchoReply {
+                    text: m.text,
+                    id: m.id,
+                    payload: m.payload,
+                    tags: m.tags,
+                    inner: m.inner,
+                };
+                if tx.send(Ok(reply)).await.is_err() {
+                    break Code::Cancelled;
+                }
+                metrics.streamed("Chat", "out");
+            };
+            metrics.record("Chat", started, code);
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn echo(
         &self,
         request: Request<pb::EchoRequest>,
@@ -278,10 +434,7 @@ impl Target for Service {
         let r = request.into_inner();
         self.measured("Echo", async move {
             if r.fail_with != 0 {
-                // Codes above 16 are not gRPC codes: tonic calls them UNKNOWN.
-                let code = Code::from_i32(i32::try_from(r.fail_with).unwrap_or(i32::MAX));
-                let why = format!("failed as asked (fail_with = {})", r.fail_with);
-                return Err(Status::new(code, why));
+                return Err(failed_as_asked(r.fail_with));
             }
             Ok(pb::EchoReply {
                 text: r.text,
@@ -394,6 +547,60 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn streaming_methods_stream_count_and_echo() {
+        let (server, url, _stop) = start().await;
+        let mut c = TargetClient::connect(url).await.unwrap();
+        let mut answers = c
+            .stream(pb::StreamRequest {
+                count: 3,
+                gap_ms: 1,
+                text: "t".into(),
+                fail_with: 14,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut ids = Vec::new();
+        let end = loop {
+            match answers.message().await {
+                Ok(Some(m)) => ids.push(m.id),
+                Ok(None) => break Code::Ok,
+                Err(s) => break s.code(),
+            }
+        };
+        assert_eq!((ids, end), (vec![0, 1, 2], Code::Unavailable));
+        let sent = (0..4).map(|i| pb::EchoRequest {
+            id: i,
+            ..Default::default()
+        });
+        let got = c
+            .collect(tokio_stream::iter(sent))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.messages, 4);
+        let sent = (0..2).map(|i| pb::EchoRequest {
+            id: i,
+            text: "x".into(),
+            ..Default::default()
+        });
+        let mut echoes = c.chat(tokio_stream::iter(sent)).await.unwrap().into_inner();
+        let mut back = Vec::new();
+        while let Some(m) = echoes.message().await.unwrap() {
+            back.push((m.id, m.text));
+        }
+        assert_eq!(back, [(0, "x".to_string()), (1, "x".to_string())]);
+        assert_eq!(server.streamed("Stream", "out"), 3);
+        assert_eq!(server.streamed("Collect", "in"), 4);
+        assert_eq!(server.streamed("Chat", "in"), 2);
+        assert_eq!(server.streamed("Chat", "out"), 2);
+        assert_eq!(server.calls("Stream", "unavailable"), 1);
+        assert_eq!(server.calls("Collect", "ok"), 1);
+        // A streaming call is recorded before its answers end, so it is counted already.
+        assert_eq!(server.calls("Chat", "ok"), 1);
     }
 
     #[tokio::test]

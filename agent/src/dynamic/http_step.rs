@@ -200,8 +200,14 @@ impl DynamicHttp {
         // A compressed body is decoded for the checks and extraction that read it.
         if self.capture_body {
             let cap = crate::decode::MAX_DECODED_BODY;
-            if let Err(kind) = crate::decode::decode_capture(&mut vars.capture, cap) {
-                return Some(kind);
+            let wire = vars.capture.body.len() as u64;
+            match crate::decode::decode_capture(&mut vars.capture, cap) {
+                Ok(Some(decoded)) => {
+                    vars.decoded.0 += wire;
+                    vars.decoded.1 += decoded;
+                }
+                Ok(None) => {}
+                Err(kind) => return Some(kind),
             }
         }
         let seen = Seen {

@@ -24,7 +24,8 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
-    fn arrive(&mut self, at: Instant, last: &mut Option<Instant>) {
+    /// Notes one event arrived `at`; `last` is when the one before it did.
+    pub(crate) fn arrive(&mut self, at: Instant, last: &mut Option<Instant>) {
         self.events += 1;
         if self.first.is_none() {
             self.first = Some(at);

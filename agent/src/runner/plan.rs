@@ -53,12 +53,14 @@ pub enum StepPlan {
         repeat: u32,
         new_connection: bool,
     },
-    /// A unary gRPC call (its frame encoded by the CLI) over the session's HTTP/2 connection.
+    /// A gRPC call (its frames encoded by the CLI) over the session's HTTP/2 connection.
     Grpc {
         ordinal: usize,
         request: crate::grpc::GrpcRequest,
         /// The call's templated message or metadata, rendered per call.
         dynamic: Option<Arc<crate::grpc::DynamicCall>>,
+        /// A streaming method's call, which renders its own templates.
+        stream: Option<Arc<crate::grpc::StreamCall>>,
         repeat: u32,
         new_connection: bool,
     },

@@ -328,6 +328,11 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                 rec.with(phase, |s| {
                                     s.counters_mut().bytes_sent += answer.sent;
                                     s.counters_mut().bytes_received += answer.received;
+                                    if let Some(v) = vars.as_deref_mut() {
+                                        let (wire, decoded) = v.take_decoded();
+                                        s.counters_mut().bytes_compressed += wire;
+                                        s.counters_mut().bytes_decoded += decoded;
+                                    }
                                     if let Some(code) = answer.grpc {
                                         s.counters_mut().count_grpc(code);
                                     } else if answer.status != 0 {

@@ -47,6 +47,15 @@ async fn gzip_answers_are_decoded_before_checks_and_a_bomb_stops_at_the_cap() {
         gz.totals.bytes_received,
         plain.totals.bytes_received
     );
+    // The decoded bodies are sized both ways: 60 × 16 KiB decoded from far fewer bytes.
+    assert_eq!(plain.totals.compressed, None);
+    let sizes = gz.totals.compressed.expect("gzipped bodies were decoded");
+    assert_eq!(sizes.decoded_bytes, 60 * 16 * 1024);
+    assert!(
+        sizes.wire_bytes > 0 && sizes.wire_bytes * 10 < sizes.decoded_bytes,
+        "{sizes:?}"
+    );
+    assert!(sizes.wire_bytes < gz.totals.bytes_received, "{sizes:?}");
     // 8 MiB decoded from a few KiB on the wire: past the 1 MiB cap, so each answer fails.
     let bomb = run_local(&scenario(
         &target.url,

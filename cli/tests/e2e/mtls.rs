@@ -164,3 +164,80 @@ async fn the_cli_reads_the_client_files_and_validate_checks_the_pair() {
         "{stderr}"
     );
 }
+
+/// The same identity reaches the WebSocket and gRPC connectors: `wss://` and `grpcs://` to a
+/// target that requires it fail without it and pass their handshakes with it (the WebSocket
+/// echoes; the HTTPS target, no gRPC server, answers each call 404 over h2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_and_grpcs_present_the_client_certificate() {
+    let id = client_identity();
+    let (server, url, server_pem, _stop) = mtls_target(&id.ca).await;
+    let trust = format!("ca_pem: {}", json(&server_pem));
+    let signed = format!(
+        "{trust}, client_cert_pem: {}, client_key_pem: {}",
+        json(&id.cert),
+        json(&id.key)
+    );
+    let wss = |tls: &str| {
+        format!(
+            "name: e2e-mtls-wss\ntarget: {}\nphases:\n  - {{ duration: 1s, arrival_rate: 10 }}\n\
+             session:\n  - ws: {{ connect: {{ path: /ws }} }}\n  - ws: {{ send: {{ text: hi }}, receive: 1 }}\n\
+             tls: {{ {tls} }}\n",
+            url.replace("https://", "wss://")
+        )
+    };
+    let r = run_local(&wss(&trust)).await;
+    assert_eq!(
+        r.totals.errors.iter().collect::<Vec<_>>(),
+        [(&"tls".to_string(), &10)],
+        "no certificate: each upgrade fails at its handshake"
+    );
+    let r = run_local(&wss(&signed)).await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 20);
+
+    let proto = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../target-servers/proto/stampede/target/v1/target.proto"
+    );
+    let grpcs = |tls: &str| {
+        format!(
+            "name: e2e-mtls-grpcs\ntarget: {}\ngrpc: {{ proto_files: [{proto}] }}\nmax_error_rate: none\n\
+             phases:\n  - {{ duration: 1s, arrival_rate: 10 }}\n\
+             session:\n  - grpc: {{ method: stampede.target.v1.Target/Echo, message: {{ text: hi }} }}\n\
+             tls: {{ {tls} }}\n",
+            url.replace("https://", "grpcs://")
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let before = server.stats().requests_http2;
+    let run_cli = |name: &'static str, text: String| {
+        let dir = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || cli_run_local(&dir, name, &text))
+    };
+    let r = run_cli("grpcs-none", grpcs(&trust)).await.unwrap();
+    // With TLS 1.3 the refusal comes after the handshake, read by the h2 connection's driver:
+    // the call sees the connection fail (`read`, `reset`) rather than a `tls` error.
+    let t = &r.report.totals;
+    assert_eq!((t.completed, t.failed), (0, 10), "{}", r.stderr);
+    assert!(
+        t.errors
+            .keys()
+            .all(|k| ["tls", "read", "reset"].contains(&k.as_str())),
+        "{:?}",
+        t.errors
+    );
+    assert_eq!(
+        server.stats().requests_http2,
+        before,
+        "no call passed the handshake"
+    );
+    let r = run_cli("grpcs-signed", grpcs(&signed)).await.unwrap();
+    assert_eq!(
+        r.report.totals.errors.iter().collect::<Vec<_>>(),
+        [(&"status_404".to_string(), &10)],
+        "{}",
+        r.stderr
+    );
+    assert_eq!(server.stats().requests_http2 - before, 10);
+}

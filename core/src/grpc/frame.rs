@@ -112,6 +112,12 @@ impl FrameScanner {
         Ok(())
     }
 
+    /// Whole messages read so far: a streamed answer times each one as the chunk that
+    /// completes it arrives.
+    pub fn messages(&self) -> u32 {
+        self.messages
+    }
+
     /// The number of whole messages, once the body has ended.
     pub fn finish(&self) -> Result<u32, FrameError> {
         if self.have > 0 || self.remaining > 0 {

@@ -26,6 +26,7 @@
 mod frame;
 pub mod message;
 pub mod program;
+pub mod streaming;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{frame, FrameBytesError, FrameError, FrameScanner, MessageTooLong};
 pub use message::GrpcMessage;
 pub use program::MessageProgram;
+pub use streaming::{EncodedMessage, GrpcExpect, SendPlan, Streaming};
 
 use crate::scenario::{Scenario, ScenarioError, StepKind};
 use crate::template::Template;
@@ -71,7 +73,8 @@ pub struct GrpcOptions {
     pub config_map: Option<String>,
 }
 
-/// One unary call: a step `grpc: { method, message, metadata }`.
+/// One call: a step `grpc: { method, message, metadata }`, unary or streaming
+/// ([`streaming`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcCall {
@@ -83,6 +86,17 @@ pub struct GrpcCall {
     /// bool or enum is given as a string and its rendered text read as the field's type.
     #[serde(default, skip_serializing_if = "GrpcMessage::is_null")]
     pub message: GrpcMessage,
+    /// The messages a client- or bidirectional-streaming call sends, in order, instead of
+    /// `message`; each like `message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<GrpcMessage>,
+    /// How a client- or bidirectional-streaming call sends its messages: how many times,
+    /// how far apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<SendPlan>,
+    /// What the answer must hold (the number of server messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<GrpcExpect>,
     /// Request metadata (HTTP/2 headers): lower-case names; a name ending in `-bin` carries
     /// base64 (binary metadata). Values may hold templates.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -95,6 +109,13 @@ pub struct GrpcCall {
     /// for each call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<MessageProgram>,
+    /// Written by the CLI, not by hand: the method's streaming kind, from its schema; absent
+    /// for a unary method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<Streaming>,
+    /// Written by the CLI, not by hand: each of `messages` encoded, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encoded: Vec<EncodedMessage>,
 }
 
 impl GrpcOptions {
@@ -164,16 +185,7 @@ impl GrpcCall {
     /// The frame's bytes, checked: a whole uncompressed message of at most [`MAX_MESSAGE`].
     /// `None` until the CLI has encoded the message.
     pub fn frame_bytes(&self) -> Result<Option<Vec<u8>>, FrameBytesError> {
-        let Some(b64) = &self.frame else {
-            return Ok(None);
-        };
-        let bytes = crate::protocol::decode_base64(b64)?;
-        let mut scan = FrameScanner::new(MAX_MESSAGE);
-        scan.feed(&bytes)?;
-        match scan.finish()? {
-            1 if bytes[0] == 0 => Ok(Some(bytes)),
-            messages => Err(FrameBytesError::NotOneMessage { messages }),
-        }
+        self.frame.as_deref().map(frame_from_base64).transpose()
     }
 
     /// Checks what the types cannot say; the error is `(field suffix, reason)`.
@@ -235,12 +247,17 @@ impl GrpcCall {
             }
             program::Encoder::new(p).map_err(|e| field("program", e.to_string()))?;
         }
-        Ok(())
+        streaming::check(self)
     }
 
-    /// Whether the CLI has encoded the call (its frame, or its program).
+    /// Whether the CLI has encoded the call (its frame, or its program; each listed
+    /// message's).
     pub fn is_resolved(&self) -> bool {
-        self.frame.is_some() || self.program.is_some()
+        if self.messages.is_empty() {
+            self.frame.is_some() || self.program.is_some()
+        } else {
+            self.encoded.len() == self.messages.len()
+        }
     }
 
     /// Every template of the call, with its field relative to the call (`message.text`,
@@ -249,6 +266,10 @@ impl GrpcCall {
         self.message
             .templates()
             .map(|(p, t)| (format!("message.{p}"), t))
+            .chain(self.messages.iter().enumerate().flat_map(|(i, m)| {
+                m.templates()
+                    .map(move |(p, t)| (format!("messages[{i}].{p}"), t))
+            }))
             .chain(
                 self.metadata
                     .iter()
@@ -261,11 +282,26 @@ impl GrpcCall {
         self.message
             .templates_mut()
             .map(|(p, t)| (format!("message.{p}"), t))
+            .chain(self.messages.iter_mut().enumerate().flat_map(|(i, m)| {
+                m.templates_mut()
+                    .map(move |(p, t)| (format!("messages[{i}].{p}"), t))
+            }))
             .chain(
                 self.metadata
                     .iter_mut()
                     .map(|(k, t)| (format!("metadata.{k}"), t)),
             )
+    }
+}
+
+/// A stored frame's bytes, checked: a whole uncompressed message of at most [`MAX_MESSAGE`].
+pub fn frame_from_base64(b64: &str) -> Result<Vec<u8>, FrameBytesError> {
+    let bytes = crate::protocol::decode_base64(b64)?;
+    let mut scan = FrameScanner::new(MAX_MESSAGE);
+    scan.feed(&bytes)?;
+    match scan.finish()? {
+        1 if bytes[0] == 0 => Ok(bytes),
+        messages => Err(FrameBytesError::NotOneMessage { messages }),
     }
 }
 

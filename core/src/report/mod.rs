@@ -143,6 +143,10 @@ pub struct Totals {
     pub sessions: SessionTotals,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// The compressed bodies that were decoded (for checks or extraction), sized both ways;
+    /// absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compressed: Option<CompressedSizes>,
     /// HTTP responses by status code, all of them (2xx and 3xx included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub status_codes: BTreeMap<u16, u64>,
@@ -214,6 +218,15 @@ pub struct StepReport {
     /// A streamed step's arrivals (`stream: sse | chunks`): absent for any other step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamLatency>,
+}
+
+/// Compressed bodies sized both ways: what crossed the wire, and what it decoded to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressedSizes {
+    /// Body bytes as received (compressed).
+    pub wire_bytes: u64,
+    /// The same bodies decoded.
+    pub decoded_bytes: u64,
 }
 
 /// How a streamed reply arrived: its first event, then the rest, each timed as it came.

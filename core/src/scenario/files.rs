@@ -191,7 +191,10 @@ impl Step {
             e.as_ref().is_some_and(|e| matches!(e.payload(), File(_)))
         };
         match &self.kind {
-            StepKind::Http(h) => h.body_file.is_some().then_some("http.body_file"),
+            StepKind::Http(h) if h.body_file.is_some() => Some("http.body_file"),
+            // The CLI assembles the body, reading the parts' files.
+            StepKind::Http(h) if !h.multipart.is_empty() => Some("http.multipart"),
+            StepKind::Http(_) => None,
             StepKind::Tcp(TcpRequest { send, expect, .. })
             | StepKind::Udp(UdpRequest { send, expect, .. }) => {
                 let tcp = matches!(self.kind, StepKind::Tcp(_));
@@ -219,6 +222,9 @@ pub(super) fn inline_body_file(
     base: &std::path::Path,
     read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
 ) -> Result<bool, ScenarioError> {
+    if !h.multipart.is_empty() {
+        return inline_multipart(h, field, base, read);
+    }
     let Some(f) = h.body_file.take() else {
         return Ok(false);
     };
@@ -230,6 +236,49 @@ pub(super) fn inline_body_file(
         crate::template::Template::parse(&text)
             .map_err(|why| ScenarioError::invalid(field, why))?,
     );
+    Ok(true)
+}
+
+/// Reads the files of a `multipart` body (each part's `file`, UTF-8 text, templated like a
+/// `value`; its file name defaults to the file's base name), then writes the whole body as
+/// the request's body template and sets its content type. `field` is the step's
+/// `...http.body_file`, whose parent names the parts in errors.
+fn inline_multipart(
+    h: &mut HttpRequest,
+    field: &str,
+    base: &std::path::Path,
+    read: &mut dyn FnMut(&std::path::Path) -> std::io::Result<Vec<u8>>,
+) -> Result<bool, ScenarioError> {
+    let http = field.strip_suffix(".body_file").unwrap_or(field);
+    for (i, p) in h.multipart.iter_mut().enumerate() {
+        let Some(f) = p.file.take() else {
+            continue;
+        };
+        let at = format!("{http}.multipart[{i}].file");
+        let bytes = protocol::read_file(&f, base, protocol::MAX_FRAME, read)
+            .map_err(|why| ScenarioError::invalid(&at, why))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ScenarioError::invalid(&at, format!("`{f}` is not UTF-8 text")))?;
+        p.value = Some(
+            crate::template::Template::parse(&text)
+                .map_err(|why| ScenarioError::invalid(&at, why))?,
+        );
+        if p.filename.is_none() {
+            let name = std::path::Path::new(&f)
+                .file_name()
+                .map_or(f.clone(), |n| n.to_string_lossy().into_owned());
+            p.filename = Some(crate::template::Template::literal(name));
+        }
+    }
+    let Some((body, content_type)) = crate::multipart::assemble(&h.multipart) else {
+        return Ok(false);
+    };
+    h.body = Some(body);
+    h.headers.insert(
+        "content-type".into(),
+        crate::template::Template::literal(content_type),
+    );
+    h.multipart.clear();
     Ok(true)
 }
 

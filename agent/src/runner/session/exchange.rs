@@ -212,6 +212,30 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
                 Link::H2(c),
                 StepPlan::Grpc {
                     request,
+                    stream: Some(st),
+                    ..
+                },
+            ) => {
+                let dynamic = match (spec.dynamic.as_deref(), vars.as_deref_mut()) {
+                    (Some(ctx), Some(v)) => Some((ctx, v)),
+                    _ => None,
+                };
+                Box::pin(st.call(c, request, dynamic))
+                    .await
+                    .map(|(sent, reply, arrivals)| Answer {
+                        sent,
+                        received: reply.received,
+                        error: reply.error,
+                        status: reply.status,
+                        keep_alive: true,
+                        grpc: reply.grpc_status,
+                        arrivals,
+                    })
+            }
+            (
+                Link::H2(c),
+                StepPlan::Grpc {
+                    request,
                     dynamic: Some(d),
                     ..
                 },

@@ -231,6 +231,12 @@ impl RunAccumulator {
                 },
                 bytes_sent: c.bytes_sent,
                 bytes_received: c.bytes_received,
+                compressed: (c.bytes_compressed > 0 || c.bytes_decoded > 0).then_some(
+                    super::super::CompressedSizes {
+                        wire_bytes: c.bytes_compressed,
+                        decoded_bytes: c.bytes_decoded,
+                    },
+                ),
                 status_codes: c.status_codes.clone(),
                 grpc_statuses: c
                     .grpc_statuses

@@ -7,6 +7,7 @@
 //! - [`convert`]: wire messages to core values and back, bounded and validated;
 //!   `check_progress` checks an agent's Progress against its run before it is merged.
 //! - [`samples`]: a Progress's failure samples, bounded and validated.
+//! - [`resources`]: an agent's own CPU, memory, files and ports, bounded and validated.
 //! - [`service`]: a Kubernetes Service's ready endpoints, sent to agents.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
@@ -22,6 +23,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub mod convert;
 pub mod data;
+pub mod resources;
 pub mod samples;
 pub mod service;
 pub mod tls;

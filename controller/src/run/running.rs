@@ -535,13 +535,11 @@ impl Driver {
             }
         }
         if let Some(r) = &progress.resources {
-            let s = stampede_core::report::ResourceSample {
-                cpu_share: r.cpu_share,
-                rss_bytes: r.rss_bytes,
-                open_files: r.open_files,
-                cores: r.cores,
-            };
-            if let Err(e) = acc.add_resources(i, progress.interval, s) {
+            let added = stampede_proto::resources::resources_from_wire(r).and_then(|s| {
+                acc.add_resources(i, progress.interval, s)
+                    .map_err(stampede_proto::ConvertError::from)
+            });
+            if let Err(e) = added {
                 tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected resource figures");
             }
         }

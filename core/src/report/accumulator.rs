@@ -10,7 +10,10 @@ mod resources;
 
 pub(crate) use assemble::without_userinfo;
 pub use assemble::{ReportMeta, INSECURE_TLS_WARNING};
-pub use resources::{ResourceSample, CPU_LIMIT_SHARE};
+pub use resources::{
+    DestinationReport, DestinationSample, ResourceSample, CPU_LIMIT_SHARE, MAX_DESTINATIONS,
+    PORTS_LIMIT_SHARE,
+};
 
 use super::{ConnectionsReport, LiveSnapshot, Report, TimelineRow};
 use crate::hist::{self, HistError, SparseHist};
@@ -543,6 +546,7 @@ impl RunAccumulator {
         }
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
+        resources::name_generator_limit(&mut report);
         let agents: Vec<String> = self.agents.iter().map(|a| a.id.clone()).collect();
         // A secret source's values never reach a report, whoever sent them.
         report.failure_samples = self.samples.report(&scenario.step_names(), &agents, |src| {

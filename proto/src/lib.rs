@@ -8,6 +8,7 @@
 //!   `check_progress` checks an agent's Progress against its run before it is merged.
 //! - [`samples`]: a Progress's failure samples, bounded and validated.
 //! - [`resources`]: an agent's own CPU, memory, files and ports, bounded and validated.
+//! - [`connects`]: connect times per stage of a connection ramp.
 //! - [`service`]: a Kubernetes Service's ready endpoints, sent to agents.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
@@ -21,6 +22,7 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/stampede_descriptor.bin"));
 
+pub mod connects;
 pub mod convert;
 pub mod data;
 pub mod resources;

@@ -69,6 +69,8 @@ pub struct RunAccumulator {
     pub endpoints: crate::endpoints::EndpointAccumulator,
     /// The first failure samples of each step and error kind, as agents send them.
     pub samples: crate::samples::SampleMerge,
+    /// Connect times per stage of the load's connection ramp, as agents send them.
+    pub stage_connects: super::StageConnects,
 }
 
 /// Agent data that does not fit the run.
@@ -88,6 +90,8 @@ pub enum MergeError {
     CounterOverflow,
     #[error("resource figures that are not finite or negative")]
     BadResources,
+    #[error("stage index {0} is not part of the load's stages")]
+    UnknownStage(u32),
     #[error(transparent)]
     Hist(#[from] HistError),
 }
@@ -144,6 +148,7 @@ impl RunAccumulator {
             cpu_rows: BTreeMap::new(),
             endpoints: Default::default(),
             samples: Default::default(),
+            stage_connects: super::StageConnects::new(scenario.ramp_stages().len()),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,

@@ -12,12 +12,14 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 mod accumulator;
+mod stages;
 mod windows;
 mod workloads;
 pub use accumulator::{
     DestinationReport, DestinationSample, MergeError, ReportMeta, ResourceSample, RunAccumulator,
     CPU_LIMIT_SHARE, INSECURE_TLS_WARNING, MAX_DESTINATIONS, MAX_OPEN_INTERVALS, PORTS_LIMIT_SHARE,
 };
+pub use stages::{StageConnects, StageReport};
 pub use workloads::{SessionTypeReport, WorkloadReport};
 
 use crate::hist::{self, HistSpec, SparseHist};
@@ -363,6 +365,9 @@ pub struct LoadSummary {
     pub target_rps: Option<f64>,
     /// Completed requests over the load's duration (comparable with `target_rps`).
     pub achieved_rps: f64,
+    /// A connection ramp: each stage with the connect times of the connects begun in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageReport>,
 }
 
 /// Final state of a run.

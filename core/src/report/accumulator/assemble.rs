@@ -202,6 +202,7 @@ impl RunAccumulator {
                     .rate
                     .map(|r| r * self.plan.per_session.first().copied().unwrap_or(0.0)),
                 achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
+                stages: self.stage_connects.report(&l.stages),
             }),
             hist_spec: hist::SPEC,
             totals: Totals {

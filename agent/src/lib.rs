@@ -29,7 +29,8 @@
 //!   `runner/plan` is the compiled plan; `runner/models` the closed and constant models'
 //!   connection tasks; `runner/session` one session's steps over its connection, both
 //!   latencies timed; `runner/deadline` a connection's one request timer; `runner/recorder`
-//!   the double-buffered, striped interval recorder.
+//!   the double-buffered, striped interval recorder; `runner/connects` connect times per
+//!   stage of a connection ramp.
 //! - `arrivals`: the arrival loop, paced by a `timerfd` in tokio's reactor (the agent's one
 //!   `unsafe`). `pool`: a constant-rate pool's slot queue. [`ticked`]: a pool's answers read at
 //!   the arrival loop's ticks and timed by the kernel's receive time.

@@ -87,9 +87,16 @@ fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
         let local = sock::SockaddrStorage::from(SocketAddr::new(source, 0));
         sock::bind(fd.as_raw_fd(), &local)?;
     }
+    let dialed = &crate::selfwatch::ports::DIALED;
+    dialed.dialed(addr);
     match sock::connect(fd.as_raw_fd(), &sock::SockaddrStorage::from(*addr)) {
         Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            if e == nix::errno::Errno::EADDRNOTAVAIL {
+                dialed.no_port(addr);
+            }
+            return Err(e.into());
+        }
     }
     TcpStream::from_std(std::net::TcpStream::from(fd))
 }

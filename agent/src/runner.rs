@@ -17,6 +17,7 @@ use crate::pool::{Closer, SlotQueue};
 
 #[cfg(test)]
 mod books;
+mod connects;
 mod deadline;
 mod endpoints;
 mod models;
@@ -60,10 +61,17 @@ pub async fn execute(
         }
     }
     let endpoints = endpoints::EndpointSets(sets);
+    // The run's connection ramp (the scenario's load), whose stages its connects are timed by.
+    let ramp = run
+        .workloads
+        .iter()
+        .find_map(|w| w.ramp.as_ref().map(|(stages, _, _)| &stages[..]))
+        .unwrap_or(&[]);
     let rec = Arc::new(
         Recorder::per_phase(run.phase_steps())
             .with_endpoints(endpoints)
-            .with_samples(t0, run.samples, &run.masked),
+            .with_samples(t0, run.samples, &run.masked)
+            .with_ramp(t0, ramp),
     );
     // A target name's addresses, followed while the run goes on.
     let followers: Vec<_> = run
@@ -98,6 +106,7 @@ pub async fn execute(
                 let mut msg = progress(&spec.run_id, interval, &mut spare, open, watch.sample());
                 rec.endpoints.attach(&mut msg);
                 rec.samples.attach(&mut msg);
+                rec.connects.attach(&mut msg);
                 if out.send(msg).is_err() {
                     break;
                 }
@@ -178,6 +187,7 @@ pub async fn execute(
     let mut msg = progress(&run.run_id, last, &mut spare, 0, None);
     rec.endpoints.attach(&mut msg);
     rec.samples.attach(&mut msg);
+    rec.connects.attach(&mut msg);
     let _ = out.send(msg);
     let end = if stop.is_cancelled() {
         RunEnd::Stopped

@@ -1,7 +1,9 @@
 //! The generator watches itself: per interval, the agent's CPU time over wall time as a share
 //! of the cores it may use, its resident memory and its open files. A generator at its limit
 //! looks like a target at its knee (latency up, throughput flat); these figures let the report
-//! tell them apart.
+//! tell them apart. [`ports`]: the ephemeral ports in use toward each destination.
+
+pub mod ports;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -103,6 +105,8 @@ impl SelfWatch {
             rss_bytes: rss_bytes().unwrap_or(0),
             open_files: open_files().unwrap_or(0),
             cores: self.cores,
+            usable_ports: usable_ports(),
+            destinations: ports::DIALED.sample(),
         })
     }
 }
@@ -138,6 +142,19 @@ fn rss_bytes() -> Option<u64> {
         .parse()
         .ok()?;
     Some(kb * 1024)
+}
+
+/// Local ports one source address has toward one destination (the ephemeral range), times the
+/// source addresses connections bind from (`--source-ips`; the kernel's choice counts as one);
+/// 0 when the range cannot be read.
+fn usable_ports() -> u64 {
+    let r = crate::ephemeral_ports();
+    let range = if r.low > 0 && r.high >= r.low {
+        u64::from(r.high - r.low) + 1
+    } else {
+        0
+    };
+    range * (crate::net::source_addresses().len().max(1) as u64)
 }
 
 /// Open file descriptors, from `/proc/self/fd`.

@@ -489,7 +489,8 @@ fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
     let generator = s.generator_stop().and_then(|v| {
         let g = v.generator.as_ref()?;
         let agent = match &g.cause {
-            capacity::GeneratorCause::Cpu { agent, .. } => Some(agent.clone()),
+            capacity::GeneratorCause::Cpu { agent, .. }
+            | capacity::GeneratorCause::Ports { agent, .. } => Some(agent.clone()),
             capacity::GeneratorCause::Behind { agent, .. } => agent.clone(),
         };
         Some(serde_json::json!({

@@ -338,18 +338,26 @@ pub struct AgentArgs {
     /// when shorter; 0s: stop at the lease)
     #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub restart_grace: Duration,
-    /// The cores this agent may use, e.g. 0.5, when its process cannot see its quota (default:
-    /// the cgroup's CPU quota, else the CPUs it may run on). Its CPU share is measured against
-    /// them: at 90 % the report, and `capacity`, name it as the limit.
+    /// The cores this agent may use, e.g. 0.5 or 500m (millicores, as Kubernetes writes a CPU
+    /// limit), when its process cannot see its quota (default: the cgroup's CPU quota, else the
+    /// CPUs it may run on). Its CPU share is measured against them: at 90 % the report, and
+    /// `capacity`, name it as the limit.
     #[arg(long, env = "STAMPEDE_CPU_LIMIT", value_parser = parse_cores)]
     pub cpu_limit: Option<f64>,
 }
 
-/// A number of cores: positive and finite.
+/// A number of cores, positive and finite: `0.5`, `2`, or millicores as Kubernetes writes a
+/// CPU quantity (`500m`), which is how the chart passes a pod's CPU limit from the downward
+/// API (`limits.cpu` in units of 1m, suffixed with `m`).
 pub fn parse_cores(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
+    let t = s.trim();
+    let cores = match t.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().map(|m| m / 1000.0),
+        None => t.parse::<f64>(),
+    };
+    match cores {
         Ok(c) if c.is_finite() && c > 0.0 => Ok(c),
-        _ => Err(format!("`{s}`: a number of cores > 0, e.g. 0.5 or 2")),
+        _ => Err(format!("`{s}`: a number of cores > 0, e.g. 0.5, 2 or 500m")),
     }
 }
 
@@ -434,6 +442,34 @@ pub fn settings_table() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The chart passes a pod's CPU limit as `$(millicores)m` (the downward API's `limits.cpu`
+    /// with divisor 1m); a number of cores reads as before, and nothing that is not a positive
+    /// number of cores is taken.
+    #[test]
+    fn cores_read_as_numbers_and_as_kubernetes_millicores() {
+        use super::parse_cores;
+        assert_eq!(parse_cores("0.5"), Ok(0.5));
+        assert_eq!(parse_cores("2"), Ok(2.0));
+        assert_eq!(parse_cores("500m"), Ok(0.5));
+        assert_eq!(parse_cores("1000m"), Ok(1.0));
+        assert_eq!(parse_cores("4000m"), Ok(4.0));
+        assert_eq!(parse_cores(" 250m "), Ok(0.25));
+        for bad in [
+            "0",
+            "0m",
+            "-1",
+            "m",
+            "",
+            "1.5k",
+            "NaNm",
+            "infm",
+            "$(CPU_LIMIT_MILLICORES)m",
+        ] {
+            let e = parse_cores(bad).unwrap_err();
+            assert!(e.contains("a number of cores > 0"), "{bad}: {e}");
+        }
+    }
+
     /// `docs/settings.md` lists every setting; regenerate with `STAMPEDE_BLESS=1 cargo test -p
     /// stampede --lib settings`.
     #[test]

@@ -13,7 +13,7 @@
 //! - [`quick`]: the one-line run and the flags that override a file. [`grpc`]: gRPC schemas
 //!   resolved and calls encoded before submission. [`plan`]: the dry run.
 //! - [`render`] (the text report and the live line; [`render_samples`] its failure
-//!   samples, text and HTML), [`html`], [`export`] (`.hlog`, CSV),
+//!   samples, text and HTML; [`render_load`] a ramp's stages and the agents' ports), [`html`], [`export`] (`.hlog`, CSV),
 //!   [`report_file`] (local JSON reports), [`ci`] (JUnit XML, a Markdown summary).
 //! - [`capacity`] and [`compare`]: the commands over `stampede_core::capacity` and
 //!   `stampede_core::compare`.
@@ -32,6 +32,7 @@ pub mod local;
 pub mod plan;
 pub mod quick;
 pub mod render;
+pub mod render_load;
 pub mod render_samples;
 pub mod render_target;
 pub mod report_file;

@@ -354,6 +354,7 @@ fn report_lines(r: &Report, wide: bool) -> String {
         );
     }
     crate::render_target::target_text(&mut o, r);
+    crate::render_load::load_text(&mut o, r);
     if !t.status_codes.is_empty() {
         let list: Vec<String> = t
             .status_codes

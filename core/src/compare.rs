@@ -401,6 +401,10 @@ pub fn compare(base: &Report, new: &Report, opts: &Options) -> Result<Comparison
     if same_phases {
         let n = base.phases.len();
         for (i, (pb, pn)) in base.phases.iter().zip(&new.phases).enumerate() {
+            // A warm-up is not the service's steady state: not compared.
+            if pb.warmup || pn.warmup {
+                continue;
+            }
             let parts = [(pb, 0), (pn, 1)].map(|(p, r)| {
                 window(
                     &d.runs[r],

@@ -346,6 +346,17 @@ impl Scenario {
         }
     }
 
+    /// The stages of the run's connection ramp, whose connects are timed per stage: the
+    /// load's, else the first workload's that ramps (agents time the first ramp they run).
+    pub fn ramp_stages(&self) -> &[crate::ramp::Stage] {
+        self.load
+            .iter()
+            .chain(self.workloads.iter().filter_map(|w| w.load.as_ref()))
+            .map(|l| &l.stages[..])
+            .find(|s| !s.is_empty())
+            .unwrap_or(&[])
+    }
+
     /// True when the scenario turns off TLS certificate verification.
     pub fn insecure_tls(&self) -> bool {
         self.tls.as_ref().is_some_and(|t| t.insecure_skip_verify)

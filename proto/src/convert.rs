@@ -618,6 +618,7 @@ mod tests {
             resources: None,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            stage_connects: Vec::new(),
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -655,6 +656,7 @@ mod tests {
             resources: None,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            stage_connects: Vec::new(),
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();

@@ -7,6 +7,8 @@
 //! - [`convert`]: wire messages to core values and back, bounded and validated;
 //!   `check_progress` checks an agent's Progress against its run before it is merged.
 //! - [`samples`]: a Progress's failure samples, bounded and validated.
+//! - [`resources`]: an agent's own CPU, memory, files and ports, bounded and validated.
+//! - [`connects`]: connect times per stage of a connection ramp.
 //! - [`service`]: a Kubernetes Service's ready endpoints, sent to agents.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
@@ -20,8 +22,10 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/stampede_descriptor.bin"));
 
+pub mod connects;
 pub mod convert;
 pub mod data;
+pub mod resources;
 pub mod samples;
 pub mod service;
 pub mod tls;

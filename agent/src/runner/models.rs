@@ -119,10 +119,12 @@ async fn open_shared<'a>(
 ) -> Option<Tracked<'a>> {
     let endpoint = spec.endpoint_index(connection);
     let target = spec.endpoint(&endpoint);
+    let began = Instant::now();
     let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(target)))
         .await
         .ok()?
         .ok()?;
+    rec.connects.record(began, Instant::now());
     rec.endpoints.opened(&endpoint);
     let mut tracked = rec.connections.track(link);
     tracked.endpoint = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);

@@ -189,6 +189,8 @@ pub(crate) struct Opened {
     /// When the link was open (the connect's end, read before a first request that left with
     /// it): the first request's send time.
     pub at: tokio::time::Instant,
+    /// When the connect began: `at` minus this is the connect's time, its handshake included.
+    pub began: tokio::time::Instant,
 }
 
 impl Link {
@@ -202,6 +204,7 @@ impl Link {
         ticks: Option<&'a Arc<crate::ticked::Ticks>>,
     ) -> impl std::future::Future<Output = Result<Opened, Failure>> + use<'a> {
         async move {
+            let began = tokio::time::Instant::now();
             if let (Endpoint::Http(addr, None), false) = (endpoint, first.is_empty()) {
                 let o = crate::net::connect_tcp_sending(addr, first).await?;
                 let link = match ticks {
@@ -215,6 +218,7 @@ impl Link {
                     link,
                     ahead: o.sent,
                     at: o.at,
+                    began,
                 });
             }
             let link = Link::open(endpoint).await?;
@@ -222,6 +226,7 @@ impl Link {
                 link,
                 ahead: 0,
                 at: tokio::time::Instant::now(),
+                began,
             })
         }
     }

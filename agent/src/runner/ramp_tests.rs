@@ -46,7 +46,8 @@ async fn target(t0: Instant) -> (String, Arc<Mutex<Vec<Duration>>>) {
 
 /// 0 → 200 connections over 4 s, then 2 s at 200, over two agents: the target sees one connect
 /// every 20 ms, at most the slope's 5 in any 100 ms (none at T0 in a burst), each agent
-/// opens 100, and every connection serves sessions until the end.
+/// opens 100, every connect is timed in the stage it began in, and every connection serves
+/// sessions until the end.
 #[tokio::test(start_paused = true)]
 async fn a_closed_ramp_opens_its_connections_at_its_slope() {
     let t0 = Instant::now() + Duration::from_millis(100);
@@ -63,6 +64,8 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
     }
     let mut completed = 0u64;
     let mut opened_by = Vec::new();
+    // Connects timed, per stage: every connect begins in the rising stage.
+    let mut connects = [0u64; 2];
     for (run, mut messages) in runs {
         let end = tokio::time::timeout(Duration::from_secs(30), run)
             .await
@@ -78,6 +81,10 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
                     assert_eq!(s.counters.requests_failed, 0, "{:?}", s.counters.errors);
                     agent_opened += s.counters.connections_opened;
                 }
+                for (stage, h) in stampede_proto::connects::stage_connects_from_wire(&p, 2).unwrap()
+                {
+                    connects[stage as usize] += h.len();
+                }
             }
         }
         opened_by.push(agent_opened);
@@ -86,6 +93,7 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
     at.sort();
     assert_eq!(at.len(), 200, "connections accepted");
     assert_eq!(opened_by, [100, 100]);
+    assert_eq!(connects, [200, 0], "connect times per stage");
     let per_100ms: Vec<usize> = (0..40)
         .map(|w| {
             let (a, b) = (

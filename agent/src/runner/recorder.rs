@@ -55,6 +55,8 @@ pub struct Recorder {
     pub endpoints: super::endpoints::EndpointSets,
     /// The first failed requests of each step and error kind (off until [`Self::with_samples`]).
     pub samples: super::samples::SampleRecorder,
+    /// Connect times per stage of the run's connection ramp (off until [`Self::with_ramp`]).
+    pub connects: super::connects::StageConnects,
 }
 
 /// One lock of the recorder, on a cache line of its own (workers on other stripes do not
@@ -120,7 +122,14 @@ impl Recorder {
             connections: crate::net::ConnGauge::default(),
             endpoints: Default::default(),
             samples: Default::default(),
+            connects: Default::default(),
         }
+    }
+
+    /// The same recorder timing connects per stage of the ramp of `stages` from `t0`.
+    pub fn with_ramp(mut self, t0: Instant, stages: &[stampede_core::ramp::Stage]) -> Self {
+        self.connects = super::connects::StageConnects::new(t0, stages);
+        self
     }
 
     /// The same recorder sending the figures of the run's `endpoints` (a set per target) too.
@@ -277,6 +286,7 @@ pub fn progress(
             resources,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            stage_connects: Vec::new(),
         })),
     }
 }

@@ -546,14 +546,24 @@ impl Driver {
                 tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected failure samples");
             }
         }
+        let stages = self.scenario.ramp_stages().len();
+        let connects = stampede_proto::connects::stage_connects_from_wire(progress, stages)
+            .and_then(|all| {
+                all.iter().try_for_each(|(stage, h)| {
+                    acc.stage_connects
+                        .add(*stage, h)
+                        .map_err(stampede_proto::ConvertError::from)
+                })
+            });
+        if let Err(e) = connects {
+            tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected connect times");
+        }
         if let Some(r) = &progress.resources {
-            let s = stampede_core::report::ResourceSample {
-                cpu_share: r.cpu_share,
-                rss_bytes: r.rss_bytes,
-                open_files: r.open_files,
-                cores: r.cores,
-            };
-            if let Err(e) = acc.add_resources(i, progress.interval, s) {
+            let added = stampede_proto::resources::resources_from_wire(r).and_then(|s| {
+                acc.add_resources(i, progress.interval, s)
+                    .map_err(stampede_proto::ConvertError::from)
+            });
+            if let Err(e) = added {
                 tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected resource figures");
             }
         }

@@ -2,12 +2,13 @@
 //! search would need not to.
 //!
 //! A generator at its limit looks like a target at its knee: latency up, throughput flat. A
-//! step where an agent's CPU reached [`CPU_LIMIT_SHARE`] of the cores it may use, or where the
-//! agents fell behind their schedule (sessions started late, arrivals dropped), says nothing
+//! step where an agent's CPU reached [`CPU_LIMIT_SHARE`] of the cores it may use, where its
+//! ports toward a destination reached [`PORTS_LIMIT_SHARE`] of those usable or ran out, or
+//! where the agents fell behind their schedule (sessions started late, arrivals dropped), says nothing
 //! about the target, so the search stops there rather than call it a knee. The agents' own CPU
 //! at the last step that held, per request, says how many agents the rest of the search needs.
 
-use crate::report::{Report, CPU_LIMIT_SHARE};
+use crate::report::{Report, CPU_LIMIT_SHARE, PORTS_LIMIT_SHARE};
 
 /// Why a step's figures are the generator's.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +18,14 @@ pub enum GeneratorCause {
         agent: String,
         cpu_pct: f64,
         cores: f64,
+    },
+    /// The agent's ports toward a destination reached [`PORTS_LIMIT_SHARE`] of those it may
+    /// use, or some of its connects there found no free port.
+    Ports {
+        agent: String,
+        destination: String,
+        ports_pct: f64,
+        addr_not_available: u64,
     },
     /// Most sessions started late, or arrivals were dropped: the agents could not keep to
     /// the schedule. `agent` is the one with the most late sessions, if known.
@@ -35,6 +44,16 @@ impl std::fmt::Display for GeneratorCause {
                 cpu_pct,
                 cores,
             } => write!(f, "agent {agent} at {cpu_pct:.0}% of its {cores} core(s)"),
+            Self::Ports {
+                agent,
+                destination,
+                ports_pct,
+                addr_not_available,
+            } => write!(
+                f,
+                "agent {agent} out of ports toward {destination} ({ports_pct:.0}% held, \
+                 {addr_not_available} connects without a free port)"
+            ),
             Self::Behind {
                 agent,
                 late,
@@ -82,6 +101,24 @@ pub fn generator_cause(report: &Report) -> Option<GeneratorCause> {
             cpu_pct: a.cpu_max_pct,
             cores: a.cores,
         });
+    }
+    let out_of_ports = report.agents.iter().find_map(|a| {
+        a.destinations
+            .iter()
+            .find(|d| {
+                d.addr_not_available > 0
+                    || a.usable_ports > 0
+                        && d.ports_max as f64 >= PORTS_LIMIT_SHARE * a.usable_ports as f64
+            })
+            .map(|d| GeneratorCause::Ports {
+                agent: a.id.clone(),
+                destination: d.address.clone(),
+                ports_pct: d.ports_pct,
+                addr_not_available: d.addr_not_available,
+            })
+    });
+    if out_of_ports.is_some() {
+        return out_of_ports;
     }
     let g = &report.generator;
     let started = report.totals.sessions.started.max(1);
@@ -159,8 +196,11 @@ pub fn limit(
     let rps_at_top = good
         .filter(|(_, _, level)| *level > 0.0)
         .map(|(_, rps, level)| rps * top.max(level) / level);
-    let agents_needed = match (rps_at_top, cpu_us, cores) {
-        (Some(rps), Some(us), Some(c)) => agents_needed(rps, us, c, agents),
+    // Ports are not CPU: more source addresses (or connections reused) fix them, not a
+    // count of agents sized from CPU time.
+    let agents_needed = match (&cause, rps_at_top, cpu_us, cores) {
+        (GeneratorCause::Ports { .. }, ..) => None,
+        (_, Some(rps), Some(us), Some(c)) => agents_needed(rps, us, c, agents),
         _ => None,
     };
     Some(GeneratorLimit {
@@ -218,6 +258,40 @@ mod tests {
         );
         let r = report(&[("a-1", 89.9, 70.0)], 1000, 2.0);
         assert_eq!(generator_cause(&r), None);
+    }
+
+    /// Ports toward a destination at 90 % of those usable, or a connect without a free port,
+    /// is the generator, and no CPU estimate sizes the agents then.
+    #[test]
+    fn an_agent_out_of_ports_is_the_cause() {
+        use crate::report::DestinationReport;
+        let mut r = report(&[("a-1", 20.0, 10.0), ("a-2", 20.0, 10.0)], 1000, 2.0);
+        let dest = |ports_max, addr_not_available| DestinationReport {
+            address: "10.0.0.9:80".into(),
+            ports_max,
+            ports_pct: ports_max as f64 / 10.0,
+            addr_not_available,
+            ..DestinationReport::default()
+        };
+        r.agents[1].usable_ports = 1000;
+        r.agents[1].destinations = vec![dest(899, 0)];
+        assert_eq!(generator_cause(&r), None);
+        r.agents[1].destinations = vec![dest(900, 0)];
+        assert_eq!(
+            generator_cause(&r).unwrap().to_string(),
+            "agent a-2 out of ports toward 10.0.0.9:80 (90% held, 0 connects without a free port)"
+        );
+        r.agents[1].destinations = vec![dest(10, 3)];
+        assert!(matches!(
+            generator_cause(&r),
+            Some(GeneratorCause::Ports {
+                addr_not_available: 3,
+                ..
+            })
+        ));
+        let good = report(&[("a-1", 30.0, 25.0), ("a-2", 20.0, 15.0)], 4000, 2.0);
+        let l = limit(&r, Some((&good, 400.0, 40.0)), 100.0, 2).unwrap();
+        assert_eq!(l.agents_needed, None);
     }
 
     /// Over half the sessions late, or any arrival dropped, is the generator; half is not.

@@ -379,11 +379,18 @@ pub(super) fn rows(
 
 /// Figures of a scope from the report's exact numbers.
 pub(super) fn report_figures(r: &Report) -> Figures {
+    // The headline leaves warm-up phases out: so does the time its throughput is over.
+    let warm_s: f64 = r
+        .phases
+        .iter()
+        .filter(|p| p.warmup)
+        .map(|p| p.duration_s)
+        .sum();
     Figures::of(
         &r.latency.response_time,
         r.totals.completed,
         r.totals.failed,
-        r.duration_s,
+        (r.duration_s - warm_s).max(0.0),
     )
 }
 
@@ -431,14 +438,21 @@ pub(super) fn scope_noise(
 }
 
 /// A run's intervals by phase (the strata of its whole-run bootstrap).
+/// Warm-up phases are left out, as they are of the headline figures.
 pub(super) fn by_phase<'a>(r: &Report, run: &'a [Interval]) -> Vec<Vec<&'a Interval>> {
     if r.phases.is_empty() {
         return vec![run.iter().collect()];
     }
     let n = r.phases.len();
-    r.phases
+    let strata: Vec<Vec<&Interval>> = r
+        .phases
         .iter()
         .enumerate()
+        .filter(|(_, p)| !p.warmup)
         .map(|(i, p)| window(run, p.start_s, p.start_s + p.duration_s, i == 0, i + 1 == n))
-        .collect()
+        .collect();
+    if strata.is_empty() {
+        return vec![run.iter().collect()];
+    }
+    strata
 }

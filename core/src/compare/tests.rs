@@ -265,3 +265,36 @@ fn an_empty_run_has_no_data_rather_than_a_verdict() {
         run.rows[6]
     );
 }
+
+/// A warm-up phase is left out of `compare`, as it is of the headline: no section of its own,
+/// its intervals out of the whole run's noise, and its time out of the run's throughput.
+#[test]
+fn a_warm_up_phase_is_not_compared() {
+    let f = noisy(1);
+    let warm = |mut r: Report| {
+        r.phases[0].warmup = true;
+        r
+    };
+    let b = warm(two_phases(report(20, 300, &f), 20));
+    let n = warm(two_phases(report(20, 300, &f), 20));
+    let c = compare(&b, &n, &Options::default()).unwrap();
+    let names: Vec<(Scope, &str, Noise)> = c
+        .sections
+        .iter()
+        .map(|s| (s.scope, s.name.as_str(), s.noise))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (Scope::Run, "", Noise::Intervals { blocks: 10 }),
+            (Scope::Phase, "main", Noise::Intervals { blocks: 10 }),
+        ]
+    );
+    let rate = c.sections[0]
+        .rows
+        .iter()
+        .find(|r| r.metric == Metric::Throughput)
+        .unwrap();
+    let want = b.totals.completed as f64 / 10.0;
+    assert_eq!(rate.base, Some(want));
+}

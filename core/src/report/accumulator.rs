@@ -10,7 +10,10 @@ mod resources;
 
 pub(crate) use assemble::without_userinfo;
 pub use assemble::{ReportMeta, INSECURE_TLS_WARNING};
-pub use resources::{ResourceSample, CPU_LIMIT_SHARE};
+pub use resources::{
+    DestinationReport, DestinationSample, ResourceSample, CPU_LIMIT_SHARE, MAX_DESTINATIONS,
+    PORTS_LIMIT_SHARE,
+};
 
 use super::{ConnectionsReport, LiveSnapshot, Report, TimelineRow};
 use crate::hist::{self, HistError, SparseHist};
@@ -66,6 +69,8 @@ pub struct RunAccumulator {
     pub endpoints: crate::endpoints::EndpointAccumulator,
     /// The first failure samples of each step and error kind, as agents send them.
     pub samples: crate::samples::SampleMerge,
+    /// Connect times per stage of the load's connection ramp, as agents send them.
+    pub stage_connects: super::StageConnects,
 }
 
 /// Agent data that does not fit the run.
@@ -85,6 +90,8 @@ pub enum MergeError {
     CounterOverflow,
     #[error("resource figures that are not finite or negative")]
     BadResources,
+    #[error("stage index {0} is not part of the load's stages")]
+    UnknownStage(u32),
     #[error(transparent)]
     Hist(#[from] HistError),
 }
@@ -141,6 +148,7 @@ impl RunAccumulator {
             cpu_rows: BTreeMap::new(),
             endpoints: Default::default(),
             samples: Default::default(),
+            stage_connects: super::StageConnects::new(scenario.ramp_stages().len()),
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -540,6 +548,7 @@ impl RunAccumulator {
         }
         report.judge_delivery();
         report.judge_shortfall(scenario.max_dropped());
+        resources::name_generator_limit(&mut report);
         let agents: Vec<String> = self.agents.iter().map(|a| a.id.clone()).collect();
         // A secret source's values never reach a report, whoever sent them.
         report.failure_samples = self.samples.report(&scenario.step_names(), &agents, |src| {

@@ -12,12 +12,14 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 mod accumulator;
+mod stages;
 mod windows;
 mod workloads;
 pub use accumulator::{
-    MergeError, ReportMeta, ResourceSample, RunAccumulator, CPU_LIMIT_SHARE, INSECURE_TLS_WARNING,
-    MAX_OPEN_INTERVALS,
+    DestinationReport, DestinationSample, MergeError, ReportMeta, ResourceSample, RunAccumulator,
+    CPU_LIMIT_SHARE, INSECURE_TLS_WARNING, MAX_DESTINATIONS, MAX_OPEN_INTERVALS, PORTS_LIMIT_SHARE,
 };
+pub use stages::{StageConnects, StageReport};
 pub use workloads::{SessionTypeReport, WorkloadReport};
 
 use crate::hist::{self, HistSpec, SparseHist};
@@ -173,8 +175,9 @@ pub struct Generator {
     /// True when the generator fell behind: the report must not be read as if it had not.
     pub behind_schedule: bool,
     pub warnings: Vec<String>,
-    /// Agents whose CPU reached 90 % of the cores they may use in some interval: the run may
-    /// have measured the generator rather than the target.
+    /// Agents whose CPU reached 90 % of the cores they may use in some interval, or whose
+    /// ports toward a destination reached 90 % of those usable or ran out: the run may have
+    /// measured the generator rather than the target.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limiting_agents: Vec<String>,
 }
@@ -296,6 +299,19 @@ pub struct AgentReport {
     /// Most file descriptors (sockets included) it held at an interval's end.
     #[serde(default)]
     pub open_files_max: u64,
+    /// Local ports it may use toward one destination (its ephemeral range times its source
+    /// addresses); 0 when unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub usable_ports: u64,
+    /// The destinations it dialed, most ports first: ports held at their peak (open and in
+    /// TIME_WAIT) and connects that found no free port. Past 90 % of `usable_ports`, or at
+    /// the first connect without a port, the generator may be the limit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<DestinationReport>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Connections the run's agents opened and held (every transport: TCP, TLS, HTTP/1.1, h2,
@@ -362,6 +378,9 @@ pub struct LoadSummary {
     pub target_rps: Option<f64>,
     /// Completed requests over the load's duration (comparable with `target_rps`).
     pub achieved_rps: f64,
+    /// A connection ramp: each stage with the connect times of the connects begun in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageReport>,
 }
 
 /// Final state of a run.

@@ -14,7 +14,8 @@
 #      renders no Secret and every pod refers to it; the generated token is random per render (helm template cannot
 #      look the live Secret up; GitOps users set existingSecret or token) and fixed with auth.token; the generated
 #      Secret is kept on uninstall unless auth.retainSecret=false; persistence renders a PVC (none with an
-#      existingClaim); the controller gets STAMPEDE_MAX_AGENTS and the report retention; bad CIDRs fail.
+#      existingClaim); the controller gets STAMPEDE_MAX_AGENTS and the report retention; agents get
+#      STAMPEDE_CPU_LIMIT from their limits.cpu (off with agents.cpuLimitFromPod=false); bad CIDRs fail.
 #
 # usage: helm/stampede/ci/validate.sh
 # env:   HELM                    helm binary (default: $STAMPEDE_CLUSTER_CACHE/bin/helm, then helm on PATH)
@@ -257,6 +258,7 @@ render max --set agents.maxReplicas=7 --set agents.replicas=7 --set controller.r
 render targets --set targets.http.enabled=true --set targets.echoUdp.enabled=true --set targets.grpc.enabled=true
 render tls-existing --set tls.existingSecret=mine
 render tls-off --set tls.enabled=false
+render cpu-off --set agents.cpuLimitFromPod=false
 "$PY" - "$work" <<'EOF' || die "single-value cases"
 import sys, yaml
 
@@ -306,6 +308,16 @@ for comp in ("controller", "agent"):
     check(ref == {"name": "x", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref}, not x/token")
     ref = env("default", comp)["STAMPEDE_TOKEN"]["valueFrom"]["secretKeyRef"]
     check(ref == {"name": "st-stampede-token", "key": "token"}, f"{comp}: STAMPEDE_TOKEN from {ref} by default")
+
+# Agents measure their CPU against the cores their pod may use: limits.cpu in millicores, passed as `NNNm`.
+cpu = env("default", "agent")
+check(cpu.get("CPU_LIMIT_MILLICORES", {}).get("valueFrom", {}).get("resourceFieldRef")
+      == {"containerName": "agent", "resource": "limits.cpu", "divisor": "1m"},
+      f"agent: CPU_LIMIT_MILLICORES not from limits.cpu in 1m: {cpu.get('CPU_LIMIT_MILLICORES')}")
+check(cpu.get("STAMPEDE_CPU_LIMIT", {}).get("value") == "$(CPU_LIMIT_MILLICORES)m",
+      f"agent: STAMPEDE_CPU_LIMIT is {cpu.get('STAMPEDE_CPU_LIMIT')}")
+check(not {"CPU_LIMIT_MILLICORES", "STAMPEDE_CPU_LIMIT"} & set(env("cpu-off", "agent")),
+      "agents.cpuLimitFromPod=false still sets the agent's CPU limit")
 
 secret = one("default", "Secret", "-token")
 check(secret["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep",

@@ -101,6 +101,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
             let target = spec.endpoint(endpoint);
             let opened = Box::pin(Link::open_sending(target, first, ticks)).await?;
             rec.endpoints.opened(endpoint);
+            rec.connects.record(opened.began, opened.at);
             ahead = opened.ahead;
             *sent = opened.at;
             let mut tracked = rec.connections.track(opened.link);

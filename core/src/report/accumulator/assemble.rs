@@ -159,6 +159,8 @@ impl RunAccumulator {
                     cores: self.usage[i].cores,
                     rss_max_bytes: self.usage[i].rss_max,
                     open_files_max: self.usage[i].files_max,
+                    usable_ports: self.usage[i].usable_ports,
+                    destinations: self.usage[i].destinations(),
                 }
             })
             .collect();
@@ -200,6 +202,7 @@ impl RunAccumulator {
                     .rate
                     .map(|r| r * self.plan.per_session.first().copied().unwrap_or(0.0)),
                 achieved_rps: c.requests_completed as f64 / l.duration.as_secs_f64().max(1e-9),
+                stages: self.stage_connects.report(&l.stages),
             }),
             hist_spec: hist::SPEC,
             totals: Totals {
@@ -403,6 +406,28 @@ fn generator_verdict(
                 a.id, a.cpu_max_pct, a.cores
             ));
             limiting_agents.push(a.id.clone());
+        }
+        for d in &a.destinations {
+            let full = a.usable_ports > 0
+                && d.ports_max as f64 >= super::PORTS_LIMIT_SHARE * a.usable_ports as f64;
+            if full {
+                warnings.push(format!(
+                    "agent {} ports toward {} {:.0}% of its {} usable ({} open, {} in TIME_WAIT at \
+                     peak): the generator, not the target, may be the limit (add agents or source \
+                     addresses, widen net.ipv4.ip_local_port_range, or reuse connections)",
+                    a.id, d.address, d.ports_pct, a.usable_ports, d.in_use_max, d.time_wait_max
+                ));
+            }
+            if d.addr_not_available > 0 {
+                warnings.push(format!(
+                    "agent {} failed {} connects to {} for want of a free local port \
+                     (addr_not_available): the generator, not the target, was the limit",
+                    a.id, d.addr_not_available, d.address
+                ));
+            }
+            if (full || d.addr_not_available > 0) && !limiting_agents.contains(&a.id) {
+                limiting_agents.push(a.id.clone());
+            }
         }
     }
     warnings.sort();

@@ -26,6 +26,8 @@ pub const MAX_HEADERS: usize = 512;
 pub const MAX_SENT_BODY: usize = 256;
 /// Bytes of a gRPC answer's `grpc-message` kept, before escaping.
 pub const MAX_GRPC_MESSAGE: usize = 256;
+/// Bytes of an answer's body a debug print shows (`stampede run --debug`), before escaping.
+pub const MAX_DEBUG_BODY: usize = 1024;
 /// What a masked value is written as.
 pub const MASK: &[u8] = b"***";
 /// Data sources named in one sample.

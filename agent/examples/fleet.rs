@@ -401,6 +401,7 @@ async fn send_run(
             resources: None,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            debug: Vec::new(),
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

@@ -213,6 +213,13 @@ pub struct RunArgs {
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Print the run's first N requests and their answers as they happen, on standard
+    /// error: the request line and headers as sent (`${env:...}` and setup values masked),
+    /// the status or error, the first 1 KiB of the answer (at most 100). HTTP steps read
+    /// whole answers while it is on.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(stampede_core::scenario::MAX_DEBUG)))]
+    pub debug: Option<u32>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -146,6 +146,7 @@ fn progress() {
             resources: None,
         endpoints: Vec::new(),
         failure_samples: Vec::new(),
+        debug: Vec::new(),
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

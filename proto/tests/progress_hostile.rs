@@ -161,6 +161,7 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     resources: None,
                     endpoints: Vec::new(),
                     failure_samples: Vec::new(),
+                    debug: Vec::new(),
                 },
             )
         })
@@ -181,6 +182,7 @@ proptest! {
             resources: None,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            debug: Vec::new(),
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

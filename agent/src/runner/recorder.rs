@@ -129,10 +129,11 @@ impl Recorder {
         self
     }
 
-    /// The same recorder sampling failures from `t0` on, when `on`, `masked` values (the
-    /// scenario's `${env:...}` values) written `***` in them.
-    pub fn with_samples(mut self, t0: Instant, on: bool, masked: &[String]) -> Self {
-        self.samples = super::samples::SampleRecorder::new(t0, on, masked);
+    /// The same recorder sampling failures from `t0` on, when `on`, and keeping the first
+    /// `debug` requests for a debug print, `masked` values (the scenario's `${env:...}`
+    /// values) written `***` in them.
+    pub fn with_samples(mut self, t0: Instant, on: bool, masked: &[String], debug: u32) -> Self {
+        self.samples = super::samples::SampleRecorder::new(t0, on, masked, debug);
         self
     }
 
@@ -277,6 +278,7 @@ pub fn progress(
             resources,
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
+            debug: Vec::new(),
         })),
     }
 }

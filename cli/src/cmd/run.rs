@@ -88,6 +88,16 @@ async fn resolve_grpc(a: &RunArgs, text: String, mut s: Scenario) -> Result<(Str
     Ok((json, s))
 }
 
+/// `--debug N`: the submitted scenario asks its agents for their first N requests.
+fn with_debug(debug: Option<u32>, text: String, mut s: Scenario) -> Result<(String, Scenario)> {
+    let Some(n) = debug else {
+        return Ok((text, s));
+    };
+    s.debug = n;
+    s.validate().context("--debug")?;
+    Ok((serde_json::to_string(&s)?, s))
+}
+
 /// The files a run writes, checked before any load so a typo in a path never costs the run.
 pub struct Outputs<'a> {
     files: Vec<(Artifact, &'a Path)>,
@@ -163,6 +173,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         Ok((text, scenario)) => resolve_grpc(&a, text, scenario).await,
         Err(e) => Err(e),
     };
+    let loaded = loaded.and_then(|(text, s)| with_debug(a.debug, text, s));
     let (text, scenario) = match loaded {
         Ok(v) => v,
         Err(e) => {
@@ -282,6 +293,9 @@ struct Progress<'a> {
     quiet: bool,
     last_printed: f64,
     scenario: &'a Scenario,
+    /// `--debug`: the exchanges printed so far, and the step names they are shown with.
+    debugged: u32,
+    steps: Vec<String>,
 }
 
 impl<'a> Progress<'a> {
@@ -291,9 +305,33 @@ impl<'a> Progress<'a> {
             quiet: w.quiet,
             last_printed: -10.0,
             scenario: w.scenario,
+            debugged: 0,
+            steps: if w.scenario.debug > 0 {
+                w.scenario.step_names()
+            } else {
+                Vec::new()
+            },
         }
     }
     fn on(&mut self, live: Live<'_>) {
+        if let Live::Debug(d) = live {
+            // Printed even with --quiet: the user asked for them.
+            for x in &d.exchanges {
+                if self.debugged >= self.scenario.debug {
+                    break;
+                }
+                self.debugged += 1;
+                if self.tty {
+                    eprint!("\r\x1b[2K");
+                }
+                let n = (self.debugged, self.scenario.debug);
+                eprint!(
+                    "{}",
+                    crate::debug_print::exchange(x, &d.agent, &self.steps, n)
+                );
+            }
+            return;
+        }
         if self.quiet {
             return;
         }
@@ -317,6 +355,7 @@ impl<'a> Progress<'a> {
                     eprintln!("{line}");
                 }
             }
+            Live::Debug(_) => {}
         }
     }
     fn done(&self) {

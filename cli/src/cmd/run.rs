@@ -198,6 +198,10 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let report = if a.local {
         let n = a.agents.or(scenario.agents).unwrap_or(1);
         let cluster = LocalCluster::start(n, None).await?;
+        let metrics = match a.metrics_listen {
+            Some(addr) => Some(serve_metrics(&cluster, addr).await?),
+            None => None,
+        };
         let r = submit_follow(
             &cluster.url(),
             Some(&cluster.token),
@@ -208,6 +212,10 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             &mut signals,
         )
         .await;
+        if let Some((stop, task)) = metrics {
+            stop.cancel();
+            let _ = task.await;
+        }
         cluster.stop().await;
         r?
     } else {
@@ -240,6 +248,29 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     } else {
         exit::RUN_FAILED
     })
+}
+
+/// `run --local --metrics-listen ADDR`: the embedded controller's `/metrics` on `addr` until
+/// the returned token is cancelled; the bound address goes to standard error (stdout holds
+/// the report), so `127.0.0.1:0` works too.
+async fn serve_metrics(
+    cluster: &LocalCluster,
+    addr: std::net::SocketAddr,
+) -> Result<(
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+)> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-listen: binding {addr}"))?;
+    eprintln!("stampede run: metrics on {}", l.local_addr()?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (c, until) = (cluster.controller.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        c.serve_metrics(l, async move { until.cancelled().await })
+            .await;
+    });
+    Ok((stop, task))
 }
 
 /// The hint printed when no controller answers: most first runs meant `--local`.

@@ -261,7 +261,6 @@ fn setup_values_are_capped_where_every_agent_receives_them() {
             MAX_SETUP_VALUES + 1
         )
     );
-    assert!(MAX_SETUP_VALUES_BYTES * 2 <= MAX_AGENT_MESSAGE_BYTES);
     assert!(setup_values_too_large(MAX_SETUP_VALUES_BYTES + 1).contains("2048 KiB"));
 }
 

@@ -402,6 +402,7 @@ async fn send_run(
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
+            debug: Vec::new(),
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

@@ -255,6 +255,7 @@ pub(crate) async fn prepare(
         graceful_stop: scenario.graceful_stop(),
         samples: scenario.samples,
         masked: scenario.masked.clone(),
+        debug: scenario.debug,
         follow,
         service,
     })
@@ -306,6 +307,7 @@ impl Compiler<'_> {
                         || !s.extract.is_empty()
                         || s.check.is_some()
                         || scenario.cookies
+                        || scenario.debug > 0
                         || h.stream.is_some() =>
                 {
                     if http2 && h.stream.is_some() {

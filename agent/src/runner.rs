@@ -70,7 +70,7 @@ pub async fn execute(
     let rec = Arc::new(
         Recorder::per_phase(run.phase_steps())
             .with_endpoints(endpoints)
-            .with_samples(t0, run.samples, &run.masked)
+            .with_samples(t0, run.samples, &run.masked, run.debug)
             .with_ramp(t0, ramp),
     );
     // A target name's addresses, followed while the run goes on.

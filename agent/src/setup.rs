@@ -60,6 +60,10 @@ pub enum SetupError {
         kind: String,
         status: u16,
     },
+    /// Values past [`stampede_core::scenario::MAX_SETUP_VALUES_BYTES`] together: refused here,
+    /// where they are produced, rather than in a message the controller could not decode.
+    #[error("setup: {}", stampede_core::scenario::setup_values_too_large(*bytes))]
+    TooLarge { bytes: usize },
     /// The whole setup past [`SETUP_TIMEOUT`].
     #[error("setup: did not finish within {} s", SETUP_TIMEOUT.as_secs())]
     Timeout,
@@ -233,7 +237,12 @@ pub async fn run(
                 vars.keep_setup();
             }
         }
-        Ok(vars.setup_values())
+        let values = vars.setup_values();
+        let bytes = values.iter().map(String::len).sum();
+        if bytes > stampede_core::scenario::MAX_SETUP_VALUES_BYTES {
+            return Err(SetupError::TooLarge { bytes });
+        }
+        Ok(values)
     };
     tokio::time::timeout(SETUP_TIMEOUT, all)
         .await

@@ -109,6 +109,8 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
 pub enum Live<'a> {
     State(&'a v1::RunState),
     Snapshot(&'a v1::LiveSnapshot),
+    /// Requests and answers an agent reported for `run --debug`.
+    Debug(&'a v1::DebugExchanges),
 }
 
 /// Submits the scenario text; returns the run id.
@@ -230,6 +232,7 @@ async fn watch_once(
                 match ev.event {
                     Some(Event::State(s)) => on_live(Live::State(&s)),
                     Some(Event::Snapshot(s)) => on_live(Live::Snapshot(&s)),
+                    Some(Event::Debug(d)) => on_live(Live::Debug(&d)),
                     Some(Event::ReportJson(json)) => {
                         return Watched::Report(Box::new(parse_report(&json)))
                     }

@@ -213,6 +213,18 @@ pub struct RunArgs {
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// With --local: also serve the controller's Prometheus `GET /metrics` on this address
+    /// while the run goes on (the same metrics as `stampede controller`), e.g. 127.0.0.1:9090;
+    /// the bound address is printed on standard error.
+    #[arg(long, value_name = "ADDR", requires = "local")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Print the run's first N requests and their answers as they happen, on standard
+    /// error: the request line and headers as sent (`${env:...}` and setup values masked),
+    /// the status or error, the first 1 KiB of the answer (at most 100). HTTP steps read
+    /// whole answers while it is on.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(stampede_core::scenario::MAX_DEBUG)))]
+    pub debug: Option<u32>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -24,6 +24,7 @@ pub mod client;
 pub mod cmd;
 pub mod compare;
 pub mod config;
+pub mod debug_print;
 pub mod export;
 pub mod grpc;
 pub mod html;

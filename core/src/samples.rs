@@ -26,6 +26,8 @@ pub const MAX_HEADERS: usize = 512;
 pub const MAX_SENT_BODY: usize = 256;
 /// Bytes of a gRPC answer's `grpc-message` kept, before escaping.
 pub const MAX_GRPC_MESSAGE: usize = 256;
+/// Bytes of an answer's body a debug print shows (`stampede run --debug`), before escaping.
+pub const MAX_DEBUG_BODY: usize = 1024;
 /// What a masked value is written as.
 pub const MASK: &[u8] = b"***";
 /// Data sources named in one sample.
@@ -113,20 +115,25 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
     out
 }
 
-/// Replaces every occurrence of each of `secrets` in `bytes` by [`MASK`], and of its
-/// percent-encoded form too (a secret in a query is sent encoded): what a sample or a debug
-/// print shows of a request that carried an `${env:...}` or a setup value. Longer secrets
-/// are masked first, so that one inside another leaves no part showing.
+/// Replaces every occurrence of each of `secrets` in `bytes` by [`MASK`], and of each form a
+/// template filter writes it in too (`|url`, as a secret in a query is sent encoded, `|json`
+/// and `|hex`): what a sample or a debug print shows of a request that carried an
+/// `${env:...}` or a setup value, filtered or not. Longer secrets are masked first, so that
+/// one inside another leaves no part showing.
 pub fn mask(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
+    use crate::template::{apply_filter, Filter};
     let mut out = bytes.to_vec();
     for secret in secrets {
         if secret.is_empty() {
             continue;
         }
         out = replace_all(&out, secret);
-        let encoded = percent_encoded(secret);
-        if encoded != *secret {
-            out = replace_all(&out, &encoded);
+        for filter in [Filter::Url, Filter::Json, Filter::Hex] {
+            let mut form = Vec::with_capacity(secret.len() * 2);
+            apply_filter(Some(filter), secret, &mut form);
+            if form != *secret {
+                out = replace_all(&out, &form);
+            }
         }
     }
     out
@@ -150,19 +157,6 @@ fn replace_all(bytes: &[u8], what: &[u8]) -> Vec<u8> {
         } else {
             out.push(bytes[i]);
             i += 1;
-        }
-    }
-    out
-}
-
-/// `bytes` with everything but unreserved characters percent-encoded (upper case).
-fn percent_encoded(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    for &b in bytes {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b);
-        } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
         }
     }
     out
@@ -403,6 +397,22 @@ mod tests {
             book.offer(sample(2, &format!("extract.v{k}"), 0));
         }
         assert_eq!(book.taken.len(), MAX_KINDS);
+    }
+
+    #[test]
+    fn a_secret_is_masked_in_every_filtered_form() {
+        let secrets = mask_order(vec![b"p\"a ss".to_vec()]);
+        for (sent, shown) in [
+            (&b"{\"pw\":\"p\\\"a ss\"}"[..], &b"{\"pw\":\"***\"}"[..]),
+            (b"GET /?pw=p%22a%20ss", b"GET /?pw=***"),
+            (b"x-pw: 7022612073732f", b"x-pw: ***2f"),
+            (b"raw p\"a ss.", b"raw ***."),
+        ] {
+            assert_eq!(
+                String::from_utf8_lossy(&mask(sent, &secrets)),
+                String::from_utf8_lossy(shown)
+            );
+        }
     }
 
     #[test]

@@ -192,6 +192,15 @@ pub struct Scenario {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(skip)]
     pub masked: Vec<String>,
+    /// Requests (and their answers) each agent reports as they happen, for
+    /// `stampede run --debug N`: the CLI sets it, at most [`MAX_DEBUG`]. Not written by hand.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(skip)]
+    pub debug: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The share of planned sessions a run may leave unstarted when the scenario does not say
@@ -620,7 +629,10 @@ mod validate;
 
 pub use ca::CaBundleError;
 pub use client_cert::{ClientCertError, ClientIdentity, SecretPem};
-pub use limits::{check_agent_wait, MAX_AGENT_MESSAGE_BYTES, MAX_AGENT_WAIT};
+pub use limits::{
+    check_agent_wait, data_rows_too_large, setup_values_too_large, MAX_AGENT_DATA_BYTES,
+    MAX_AGENT_MESSAGE_BYTES, MAX_AGENT_WAIT, MAX_DEBUG, MAX_SETUP_VALUES, MAX_SETUP_VALUES_BYTES,
+};
 pub use ready::{NotReady, ReadyScenario};
 pub use refs::RefError;
 pub use scopes::ScopeNames;

@@ -147,6 +147,7 @@ fn progress() {
         endpoints: Vec::new(),
         failure_samples: Vec::new(),
         stage_connects: Vec::new(),
+        debug: Vec::new(),
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

@@ -619,6 +619,7 @@ mod tests {
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
+            debug: Vec::new(),
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -657,6 +658,7 @@ mod tests {
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
+            debug: Vec::new(),
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();
@@ -698,6 +700,7 @@ mod tests {
         let mut p = v1::Progress {
             endpoints: wire,
             failure_samples: Vec::new(),
+            debug: Vec::new(),
             ..Default::default()
         };
         let back = endpoints_from_wire(&p, &[]).unwrap();

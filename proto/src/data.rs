@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use stampede_core::data::share::Share;
 use stampede_core::data::{DataSource, Rows};
-use stampede_core::scenario::{Scenario, MAX_SCENARIO_BYTES};
+use stampede_core::scenario::Scenario;
 
 use crate::{v1, ConvertError};
 
@@ -16,7 +16,7 @@ use crate::{v1, ConvertError};
 pub const CHUNK_BYTES: usize = 1 << 20;
 /// Most bytes of rows an agent keeps before its Assign: every share together is at most the
 /// data the scenario carried.
-pub const MAX_RECEIVED_BYTES: usize = MAX_SCENARIO_BYTES;
+pub const MAX_RECEIVED_BYTES: usize = stampede_core::scenario::MAX_AGENT_DATA_BYTES;
 
 /// The messages of one agent's share of source `name`: the rows at `positions` (ascending)
 /// of the pass `pass` (`DataSource::pass`), made as they are sent, their values packed
@@ -169,7 +169,7 @@ impl Received {
         if got.overflow && got.run_id == run_id {
             return Err(ConvertError::invalid(
                 "data_rows",
-                format!("more than {} MiB of rows", MAX_RECEIVED_BYTES >> 20),
+                stampede_core::scenario::data_rows_too_large(),
             ));
         }
         let chunks = if got.run_id == run_id {

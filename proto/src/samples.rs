@@ -2,9 +2,10 @@
 //! every other field (counts, lengths, the step's ordinal), the error naming the field.
 
 use stampede_core::samples::{
-    escaped_len, RowRef, Sample, MAX_BODY, MAX_GRPC_MESSAGE, MAX_HEADERS, MAX_KINDS, MAX_REQUEST,
-    MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES, PER_KIND,
+    escaped_len, RowRef, Sample, MAX_BODY, MAX_DEBUG_BODY, MAX_GRPC_MESSAGE, MAX_HEADERS,
+    MAX_KINDS, MAX_REQUEST, MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES, PER_KIND,
 };
+use stampede_core::scenario::MAX_DEBUG;
 
 use crate::convert::{ConvertError, MAX_ERROR_KIND_LEN};
 use crate::v1;
@@ -44,18 +45,53 @@ pub fn samples_to_wire(samples: Vec<Sample>) -> Vec<v1::FailureSample> {
 /// Decodes a Progress's samples, refusing more than [`MAX_SAMPLES`], a step past the run's
 /// `steps`, and any text longer than its bound allows.
 pub fn samples_from_wire(p: &v1::Progress, steps: usize) -> Result<Vec<Sample>, ConvertError> {
-    let field = "progress.failure_samples";
-    if p.failure_samples.len() > MAX_SAMPLES {
+    let bounds = Bounds {
+        field: "progress.failure_samples",
+        most: MAX_SAMPLES,
+        body: MAX_BODY,
+        kind_required: true,
+    };
+    decode(&p.failure_samples, steps, &bounds)
+}
+
+/// Decodes a Progress's debug exchanges (`stampede run --debug`): like samples, at most
+/// [`MAX_DEBUG`] of them, an answer's body up to [`MAX_DEBUG_BODY`], and an empty kind for
+/// a request that succeeded.
+pub fn debug_from_wire(p: &v1::Progress, steps: usize) -> Result<Vec<Sample>, ConvertError> {
+    let bounds = Bounds {
+        field: "progress.debug",
+        most: MAX_DEBUG as usize,
+        body: MAX_DEBUG_BODY,
+        kind_required: false,
+    };
+    decode(&p.debug, steps, &bounds)
+}
+
+/// What one list of samples on the wire may hold.
+struct Bounds {
+    field: &'static str,
+    most: usize,
+    body: usize,
+    kind_required: bool,
+}
+
+fn decode(
+    list: &[v1::FailureSample],
+    steps: usize,
+    bounds: &Bounds,
+) -> Result<Vec<Sample>, ConvertError> {
+    let field = bounds.field;
+    if list.len() > bounds.most {
         return Err(ConvertError::invalid(
             field,
             format!(
-                "{} samples, more than the {MAX_SAMPLES} an agent keeps",
-                p.failure_samples.len()
+                "{} samples, more than the {} an agent keeps",
+                list.len(),
+                bounds.most
             ),
         ));
     }
-    p.failure_samples
-        .iter()
+    list.iter()
         .enumerate()
         .map(|(k, w)| {
             let at = |name: &str| format!("{field}[{k}].{name}");
@@ -66,11 +102,11 @@ pub fn samples_from_wire(p: &v1::Progress, steps: usize) -> Result<Vec<Sample>, 
                 ));
             }
             bounded(&at("kind"), &w.kind, MAX_ERROR_KIND_LEN)?;
-            if w.kind.is_empty() {
+            if w.kind.is_empty() && bounds.kind_required {
                 return Err(ConvertError::invalid(at("kind"), "empty"));
             }
             bounded(&at("request"), &w.request, escaped_len(MAX_REQUEST))?;
-            bounded(&at("body"), &w.body, escaped_len(MAX_BODY))?;
+            bounded(&at("body"), &w.body, escaped_len(bounds.body))?;
             bounded(&at("headers"), &w.headers, escaped_len(MAX_HEADERS))?;
             bounded(&at("sent_body"), &w.sent_body, escaped_len(MAX_SENT_BODY))?;
             bounded(
@@ -165,6 +201,7 @@ mod tests {
     fn progress(samples: Vec<v1::FailureSample>) -> v1::Progress {
         v1::Progress {
             failure_samples: samples,
+            debug: Vec::new(),
             ..Default::default()
         }
     }

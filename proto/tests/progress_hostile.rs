@@ -162,6 +162,7 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     endpoints: Vec::new(),
                     failure_samples: Vec::new(),
                     stage_connects: Vec::new(),
+                    debug: Vec::new(),
                 },
             )
         })
@@ -183,6 +184,7 @@ proptest! {
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
+            debug: Vec::new(),
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

@@ -103,7 +103,8 @@ impl DynamicHttp {
                 .map(|(k, v): &(String, Compiled)| k.len() + 4 + v.size_hint())
                 .sum::<usize>()
             + body.as_ref().map_or(0, Compiled::size_hint);
-        let capture_body = judge.needs_body();
+        // `run --debug` shows the start of every answer, not only of a failed one.
+        let capture_body = judge.needs_body() || scenario.debug > 0;
         Ok(Self {
             method: req.method.clone(),
             head: req.method == "HEAD",

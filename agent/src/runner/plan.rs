@@ -289,6 +289,8 @@ pub struct ShardRun {
     pub samples: bool,
     /// The values its failure samples write `***` (the scenario's `${env:...}` values).
     pub masked: Vec<String>,
+    /// Requests this shard reports with their answers for a debug print (`--debug N`).
+    pub debug: u32,
     /// The target names whose addresses the run follows, one per target given by name
     /// without `endpoints:` (none: every set of endpoints is fixed).
     pub follow: Vec<Arc<crate::resolve::Follow>>,

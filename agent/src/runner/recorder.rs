@@ -138,10 +138,11 @@ impl Recorder {
         self
     }
 
-    /// The same recorder sampling failures from `t0` on, when `on`, `masked` values (the
-    /// scenario's `${env:...}` values) written `***` in them.
-    pub fn with_samples(mut self, t0: Instant, on: bool, masked: &[String]) -> Self {
-        self.samples = super::samples::SampleRecorder::new(t0, on, masked);
+    /// The same recorder sampling failures from `t0` on, when `on`, and keeping the first
+    /// `debug` requests for a debug print, `masked` values (the scenario's `${env:...}`
+    /// values) written `***` in them.
+    pub fn with_samples(mut self, t0: Instant, on: bool, masked: &[String], debug: u32) -> Self {
+        self.samples = super::samples::SampleRecorder::new(t0, on, masked, debug);
         self
     }
 
@@ -287,6 +288,7 @@ pub fn progress(
             endpoints: Vec::new(),
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
+            debug: Vec::new(),
         })),
     }
 }

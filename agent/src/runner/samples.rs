@@ -2,11 +2,12 @@
 //! built only when the book still wants one (so a run failing a million times builds a few),
 //! outside the recorder's lock, and sent with the next Progress.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use stampede_core::samples::{
-    excerpt, mask, mask_order, RowRef, Sample, SampleBook, MAX_BODY, MAX_GRPC_MESSAGE, MAX_HEADERS,
-    MAX_REQUEST, MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES,
+    excerpt, mask, mask_order, RowRef, Sample, SampleBook, MAX_BODY, MAX_DEBUG_BODY,
+    MAX_GRPC_MESSAGE, MAX_HEADERS, MAX_REQUEST, MAX_ROWS, MAX_SENT_BODY, MAX_VALUE, MAX_VALUES,
 };
 use stampede_core::stats::error_kind;
 use stampede_proto::v1;
@@ -19,17 +20,26 @@ use crate::dynamic::{Context, SessionVars};
 /// sample: far more than a sample keeps, so that a cut never shows what masking would hide.
 const MASK_WINDOW: usize = 16 << 10;
 
-/// The samples of one shard, off unless the run asks for them ([`SampleRecorder::new`]).
+/// The samples of one shard, off unless the run asks for them ([`SampleRecorder::new`]),
+/// and its debug exchanges (`stampede run --debug N`): the shard's first requests with their
+/// answers, failed or not, shown the way samples are.
 #[derive(Debug, Default)]
 pub struct SampleRecorder {
-    /// T0 of the run, when sampling is on.
+    /// T0 of the run, when sampling or debugging is on.
     t0: Option<Instant>,
+    /// Whether failures are sampled.
+    sampling: bool,
     book: Mutex<SampleBook>,
     /// Values never shown (the scenario's `${env:...}` values), longest first.
     masked: Vec<Vec<u8>>,
+    /// Debug exchanges still to take: one atomic read is all a request pays once it is 0.
+    debug_left: AtomicU32,
+    /// Debug exchanges taken and not yet sent.
+    debug: Mutex<Vec<Sample>>,
 }
 
-/// What a failed request left for its sample.
+/// What a failed request left for its sample (or any request, for a debug print).
+#[derive(Clone, Copy)]
 pub(super) struct Failed<'a> {
     pub(super) kind: &'a str,
     /// The HTTP status, 0 when there was none.
@@ -51,19 +61,23 @@ pub struct Sent {
 }
 
 impl SampleRecorder {
-    /// Samples kept from `t0` on, when `on`; `masked` (the scenario's `${env:...}` values)
-    /// written `***` wherever they would show.
-    pub fn new(t0: Instant, on: bool, masked: &[String]) -> Self {
+    /// Samples kept from `t0` on, when `on`, and the first `debug` requests whatever their
+    /// outcome; `masked` (the scenario's `${env:...}` values) written `***` wherever they
+    /// would show.
+    pub fn new(t0: Instant, on: bool, masked: &[String], debug: u32) -> Self {
         Self {
-            t0: on.then_some(t0),
+            t0: (on || debug > 0).then_some(t0),
+            sampling: on,
             book: Mutex::default(),
             masked: mask_order(masked.iter().map(|m| m.as_bytes().to_vec()).collect()),
+            debug_left: AtomicU32::new(debug),
+            debug: Mutex::default(),
         }
     }
 
     /// Whether the run samples its failures at all.
     pub fn on(&self) -> bool {
-        self.t0.is_some()
+        self.sampling
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, SampleBook> {
@@ -86,19 +100,65 @@ impl SampleRecorder {
     pub(super) fn note(
         &self,
         step: &StepPlan,
-        (ctx, vars): (Option<&Context>, Option<&SessionVars>),
+        on: (Option<&Context>, Option<&SessionVars>),
         failed: Failed<'_>,
     ) {
-        let Some(t0) = self.t0 else { return };
+        let Some(t0) = self.t0.filter(|_| self.sampling) else {
+            return;
+        };
         let Some(ordinal) = step.ordinal().and_then(|o| u32::try_from(o).ok()) else {
             return;
         };
         if !self.book().wants(ordinal, failed.kind) {
             return;
         }
+        let sample = self.build(t0, ordinal, step, on, &failed, MAX_BODY);
+        self.book().offer(sample);
+    }
+
+    /// Keeps `step`'s request and its answer for a debug print while the run's `debug` count
+    /// lasts; `done.kind` is empty for a request that succeeded.
+    pub(super) fn debug(
+        &self,
+        step: &StepPlan,
+        on: (Option<&Context>, Option<&SessionVars>),
+        done: Failed<'_>,
+    ) {
+        if self.debug_left.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(t0) = self.t0 else { return };
+        let Some(ordinal) = step.ordinal().and_then(|o| u32::try_from(o).ok()) else {
+            return;
+        };
+        let took = self
+            .debug_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if took.is_err() {
+            return;
+        }
+        let sample = self.build(t0, ordinal, step, on, &done, MAX_DEBUG_BODY);
+        self.debug
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sample);
+    }
+
+    /// A request of `step` as sent and answered, secrets masked, the answer's body cut to
+    /// `body_max` bytes.
+    fn build(
+        &self,
+        t0: Instant,
+        ordinal: u32,
+        step: &StepPlan,
+        (ctx, vars): (Option<&Context>, Option<&SessionVars>),
+        failed: &Failed<'_>,
+        body_max: usize,
+    ) -> Sample {
         // A dynamic step keeps the start of a failed answer's body in the session's buffers
-        // (more than MAX_BODY bytes marks a cut). A static step keeps none: its answer is
-        // read without a buffer, so that a connection's task stays as small as it is.
+        // (more than MAX_BODY bytes marks a cut), and all of it under `--debug`. A static
+        // step keeps none: its answer is read without a buffer, so that a connection's task
+        // stays as small as it is.
         let body = match step {
             StepPlan::HttpDynamic { .. } => {
                 vars.map(SessionVars::captured_body).unwrap_or_default()
@@ -116,7 +176,7 @@ impl SampleRecorder {
         let secrets = self.secrets(ctx);
         let shown = |bytes: &[u8], max: usize| excerpt(&masked(bytes, &secrets), max);
         let offset = failed.done.saturating_duration_since(t0);
-        let sample = Sample {
+        Sample {
             offset_ms: u64::try_from(offset.as_millis()).unwrap_or(u64::MAX),
             step: ordinal,
             kind: failed.kind.to_string(),
@@ -125,22 +185,24 @@ impl SampleRecorder {
             headers: shown(&request.headers, MAX_HEADERS),
             sent_body: shown(&request.body, MAX_SENT_BODY),
             status: failed.status,
-            body: shown(body, MAX_BODY),
+            body: shown(body, body_max),
             grpc_message: shown(
                 failed.grpc_message.unwrap_or_default().as_bytes(),
                 MAX_GRPC_MESSAGE,
             ),
-        };
-        self.book().offer(sample);
+        }
     }
 
-    /// Moves the samples taken since the last Progress into `msg` (a Progress).
+    /// Moves the samples and debug exchanges taken since the last Progress into `msg` (a
+    /// Progress).
     pub fn attach(&self, msg: &mut v1::AgentMessage) {
         if self.t0.is_none() {
             return;
         }
         if let Some(v1::agent_message::Msg::Progress(p)) = msg.msg.as_mut() {
             p.failure_samples = stampede_proto::samples::samples_to_wire(self.book().take());
+            let debug = std::mem::take(&mut *self.debug.lock().unwrap_or_else(|e| e.into_inner()));
+            p.debug = stampede_proto::samples::samples_to_wire(debug);
         }
     }
 }

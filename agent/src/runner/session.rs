@@ -360,27 +360,30 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                         tally.close(s, !fails, done);
                                     }
                                 });
-                                if let Some(kind) = answer.error {
-                                    let failed = Failed {
-                                        kind,
-                                        // A gRPC call's HTTP 200 says nothing; its kind names
-                                        // the grpc-status.
-                                        status: if answer.grpc.is_some() {
-                                            0
-                                        } else {
-                                            answer.status
-                                        },
-                                        done,
-                                        grpc_message: match conn.as_ref().map(|c| &c.conn) {
-                                            Some(Link::H2(h)) => h.grpc_message.as_deref(),
-                                            _ => None,
-                                        },
-                                    };
-                                    rec.samples.note(
-                                        step,
-                                        (spec.dynamic.as_deref(), vars.as_deref()),
-                                        failed,
-                                    );
+                                let failed = Failed {
+                                    // Empty for a success; `grpc_ok` for a call's.
+                                    kind: answer.error.unwrap_or(if answer.grpc.is_some() {
+                                        "grpc_ok"
+                                    } else {
+                                        ""
+                                    }),
+                                    // A gRPC call's HTTP 200 says nothing; its kind names
+                                    // the grpc-status.
+                                    status: if answer.grpc.is_some() {
+                                        0
+                                    } else {
+                                        answer.status
+                                    },
+                                    done,
+                                    grpc_message: match conn.as_ref().map(|c| &c.conn) {
+                                        Some(Link::H2(h)) => h.grpc_message.as_deref(),
+                                        _ => None,
+                                    },
+                                };
+                                let on = (spec.dynamic.as_deref(), vars.as_deref());
+                                rec.samples.debug(step, on, failed);
+                                if fails {
+                                    rec.samples.note(step, on, failed);
                                 }
                                 if !answer.keep_alive {
                                     close_after_server(conn, spec.request_timeout).await;
@@ -407,6 +410,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                                     grpc_message: None,
                                 };
                                 let on = (spec.dynamic.as_deref(), vars.as_deref());
+                                rec.samples.debug(step, on, failed);
                                 rec.samples.note(step, on, failed);
                                 rec.endpoints.record(&endpoint, None);
                                 rec.with(phase, |s| {

@@ -88,6 +88,16 @@ async fn resolve_grpc(a: &RunArgs, text: String, mut s: Scenario) -> Result<(Str
     Ok((json, s))
 }
 
+/// `--debug N`: the submitted scenario asks its agents for their first N requests.
+fn with_debug(debug: Option<u32>, text: String, mut s: Scenario) -> Result<(String, Scenario)> {
+    let Some(n) = debug else {
+        return Ok((text, s));
+    };
+    s.debug = n;
+    s.validate().context("--debug")?;
+    Ok((serde_json::to_string(&s)?, s))
+}
+
 /// The files a run writes, checked before any load so a typo in a path never costs the run.
 pub struct Outputs<'a> {
     files: Vec<(Artifact, &'a Path)>,
@@ -163,6 +173,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         Ok((text, scenario)) => resolve_grpc(&a, text, scenario).await,
         Err(e) => Err(e),
     };
+    let loaded = loaded.and_then(|(text, s)| with_debug(a.debug, text, s));
     let (text, scenario) = match loaded {
         Ok(v) => v,
         Err(e) => {
@@ -187,6 +198,10 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let report = if a.local {
         let n = a.agents.or(scenario.agents).unwrap_or(1);
         let cluster = LocalCluster::start(n, None).await?;
+        let metrics = match a.metrics_listen {
+            Some(addr) => Some(serve_metrics(&cluster, addr).await?),
+            None => None,
+        };
         let r = submit_follow(
             &cluster.url(),
             Some(&cluster.token),
@@ -197,6 +212,10 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             &mut signals,
         )
         .await;
+        if let Some((stop, task)) = metrics {
+            stop.cancel();
+            let _ = task.await;
+        }
         cluster.stop().await;
         r?
     } else {
@@ -229,6 +248,29 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     } else {
         exit::RUN_FAILED
     })
+}
+
+/// `run --local --metrics-listen ADDR`: the embedded controller's `/metrics` on `addr` until
+/// the returned token is cancelled; the bound address goes to standard error (stdout holds
+/// the report), so `127.0.0.1:0` works too.
+async fn serve_metrics(
+    cluster: &LocalCluster,
+    addr: std::net::SocketAddr,
+) -> Result<(
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+)> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-listen: binding {addr}"))?;
+    eprintln!("stampede run: metrics on {}", l.local_addr()?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (c, until) = (cluster.controller.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        c.serve_metrics(l, async move { until.cancelled().await })
+            .await;
+    });
+    Ok((stop, task))
 }
 
 /// The hint printed when no controller answers: most first runs meant `--local`.
@@ -282,6 +324,9 @@ struct Progress<'a> {
     quiet: bool,
     last_printed: f64,
     scenario: &'a Scenario,
+    /// `--debug`: the exchanges printed so far, and the step names they are shown with.
+    debugged: u32,
+    steps: Vec<String>,
 }
 
 impl<'a> Progress<'a> {
@@ -291,9 +336,33 @@ impl<'a> Progress<'a> {
             quiet: w.quiet,
             last_printed: -10.0,
             scenario: w.scenario,
+            debugged: 0,
+            steps: if w.scenario.debug > 0 {
+                w.scenario.step_names()
+            } else {
+                Vec::new()
+            },
         }
     }
     fn on(&mut self, live: Live<'_>) {
+        if let Live::Debug(d) = live {
+            // Printed even with --quiet: the user asked for them.
+            for x in &d.exchanges {
+                if self.debugged >= self.scenario.debug {
+                    break;
+                }
+                self.debugged += 1;
+                if self.tty {
+                    eprint!("\r\x1b[2K");
+                }
+                let n = (self.debugged, self.scenario.debug);
+                eprint!(
+                    "{}",
+                    crate::debug_print::exchange(x, &d.agent, &self.steps, n)
+                );
+            }
+            return;
+        }
         if self.quiet {
             return;
         }
@@ -317,6 +386,7 @@ impl<'a> Progress<'a> {
                     eprintln!("{line}");
                 }
             }
+            Live::Debug(_) => {}
         }
     }
     fn done(&self) {

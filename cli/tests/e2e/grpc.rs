@@ -101,6 +101,8 @@ async fn calls_from_proto_files_and_reflection_are_what_the_target_served() {
             "/stampede.target.v1.Target/Echo"
         )
     );
+    // The call's grpc-message, as the target wrote it.
+    assert_eq!(sample.grpc_message, "failed as asked (fail_with = 3)");
     assert_eq!(server.calls("Echo", "ok"), 80);
     assert_eq!(server.calls("Work", "ok"), 80);
     assert_eq!(server.calls("Echo", "invalid_argument"), 40);

@@ -5,6 +5,7 @@
 mod capacity;
 mod compare;
 mod compression;
+mod debug;
 mod endurance;
 mod faults;
 mod first_hour;

@@ -480,3 +480,57 @@ async fn demo_writes_the_html_report_next_to_the_json() {
     assert_eq!(page.matches("<svg").count(), 3);
     assert!(json.is_file());
 }
+
+/// `run --local --metrics-listen`: the embedded controller serves the same Prometheus
+/// metrics as `stampede controller` while the run goes on, its agent among them, and the run
+/// ends by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_run_serves_metrics_on_metrics_listen() {
+    let target = Target::start(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: m\ntarget: {}\nphases: [ {{ duration: 2s, arrival_rate: 20 }} ]\n\
+             session: [ {{ http: {{ method: GET, path: / }} }} ]\n",
+            target.url
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--local",
+            "--quiet",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stampede run");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut proc = Proc(child);
+    let mut seen = Vec::new();
+    let addr = loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "{seen:?}");
+        if let Some(a) = line.trim().strip_prefix("stampede run: metrics on ") {
+            break a.to_string();
+        }
+        seen.push(line);
+    };
+    let (status, body) = http_get(&addr, "/metrics").await;
+    assert!(status.contains(" 200 "), "{status}");
+    let s = parse(&body);
+    assert_eq!(num(value(&s, "stampede_agents_connected", &[])), 1.0);
+    let out = tokio::task::spawn_blocking(move || proc.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.code(), Some(0));
+    // The listener went with the run.
+    assert!(TcpStream::connect(&addr).await.is_err());
+}

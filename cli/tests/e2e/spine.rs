@@ -409,6 +409,7 @@ async fn live_snapshots_arrive_while_the_run_goes_on() {
     let r = client::run_and_watch(&mut c, &text, Some(1), None, |l| match l {
         Live::Snapshot(s) => snapshots.push(s.completed),
         Live::State(s) => states.push(s.state.clone()),
+        Live::Debug(_) => {}
     })
     .await
     .unwrap();

@@ -279,6 +279,7 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
         abort_reason: Mutex::new(abort_reason),
         inbox,
     });
+    let debug_left = scenario.debug.into();
     let mut driver = Driver {
         inner: inner.clone(),
         h: handle.clone(),
@@ -292,6 +293,7 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
         target_resources: None,
         service: None,
         pods: std::collections::BTreeMap::new(),
+        debug_left,
     };
     if let Some(s) = setup {
         driver

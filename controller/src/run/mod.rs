@@ -219,6 +219,7 @@ pub(crate) fn start(
         tracing::warn!(run = %run_id, error = %e, "cannot mark the run in flight: a controller restart would forget it");
     }
     lock(&inner.runs).insert(run_id, handle.clone());
+    let debug_left = scenario.debug.into();
     let driver = Driver {
         inner,
         h: handle.clone(),
@@ -232,6 +233,7 @@ pub(crate) fn start(
         target_resources: None,
         service: None,
         pods: std::collections::BTreeMap::new(),
+        debug_left,
     };
     spawn_supervised(driver.inner.clone(), handle.clone(), driver.drive());
     handle
@@ -339,6 +341,9 @@ struct Driver {
     service: Option<crate::k8s::endpoints::ServiceWatch>,
     /// Every Service endpoint the run was given, with its pod: the report names them.
     pods: std::collections::BTreeMap<std::net::SocketAddr, String>,
+    /// Debug exchanges still to pass on to watchers (`stampede run --debug N`): the first N
+    /// of the run, whichever agents they come from.
+    debug_left: std::sync::atomic::AtomicU32,
 }
 
 /// How a run that will not succeed ends, with the reason; kept in the checkpoint, so a

@@ -558,6 +558,9 @@ impl Driver {
         if let Err(e) = connects {
             tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected connect times");
         }
+        if !progress.debug.is_empty() {
+            self.forward_debug(agent_id, progress, acc.step_count());
+        }
         if let Some(r) = &progress.resources {
             let added = stampede_proto::resources::resources_from_wire(r).and_then(|s| {
                 acc.add_resources(i, progress.interval, s)
@@ -567,6 +570,29 @@ impl Driver {
                 tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected resource figures");
             }
         }
+    }
+
+    /// `stampede run --debug N`: passes an agent's requests and answers on to the run's
+    /// watchers as they arrive, the first N of the run in all; a list that does not fit the
+    /// run is refused whole and logged.
+    fn forward_debug(&self, agent_id: &str, progress: &v1::Progress, steps: usize) {
+        use std::sync::atomic::Ordering;
+        if let Err(e) = stampede_proto::samples::debug_from_wire(progress, steps) {
+            tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected debug exchanges");
+            return;
+        }
+        let left = self.debug_left.load(Ordering::Relaxed);
+        let n = progress.debug.len().min(left as usize);
+        if n == 0 {
+            return;
+        }
+        self.debug_left.store(left - n as u32, Ordering::Relaxed);
+        let _ = self.h.events.send(v1::RunEvent {
+            event: Some(v1::run_event::Event::Debug(v1::DebugExchanges {
+                agent: agent_id.to_string(),
+                exchanges: progress.debug[..n].to_vec(),
+            })),
+        });
     }
 
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,

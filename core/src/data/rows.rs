@@ -201,6 +201,13 @@ impl Rows {
         self.iter().map(|r| r.iter().collect()).collect()
     }
 
+    /// Bytes these rows cost an agent that receives them all: their text, 4 bytes a value's
+    /// end and 4 a row's position, as the wire packs them (see
+    /// [`crate::scenario::MAX_AGENT_DATA_BYTES`]).
+    pub fn share_bytes(&self) -> usize {
+        self.0.text.len() + 4 * self.0.ends.len() + 4 * self.0.rows
+    }
+
     /// Bytes the table holds on the heap (its text and offsets).
     pub fn heap_bytes(&self) -> usize {
         self.0.text.capacity() + self.0.ends.capacity() * 4

@@ -42,6 +42,16 @@ impl Scenario {
                 ),
             ));
         }
+        if self.debug > super::MAX_DEBUG {
+            return Err(ScenarioError::invalid(
+                "debug",
+                format!(
+                    "{} requests to print; at most {}",
+                    self.debug,
+                    super::MAX_DEBUG
+                ),
+            ));
+        }
         if self.request_timeout.0.is_zero() {
             return Err(ScenarioError::invalid("request_timeout", "must be > 0"));
         }
@@ -546,6 +556,18 @@ impl Scenario {
             check_extraction(step, &field(""))?;
             defined.extend(step.extract.keys().map(String::as_str));
         }
+        let values = self.setup_names().len();
+        if values > super::MAX_SETUP_VALUES {
+            return Err(ScenarioError::invalid(
+                "setup",
+                format!(
+                    "{values} values extracted; at most {} (MAX_SETUP_VALUES): every agent \
+                     receives them all, up to {} KiB each",
+                    super::MAX_SETUP_VALUES,
+                    crate::extract::MAX_VALUE >> 10
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -556,6 +578,8 @@ impl Scenario {
                 "data sources bind rows to one arrival index space: they are read by a top-level session, not yet with workloads or a sessions mix",
             ));
         }
+        // What one agent may receive of every source: all of it, when it runs alone.
+        let mut held = 0usize;
         for (name, d) in &self.data {
             if !crate::template::is_name(name) || crate::template::RESERVED.contains(&name.as_str())
             {
@@ -566,6 +590,17 @@ impl Scenario {
             }
             d.check()
                 .map_err(|why| ScenarioError::invalid(format!("data.{name}"), why))?;
+            held = held.saturating_add(d.rows.share_bytes());
+            if held > super::MAX_AGENT_DATA_BYTES {
+                return Err(ScenarioError::invalid(
+                    format!("data.{name}"),
+                    format!(
+                        "{:.1} MiB of rows with the sources before it: {}",
+                        held as f64 / f64::from(1u32 << 20),
+                        super::data_rows_too_large()
+                    ),
+                ));
+            }
             if self.is_closed()
                 && d.on_exhausted == crate::data::OnExhausted::Fail
                 && d.per != crate::data::DataScope::Connection

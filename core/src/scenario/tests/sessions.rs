@@ -235,3 +235,68 @@ fn every_step_kind_survives_yaml_and_json() {
         assert_eq!(Scenario::from_yaml(&json).unwrap(), s, "{json}");
     }
 }
+
+/// The setup values travel to every agent in one message: their count is capped so that at
+/// the longest extracted length they fit it, and the cap is named.
+#[test]
+fn setup_values_are_capped_where_every_agent_receives_them() {
+    let with = |n: usize| {
+        let extract: Vec<String> = (0..n)
+            .map(|i| format!("v{i}: {{ header: x-v{i} }}"))
+            .collect();
+        format!(
+            "name: t\ntarget: http://127.0.0.1:1\nphases: [ {{ duration: 1s, arrival_rate: 2 }} ]\n\
+             setup:\n  - http: {{ path: /token }}\n    extract: {{ {} }}\n\
+             session: [ {{ http: {{ path: / }} }} ]\n",
+            extract.join(", ")
+        )
+    };
+    assert!(Scenario::from_yaml(&with(MAX_SETUP_VALUES)).is_ok());
+    let e = err(&with(MAX_SETUP_VALUES + 1)).to_string();
+    assert_eq!(
+        e,
+        format!(
+            "setup: {} values extracted; at most {MAX_SETUP_VALUES} (MAX_SETUP_VALUES): every \
+             agent receives them all, up to 64 KiB each",
+            MAX_SETUP_VALUES + 1
+        )
+    );
+    assert!(setup_values_too_large(MAX_SETUP_VALUES_BYTES + 1).contains("2048 KiB"));
+}
+
+/// `debug` (set by `run --debug N`) is bounded like any field.
+#[test]
+fn debug_is_capped() {
+    let base = "name: t\ntarget: http://127.0.0.1:1\nphases: [ { duration: 1s, arrival_rate: 2 } ]\nsession: [ { http: { path: / } } ]\n";
+    let s = Scenario::from_yaml(&format!("{base}debug: {MAX_DEBUG}\n")).unwrap();
+    assert_eq!(s.debug, MAX_DEBUG);
+    assert_eq!(
+        err(&format!("{base}debug: {}\n", MAX_DEBUG + 1)).to_string(),
+        format!(
+            "debug: {} requests to print; at most {MAX_DEBUG}",
+            MAX_DEBUG + 1
+        )
+    );
+}
+
+/// Rows an agent would refuse on arrival (more than it holds, as the wire packs them) are
+/// refused by `validate`, with the agent's words: 3.8 M one-character rows are 7.6 MB of CSV
+/// and 34 MiB packed.
+#[test]
+fn data_an_agent_cannot_hold_is_refused_by_validate() {
+    let text =
+        "name: t\ntarget: http://127.0.0.1:1\nphases: [ { duration: 1s, arrival_rate: 2 } ]\n\
+                data:\n  d: { order: random, columns: [c], rows: [[x]] }\n\
+                session: [ { http: { path: '/r/${d.c}' } } ]\n";
+    let mut s = Scenario::from_yaml(text).unwrap();
+    let fits = MAX_AGENT_DATA_BYTES / 9;
+    let d = s.data.get_mut("d").unwrap();
+    d.rows = crate::data::Rows::from_rows((0..fits).map(|_| ["x"])).unwrap();
+    assert_eq!(d.rows.share_bytes(), fits * 9);
+    s.validate().unwrap();
+    let d = s.data.get_mut("d").unwrap();
+    d.rows = crate::data::Rows::from_rows((0..fits + 1).map(|_| ["x"])).unwrap();
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.starts_with("data.d: 32.0 MiB of rows"), "{e}");
+    assert!(e.ends_with(&data_rows_too_large()), "{e}");
+}

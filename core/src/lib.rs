@@ -35,7 +35,10 @@
 //!   controller; `stats/interval` adds the run-wide histograms up from the steps once per interval.
 //! - [`report`]: the JSON contract; `report/accumulator` merges intervals in any order
 //!   (`RunAccumulator`) and assembles the live and final report.
-//! - [`observe`]: the target's own resources from its Prometheus metrics, per interval.
+//! - [`observe`]: the target's own resources from its Prometheus metrics, per interval;
+//!   `observe/text` reads the text exposition format.
+//! - [`pods`]: the pods behind a cluster target (CPU, throttling, memory, restarts) from the
+//!   kubelet's cAdvisor text.
 //! - [`samples`]: failure samples (the first few failed requests of each step and error kind),
 //!   bounded on the agent and merged by time for the report.
 //! - [`threshold`], [`capacity`] (the stair-step search), [`compare`] (two reports, with
@@ -54,6 +57,7 @@ pub mod http;
 pub mod multipart;
 pub mod observe;
 pub mod plan;
+pub mod pods;
 pub mod ports;
 pub mod protocol;
 pub mod ramp;

@@ -6,6 +6,8 @@
 //! Pure: the scraping (sockets, clocks) lives with the controller; this module parses the text
 //! exposition format and does the arithmetic.
 
+pub mod text;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -97,37 +99,13 @@ pub struct ProcessSample {
 /// number is ignored.
 pub fn parse_process_metrics(text: &str) -> ProcessSample {
     let mut out = ProcessSample::default();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .unwrap_or(line.len());
-        let slot = match &line[..name_end] {
+    for l in text::samples(text) {
+        let slot = match l.name {
             "process_cpu_seconds_total" => &mut out.cpu_seconds,
             "process_resident_memory_bytes" => &mut out.resident_bytes,
             _ => continue,
         };
-        // The value follows the labels (which may hold spaces inside quotes): the first
-        // field after the closing brace, or after the name.
-        let after = match line[name_end..].starts_with('{') {
-            true => match line.rfind('}') {
-                Some(i) => &line[i + 1..],
-                None => continue,
-            },
-            false => &line[name_end..],
-        };
-        let Some(value) = after
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-        else {
-            continue;
-        };
-        *slot = Some(slot.unwrap_or(0.0) + value);
+        *slot = Some(slot.unwrap_or(0.0) + l.value);
     }
     out
 }
@@ -152,6 +130,16 @@ pub struct TargetResources {
     /// Scrapes that failed (a source down, a reply without the metrics).
     #[serde(default)]
     pub failed_scrapes: u64,
+    /// The pods behind a cluster target (`endpoints: service`), each with its CPU, throttling,
+    /// memory and restarts (see [`crate::pods`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<crate::pods::PodResources>,
+    /// The Service's ready replicas each time their count changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready_replicas: Vec<crate::pods::ReadyReplicas>,
+    /// Why the pods' figures could not be read (forbidden, not found), when they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_unavailable: Option<String>,
 }
 
 /// CPU cores used, over the run and per interval between scrapes.
@@ -234,6 +222,7 @@ pub fn resources(sources: &[(String, Vec<Scrape>)], failed_scrapes: u64) -> Targ
         cpu_cores: CpuCores { total, intervals },
         max_resident_bytes: (max_resident > 0.0).then_some(max_resident as u64),
         failed_scrapes,
+        ..TargetResources::default()
     }
 }
 

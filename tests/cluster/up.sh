@@ -97,7 +97,7 @@ log "generating certificates"
   sign kube-scheduler "/CN=system:kube-scheduler"
   sign kube-proxy "/CN=system:kube-proxy"
   sign kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME"
-  sign kubelet-serving "/CN=system:node:$NODE_NAME" "IP:$NODE_NAME,DNS:localhost"
+  sign kubelet-serving "/CN=system:node:$NODE_NAME" "IP:$NODE_NAME,IP:$BRIDGE_IP,DNS:localhost"
   sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   sign front-proxy-client "/CN=front-proxy-client"
   openssl ecparam -name prime256v1 -genkey -noout -out sa.key
@@ -238,10 +238,12 @@ start_daemon containerd "$LOGS/containerd.log" containerd --config "$STATE/conta
 wait_for 60 "containerd" ctr --address "$CONTAINERD_SOCK" version
 "$CLUSTER_DIR/images.sh" load >&2
 
+# The kubelet listens on the bridge's address, the node's InternalIP (--node-ip): the API server's node proxy
+# (/api/v1/nodes/NODE/proxy/..., the kubelet's metrics for a target's pods) refuses loopback addresses.
 cat >"$STATE/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: $BRIDGE_IP
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -272,7 +274,8 @@ oomScoreAdj: 0
 maxPods: 110
 EOF
 start_daemon kubelet "$LOGS/kubelet.log" "$BIN/kubelet" --config="$STATE/kubelet/config.yaml" \
-  --kubeconfig="$PKI/kubelet.kubeconfig" --hostname-override="$NODE_NAME" --root-dir="$STATE/kubelet" --v=1
+  --kubeconfig="$PKI/kubelet.kubeconfig" --hostname-override="$NODE_NAME" --node-ip="$BRIDGE_IP" \
+  --root-dir="$STATE/kubelet" --v=1
 start_daemon kube-proxy "$LOGS/kube-proxy.log" "$BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" \
   --hostname-override="$NODE_NAME" --proxy-mode=iptables --cluster-cidr="$POD_CIDR" \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \

@@ -7,6 +7,8 @@
 //!   subresource when a run asks for more agents than are attached, and back after the run when
 //!   `--scale-down-after` is set.
 //! - [`endpoints`]: `endpoints: service`, a run's Service's ready pods from its EndpointSlices.
+//! - [`target_pods`]: the CPU, throttling, memory and restarts of that Service's pods, from the
+//!   kubelet's cAdvisor metrics through the API server's node proxy.
 //! - [`loadtest`]: reconciles `LoadTest` resources with `kube::runtime::Controller`; `data`
 //!   reads a LoadTest's `config_map:` / `secret:` data sources and `protos` compiles the
 //!   `.proto` files of its `grpc.config_map` and encodes its gRPC calls, before it is submitted.
@@ -18,6 +20,7 @@ pub mod loadtest;
 pub mod pods;
 mod protos;
 pub mod scale;
+pub mod target_pods;
 
 use std::sync::Arc;
 

@@ -223,6 +223,7 @@ impl Driver {
                 }
             }
         }
+        let target_pods = self.observe_pods((t0, started_at)).await;
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -481,6 +482,13 @@ impl Driver {
         };
         self.release();
         self.target_resources = observer.finish().await;
+        if let Some(pods) = target_pods {
+            let seen = pods.finish().await;
+            self.target_resources = Some(stampede_core::pods::with_pods(
+                self.target_resources.take(),
+                &seen,
+            ));
+        }
         self.finish(acc, outcome, message, started_at, duration_s);
         if let Some(c) = checkpoint {
             c.remove();

@@ -1,5 +1,6 @@
 //! `endpoints: service` in a run: the Service followed from before the assignment to the
-//! report, each new ready set passed on to the agents, each pod remembered for the report.
+//! report, each new ready set passed on to the agents, each pod remembered for the report, and
+//! the Service's pods sampled for their resources.
 
 use super::*;
 use crate::k8s::endpoints::ServiceWatchError;
@@ -22,6 +23,28 @@ impl Driver {
         self.remember(&set);
         self.service = Some(watch);
         Ok(())
+    }
+
+    /// Starts sampling the followed Service's pods (CPU, throttling, memory, restarts) from
+    /// `t0`; `None` without a followed Service.
+    pub(super) async fn observe_pods(
+        &self,
+        t0: (tokio::time::Instant, u64),
+    ) -> Option<crate::k8s::target_pods::PodObserver> {
+        self.service.as_ref()?;
+        let service = ServiceRef::from_target(self.scenario.target.as_ref()?).ok()?;
+        let kube = self.inner.kube.get().cloned();
+        let (client, namespace) = crate::k8s::endpoints::client_for(kube.as_deref())
+            .await
+            .ok()?;
+        let namespace = service.namespace_or(&namespace).to_string();
+        Some(crate::k8s::target_pods::PodObserver::start(
+            client,
+            namespace,
+            service,
+            t0,
+            self.inner.cfg.interval,
+        ))
     }
 
     /// The Service's next ready set (never without a Service).

@@ -18,6 +18,9 @@ pub struct TargetSide {
     /// The endpoint whose p99 was more than twice the others' median: (address, its p99 µs,
     /// the others' median p99 µs).
     pub slow_endpoint: Option<(String, u64, u64)>,
+    /// The pod behind a cluster target throttled in the largest share of its CFS periods,
+    /// when notable (`stampede_core::pods::THROTTLED_NOTABLE`): (pod, share).
+    pub throttled_pod: Option<(String, f64)>,
 }
 
 impl TargetSide {
@@ -31,6 +34,9 @@ impl TargetSide {
                 .filter(|c| c.is_finite() && *c > 0.0),
             slow_endpoint: crate::endpoints::slow_endpoint(&report.endpoints)
                 .map(|(e, median)| (e.address.clone(), e.p99_us, median)),
+            throttled_pod: report.target_resources.as_ref().and_then(|t| {
+                crate::pods::most_throttled(&t.pods).map(|(p, share)| (p.to_string(), share))
+            }),
         }
     }
 }
@@ -84,6 +90,13 @@ pub fn findings(search: &Search, sides: &[TargetSide]) -> Vec<String> {
             axis.fmt(f.level),
             ms(*p99),
             ms(*median)
+        ));
+    }
+    if let Some((pod, share)) = &fs.throttled_pod {
+        out.push(format!(
+            "target CPU: pod {pod} throttled {:.0} % at the knee ({})",
+            share * 100.0,
+            axis.fmt(f.level)
         ));
     }
     let cores = (ok.and_then(|v| side(v)?.cpu_cores), fs.cpu_cores);
@@ -240,6 +253,23 @@ mod tests {
             "generator limited at 200/s: agent a-2 at 97% of its 1 core(s); this is not the \
              target's knee; reaching 500/s needs 3 agents (1500 µs of agent CPU per request at s 100)"
         );
+    }
+
+    /// A throttled pod at the first failing step is named, beside the CPU's own finding.
+    #[test]
+    fn a_throttled_pod_is_named_at_the_knee() {
+        let s = search(&[(400.0, true), (500.0, false)]);
+        let hot = TargetSide {
+            throttled_pod: Some(("web-2".into(), 0.42)),
+            ..cores(0.816)
+        };
+        let f = findings(&s, &[cores(0.8), hot]);
+        assert!(
+            f.iter()
+                .any(|l| l == "target CPU: pod web-2 throttled 42 % at the knee (500/s)"),
+            "{f:?}"
+        );
+        assert!(f.iter().any(|l| l.contains("saturated")), "{f:?}");
     }
 
     #[test]

@@ -26,6 +26,16 @@ use tokio_util::sync::CancellationToken;
 /// Most one look at the pods may take: a slow kubelet costs one sample, not the interval.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The Service's pods could not be listed (no RBAC for pods, the API server away): the run
+/// goes on without its target's pods, and says why once.
+#[derive(Debug, thiserror::Error)]
+#[error("the pods of the Service {namespace}/{service} cannot be listed: {error}")]
+pub struct PodListError {
+    namespace: String,
+    service: String,
+    error: kube::Error,
+}
+
 /// Why one read of the kubelet's metrics failed.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeMetricsError {
@@ -208,7 +218,9 @@ async fn sample(
             }
             Ok(Err(why)) => {
                 tracing::warn!(service = %target.service.name, %why, "the target's pods cannot be listed");
-                crate::lock(&observed).unavailable.get_or_insert(why);
+                crate::lock(&observed)
+                    .unavailable
+                    .get_or_insert(why.to_string());
             }
             Err(_) => {
                 tracing::warn!(service = %target.service.name, "a look at the target's pods took over {LOOK_TIMEOUT:?}")
@@ -240,15 +252,14 @@ async fn look(
     pods_api: &Api<Pod>,
     selector: &str,
     metrics: bool,
-) -> Result<Look, String> {
+) -> Result<Look, PodListError> {
     let list = pods_api
         .list(&ListParams::default().labels(selector))
         .await
-        .map_err(|e| {
-            format!(
-                "the pods of the Service {}/{} cannot be listed: {e}",
-                target.namespace, target.service.name
-            )
+        .map_err(|error| PodListError {
+            namespace: target.namespace.clone(),
+            service: target.service.name.clone(),
+            error,
         })?;
     let mut by_node: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut pods = Vec::new();

@@ -7,10 +7,9 @@
 use std::process::Command;
 
 use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{read_head, serve_each, serve_until_dropped, BIN};
+use crate::{answer_json, read_request, serve_each, serve_until_dropped, BIN};
 
 /// The `${env:...}` secret, with the characters the `json` filter escapes.
 const KEY: &str = r#"k3y"Sw0rd\fish/42"#;
@@ -25,29 +24,9 @@ async fn target() -> (String, crate::Stop) {
 
 async fn serve(mut s: TcpStream) {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let Some(end) = read_head(&mut s, &mut buf).await else {
-            return;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        let header = |name: &str| {
-            head.lines()
-                .find_map(|l| {
-                    let (n, v) = l.split_once(':')?;
-                    n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-                })
-                .unwrap_or_default()
-        };
-        let length: usize = header("content-length").parse().unwrap_or(0);
-        while buf.len() < end + length {
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        buf.drain(..end + length);
-        let path = head.split(' ').nth(1).unwrap_or_default();
+    while let Some(req) = read_request(&mut s, &mut buf).await {
+        let header = |name: &str| req.header(name);
+        let path = req.path();
         let user = path
             .split_once("user=")
             .map_or("", |(_, u)| u.split('&').next().unwrap_or(""));
@@ -62,11 +41,7 @@ async fn serve(mut s: TcpStream) {
             ),
             u => ("200 OK", format!(r#"{{"hello":"{u}"}}"#)),
         };
-        let out = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(out.as_bytes()).await.is_err() {
+        if !answer_json(&mut s, status, &body).await {
             return;
         }
     }

@@ -130,6 +130,59 @@ pub async fn read_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Opti
     }
 }
 
+/// One request a test target read whole: its head, for the path and the headers.
+pub struct Request {
+    pub head: String,
+}
+
+impl Request {
+    /// The request target (`/login?user=u01`).
+    pub fn path(&self) -> &str {
+        self.head.split(' ').nth(1).unwrap_or_default()
+    }
+
+    /// The value of header `name` (any case), or empty.
+    pub fn header(&self, name: &str) -> String {
+        self.head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Reads one whole request from `s` (its head, then a body by its content-length), leaving
+/// in `buf` what follows it; `None` once the peer closed first.
+pub async fn read_request(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
+    use tokio::io::AsyncReadExt as _;
+    let end = read_head(s, buf).await?;
+    let req = Request {
+        head: String::from_utf8_lossy(&buf[..end]).to_string(),
+    };
+    let length: usize = req.header("content-length").parse().unwrap_or(0);
+    let mut chunk = [0u8; 4096];
+    while buf.len() < end + length {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    buf.drain(..end + length);
+    Some(req)
+}
+
+/// Writes a JSON answer with `status` (`200 OK`); whether it could.
+pub async fn answer_json(s: &mut tokio::net::TcpStream, status: &str, body: &str) -> bool {
+    use tokio::io::AsyncWriteExt as _;
+    let out = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(out.as_bytes()).await.is_ok()
+}
+
 /// A child process that is killed when dropped.
 pub struct Proc(pub Child);
 

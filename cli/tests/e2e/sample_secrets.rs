@@ -4,10 +4,9 @@
 
 use std::process::Command;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{read_head, serve_each, Stop, BIN};
+use crate::{answer_json, read_request, serve_each, Stop, BIN};
 
 /// The `${env:...}` secret: in a query, a header and a body.
 const KEY: &str = "k3y-Sw0rdfish/42";
@@ -25,29 +24,9 @@ async fn target() -> (String, Stop) {
 
 async fn serve(mut s: TcpStream) {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let Some(end) = read_head(&mut s, &mut buf).await else {
-            return;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        let header = |name: &str| {
-            head.lines()
-                .find_map(|l| {
-                    let (n, v) = l.split_once(':')?;
-                    n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-                })
-                .unwrap_or_default()
-        };
-        let length: usize = header("content-length").parse().unwrap_or(0);
-        while buf.len() < end + length {
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        buf.drain(..end + length);
-        let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+    while let Some(req) = read_request(&mut s, &mut buf).await {
+        let header = |name: &str| req.header(name);
+        let path = req.path().to_string();
         let (status, body) = if path == "/token" {
             ("200 OK", format!(r#"{{"token":"{TOKEN}"}}"#))
         } else if path.starts_with("/login?user=u03") {
@@ -64,11 +43,7 @@ async fn serve(mut s: TcpStream) {
         } else {
             ("200 OK", r#"{"ok":true}"#.to_string())
         };
-        let out = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(out.as_bytes()).await.is_err() {
+        if !answer_json(&mut s, status, &body).await {
             return;
         }
     }

@@ -6,10 +6,10 @@
 
 use std::process::Command;
 
-use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{answer_json, read_request, serve_each, serve_until_dropped, BIN};
+use crate::grpc::{grpc_target, PROTO};
+use crate::{answer_json, read_request, serve_each, BIN};
 
 /// The `${env:...}` secret, with the characters the `json` filter escapes.
 const KEY: &str = r#"k3y"Sw0rd\fish/42"#;
@@ -153,19 +153,11 @@ async fn debug_prints_the_first_requests_and_answers_with_secrets_masked() {
     assert!(err.contains("-- debug 3/3  agent "), "{err}");
 }
 
-const PROTO: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../target-servers/proto/stampede/target/v1/target.proto"
-);
-
 /// A gRPC call the target fails: the debug print names the method, the grpc-status and the
 /// grpc-message, and the report's failure sample carries the grpc-message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_shows_a_grpc_calls_status_and_message() {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("grpc://{}", l.local_addr().unwrap());
-    let server = GrpcServer::new(GrpcConfig::default()).unwrap();
-    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let (_server, url, _stop) = grpc_target().await;
     let dir = tempfile::tempdir().unwrap();
     let scenario = format!(
         "name: debug-grpc\ntarget: {url}\ngrpc: {{ proto_files: [{PROTO}] }}\nmax_error_rate: none\n\

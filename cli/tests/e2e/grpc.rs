@@ -8,12 +8,15 @@ use tokio::net::TcpListener;
 
 use crate::{cli_run_local, serve_until_dropped, CliRun, Stop, BIN};
 
-const PROTO: &str = concat!(
+/// The gRPC target's own `.proto` file, the schema of the e2e gRPC scenarios.
+pub(crate) const PROTO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../target-servers/proto/stampede/target/v1/target.proto"
 );
 
-async fn grpc_target() -> (GrpcServer, String, Stop) {
+/// The real gRPC target on a port of its own: the server (for its counters), its
+/// `grpc://` URL, and the guard that stops it.
+pub(crate) async fn grpc_target() -> (GrpcServer, String, Stop) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("grpc://{}", l.local_addr().unwrap());
     let server = GrpcServer::new(GrpcConfig::default()).unwrap();

@@ -4,23 +4,8 @@
 //! messages are timed like SSE events (from the intended send, and between them), and a
 //! stream's failure is counted by its `grpc-status`.
 
-use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
-use tokio::net::TcpListener;
-
-use crate::{cli_run_local, serve_until_dropped, CliRun, Stop};
-
-const PROTO: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../target-servers/proto/stampede/target/v1/target.proto"
-);
-
-async fn grpc_target() -> (GrpcServer, String, Stop) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("grpc://{}", l.local_addr().unwrap());
-    let server = GrpcServer::new(GrpcConfig::default()).unwrap();
-    let stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
-    (server, url, stop)
-}
+use crate::grpc::{grpc_target, PROTO};
+use crate::{cli_run_local, CliRun};
 
 /// 10 sessions in 1 s, each running `session` (YAML list items, indented by 2).
 fn scenario(target: &str, extra: &str, session: &str) -> String {

@@ -127,7 +127,7 @@ mod tests {
     fn the_table_names_the_slow_endpoint_only() {
         let row = |a: &str, p99_us| EndpointReport {
             address: a.into(),
-            completed: 100,
+            completed: 1_000,
             p99_us,
             connections: 10,
             ..Default::default()

@@ -304,12 +304,20 @@ pub struct EndpointReport {
     pub connections: u64,
 }
 
+/// The fewest completed requests an endpoint needs before its p99 is compared: below it the
+/// p99 is one of the top two samples, and one scheduler hiccup on a busy generator doubles
+/// it (100-request rows were named slow at 3.9 ms against 1.85 ms with nothing wrong).
+pub const SLOW_ENDPOINT_MIN_COMPLETED: u64 = 200;
+
 /// An endpoint whose p99 is more than twice the median of the others' p99 (one slow pod
 /// hides in a merged percentile): (its row, the others' median p99 in µs). Endpoints with
-/// nothing completed are left out; with fewer than two measured endpoints there is nothing
-/// to compare. The slowest such endpoint is named.
+/// fewer than [`SLOW_ENDPOINT_MIN_COMPLETED`] completed are left out; with fewer than two
+/// measured endpoints there is nothing to compare. The slowest such endpoint is named.
 pub fn slow_endpoint(rows: &[EndpointReport]) -> Option<(&EndpointReport, u64)> {
-    let measured: Vec<&EndpointReport> = rows.iter().filter(|r| r.completed > 0).collect();
+    let measured: Vec<&EndpointReport> = rows
+        .iter()
+        .filter(|r| r.completed >= SLOW_ENDPOINT_MIN_COMPLETED)
+        .collect();
     if measured.len() < 2 {
         return None;
     }
@@ -386,7 +394,7 @@ mod tests {
     fn row(address: &str, p99_us: u64) -> EndpointReport {
         EndpointReport {
             address: address.into(),
-            completed: 10,
+            completed: SLOW_ENDPOINT_MIN_COMPLETED,
             p99_us,
             ..Default::default()
         }
@@ -402,6 +410,10 @@ mod tests {
         let mut idle = row("b", 0);
         idle.completed = 0;
         assert!(slow_endpoint(&[row("a", 9_000), idle]).is_none());
+        // A row too small for its p99 to mean anything is left out of the comparison.
+        let mut few = row("b", 41_000);
+        few.completed = SLOW_ENDPOINT_MIN_COMPLETED - 1;
+        assert!(slow_endpoint(&[row("a", 2_000), few, row("c", 2_100)]).is_none());
     }
 
     #[test]

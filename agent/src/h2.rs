@@ -162,6 +162,13 @@ impl Drop for Driver {
 
 pub(crate) fn h2_failure(e: &h2::Error) -> Failure {
     if let Some(io) = e.get_io() {
+        // h2 hands each stream the connection's I/O error again as a kind and a text, so
+        // rustls's error type is gone by then. Past the handshake a TLS failure (an alert,
+        // such as a client certificate refused after a TLS 1.3 handshake, or a bad record)
+        // is `InvalidData`, which a plain socket never returns.
+        if io.kind() == std::io::ErrorKind::InvalidData {
+            return Failure(error_kind::TLS);
+        }
         return io_failure(io, false);
     }
     if e.is_go_away() || (e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM)) {

@@ -243,7 +243,7 @@ pub async fn run(
         if let Ok(addrs) = tokio::net::lookup_host(authority).await {
             for a in addrs {
                 cfg.target_policy
-                    .deny_endpoint(a, "the controller's own address");
+                    .deny_local_server(a, "the controller's own address");
             }
         }
     }

@@ -6,12 +6,15 @@
 //!
 //! The scenario and what it asks for:
 //! - [`scenario`]: the file model ([`Scenario`], `Step`, `Phase`, `Load`), parsing and the JSON
-//!   Schema; `scenario/validate` checks the whole scenario once, every error naming the field;
+//!   Schema; `scenario/validate` checks the whole scenario once, every error naming the field
+//!   (the run's size bounds in `scenario/validate_bounds`, setup values and data rows in
+//!   `scenario/validate_data`);
 //!   `scenario/files` resolves what the CLI reads before submission (files, `${env:...}`).
 //! - [`target`]: the target URL parsed once (transport, host, port, path prefix, unix path).
 //! - [`http`], [`protocol`] (tcp and udp steps), [`grpc`] (unary calls, the response scanner,
 //!   the descriptor-free encoding program of a templated message), [`ws`] (WebSocket actions).
-//! - [`template`]: `${...}` parsed once into literal segments and typed references.
+//! - [`template`]: `${...}` parsed once into literal segments and typed references;
+//!   `template/text` is its text form, `template/render` the filters, times and generators.
 //! - [`data`]: CSV and JSON-lines sources, rows bound to a global key; `data/share` says which
 //!   agent runs which key and when rows run out.
 //! - [`extract`]: extractors and checks on a bounded body; a JSON Pointer read while parsing.

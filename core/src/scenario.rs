@@ -626,6 +626,8 @@ mod refs;
 mod scopes;
 mod step;
 mod validate;
+mod validate_bounds;
+mod validate_data;
 
 pub use ca::CaBundleError;
 pub use client_cert::{ClientCertError, ClientIdentity, SecretPem};

@@ -69,6 +69,27 @@ impl TargetPolicy {
         });
     }
 
+    /// Also refuses the port of `addr`, a server on this host (the controller), on every
+    /// address that reaches it from here: `addr` itself, and when it is a loopback or
+    /// unspecified address, that port on every loopback and unspecified address of both
+    /// families (a server bound to `0.0.0.0:P` answers on `127.0.0.2:P` and `[::1]:P` too).
+    pub fn deny_local_server(&mut self, addr: SocketAddr, why: impl Into<String>) {
+        let why = why.into();
+        self.deny_endpoint(addr, why.clone());
+        let ip = canonical(addr.ip());
+        if !(ip.is_loopback() || ip.is_unspecified()) {
+            return;
+        }
+        let local = ["127.0.0.0/8", "0.0.0.0/32", "::1/128", "::/128"];
+        for net in local.iter().filter_map(|n| n.parse::<IpNet>().ok()) {
+            self.deny.push(DenyRule {
+                net: Some(net),
+                port: Some(addr.port()),
+                why: why.clone(),
+            });
+        }
+    }
+
     /// Also refuses a port on every address (the kubelet's).
     pub fn deny_port(&mut self, port: u16, why: impl Into<String>) {
         self.deny.push(DenyRule {
@@ -268,6 +289,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not in the allowed"));
+        // A controller on this host is refused at its port on every local address.
+        let mut local = TargetPolicy::default();
+        local.deny_local_server(sa("0.0.0.0:7070"), "the controller's own address");
+        for a in [
+            "127.0.0.1:7070",
+            "127.0.0.2:7070",
+            "0.0.0.0:7070",
+            "[::1]:7070",
+            "[::]:7070",
+            "[::ffff:127.0.0.3]:7070",
+        ] {
+            let e = local.check(sa(a)).unwrap_err().to_string();
+            assert!(e.contains("controller's own address"), "{a}: {e}");
+        }
+        assert!(local.check(sa("127.0.0.2:7071")).is_ok());
         // Allowing the metadata network opens it.
         let mut q = TargetPolicy::default();
         q.allow_net("169.254.0.0/16".parse().unwrap());

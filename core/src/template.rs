@@ -20,11 +20,18 @@
 //! - a filter after `|`: `url` (percent-encoding), `json` (a JSON string's escapes), `hex`;
 //! - `$${` is a literal `${`: before a `{`, each `$$` is one literal `$` and a single `$`
 //!   left over opens a reference, so `$$${x}` is a `$` followed by `${x}`.
-
-use std::fmt::Write as _;
+//!
+//! This module parses; `template/text` writes a template back as text (the parser's
+//! inverse), and `template/render` holds what a reference writes per request (filters, time
+//! formats, generators).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod render;
+mod text;
+
+pub use render::{apply_filter, generate, session_rng, think_rng, write_time};
 
 /// Longest template accepted (the largest body a request step may carry).
 pub const MAX_TEMPLATE: usize = 1 << 20;
@@ -394,141 +401,6 @@ fn parse_generator(name: &str, args: &str) -> Result<Generator, RefError> {
     }
 }
 
-/// Writes `value` through `filter` to `out`.
-pub fn apply_filter(filter: Option<Filter>, value: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match filter {
-        None => out.extend_from_slice(value),
-        Some(Filter::Hex) => {
-            for &b in value {
-                out.push(HEX[usize::from(b >> 4)]);
-                out.push(HEX[usize::from(b & 15)]);
-            }
-        }
-        Some(Filter::Url) => {
-            for &b in value {
-                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                    out.push(b);
-                } else {
-                    out.extend_from_slice(&[
-                        b'%',
-                        HEX[usize::from(b >> 4)].to_ascii_uppercase(),
-                        HEX[usize::from(b & 15)].to_ascii_uppercase(),
-                    ]);
-                }
-            }
-        }
-        Some(Filter::Json) => {
-            for &b in value {
-                match b {
-                    b'"' => out.extend_from_slice(b"\\\""),
-                    b'\\' => out.extend_from_slice(b"\\\\"),
-                    b'\n' => out.extend_from_slice(b"\\n"),
-                    b'\r' => out.extend_from_slice(b"\\r"),
-                    b'\t' => out.extend_from_slice(b"\\t"),
-                    0..0x20 => out.extend_from_slice(&[
-                        b'\\',
-                        b'u',
-                        b'0',
-                        b'0',
-                        HEX[usize::from(b >> 4)],
-                        HEX[usize::from(b & 15)],
-                    ]),
-                    _ => out.push(b),
-                }
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Ref {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("${")?;
-        match &self.var {
-            Var::Env(n) => write!(f, "env:{n}")?,
-            Var::Data { source, column } => write!(f, "{source}.{column}")?,
-            Var::Extracted(n) => f.write_str(n)?,
-            Var::Setup(n) => write!(f, "setup.{n}")?,
-            Var::Builtin(Builtin::SessionIndex) => f.write_str("session.index")?,
-            Var::Builtin(Builtin::Agent) => f.write_str("session.agent")?,
-            Var::Builtin(Builtin::RunId) => f.write_str("run.id")?,
-            Var::Builtin(Builtin::Now(TimeFormat::Millis)) => f.write_str("now")?,
-            Var::Builtin(Builtin::Now(TimeFormat::Seconds)) => f.write_str("now.s")?,
-            Var::Builtin(Builtin::Now(TimeFormat::Iso)) => f.write_str("now.iso")?,
-            Var::Gen(Generator::Uuid) => f.write_str("uuid()")?,
-            Var::Gen(Generator::Int { min, max }) => write!(f, "int({min},{max})")?,
-            Var::Gen(Generator::Seq { start, step }) => write!(f, "seq({start},{step})")?,
-        }
-        match self.filter {
-            None => {}
-            Some(Filter::Url) => f.write_str("|url")?,
-            Some(Filter::Json) => f.write_str("|json")?,
-            Some(Filter::Hex) => f.write_str("|hex")?,
-        }
-        f.write_char('}')
-    }
-}
-
-/// The text of a template: [`Template::parse`] of it gives the template back. In a literal,
-/// a run of `$` is doubled where a `{` follows it, in the literal or as the start of the next
-/// reference (a value ending in `$` before a reference stays a `$`).
-impl std::fmt::Display for Template {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, s) in self.segments.iter().enumerate() {
-            match s {
-                Segment::Literal(text) => {
-                    let brace_next = match self.segments.get(i + 1) {
-                        Some(Segment::Ref(_)) => true,
-                        Some(Segment::Literal(next)) => next.starts_with('{'),
-                        None => false,
-                    };
-                    write_literal(f, text, brace_next)?;
-                }
-                Segment::Ref(r) => write!(f, "{r}")?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Writes literal text, doubling each run of `$` that a `{` follows (`brace_next`: one
-/// follows the text's end).
-fn write_literal(
-    f: &mut std::fmt::Formatter<'_>,
-    text: &str,
-    brace_next: bool,
-) -> std::fmt::Result {
-    let mut rest = text;
-    while let Some(at) = rest.find('$') {
-        f.write_str(&rest[..at])?;
-        let run = rest[at..].bytes().take_while(|&b| b == b'$').count();
-        let after = &rest[at + run..];
-        let doubled = if after.is_empty() {
-            brace_next
-        } else {
-            after.starts_with('{')
-        };
-        for _ in 0..if doubled { 2 * run } else { run } {
-            f.write_char('$')?;
-        }
-        rest = after;
-    }
-    f.write_str(rest)
-}
-
-impl TryFrom<String> for Template {
-    type Error = TemplateError;
-    fn try_from(s: String) -> Result<Self, TemplateError> {
-        Self::parse(&s)
-    }
-}
-
-impl From<Template> for String {
-    fn from(t: Template) -> String {
-        t.to_string()
-    }
-}
-
 impl Default for Template {
     fn default() -> Self {
         Self::literal("")
@@ -547,86 +419,9 @@ impl JsonSchema for Template {
     }
 }
 
-/// Writes `unix_ms` (milliseconds since the Unix epoch) to `out` in `format`.
-pub fn write_time(unix_ms: u64, format: TimeFormat, out: &mut Vec<u8>) {
-    use std::io::Write as _;
-    let _ = match format {
-        TimeFormat::Millis => write!(out, "{unix_ms}"),
-        TimeFormat::Seconds => write!(out, "{}", unix_ms / 1000),
-        TimeFormat::Iso => {
-            let (secs, ms) = (unix_ms / 1000, unix_ms % 1000);
-            let (days, rest) = (secs / 86_400, secs % 86_400);
-            let (y, m, d) = civil_from_days(days);
-            write!(
-                out,
-                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-                rest / 3600,
-                rest % 3600 / 60,
-                rest % 60
-            )
-        }
-    };
-}
-
-/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
-}
-
-/// The per-session generator: seeded from the run seed and the arrival index only, so the
-/// same arrival draws the same values whatever the number of agents.
-pub fn session_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
-    keyed_rng(seed, index, b"sessions")
-}
-
-/// The generator of a session's think times: like [`session_rng`], but a stream of its own,
-/// so adding a think time does not change the values the session generates.
-pub fn think_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
-    keyed_rng(seed, index, b"thinking")
-}
-
-fn keyed_rng(seed: u64, index: u64, domain: &[u8; 8]) -> rand_chacha::ChaCha8Rng {
-    use rand::SeedableRng;
-    let mut key = [0u8; 32];
-    key[..8].copy_from_slice(&seed.to_le_bytes());
-    key[8..16].copy_from_slice(&index.to_le_bytes());
-    key[16..24].copy_from_slice(domain);
-    rand_chacha::ChaCha8Rng::from_seed(key)
-}
-
-/// Writes a generated value for session `index` to `out` (unfiltered).
-pub fn generate(g: Generator, index: u64, rng: &mut impl rand::Rng, out: &mut Vec<u8>) {
-    match g {
-        Generator::Uuid => {
-            let bytes: [u8; 16] = rng.random();
-            let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
-            let mut buf = uuid::Uuid::encode_buffer();
-            out.extend_from_slice(id.hyphenated().encode_lower(&mut buf).as_bytes());
-        }
-        Generator::Int { min, max } => {
-            let v = rng.random_range(min..=max);
-            out.extend_from_slice(v.to_string().as_bytes());
-        }
-        Generator::Seq { start, step } => {
-            let v = i128::from(start) + i128::from(step) * i128::from(index);
-            out.extend_from_slice(v.to_string().as_bytes());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn parses_literals_refs_and_filters() {
@@ -666,79 +461,6 @@ mod tests {
         );
     }
 
-    /// An `${env:}` value ending in `$` before a reference: the text sent on is re-parsed by
-    /// the controller and agents, and must still hold the reference.
-    #[test]
-    fn a_dollar_before_a_reference_survives_the_text() {
-        let mut t = Template::parse("/x/${env:PRICE}${session.index}").unwrap();
-        t.resolve_env(&|_| Some("5$".into())).unwrap();
-        let again = Template::parse(&t.to_string()).unwrap();
-        assert_eq!(again, t);
-        assert_eq!(
-            again.segments(),
-            [
-                Segment::Literal("/x/5$".into()),
-                Segment::Ref(Ref {
-                    var: Var::Builtin(Builtin::SessionIndex),
-                    filter: None
-                })
-            ]
-        );
-        for (text, lit) in [
-            ("$${x}", "${x}"),
-            ("a$$$${", "a$${"),
-            ("$$", "$$"),
-            ("$}", "$}"),
-        ] {
-            assert_eq!(
-                Template::parse(text).unwrap().as_static(),
-                Some(lit),
-                "{text}"
-            );
-        }
-    }
-
-    fn segment() -> impl Strategy<Value = Segment> {
-        let r = prop_oneof![
-            Just(Var::Builtin(Builtin::SessionIndex)),
-            Just(Var::Extracted("tok".into())),
-            Just(Var::Data {
-                source: "users".into(),
-                column: "name".into()
-            }),
-            Just(Var::Gen(Generator::Int { min: -1, max: 7 })),
-        ];
-        let filter = prop_oneof![Just(None), Just(Some(Filter::Url)), Just(Some(Filter::Hex))];
-        prop_oneof![
-            "[$${}a]{1,8}".prop_map(Segment::Literal),
-            (r, filter).prop_map(|(var, filter)| Segment::Ref(Ref { var, filter })),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-
-        /// Any template (literals of `$`, `{`, `}` and text between references) is what its
-        /// text parses back to.
-        #[test]
-        fn the_text_parses_back_to_the_template(parts in prop::collection::vec(segment(), 0..8)) {
-            // The parser's form: adjacent literals merged, no empty literal but the only one.
-            let mut segments: Vec<Segment> = Vec::new();
-            for p in parts {
-                match (segments.last_mut(), p) {
-                    (Some(Segment::Literal(a)), Segment::Literal(b)) => a.push_str(&b),
-                    (_, p) => segments.push(p),
-                }
-            }
-            if segments.is_empty() {
-                segments.push(Segment::Literal(String::new()));
-            }
-            let t = Template { segments };
-            let text = t.to_string();
-            prop_assert_eq!(Template::parse(&text).unwrap(), t, "{}", text);
-        }
-    }
-
     #[test]
     fn errors_say_what_is_wrong() {
         for (text, want) in [
@@ -774,7 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn now_parses_and_writes_the_time() {
+    fn now_and_setup_references_parse() {
         let t = Template::parse("${now}|${now.s}|${now.iso|url}").unwrap();
         let vars: Vec<_> = t.refs().map(|r| r.var.clone()).collect();
         assert_eq!(
@@ -793,63 +515,5 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("is not a built-in"));
-        let write = |ms, f| {
-            let mut out = Vec::new();
-            write_time(ms, f, &mut out);
-            String::from_utf8(out).unwrap()
-        };
-        assert_eq!(
-            write(1_700_000_000_123, TimeFormat::Millis),
-            "1700000000123"
-        );
-        assert_eq!(write(1_700_000_000_123, TimeFormat::Seconds), "1700000000");
-        assert_eq!(
-            write(1_700_000_000_123, TimeFormat::Iso),
-            "2023-11-14T22:13:20.123Z"
-        );
-        assert_eq!(write(0, TimeFormat::Iso), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            write(951_782_400_000, TimeFormat::Iso),
-            "2000-02-29T00:00:00.000Z"
-        );
-    }
-
-    #[test]
-    fn filters_escape() {
-        let mut out = Vec::new();
-        apply_filter(Some(Filter::Url), "a b/ü".as_bytes(), &mut out);
-        assert_eq!(out, b"a%20b%2F%C3%BC");
-        out.clear();
-        apply_filter(Some(Filter::Json), b"q\"\\\n\x01", &mut out);
-        assert_eq!(out, b"q\\\"\\\\\\n\\u0001");
-        out.clear();
-        apply_filter(Some(Filter::Hex), b"\x01\xab", &mut out);
-        assert_eq!(out, b"01ab");
-    }
-
-    #[test]
-    fn generators_depend_on_seed_and_index_only() {
-        let draw = |seed, index| {
-            let mut rng = session_rng(seed, index);
-            let mut out = Vec::new();
-            generate(Generator::Uuid, index, &mut rng, &mut out);
-            generate(Generator::Int { min: 1, max: 6 }, index, &mut rng, &mut out);
-            generate(
-                Generator::Seq {
-                    start: 100,
-                    step: 3,
-                },
-                index,
-                &mut rng,
-                &mut out,
-            );
-            String::from_utf8(out).unwrap()
-        };
-        assert_eq!(draw(7, 42), draw(7, 42));
-        assert_ne!(draw(7, 42), draw(7, 43));
-        assert_ne!(draw(7, 42), draw(8, 42));
-        let v = draw(7, 42);
-        assert_eq!(&v[14..15], "4", "a version 4 UUID: {v}");
-        assert!(v.ends_with("226"), "{v}");
     }
 }

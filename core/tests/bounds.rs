@@ -3,11 +3,12 @@
 //! field and the limit, so what validates is what agents and the controller will hold.
 
 use proptest::prelude::*;
+use stampede_core::endpoints::MAX_ENDPOINTS;
 use stampede_core::scenario::{
     Scenario, MAX_AGENTS, MAX_DEBUG, MAX_PHASES, MAX_PHASE_STEPS, MAX_REQUEST_STEPS,
     MAX_SETUP_VALUES, MAX_STEPS, MAX_THRESHOLDS,
 };
-use stampede_core::workload::MAX_SESSION_TYPES;
+use stampede_core::workload::{MAX_MIX_PERIOD, MAX_SESSION_TYPES, MAX_WORKLOADS};
 
 const HEAD: &str = "name: b\ntarget: http://127.0.0.1:1\n";
 
@@ -42,6 +43,32 @@ fn with(bound: Bound, n: usize) -> String {
             )
         }
         Bound::Debug => format!("{HEAD}debug: {n}\n{}{session}", phases(1)),
+        Bound::Workloads => {
+            let w: Vec<String> = (0..n)
+                .map(|i| {
+                    format!(
+                        "  - {{ name: w{i}, {}, session: {} }}\n",
+                        phases(1).trim_end(),
+                        steps(1)
+                    )
+                })
+                .collect();
+            format!("{HEAD}workloads:\n{}", w.concat())
+        }
+        Bound::SessionTypes => mix(n, 1, 1),
+        Bound::MixWeights => format!(
+            "{HEAD}{}sessions:\n  - {{ name: a, weight: {}, steps: {} }}\n  - {{ name: b, weight: 1, steps: {} }}\n",
+            phases(1),
+            n - 1,
+            steps(1),
+            steps(1)
+        ),
+        Bound::Endpoints => {
+            let e: Vec<String> = (0..n)
+                .map(|i| format!("'127.0.{}.{}:80'", i / 250, i % 250 + 1))
+                .collect();
+            format!("{HEAD}endpoints: [ {} ]\n{}{session}", e.join(", "), phases(1))
+        }
     }
 }
 
@@ -53,6 +80,10 @@ enum Bound {
     Steps,
     SetupValues,
     Debug,
+    Workloads,
+    SessionTypes,
+    MixWeights,
+    Endpoints,
 }
 
 impl Bound {
@@ -65,6 +96,10 @@ impl Bound {
             Bound::Steps => (MAX_STEPS, "session"),
             Bound::SetupValues => (MAX_SETUP_VALUES, "setup"),
             Bound::Debug => (MAX_DEBUG as usize, "debug"),
+            Bound::Workloads => (MAX_WORKLOADS, "workloads"),
+            Bound::SessionTypes => (MAX_SESSION_TYPES, "sessions"),
+            Bound::MixWeights => (MAX_MIX_PERIOD as usize, "sessions"),
+            Bound::Endpoints => (MAX_ENDPOINTS, "endpoints"),
         }
     }
 }
@@ -77,6 +112,10 @@ fn bound() -> impl Strategy<Value = Bound> {
         Just(Bound::Steps),
         Just(Bound::SetupValues),
         Just(Bound::Debug),
+        Just(Bound::Workloads),
+        Just(Bound::SessionTypes),
+        Just(Bound::MixWeights),
+        Just(Bound::Endpoints),
     ]
 }
 

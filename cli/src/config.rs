@@ -273,6 +273,11 @@ pub struct ControllerArgs {
     /// goes)
     #[arg(long, env = "STAMPEDE_RESTART_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub restart_grace: Duration,
+    /// How long a run stays open, once an agent is lost while its load may still run (its
+    /// link cut), for that agent to come back and deliver what it sent (default: the lease,
+    /// the restart grace and 2s; 0s: end at once, the report naming what may be missing)
+    #[arg(long, env = "STAMPEDE_LOST_AGENT_WAIT", value_parser = parse_duration)]
+    pub lost_agent_wait: Option<Duration>,
     /// Most agents one run may ask for; the agent Deployment is never scaled above it.
     #[arg(long, env = "STAMPEDE_MAX_AGENTS", default_value_t = stampede_core::scenario::MAX_AGENTS)]
     pub max_agents: u32,

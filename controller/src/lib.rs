@@ -70,6 +70,13 @@ pub struct ControllerConfig {
     /// to restart on its data directory and re-adopt the run (agents cap it with their own
     /// setting). A controller that did not restart waits only for a reconnect.
     pub restart_grace: Duration,
+    /// How long a run stays open, after the agent-loss policy has decided, for the books of
+    /// an agent lost while its load may still run (its stream went silent or closed before
+    /// its lease lapsed): one that reconnects within it replays what it collected, so the
+    /// report counts every request it sent. `None`: the lease, the restart grace and a margin
+    /// to reconnect (the longest its load can go on); zero: the report is written at once,
+    /// naming what each such agent may have sent after its last interval delivered.
+    pub lost_agent_wait: Option<Duration>,
     /// How long a submitted run waits for enough agents before failing, when its submission
     /// names no wait.
     pub agent_wait: Duration,
@@ -143,6 +150,7 @@ impl ControllerConfig {
             tls: None,
             lease: Duration::from_secs(1),
             restart_grace: DEFAULT_RESTART_GRACE,
+            lost_agent_wait: None,
             agent_wait: Duration::from_secs(30),
             max_agent_wait: stampede_core::scenario::MAX_AGENT_WAIT,
             max_pending_runs: DEFAULT_MAX_PENDING_RUNS,

@@ -26,6 +26,7 @@ pub async fn controller(a: ControllerArgs) -> Result<i32> {
     cfg.max_pending_runs = a.max_pending_runs as usize;
     cfg.lease = a.lease;
     cfg.restart_grace = a.restart_grace;
+    cfg.lost_agent_wait = a.lost_agent_wait;
     cfg.max_agents = a.max_agents.max(1);
     cfg.reports_keep = a.reports_keep.max(1);
     cfg.reports_max_age = Some(a.reports_max_age);

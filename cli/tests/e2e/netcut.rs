@@ -121,16 +121,18 @@ struct Rig {
 
 impl Rig {
     async fn start(lease: &str) -> Self {
+        Self::start_with(lease, &[]).await
+    }
+
+    /// As [`Rig::start`], with `extra` arguments for the controller.
+    async fn start_with(lease: &str, extra: &[&str]) -> Self {
         let target = Target::start(0).await;
         let data = tempfile::tempdir().unwrap();
-        let (controller, url) = spawn_controller_with(
-            "127.0.0.1:0",
-            TOKEN,
-            data.path(),
-            // Cuts the kernel reports are ridden out within a restart grace: these tests are
-            // about the lease alone.
-            &["--lease", lease, "--restart-grace", "0s"],
-        );
+        // Cuts the kernel reports are ridden out within a restart grace: these tests are
+        // about the lease alone.
+        let mut args = vec!["--lease", lease, "--restart-grace", "0s"];
+        args.extend_from_slice(extra);
+        let (controller, url) = spawn_controller_with("127.0.0.1:0", TOKEN, data.path(), &args);
         let proxy = CutProxy::start(url.trim_start_matches("http://").to_string()).await;
         Self {
             target,
@@ -256,5 +258,79 @@ async fn a_long_cut_under_tolerate_merges_the_replay_once() {
         away.completed > 0 && away.completed < 600,
         "the cut agent delivered what it sent before its lease lapsed: {}",
         away.completed
+    );
+}
+
+/// A link held cut (open, forwarding nothing) past the lease and lifted only after the run's
+/// decision: the agent's load stops within its lease, the run fails under `fail` naming the
+/// agent, and stays open for the lost agent's books; once the link is back the agent replays
+/// what it sent after the cut and its Done, and the report counts every request the target
+/// served, each started one completed, failed or interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_cut_lifted_after_the_decision_keeps_every_request_on_the_books() {
+    let rig = Rig::start_with("1s", &["--lost-agent-wait", "30s"]).await;
+    let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-held");
+    let run = rig.run("  - { duration: 30s, arrival_rate: 100 }\n", "", 1);
+
+    until_served(&rig.target, 150).await;
+    rig.proxy.set_blackhole(true);
+    // Silent past its silence limit and lease (7 s with a 1 s lease and interval), the agent
+    // is lost and the policy decides; before this fix the run ended there.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        !run.is_finished(),
+        "the run waits for the lost agent's books"
+    );
+    rig.proxy.set_blackhole(false);
+
+    let r = run.await.unwrap();
+    assert_eq!(r.outcome, RunOutcome::Failed, "{:?}", r.message);
+    let message = r.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("cut-held") && message.contains("lost"),
+        "{message}"
+    );
+    let t = &r.totals;
+    let accounted = t.completed + t.failed + t.interrupted;
+    assert_eq!(t.started, accounted, "{t:?}");
+    let served = rig.target.requests();
+    assert!(
+        served <= accounted,
+        "the target served {served}, the report accounts for {accounted}"
+    );
+    let agent = r.agents.iter().find(|a| a.id == "cut-held").unwrap();
+    assert!(agent.lost && agent.unreported.is_none(), "{agent:?}");
+    assert!(r.duration_s < 25.0, "the run did not wait out its 30 s");
+}
+
+/// The same held cut, never lifted, with no wait for the lost agent's books: the report is
+/// written at the decision and names the gap, where the agent's books end and at most how
+/// many requests it may have sent after them, which covers what the target served beyond
+/// the books.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_cut_never_lifted_names_the_gap_on_the_report() {
+    let rig = Rig::start_with("1s", &["--lost-agent-wait", "0s"]).await;
+    let _agent = spawn_agent(&rig.proxy.url, TOKEN, "cut-gone");
+    let run = rig.run("  - { duration: 30s, arrival_rate: 100 }\n", "", 1);
+
+    until_served(&rig.target, 150).await;
+    rig.proxy.set_blackhole(true);
+    let r = run.await.unwrap();
+    assert_eq!(r.outcome, RunOutcome::Failed, "{:?}", r.message);
+    let agent = r.agents.iter().find(|a| a.id == "cut-gone").unwrap();
+    let gap = agent.unreported.expect("the gap is on the report");
+    let most = gap.requests_max.expect("an open load's bound");
+    let served = rig.target.requests();
+    let t = &r.totals;
+    let accounted = t.completed + t.failed + t.interrupted;
+    assert!(
+        served > accounted && served <= accounted + most,
+        "served {served}, on the books {accounted}, named as possibly missing {most}"
+    );
+    assert!(gap.books_end_s > 0.0 && gap.window_s > 0.0, "{gap:?}");
+    let message = r.message.unwrap_or_default();
+    assert!(
+        message.contains("cut-gone") && message.contains("its books end at"),
+        "{message}"
     );
 }

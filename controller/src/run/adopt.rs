@@ -120,7 +120,7 @@ fn entries(members: &[Member]) -> Vec<MemberEntry> {
             agent_id: m.agent_id.clone(),
             state: match m.state() {
                 MemberState::Done => MemberRecord::Done,
-                MemberState::Lost { why } => MemberRecord::Lost { why: why.clone() },
+                MemberState::Lost { why, .. } => MemberRecord::Lost { why: why.clone() },
                 _ => MemberRecord::Running,
             },
             offset_ns: m.offset_ns,
@@ -227,7 +227,10 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
                 m.move_to(MemberState::Done);
             }
             MemberRecord::Lost { why } => {
-                m.move_to(MemberState::Lost { why: why.clone() });
+                m.move_to(MemberState::Lost {
+                    why: why.clone(),
+                    books: Books::Partial,
+                });
                 acc.mark_lost(i);
             }
         }

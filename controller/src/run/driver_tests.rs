@@ -492,36 +492,117 @@ async fn a_closed_stream_is_lost_without_waiting_for_the_restart_grace() {
     );
 }
 
-/// An agent whose stream stays up but says nothing (a stopped process) gets no renewals past
-/// the silence limit, and is lost one lease later, when its load has surely stopped.
+/// A one-agent run of 60 s at 1 arrival a second.
+fn a_minute() -> Scenario {
+    Scenario::from_yaml(
+        "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 60s, arrival_rate: 1 }\n\
+         session:\n  - http: { path: / }\n",
+    )
+    .unwrap()
+}
+
+/// Waits (on the paused clock) until the run leaves `Running`; returns how long that took.
+async fn until_decided(h: &RunHandle) -> Duration {
+    let t = Instant::now();
+    while h.state().state == RunState::Running {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    t.elapsed()
+}
+
+/// An agent whose stream stays up but says nothing (a stopped process, a link that carries
+/// nothing) gets no renewals past the silence limit, and is lost one lease later, when its
+/// load has surely stopped. The policy decides then; the run waits its lease and a margin
+/// (no restart grace here) for what the agent sent, and, as it never comes, ends naming
+/// the gap: where its books end and at most how many requests may be missing.
 #[tokio::test(start_paused = true)]
 async fn a_silent_agent_is_lost_a_lease_after_its_renewals_stop() {
     let (_dir, c) = controller();
     let mut a1 = join(&c.inner, 1, "a1");
-    let h = start(
-        c.inner.clone(),
-        Scenario::from_yaml(
-            "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 60s, arrival_rate: 1 }\n\
-             session:\n  - http: { path: / }\n",
-        )
-        .unwrap(),
-        1,
-        Duration::from_secs(30),
-    );
+    let h = start(c.inner.clone(), a_minute(), 1, Duration::from_secs(30));
     ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
     let t = Instant::now();
-    h.finished().await;
     // Silence limit (lease + 5 intervals = 6 s) and a lease, from T0 (100 ms after the Start),
     // seen at the next interval's tick: 7 s, not the run's 60 s.
-    let lost_after = t.elapsed();
+    let lost_after = until_decided(&h).await;
     assert!(
         lost_after > Duration::from_secs(7) && lost_after <= Duration::from_secs(9),
         "{lost_after:?}"
     );
     let s = h.state();
+    assert_eq!(s.state, RunState::Finishing);
+    assert!(s.message.contains("waiting up to 3.0 s"), "{}", s.message);
+    h.finished().await;
+    assert_eq!(t.elapsed(), lost_after + LEASE + Duration::from_secs(2));
+    let s = h.state();
     assert_eq!(s.state, RunState::Failed);
     assert!(
         s.message.contains("a1") && s.message.contains("silent for more than 7.0 s"),
+        "{}",
+        s.message
+    );
+    // Nothing delivered: its books end at T0, and its planned rate (1/s) over the time its
+    // load could go on (silence limit and lease from T0) bounds what may be missing.
+    assert!(
+        s.message.contains("its books end at 0.0 s")
+            && s.message.contains("up to 7 more requests in the 7.0 s"),
+        "{}",
+        s.message
+    );
+}
+
+/// The same silent agent comes back while the run waits for its books and delivers its
+/// Done: the run ends at once, still failed by the policy, its books complete (no gap
+/// named); a second Done changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_lost_agent_back_within_the_wait_completes_the_books_and_ends_the_run() {
+    let (_dir, c) = controller();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), a_minute(), 1, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    until_decided(&h).await;
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(h.state().state, RunState::Finishing, "still waiting");
+    done(&h, "a1");
+    done(&h, "a1");
+    h.finished().await;
+    assert_eq!(
+        t.elapsed(),
+        Duration::from_millis(1500),
+        "ended at its Done"
+    );
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("a1") && s.message.contains("lost"),
+        "{}",
+        s.message
+    );
+    assert!(!s.message.contains("books end"), "{}", s.message);
+}
+
+/// With no wait for lost agents' books, the run ends at the decision, the gap named.
+#[tokio::test(start_paused = true)]
+async fn with_no_wait_a_lost_agents_books_close_at_the_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = crate::ControllerConfig::new(dir.path());
+    cfg.lease = LEASE;
+    cfg.restart_grace = Duration::ZERO;
+    cfg.interval = Duration::from_secs(1);
+    cfg.start_delay = Duration::from_millis(100);
+    cfg.lost_agent_wait = Some(Duration::ZERO);
+    let c = crate::Controller::new(cfg).unwrap();
+    let mut a1 = join(&c.inner, 1, "a1");
+    let h = start(c.inner.clone(), a_minute(), 1, Duration::from_secs(30));
+    ready_and_started(&h, &mut [(&mut a1, "a1")]).await;
+    let t = Instant::now();
+    h.finished().await;
+    assert!(t.elapsed() <= Duration::from_secs(9), "{:?}", t.elapsed());
+    let s = h.state();
+    assert_eq!(s.state, RunState::Failed);
+    assert!(
+        s.message.contains("its books end at 0.0 s"),
         "{}",
         s.message
     );

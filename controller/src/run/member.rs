@@ -25,8 +25,25 @@ pub(super) enum MemberState {
     },
     /// It sent its Done: every interval it ran is delivered.
     Done,
-    /// The run gave up on it (failed, stopped early, away too long, too slow to finish).
-    Lost { why: String },
+    /// The run gave up on it (failed, stopped early, away too long, silent, too slow to
+    /// finish): the loss policy has counted it. `books` says whether what it sent is all on
+    /// the run's books, or may still arrive.
+    Lost { why: String, books: Books },
+}
+
+/// A lost agent's books: whether every request it sent is in the run's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Books {
+    /// It was lost while its load may still run (its stream went silent or closed before its
+    /// lease lapsed): the run stays open until `until` for it to reconnect and replay what it
+    /// collected, and its Done.
+    Awaited { until: tokio::time::Instant },
+    /// Every interval it ran is on the books: its Done arrived, or it stopped itself and said
+    /// so.
+    Complete,
+    /// Closed as they were: what it sent after its last interval delivered is not on them
+    /// (the report says how much that may be).
+    Partial,
 }
 
 impl MemberState {
@@ -37,6 +54,14 @@ impl MemberState {
     pub(super) fn may_become(&self, next: &MemberState) -> bool {
         use MemberState::*;
         match (self, next) {
+            // Awaited books close once, complete or partial, for the same loss.
+            (
+                Lost {
+                    why,
+                    books: Books::Awaited { .. },
+                },
+                Lost { why: w, books: b },
+            ) => why == w && !matches!(b, Books::Awaited { .. }),
             (Done | Lost { .. }, _) => false,
             (_, Lost { .. }) => true,
             (Assigned, Ready) => true,
@@ -48,7 +73,7 @@ impl MemberState {
         }
     }
 
-    /// Whether the agent has ended its part (done or lost).
+    /// Whether the agent has ended its part (done or lost), its books aside.
     pub(super) fn is_final(&self) -> bool {
         matches!(self, MemberState::Done | MemberState::Lost { .. })
     }
@@ -131,9 +156,50 @@ impl Member {
     /// Why it was lost, if it was.
     pub(super) fn lost_why(&self) -> Option<&str> {
         match &self.state {
-            MemberState::Lost { why } => Some(why),
+            MemberState::Lost { why, .. } => Some(why),
             _ => None,
         }
+    }
+
+    /// Until when the run waits for the books of this lost agent, if it does.
+    pub(super) fn books_awaited(&self) -> Option<tokio::time::Instant> {
+        match self.state {
+            MemberState::Lost {
+                books: Books::Awaited { until },
+                ..
+            } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// Whether the run still waits for this agent: its part, or the books of its loss.
+    pub(super) fn outstanding(&self) -> bool {
+        self.pending() || self.books_awaited().is_some()
+    }
+
+    /// Its Done arrived: a running member is done; a lost one whose books were awaited has
+    /// them complete (it stays lost). Returns whether it moved.
+    pub(super) fn delivered(&mut self) -> bool {
+        if let MemberState::Lost { why, .. } = &self.state {
+            let why = why.clone();
+            return self.move_to(MemberState::Lost {
+                why,
+                books: Books::Complete,
+            });
+        }
+        self.move_to(MemberState::Done)
+    }
+
+    /// Closes the awaited books of a lost member as they are. Returns whether it moved.
+    pub(super) fn close_books(&mut self) -> bool {
+        let MemberState::Lost { why, .. } = &self.state else {
+            return false;
+        };
+        let why = why.clone();
+        self.move_to(MemberState::Lost {
+            why,
+            books: Books::Partial,
+        })
     }
 
     /// Until when a member whose stream closed may come back.
@@ -232,7 +298,10 @@ mod tests {
         assert!(m.move_to(MemberState::Running), "it came back");
         assert!(m.move_to(MemberState::Done) && m.is_done() && !m.pending());
         assert!(
-            !m.move_to(MemberState::Lost { why: "late".into() }),
+            !m.move_to(MemberState::Lost {
+                why: "late".into(),
+                books: Books::Partial
+            }),
             "done is final"
         );
         assert!(!m.move_to(MemberState::Running));
@@ -240,7 +309,8 @@ mod tests {
 
         let mut l = member();
         assert!(l.move_to(MemberState::Lost {
-            why: "refused".into()
+            why: "refused".into(),
+            books: Books::Complete
         }));
         assert!(
             !l.move_to(MemberState::Done),
@@ -280,7 +350,14 @@ mod tests {
                 window: Duration::ZERO,
             },
             MemberState::Done,
-            MemberState::Lost { why: String::new() },
+            MemberState::Lost {
+                why: String::new(),
+                books: Books::Complete,
+            },
+            MemberState::Lost {
+                why: String::new(),
+                books: Books::Partial,
+            },
         ];
         for s in &all {
             for n in &all {
@@ -291,6 +368,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A member lost while its load may still run: the run waits for its books, which close
+    /// once, complete (its Done) or partial (not back in time), and it stays lost either way.
+    #[tokio::test(start_paused = true)]
+    async fn awaited_books_close_once_and_the_loss_stands() {
+        let until = Instant::now() + Duration::from_secs(8);
+        let lost = |books| MemberState::Lost {
+            why: "silent".into(),
+            books,
+        };
+        for complete in [true, false] {
+            let mut m = member();
+            assert!(m.move_to(MemberState::Ready) && m.move_to(MemberState::Running));
+            assert!(m.move_to(lost(Books::Awaited { until })));
+            assert!(!m.pending() && m.outstanding());
+            assert_eq!(m.books_awaited(), Some(until));
+            assert!(
+                !m.move_to(MemberState::Lost {
+                    why: "another reason".into(),
+                    books: Books::Partial
+                }),
+                "the loss keeps its reason"
+            );
+            assert!(!m.move_to(lost(Books::Awaited { until })), "awaited once");
+            assert!(if complete {
+                m.delivered()
+            } else {
+                m.close_books()
+            });
+            assert_eq!(m.lost_why(), Some("silent"), "still lost");
+            assert!(!m.outstanding() && !m.is_done());
+            assert!(!m.delivered() && !m.close_books(), "closed once");
+            let books = if complete {
+                Books::Complete
+            } else {
+                Books::Partial
+            };
+            assert_eq!(m.state(), &lost(books));
+        }
+        let mut d = member();
+        assert!(d.move_to(MemberState::Ready) && d.move_to(MemberState::Running));
+        assert!(!d.close_books(), "only a lost member's books close");
+        assert!(d.delivered() && d.is_done());
     }
 
     /// In order, out of order and replayed intervals: each counts once, and `next` is the

@@ -31,7 +31,7 @@ pub(crate) use adopt::adopt_all;
 pub use state::{RunState, Status};
 
 use crate::{lock, unix_ms, unix_ns, Inner};
-use member::{agent_text, is_member, Member, MemberState};
+use member::{agent_text, is_member, Books, Member, MemberState};
 
 /// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(10 * 366 * 86_400);

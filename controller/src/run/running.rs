@@ -25,6 +25,12 @@ pub(super) fn away_grace(cfg: &crate::ControllerConfig) -> Duration {
     cfg.lease + cfg.restart_grace + REJOIN_MARGIN
 }
 
+/// How long a run waits for the books of an agent lost while its load may still run: the
+/// configured wait, else the longest its load can go on and it can take to come back.
+pub(super) fn lost_agent_wait(cfg: &crate::ControllerConfig) -> Duration {
+    cfg.lost_agent_wait.unwrap_or_else(|| away_grace(cfg))
+}
+
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
         for m in members.iter().filter(|m| m.pending()) {
@@ -272,7 +278,13 @@ impl Driver {
         let windowed = live_thresholds.iter().any(|t| t.window_s.is_some());
         let mut closed_seen = 0usize;
 
-        while members.iter().any(Member::pending) {
+        // Per lost agent whose books stay partial: what may be missing from them.
+        let mut gaps: Vec<String> = Vec::new();
+        while members.iter().any(Member::outstanding) {
+            self.close_due_books(&mut members, &mut acc, (t0, Instant::now()), &mut gaps);
+            if !members.iter().any(Member::outstanding) {
+                break;
+            }
             if failure.is_some() {
                 renewals.stop();
                 if !ending_saved {
@@ -288,7 +300,10 @@ impl Driver {
                     );
                 }
             }
-            let away = members.iter().filter_map(Member::away_until).min();
+            let away = members
+                .iter()
+                .filter_map(|m| m.away_until().or(m.books_awaited()))
+                .min();
             tokio::select! {
                 _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
                     let now = Instant::now();
@@ -299,8 +314,10 @@ impl Driver {
                         .collect();
                     for (agent_id, window) in gone {
                         let why = format!("connection lost and not back within {:.1} s", window.as_secs_f64());
-                        self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
+                        // Its load may go on within its lease and restart grace: its books are awaited.
+                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), policy, &mut failure, &mut deadline).await;
                     }
+                    // Awaited books that are due close at the top of the loop.
                 }
                 set = Self::next_service_set(&mut self.service) => {
                     self.forward_service_set(&members, set);
@@ -316,7 +333,8 @@ impl Driver {
                         .collect();
                     for agent_id in silent {
                         let why = format!("silent for more than {:.1} s", silent_lost.as_secs_f64());
-                        self.agent_lost(&mut members, &mut acc, &agent_id, &why, policy, &mut failure, &mut deadline).await;
+                        // A link that carries nothing back: what it sent since may yet come.
+                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), policy, &mut failure, &mut deadline).await;
                     }
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(s) = acc.snapshot(elapsed) {
@@ -362,20 +380,21 @@ impl Driver {
                                 // Its data is complete, but it did not deliver its share: the
                                 // loss policy decides, and the run cannot be `succeeded`.
                                 let why: String = if done.reason.is_empty() { "stopped early".into() } else { agent_text(&done.reason) };
-                                self.agent_lost(&mut members, &mut acc, &agent_id, &format!("stopped early: {why}"), policy, &mut failure, &mut deadline).await;
+                                self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("stopped early: {why}"), false), policy, &mut failure, &mut deadline).await;
                             }
                             if let Some(&i) = index.get(&agent_id) {
-                                members[i].move_to(MemberState::Done);
+                                // Done, or a lost agent's books complete (it stays lost).
+                                members[i].delivered();
                                 renewals.retire(i);
                                 tracing::info!(run = %self.h.run_id, agent = %agent_id, last = done.last_interval, early = done.stopped_early, "agent done");
-                                if !members.iter().any(Member::pending) {
+                                if !members.iter().any(Member::outstanding) {
                                     break; // acknowledged once the report is stored
                                 }
                                 // Its Done is acknowledged once the checkpoint holds it.
                                 self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
                                 self.ack_done(&members[i]);
                             }
-                            if !members.iter().any(Member::pending) {
+                            if !members.iter().any(Member::outstanding) {
                                 break;
                             }
                             if failure.is_none() && members.iter().filter(|m| m.is_done()).count() == 1 {
@@ -384,7 +403,7 @@ impl Driver {
                         }
                         RunInput::Failed { agent_id, reason } => {
                             if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
-                            self.agent_lost(&mut members, &mut acc, &agent_id, &format!("agent failed: {}", agent_text(&reason)), policy, &mut failure, &mut deadline).await;
+                            self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("agent failed: {}", agent_text(&reason)), false), policy, &mut failure, &mut deadline).await;
                         }
                         RunInput::Disconnected { agent_id, conn_id } => {
                             // A stream it already replaced closing late changes nothing.
@@ -452,21 +471,24 @@ impl Driver {
                     failure = Some(Failure::Aborted("controller shut down".into()));
                     break;
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = tokio::time::sleep_until(deadline), if members.iter().any(Member::pending) => {
                     renewals.stop();
                     for (i, m) in members.iter_mut().enumerate().filter(|(_, m)| m.pending()) {
                         tracing::warn!(agent = %m.agent_id, "agent did not finish in time; counting it lost");
-                        m.move_to(MemberState::Lost { why: "did not finish in time".into() });
+                        m.move_to(MemberState::Lost { why: "did not finish in time".into(), books: Books::Partial });
                         acc.mark_lost(i);
                     }
                     if failure.is_none() && matches!(policy, AgentLossPolicy::Fail) {
                         failure = Some(Failure::Failed("agents did not finish in time".into()));
                     }
-                    break;
+                    // Lost agents' books still awaited keep the run open until they are due.
                 }
             }
         }
         drop(renewals);
+        // However the loop ended, books still awaited close as they are.
+        let every = Instant::now() + FAR_FUTURE;
+        self.close_due_books(&mut members, &mut acc, (t0, every), &mut gaps);
         let duration_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
         // Without a failure, lost agents (tolerated) or agents that stopped early still mean
         // the run delivered less than planned.
@@ -474,12 +496,17 @@ impl Driver {
             .iter()
             .filter_map(|m| Some(format!("agent {} was lost ({})", m.agent_id, m.lost_why()?)))
             .collect();
-        let (outcome, message) = match failure {
+        let (outcome, mut message) = match failure {
             None if !short.is_empty() => (RunOutcome::Incomplete, Some(short.join("; "))),
             None => (RunOutcome::Succeeded, None),
             Some(Failure::Failed(m)) => (RunOutcome::Failed, Some(m)),
             Some(Failure::Aborted(m)) => (RunOutcome::Aborted, Some(m)),
         };
+        if !gaps.is_empty() {
+            // The gap between the books and what a target served is named, never silent.
+            let head = message.map(|m| format!("{m}; ")).unwrap_or_default();
+            message = Some(format!("{head}{}", gaps.join("; ")));
+        }
         self.release();
         self.target_resources = observer.finish().await;
         if let Some(pods) = target_pods {
@@ -493,8 +520,61 @@ impl Driver {
         if let Some(c) = checkpoint {
             c.remove();
         }
-        for m in members.iter().filter(|m| m.is_done()) {
+        for m in members.iter().filter(|m| {
+            m.is_done()
+                || matches!(
+                    m.state(),
+                    MemberState::Lost {
+                        books: Books::Complete,
+                        ..
+                    }
+                )
+        }) {
             self.ack_done(m);
+        }
+    }
+
+    /// Closes the awaited books of lost agents that are due by `due` (not back in time):
+    /// each is recorded in the report with where its books end and what it may have sent
+    /// after, and named in `gaps`.
+    fn close_due_books(
+        &self,
+        members: &mut [Member],
+        acc: &mut RunAccumulator,
+        (t0, due): (Instant, Instant),
+        gaps: &mut Vec<String>,
+    ) {
+        let now = Instant::now();
+        let cfg = &self.inner.cfg;
+        let silence = crate::renew::silence_limit(cfg.lease, cfg.interval);
+        // The last instant its load may run: renewals stop after `silence` without a word
+        // from it, and its lease (with the restart grace, once its stream closed) runs out
+        // after the last one; never past its schedule.
+        let schedule_end = self
+            .scenario
+            .duration()
+            .saturating_add(self.session_bound())
+            .as_secs_f64();
+        for (i, m) in members.iter_mut().enumerate() {
+            if m.books_awaited().is_none_or(|until| until > due) {
+                continue;
+            }
+            let last_heard = now.checked_sub(m.heard.silent_for()).unwrap_or(t0);
+            let load_until = last_heard
+                .saturating_duration_since(t0)
+                .saturating_add(silence + cfg.lease + cfg.restart_grace)
+                .as_secs_f64()
+                .min(schedule_end);
+            let delivered = m.received.next;
+            let books_end = delivered as f64 * cfg.interval.as_secs_f64();
+            if !m.close_books() {
+                continue;
+            }
+            acc.mark_unreported(i, delivered, load_until - books_end);
+            if let Some(u) = acc.unreported(i) {
+                tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, %u, "lost agent's books closed without its last data");
+                gaps.push(format!("agent {}: {u}", m.agent_id));
+            }
         }
     }
 
@@ -631,13 +711,26 @@ impl Driver {
         Some(msg)
     }
 
+    /// The run is decided, and waits for a lost agent's last data: its status says so.
+    fn await_books_of(&self, m: &Member, msg: &str) {
+        if let Some(until) = m.books_awaited() {
+            let wait = until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            self.h.set_state(
+                RunState::Finishing,
+                format!("{msg}; waiting up to {wait:.1} s for its last data"),
+            );
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn agent_lost(
         &mut self,
         members: &mut [Member],
         acc: &mut RunAccumulator,
         agent_id: &str,
-        why: &str,
+        (why, may_run): (&str, bool),
         policy: AgentLossPolicy,
         failure: &mut Option<Failure>,
         deadline: &mut Instant,
@@ -645,8 +738,18 @@ impl Driver {
         let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
             return;
         };
+        // An agent whose load may still run keeps the run open for its books, a bounded
+        // while; one that said it stopped has delivered them.
+        let books = if may_run {
+            Books::Awaited {
+                until: Instant::now() + lost_agent_wait(&self.inner.cfg),
+            }
+        } else {
+            Books::Complete
+        };
         if !members[i].move_to(MemberState::Lost {
             why: why.to_string(),
+            books,
         }) {
             return;
         }
@@ -661,12 +764,14 @@ impl Driver {
                 let msg =
                     format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
                 self.abort_members(members, &msg).await;
+                self.await_books_of(&members[i], &msg);
                 *failure = Some(Failure::Failed(msg));
                 *deadline = (*deadline).min(Instant::now() + self.stop_wait());
             }
             AgentLossPolicy::Tolerate(pct) if share > pct => {
                 let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
                 self.abort_members(members, &msg).await;
+                self.await_books_of(&members[i], &msg);
                 *failure = Some(Failure::Failed(msg));
                 *deadline = (*deadline).min(Instant::now() + self.stop_wait());
             }

@@ -35,6 +35,8 @@ struct AgentAcc {
     reported_through: Option<u64>,
     /// Requests it started in closed loads' phases (which plan nothing: started is planned).
     closed_started: u64,
+    /// Lost with its last data never delivered: what may be missing.
+    unreported: Option<super::Unreported>,
 }
 
 /// Adds up a run's interval data.
@@ -56,6 +58,8 @@ pub struct RunAccumulator {
     /// Per phase, whether it is a closed load's: no schedule, so planned requests are the
     /// started ones.
     closed_phases: Vec<bool>,
+    /// Per phase, its length in seconds (planned rates are its requests over it).
+    phase_s: Vec<f64>,
     /// Session types of the run (a sample counts at most these).
     n_types: usize,
     /// The windowed thresholds' interval figures and verdicts.
@@ -129,6 +133,7 @@ impl RunAccumulator {
                     peak_open: 0,
                     reported_through: None,
                     closed_started: 0,
+                    unreported: None,
                 })
                 .collect(),
             plan,
@@ -137,6 +142,11 @@ impl RunAccumulator {
             closed: Vec::new(),
             n_steps,
             closed_phases: scenario.closed_phases(),
+            phase_s: scenario
+                .effective_phases()
+                .iter()
+                .map(|p| p.duration.as_secs_f64())
+                .collect(),
             n_types: scenario
                 .workload_views()
                 .iter()
@@ -389,6 +399,46 @@ impl RunAccumulator {
 
     pub fn is_lost(&self, agent: usize) -> bool {
         self.agents.get(agent).is_some_and(|a| a.lost)
+    }
+
+    /// Where a lost agent's books end (seconds after T0: the end of the last interval it
+    /// delivered, in order) and at most how many requests it started in the `window_s`
+    /// seconds after that which never reached the run: its planned requests not on the books,
+    /// and no more than its busiest phase's planned rate over the window. Recorded into the
+    /// report; a closed load plans no rate, so its bound is unknown (`None`).
+    pub fn mark_unreported(&mut self, agent: usize, delivered: u64, window_s: f64) {
+        let window_s = window_s.max(0.0);
+        let open = !self.closed_phases.iter().any(|c| *c);
+        let requests_max = open.then(|| {
+            let peak = self
+                .plan
+                .requests
+                .get(agent)
+                .into_iter()
+                .flatten()
+                .zip(&self.phase_s)
+                .map(|(&n, &d)| if d > 0.0 { n as f64 / d } else { n as f64 })
+                .fold(0.0f64, f64::max);
+            let left = self.agent_planned_requests(agent).saturating_sub(
+                self.agents
+                    .get(agent)
+                    .map_or(0, |a| a.counters.requests_started),
+            );
+            // Saturating: the float is finite and non-negative.
+            ((peak * window_s).ceil() as u64).min(left)
+        });
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.unreported = Some(super::Unreported {
+                books_end_s: delivered as f64 * self.interval_s,
+                window_s,
+                requests_max,
+            });
+        }
+    }
+
+    /// What a lost agent may have sent that is not on the books, once recorded.
+    pub fn unreported(&self, agent: usize) -> Option<super::Unreported> {
+        self.agents.get(agent).and_then(|a| a.unreported)
     }
 
     /// Share of the planned requests that lost agents did not deliver, 0..=1.

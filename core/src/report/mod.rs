@@ -308,6 +308,42 @@ pub struct AgentReport {
     /// the first connect without a port, the generator may be the limit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub destinations: Vec<DestinationReport>,
+    /// A lost agent that never delivered its last data: where its books end and what it may
+    /// have sent after, so the gap between the report and what a target served is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<Unreported>,
+}
+
+/// What a lost agent may have sent that never reached the report: its load could go on after
+/// its last interval on the books, until its lease (and restart grace) stopped it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Unreported {
+    /// Seconds after T0 where its books end: the end of the last interval it delivered.
+    pub books_end_s: f64,
+    /// Seconds of load that may have followed, until its lease stopped it.
+    pub window_s: f64,
+    /// At most this many more requests started in that window, from its planned rate; none
+    /// for a closed load, which plans no rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_max: Option<u64>,
+}
+
+impl std::fmt::Display for Unreported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its books end at {:.1} s", self.books_end_s)?;
+        match self.requests_max {
+            Some(n) => write!(
+                f,
+                "; it may have sent up to {n} more requests in the {:.1} s before its lease stopped it",
+                self.window_s
+            ),
+            None => write!(
+                f,
+                "; it may have sent more requests in the {:.1} s before its lease stopped it",
+                self.window_s
+            ),
+        }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

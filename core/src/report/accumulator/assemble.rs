@@ -161,6 +161,7 @@ impl RunAccumulator {
                     open_files_max: self.usage[i].files_max,
                     usable_ports: self.usage[i].usable_ports,
                     destinations: self.usage[i].destinations(),
+                    unreported: a.unreported,
                 }
             })
             .collect();

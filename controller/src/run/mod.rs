@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stampede_core::plan::Plan;
 use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
-use stampede_core::scenario::{AgentLossPolicy, Scenario};
+use stampede_core::scenario::{AgentLossPolicy, ReadyScenario, Scenario};
 use stampede_proto::convert::check_progress;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
@@ -186,13 +186,15 @@ impl RunHandle {
     }
 }
 
-/// Creates the run and starts its driver.
+/// Creates the run and starts its driver. The scenario is a [`ReadyScenario`], so a run never
+/// starts with a file, a data source or a gRPC call nobody past the submitter can read.
 pub(crate) fn start(
     inner: Arc<Inner>,
-    scenario: Scenario,
+    scenario: ReadyScenario,
     agents: u32,
     agent_wait: Duration,
 ) -> Arc<RunHandle> {
+    let scenario = scenario.into_inner();
     let run_id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let (inbox, rx) = mpsc::unbounded_channel();
     let (events, _) = broadcast::channel(1024);
@@ -426,7 +428,8 @@ mod tests {
         )
         .unwrap();
         // A real run handle, whose driver is replaced by one that panics once it holds an agent.
-        let h = start(inner.clone(), scenario, 1, Duration::from_millis(1));
+        let ready = ReadyScenario::new(scenario).unwrap();
+        let h = start(inner.clone(), ready, 1, Duration::from_millis(1));
         h.finished().await; // the real driver fails at once: no agents
         let h2 = Arc::new(RunHandle {
             run_id: "run-panics".into(),

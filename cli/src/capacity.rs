@@ -17,6 +17,7 @@ use stampede_proto::v1;
 
 use crate::client;
 use crate::cmd::interrupt::Interrupts;
+use crate::config::parse_duration;
 use crate::local::LocalCluster;
 use crate::render::us;
 
@@ -90,10 +91,6 @@ pub struct CapacityArgs {
     /// workload, and a step is judged on its requests.
     #[arg(long)]
     pub workload: Option<String>,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
-    stampede_core::duration::parse_duration(s)
 }
 
 /// The result of a search.

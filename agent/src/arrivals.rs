@@ -249,7 +249,8 @@ pub async fn run(
         if let Some(h) = handled.get_mut(a.phase as usize) {
             *h += 1;
         }
-        // The schedule counts this workload's phases; the recorder, the run's.
+        // The schedule numbers phases within this workload, the recorder across the run: shift
+        // by the workload's first phase.
         let a = Arrival {
             phase: a.phase + spec.phase_base,
             ..a

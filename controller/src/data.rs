@@ -69,7 +69,8 @@ impl Shares {
         if self.0.plans.is_empty() {
             return Vec::new();
         }
-        // The positions are arithmetic, but as many as the agent's rows: off the runtime.
+        // Computing the positions costs time in proportion to the agent's rows, so it runs on a
+        // blocking thread rather than holding a runtime worker.
         let inner = self.0.clone();
         let positions: Vec<Vec<u32>> = tokio::task::spawn_blocking(move || {
             inner

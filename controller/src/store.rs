@@ -269,7 +269,7 @@ mod tests {
         let kept: Report = serde_json::from_str(&store.load("r-done").unwrap().unwrap()).unwrap();
         assert_eq!(kept, done);
         assert!(store.load("r-cleared").unwrap().is_none());
-        // Once only.
+        // A marker is consumed when it is recovered: a second restart records nothing again.
         assert!(store.recover_interrupted(&[]).is_empty());
     }
 

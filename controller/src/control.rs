@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{lock, run, ControllerError, Inner};
 
-pub struct ControlSvc {
+pub(crate) struct ControlSvc {
     pub inner: Arc<Inner>,
 }
 

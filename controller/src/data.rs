@@ -16,7 +16,7 @@ type AgentTx = mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>;
 
 /// Why a run's data cannot be cut into shares.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SharesError {
+pub(crate) enum SharesError {
     /// The run's agents admit no shard map (the planner refuses the same run first).
     #[error("plan: {0}")]
     Plan(ShardError),
@@ -32,7 +32,7 @@ pub enum SharesError {
 /// The run's data sources, ready to be cut into shares. Cloning shares them; their rows are
 /// an arena shared with the run's scenario (`stampede_core::data::Rows`), never copied.
 #[derive(Clone)]
-pub struct Shares(Arc<Inner>);
+pub(crate) struct Shares(Arc<Inner>);
 
 struct Inner {
     sources: BTreeMap<String, DataSource>,
@@ -43,7 +43,7 @@ struct Inner {
 impl Shares {
     /// The sources of `scenario` for a run of `agents` agents seeded with `seed`. A source
     /// without its rows (a scenario in the agents' form) is refused.
-    pub fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, SharesError> {
+    pub(crate) fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, SharesError> {
         let map = ShardMap::new(agents, &[]).map_err(SharesError::Plan)?;
         let mut plans = Vec::with_capacity(scenario.data.len());
         for (name, d) in &scenario.data {
@@ -65,7 +65,7 @@ impl Shares {
     /// Sends agent `agent`'s rows of every source over `tx` and returns the row counts its
     /// Assign announces. A stream that is gone is noticed by the caller, which waits for the
     /// agent's Ready.
-    pub async fn send(&self, run_id: &str, agent: u32, tx: &AgentTx) -> Vec<v1::DataShare> {
+    pub(crate) async fn send(&self, run_id: &str, agent: u32, tx: &AgentTx) -> Vec<v1::DataShare> {
         if self.0.plans.is_empty() {
             return Vec::new();
         }

@@ -95,7 +95,9 @@ pub struct CapacityArgs {
 
 /// The result of a search.
 pub struct Outcome {
+    /// The steps the search ran and the rate it settled on.
     pub search: Search,
+    /// The last run's report, which the exit code and `--report` take.
     pub report: Report,
     /// Each step's target side (CPU, slow endpoint, generator), in the search's order.
     pub sides: Vec<capacity::TargetSide>,

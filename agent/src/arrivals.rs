@@ -37,7 +37,7 @@ const BURST: u32 = 64;
 /// grid, and the timer is armed to repeat every tick: while arrivals come tick after tick,
 /// each wait is only a read of the expiry count, without reprogramming the timer (which on a
 /// virtual machine is an exit to the hypervisor, about 6 µs of CPU a time).
-pub struct Pacer {
+pub(crate) struct Pacer {
     timer: Option<AsyncFd<Timer>>,
     tick: Duration,
     /// While the timer repeats: the instant of its next expiry not yet read.
@@ -73,7 +73,7 @@ thread_local! {
 
 impl Pacer {
     /// A pacer for instants on a grid of `tick` (zero: any instant, each timed on its own).
-    pub fn new(tick: Duration) -> Self {
+    pub(crate) fn new(tick: Duration) -> Self {
         #[cfg(test)]
         if TOKIO_PACED.with(std::cell::Cell::get) {
             return Self {
@@ -99,7 +99,7 @@ impl Pacer {
     }
 
     /// Returns at `at` (at once if it has passed).
-    pub async fn until(&mut self, at: Instant) {
+    pub(crate) async fn until(&mut self, at: Instant) {
         let Some(wait) = at
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
@@ -207,7 +207,7 @@ async fn drain(pacer: &mut Pacer, ticks: &Ticks) {
 /// the pool's connections waiting for answers, at each tick while any waits: after the tick's
 /// slots (so a slot goes to an idle connection, not to one whose answer is read now), and
 /// after the schedule's end until the last answer is read.
-pub async fn run(
+pub(crate) async fn run(
     spec: &Arc<RunSpec>,
     rec: &Arc<Recorder>,
     (t0, ticks): (Instant, Option<&Ticks>),
@@ -249,7 +249,8 @@ pub async fn run(
         if let Some(h) = handled.get_mut(a.phase as usize) {
             *h += 1;
         }
-        // The schedule counts this workload's phases; the recorder, the run's.
+        // The schedule numbers phases within this workload, the recorder across the run: shift
+        // by the workload's first phase.
         let a = Arrival {
             phase: a.phase + spec.phase_base,
             ..a

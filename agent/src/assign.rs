@@ -6,7 +6,7 @@ use super::*;
 use stampede_core::scenario::StepKind;
 
 mod error;
-pub use error::{AssignError, StepError};
+pub(crate) use error::{AssignError, StepError};
 mod target;
 
 /// Parses and checks an assignment, resolves the target, and compiles the steps.

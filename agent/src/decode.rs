@@ -9,11 +9,11 @@ use stampede_core::stats::error_kind;
 
 /// Most bytes a compressed body may decode to: the same cap as a captured body, since the
 /// checks and extraction read no more (`docs/scenario.md`, "Compressed bodies").
-pub const MAX_DECODED_BODY: usize = stampede_core::extract::MAX_CAPTURED_BODY;
+pub(crate) const MAX_DECODED_BODY: usize = stampede_core::extract::MAX_CAPTURED_BODY;
 
 /// The content codings the agent decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coding {
+pub(crate) enum Coding {
     Gzip,
     /// HTTP's `deflate`: zlib-wrapped, or raw deflate as some servers send it.
     Deflate,
@@ -23,7 +23,7 @@ pub enum Coding {
 /// The coding named by the `content-encoding` header among `headers` (lower-case names):
 /// `None` for none or `identity`, `decode` for one the agent does not know (several stacked
 /// codings included).
-pub fn coding(headers: &[(String, Vec<u8>)]) -> Result<Option<Coding>, &'static str> {
+pub(crate) fn coding(headers: &[(String, Vec<u8>)]) -> Result<Option<Coding>, &'static str> {
     let Some((_, value)) = headers.iter().find(|(n, _)| n == "content-encoding") else {
         return Ok(None);
     };
@@ -39,7 +39,7 @@ pub fn coding(headers: &[(String, Vec<u8>)]) -> Result<Option<Coding>, &'static 
 
 /// Decodes `body` into `out` (cleared first), at most `cap` bytes; the error kind when the
 /// body does not decode or decodes past `cap`.
-pub fn decode(
+pub(crate) fn decode(
     coding: Coding,
     body: &[u8],
     out: &mut Vec<u8>,
@@ -69,7 +69,7 @@ pub fn decode(
 
 /// Decodes a captured body in place when its headers name a coding; the error kind when it
 /// cannot be decoded. Returns the decoded size (`None`: the body was not encoded).
-pub fn decode_capture(
+pub(crate) fn decode_capture(
     capture: &mut crate::http1::Capture,
     cap: usize,
 ) -> Result<Option<u64>, &'static str> {

@@ -105,8 +105,11 @@ pub struct SessionVars {
 
 /// What a dynamic exchange brought back.
 pub struct Outcome<'a> {
+    /// Bytes written for the request, head and body.
     pub sent: u64,
+    /// Bytes read for the response, head and body as they came on the wire.
     pub received: u64,
+    /// The connection may carry the session's next request.
     pub keep_alive: bool,
     /// The error kind when the response is not the expected one.
     pub error: Option<&'a str>,
@@ -359,19 +362,38 @@ fn request_sources<'t>(
 pub enum CompileError {
     /// An environment reference the CLI should have replaced.
     #[error("${{env:{name}}} was not resolved: environment references are resolved by the CLI at submit time")]
-    EnvUnresolved { name: String },
+    EnvUnresolved {
+        /// The variable's name.
+        name: String,
+    },
     /// A data source the scenario does not declare.
     #[error("{at}: `{data}` is not a data source")]
-    NoDataSource { at: Ref, data: String },
+    NoDataSource {
+        /// The reference, as written.
+        at: Ref,
+        /// The source it names.
+        data: String,
+    },
     /// A column the data source does not have.
     #[error("{at}: no column `{column}`")]
-    NoColumn { at: Ref, column: String },
+    NoColumn {
+        /// The reference, as written.
+        at: Ref,
+        /// The column it names.
+        column: String,
+    },
     /// A value no step extracts.
     #[error("{at} is not extracted by any step")]
-    NotExtracted { at: Ref },
+    NotExtracted {
+        /// The reference, as written.
+        at: Ref,
+    },
     /// A setup value no setup step extracts.
     #[error("{at} is not extracted by any setup step")]
-    NotInSetup { at: Ref },
+    NotInSetup {
+        /// The reference, as written.
+        at: Ref,
+    },
 }
 
 /// Resolves the names of `t` against the scenario's data sources and the variable slots.

@@ -44,6 +44,7 @@ pub struct GrpcRequest {
 pub struct Reply {
     /// The HTTP status of the response head.
     pub status: u16,
+    /// Bytes read for the reply: head, frames and trailers.
     pub received: u64,
     /// The error kind of a failed call; `None` for OK.
     pub error: Option<&'static str>,
@@ -71,13 +72,24 @@ pub enum GrpcStepError {
     Program(ProgramError),
     /// A metadata name HTTP/2 cannot carry.
     #[error("metadata.{name}: not a valid metadata name")]
-    MetadataName { name: String },
+    MetadataName {
+        /// The name as the scenario wrote it.
+        name: String,
+    },
     /// A static metadata value with bytes HTTP forbids.
     #[error("metadata.{name}: not a valid metadata value")]
-    MetadataValue { name: String },
+    MetadataValue {
+        /// The metadata's name.
+        name: String,
+    },
     /// A templated metadata value that does not compile.
     #[error("metadata.{name}: {error}")]
-    MetadataTemplate { name: String, error: CompileError },
+    MetadataTemplate {
+        /// The metadata's name.
+        name: String,
+        /// Why its value does not compile.
+        error: CompileError,
+    },
     /// A templated message field that does not compile.
     #[error("message: {0}")]
     MessageTemplate(CompileError),
@@ -261,10 +273,12 @@ impl GrpcRequest {
     }
 
     /// Approximate bytes sent (head fields and the frame).
+    /// Bytes of the encoded call, as the per-step bytes-sent count takes them.
     pub fn len(&self) -> usize {
         self.request.len()
     }
 
+    /// Whether the encoded call has no bytes.
     pub fn is_empty(&self) -> bool {
         self.request.is_empty()
     }

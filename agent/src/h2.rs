@@ -28,16 +28,25 @@ pub struct H2Request {
 pub enum H2RequestError {
     /// A method HTTP/2 cannot carry.
     #[error("method: `{method}` is not an HTTP method")]
-    Method { method: String },
+    Method {
+        /// The method as the scenario wrote it.
+        method: String,
+    },
     /// The path does not make a URI with the target's authority.
     #[error("path: {0}")]
     Path(http::uri::InvalidUri),
     /// A header name HTTP/2 cannot carry.
     #[error("headers: `{name}` is not a valid header name")]
-    HeaderName { name: String },
+    HeaderName {
+        /// The name as the scenario wrote it.
+        name: String,
+    },
     /// A header value with bytes HTTP forbids.
     #[error("headers: the value of `{name}` is not valid")]
-    HeaderValue { name: String },
+    HeaderValue {
+        /// The header's name.
+        name: String,
+    },
 }
 
 impl H2Request {
@@ -129,10 +138,12 @@ impl H2Request {
     }
 
     /// Approximate bytes sent (head fields and body, before HPACK).
+    /// Bytes the request takes on the wire, for the bytes-sent count.
     pub fn len(&self) -> usize {
         self.wire_len as usize
     }
 
+    /// Whether the request takes no bytes on the wire.
     pub fn is_empty(&self) -> bool {
         self.wire_len == 0
     }

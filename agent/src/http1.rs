@@ -68,9 +68,11 @@ fn give_buffer(mut b: BytesMut) {
 /// What came back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Response {
+    /// The final status (after any `1xx`).
     pub status: u16,
     /// The server allows another request on this connection.
     pub keep_alive: bool,
+    /// Bytes read for the response, head and body as framed on the wire.
     pub bytes_received: u64,
 }
 

@@ -40,6 +40,7 @@
 //! - [`dynamic`]: steps rendered per session (templates, data rows, extracted values, cookies)
 //!   and judged (extraction and checks). Static steps never come here.
 
+#![warn(unreachable_pub, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod arrivals;
@@ -89,6 +90,7 @@ use stampede_core::protocol::Transport;
 pub struct AgentConfig {
     /// Controller URL, e.g. `http://127.0.0.1:7070`, or `https://…` for TLS.
     pub controller: String,
+    /// How the controller and `stampede agents` name this agent; unique among its agents.
     pub id: String,
     /// The agent token, sent as `authorization: Bearer <token>`.
     pub token: Option<String>,
@@ -104,8 +106,12 @@ pub struct AgentConfig {
     pub target_policy: stampede_core::target_policy::TargetPolicy,
     /// Sessions in flight at once before arrivals are dropped (and counted).
     pub capacity: u32,
+    /// The agent's pod in a cluster (empty outside one), reported so the controller can match
+    /// the agent to its pod.
     pub pod_name: String,
+    /// The node the pod runs on (empty outside a cluster), shown in `stampede agents`.
     pub node_name: String,
+    /// The pod's IP (empty outside a cluster), shown in `stampede agents`.
     pub pod_ip: String,
     /// Longest pause between reconnection attempts.
     pub max_backoff: Duration,
@@ -140,6 +146,8 @@ impl std::fmt::Debug for AgentConfig {
 }
 
 impl AgentConfig {
+    /// The defaults `stampede agent` starts from: no token or TLS material, a capacity of
+    /// 10,000 sessions, the default restart grace.
     pub fn new(controller: impl Into<String>, id: impl Into<String>) -> Self {
         Self {
             controller: controller.into(),
@@ -165,18 +173,25 @@ impl AgentConfig {
 /// Errors of one connection to the controller (the agent retries them all).
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The controller URL does not parse as a gRPC endpoint; the parser's reason.
     #[error("invalid controller URL: {0}")]
     Url(String),
+    /// The controller could not be reached (refused, timed out, TLS).
     #[error("connecting to the controller: {0}")]
     Connect(#[from] tonic::transport::Error),
+    /// The controller answered the stream with an error status (a wrong token, a shutdown).
     #[error("controller refused the stream: {0}")]
     Status(#[from] tonic::Status),
+    /// The controller ended the stream without an error.
     #[error("controller closed the stream")]
     Closed,
+    /// The token has bytes an HTTP header cannot carry.
     #[error("invalid token: it must be printable ASCII")]
     Token,
+    /// A source address could not be bound to.
     #[error("--source-ips: {0}")]
     SourceAddress(std::io::Error),
+    /// The control thread or its runtime could not be started.
     #[error("starting the control thread: {0}")]
     Runtime(std::io::Error),
     /// A CPU limit that is not a positive number of cores.

@@ -160,6 +160,7 @@ impl ConnGauge {
 /// A connection counted in a [`ConnGauge`] for as long as it lives.
 #[derive(Debug)]
 pub struct Tracked<'a, T> {
+    /// The connection itself.
     pub conn: T,
     gauge: &'a ConnGauge,
     /// False for a handle on a connection counted elsewhere (another stream of a shared
@@ -277,6 +278,7 @@ async fn connected(stream: &TcpStream) -> Result<(), Failure> {
 /// A TCP connection opened by [`connect_tcp_sending`].
 #[derive(Debug)]
 pub struct Opened {
+    /// The connected socket.
     pub stream: TcpStream,
     /// How many bytes of the first request left with the connect (all of them, but for a
     /// request larger than a fresh socket's send buffer; none when the connect was still

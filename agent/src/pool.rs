@@ -23,11 +23,11 @@ use tokio::time::Instant;
 
 /// A constant-rate slot waiting for a free connection: intended time, phase, arrival index,
 /// session type.
-pub type RateSlot = (Instant, u32, u64, u32);
+pub(crate) type RateSlot = (Instant, u32, u64, u32);
 
 /// Why a slot was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The queue holds its bound.
     Full,
     /// The pool is gone.
@@ -42,7 +42,7 @@ struct Inner {
 
 /// A bounded FIFO of slots shared by the arrival loop and a pool of connection tasks.
 #[derive(Debug)]
-pub struct SlotQueue {
+pub(crate) struct SlotQueue {
     inner: Mutex<Inner>,
     ready: Notify,
     bound: usize,
@@ -50,7 +50,7 @@ pub struct SlotQueue {
 
 impl SlotQueue {
     /// A queue that holds at most `bound` slots.
-    pub fn new(bound: usize) -> Arc<Self> {
+    pub(crate) fn new(bound: usize) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 slots: VecDeque::new(),
@@ -67,12 +67,12 @@ impl SlotQueue {
     }
 
     /// The most slots it holds.
-    pub fn bound(&self) -> usize {
+    pub(crate) fn bound(&self) -> usize {
         self.bound
     }
 
     /// Queues `slot` and wakes the connection that began to wait last.
-    pub fn push(&self, slot: RateSlot) -> Result<(), Refused> {
+    pub(crate) fn push(&self, slot: RateSlot) -> Result<(), Refused> {
         {
             let mut q = self.lock();
             if q.closed {
@@ -91,7 +91,7 @@ impl SlotQueue {
     /// already queued is taken without registering as a waiter, so a connection woken for a
     /// slot takes it with one lock; only one that finds the queue empty registers with the
     /// `Notify` (which takes the `Notify`'s own lock to register and again to unregister).
-    pub async fn pop(&self) -> Option<RateSlot> {
+    pub(crate) async fn pop(&self) -> Option<RateSlot> {
         loop {
             if let Some(taken) = self.take() {
                 return taken;
@@ -119,13 +119,13 @@ impl SlotQueue {
     }
 
     /// No more slots: idle connections see the end once the queue is empty.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_waiters();
     }
 
     /// Closes the queue and takes the slots never started.
-    pub fn close_and_take(&self) -> Vec<RateSlot> {
+    pub(crate) fn close_and_take(&self) -> Vec<RateSlot> {
         let taken = {
             let mut q = self.lock();
             q.closed = true;
@@ -138,7 +138,7 @@ impl SlotQueue {
 
 /// The arrival side's handle: closes the queue when dropped, however the arrival thread ends.
 #[derive(Debug)]
-pub struct Closer(pub Arc<SlotQueue>);
+pub(crate) struct Closer(pub Arc<SlotQueue>);
 
 impl Drop for Closer {
     fn drop(&mut self) {

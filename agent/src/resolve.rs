@@ -38,7 +38,9 @@ pub enum ResolveError {
     /// The resolver found nothing for the name (no such name, no answer, no name server).
     #[error("cannot resolve `{name}`")]
     Lookup {
+        /// The name looked up.
         name: String,
+        /// The resolver's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -68,6 +70,7 @@ impl std::fmt::Debug for DnsResolver {
 /// A name's addresses (sorted, without repeats) and how long they hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
+    /// Every address, with the target's port.
     pub addrs: Vec<SocketAddr>,
     /// When to look the name up again: its TTL, within [`MIN_REFRESH`] and [`MAX_REFRESH`].
     pub refresh: Duration,
@@ -190,8 +193,11 @@ pub fn at_address(target: &Endpoint, addr: SocketAddr) -> Option<Endpoint> {
 /// What following a target name needs during the run.
 #[derive(Debug)]
 pub struct Follow {
+    /// The resolver the run looks the name up with.
     pub resolver: DnsResolver,
+    /// The target's name.
     pub host: String,
+    /// The target's port, given to every address found.
     pub port: u16,
     /// The run's endpoints, replaced at each lookup that finds addresses.
     pub set: Arc<EndpointSet>,

@@ -41,7 +41,9 @@ use session::{session, At, Line};
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEnd {
+    /// Every workload ran its schedule to the end.
     Completed,
+    /// The run's stop token was cancelled first (an abort, a lapsed lease).
     Stopped,
 }
 

@@ -80,6 +80,7 @@ impl Default for SelfWatch {
 }
 
 impl SelfWatch {
+    /// A watch whose first sample covers the time since it was made.
     pub fn new() -> Self {
         Self {
             cores: cores(),

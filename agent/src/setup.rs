@@ -35,35 +35,55 @@ pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum SetupError {
     /// A setup step of another protocol.
     #[error("setup[{index}]: a setup step is an http step")]
-    NotHttpStep { index: usize },
+    NotHttpStep {
+        /// The step's place in `setup`.
+        index: usize,
+    },
     /// A step whose templates do not compile.
     #[error("setup[{index}].{error}")]
     Compile {
+        /// The step's place in `setup`.
         index: usize,
+        /// The field whose template does not compile, and why.
         error: dynamic::HttpCompileError,
     },
     /// A step that failed to connect, send or read (the error kind).
     #[error("setup[{index}] ({name}): {kind}")]
     Failed {
+        /// The step's place in `setup`.
         index: usize,
+        /// The step's `name`, or `step-N` (from 1).
         name: String,
+        /// The error kind, as the report counts it (`connect_refused`, `timeout`, ...).
         kind: &'static str,
     },
     /// A target that does not speak HTTP.
     #[error("setup[{index}] ({name}): the target is not http")]
-    NotHttpTarget { index: usize, name: String },
+    NotHttpTarget {
+        /// The step's place in `setup`.
+        index: usize,
+        /// The step's `name`, or `step-N` (from 1).
+        name: String,
+    },
     /// A response the step refused (its status, check or extraction).
     #[error("setup[{index}] ({name}): {kind} (status {status})")]
     Refused {
+        /// The step's place in `setup`.
         index: usize,
+        /// The step's `name`, or `step-N` (from 1).
         name: String,
+        /// What refused it: the status, a check or an extraction.
         kind: String,
+        /// The response's HTTP status.
         status: u16,
     },
     /// Values past [`stampede_core::scenario::MAX_SETUP_VALUES_BYTES`] together: refused here,
     /// where they are produced, rather than in a message the controller could not decode.
     #[error("setup: {}", stampede_core::scenario::setup_values_too_large(*bytes))]
-    TooLarge { bytes: usize },
+    TooLarge {
+        /// The values' size together.
+        bytes: usize,
+    },
     /// The whole setup past [`SETUP_TIMEOUT`].
     #[error("setup: did not finish within {} s", SETUP_TIMEOUT.as_secs())]
     Timeout,
@@ -72,19 +92,24 @@ pub enum SetupError {
 /// Where the setup's requests go: the run's target, as its steps see it.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The address (and TLS client) the requests connect to.
     pub endpoint: Endpoint,
     /// The `Host` header (HTTP/1.1) or `:authority` (h2).
     pub authority: String,
     /// The target URL's path prefix.
     pub prefix: String,
+    /// The target is `https://`, so the requests go over TLS.
     pub https: bool,
 }
 
 /// What the agent that runs the setup needs to run it again while the load runs.
 #[derive(Debug)]
 pub struct Refresh {
+    /// The scenario whose `setup` is run again.
     pub scenario: Arc<Scenario>,
+    /// Where the setup's requests go.
     pub target: Target,
+    /// The scenario's `setup_refresh`.
     pub every: Duration,
 }
 
@@ -93,7 +118,9 @@ pub struct Refresh {
 /// values it inherits may be near their end) after the newest generation the controller held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RefreshFrom {
+    /// The newest generation of values already sent; the loop's first refresh is the next.
     pub generation: u64,
+    /// Refresh at once rather than one `every` from now.
     pub at_once: bool,
 }
 

@@ -37,7 +37,10 @@ pub enum RequestError {
     Send(PayloadError),
     /// A payload longer than one frame or datagram may be.
     #[error("send: longer than {max} bytes")]
-    SendTooLong { max: usize },
+    SendTooLong {
+        /// The longest payload the framing allows, in bytes.
+        max: usize,
+    },
     /// The delimiter does not decode.
     #[error("framing.delimiter: {0}")]
     Delimiter(PayloadError),
@@ -58,11 +61,14 @@ pub enum RequestError {
 /// A reply check, with its bytes decoded once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyCheck {
+    /// The reply must be these bytes.
     Exact(Bytes),
+    /// The reply must start with these bytes.
     Prefix(Bytes),
 }
 
 impl ReplyCheck {
+    /// Decodes the scenario's `expect` once, so a reply is compared to bytes.
     pub fn new(e: &Expect) -> Result<Self, PayloadError> {
         let bytes = Bytes::from(e.payload().bytes()?);
         Ok(match e {
@@ -142,6 +148,7 @@ impl FramedRequest {
         })
     }
 
+    /// Bytes of the framed request, for the bytes-sent count.
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
@@ -151,6 +158,7 @@ impl FramedRequest {
         &self.bytes
     }
 
+    /// Whether the framed request has no bytes.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -260,10 +268,12 @@ impl std::os::fd::AsRawFd for StreamConn {
 }
 
 impl StreamConn {
+    /// A new TCP connection to `addr`.
     pub async fn connect_tcp(addr: std::net::SocketAddr) -> Result<Self, Failure> {
         Ok(Self::new(Socket::Tcp(net::connect_tcp(&addr).await?)))
     }
 
+    /// A new Unix stream connection to `path`.
     pub async fn connect_unix(path: &Path) -> Result<Self, Failure> {
         Ok(Self::new(Socket::Unix(net::connect_unix(path).await?)))
     }

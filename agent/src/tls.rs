@@ -54,7 +54,12 @@ pub enum TlsError {
     CaBundle(CaBundleError),
     /// A certificate of the bundle that rustls cannot use as a root.
     #[error("tls.ca_pem: certificate {index}: {error}")]
-    Certificate { index: usize, error: rustls::Error },
+    Certificate {
+        /// The certificate's place in the bundle, from 0.
+        index: usize,
+        /// Why rustls refuses it.
+        error: rustls::Error,
+    },
     /// No bundle given and none installed on this machine.
     #[error("tls: this machine has no trusted certificate authorities; give tls.ca_file (or, for a self-signed test target, tls.insecure_skip_verify)")]
     NoSystemRoots,
@@ -66,7 +71,10 @@ pub enum TlsError {
     ClientAuth(rustls::Error),
     /// A name that cannot be sent in SNI nor checked against a certificate.
     #[error("tls: `{name}` is neither a DNS name nor an IP address")]
-    ServerName { name: String },
+    ServerName {
+        /// The name as given.
+        name: String,
+    },
 }
 
 impl TlsClient {

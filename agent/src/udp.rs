@@ -53,6 +53,7 @@ impl DatagramRequest {
         })
     }
 
+    /// Bytes of the datagram, for the bytes-sent count.
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
@@ -62,6 +63,7 @@ impl DatagramRequest {
         &self.bytes
     }
 
+    /// Whether the datagram is empty (UDP allows it).
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -75,6 +77,7 @@ pub struct UdpConn {
 }
 
 impl UdpConn {
+    /// A UDP socket connected to `addr`, so it reads only that peer's replies.
     pub async fn connect(addr: SocketAddr) -> Result<Self, Failure> {
         Ok(Self {
             socket: net::connect_udp(addr).await?,

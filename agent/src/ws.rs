@@ -51,7 +51,9 @@ pub struct Upgrade {
 /// A message received: its payload, and whether it was text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
+    /// The message's bytes, its fragments joined.
     pub payload: Bytes,
+    /// A text message (UTF-8) rather than a binary one.
     pub text: bool,
     /// Bytes on the wire, its frame header included.
     pub wire: u64,
@@ -114,9 +116,17 @@ pub enum Answer {
     /// The head is not complete yet.
     Partial,
     /// A valid `101` upgrade; the head's length.
-    Upgraded { len: usize },
+    Upgraded {
+        /// Bytes of the head; what follows is already WebSocket frames.
+        len: usize,
+    },
     /// Another status (the server refused the upgrade); the head's length.
-    Refused { status: u16, len: usize },
+    Refused {
+        /// The status the server answered.
+        status: u16,
+        /// Bytes of the head.
+        len: usize,
+    },
 }
 
 /// Parses an upgrade answer's head from `buf` (never trusting its lengths: a head is bounded

@@ -17,6 +17,7 @@ use stampede_proto::v1;
 
 use crate::client;
 use crate::cmd::interrupt::Interrupts;
+use crate::config::parse_duration;
 use crate::local::LocalCluster;
 use crate::render::us;
 
@@ -92,13 +93,11 @@ pub struct CapacityArgs {
     pub workload: Option<String>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
-    stampede_core::duration::parse_duration(s)
-}
-
 /// The result of a search.
 pub struct Outcome {
+    /// The steps the search ran and the rate it settled on.
     pub search: Search,
+    /// The last run's report, which the exit code and `--report` take.
     pub report: Report,
     /// Each step's target side (CPU, slow endpoint, generator), in the search's order.
     pub sides: Vec<capacity::TargetSide>,

@@ -31,8 +31,11 @@ pub fn outcome_word(r: &Report) -> &'static str {
 
 /// One JUnit testcase: a name, the measured value, and why it failed when it did.
 pub struct Case {
+    /// The threshold as the scenario wrote it.
     pub name: String,
+    /// The value the run measured, with its unit.
     pub measured: String,
+    /// `None` for a threshold that held; otherwise the JUnit failure message.
     pub failure: Option<String>,
 }
 

@@ -22,6 +22,7 @@ impl tonic::service::Interceptor for Auth {
     }
 }
 
+/// A `ControlService` client that sends the user token with every call.
 pub type Client = ControlServiceClient<InterceptedService<Channel, Auth>>;
 
 /// Largest message the CLI accepts from the controller. A report grows with the run (a
@@ -34,7 +35,9 @@ pub const MAX_REPORT_BYTES: usize = 1 << 30;
 /// mutual TLS.
 #[derive(Debug, Clone, Default)]
 pub struct TlsMaterial {
+    /// Extra CAs to trust, PEM, beside the system's.
     pub ca_pem: Option<Vec<u8>>,
+    /// The client certificate chain and its key, PEM, for a controller that requires one.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// The name the controller's certificate must carry, when not the URL's host.
     pub server_name: Option<String>,
@@ -107,7 +110,9 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
 
 /// What the watcher sees while a run goes on.
 pub enum Live<'a> {
+    /// The run's state changed.
     State(&'a v1::RunState),
+    /// The merged figures of the latest interval, for the live line.
     Snapshot(&'a v1::LiveSnapshot),
     /// Requests and answers an agent reported for `run --debug`.
     Debug(&'a v1::DebugExchanges),
@@ -255,6 +260,7 @@ async fn watch_once(
     }
 }
 
+/// Fetches and parses the stored report of `run_id`; a run not finished yet is an error.
 pub async fn get_report(client: &mut Client, run_id: &str) -> Result<Report> {
     let json = client
         .get_report(v1::GetReportRequest {

@@ -14,12 +14,16 @@ use stampede_core::compare::{self, Comparison, Limit, LimitCheck, Options};
 
 use crate::report_file;
 
+/// How the comparison is printed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// A table for a terminal.
     Text,
+    /// The comparison as JSON, for scripts.
     Json,
 }
 
+/// Compares two JSON reports.
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     /// The baseline: a JSON report, as `stampede run --report FILE` writes it.

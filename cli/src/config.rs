@@ -25,21 +25,29 @@ pub struct Cli {
     /// the load less than a multi-thread runtime's one worker.
     #[arg(long, global = true, env = "STAMPEDE_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// TLS settings for reaching a controller over `https://`.
     #[command(flatten)]
     pub tls: crate::security::ClientTls,
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The format of log lines on standard error.
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line, for a log collector.
     Json,
 }
 
+/// How a command prints its result.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// Text for a terminal.
     Text,
+    /// JSON, for scripts.
     Json,
 }
 
@@ -64,12 +72,16 @@ pub struct Conn {
 
 /// A resolved controller address (and the port-forward that keeps it reachable).
 pub struct Endpoint {
+    /// The controller's URL, with a port-forward's local port when one was opened.
     pub url: String,
+    /// The token to present; `None` when neither a flag nor the controller's Secret gave one.
     pub token: Option<String>,
     _forward: Option<crate::kube::Forward>,
 }
 
 impl Conn {
+    /// Where to reach the controller: the URL given, else a port-forward to its pod, else the
+    /// local default.
     pub async fn endpoint(&self) -> Result<Endpoint> {
         if let Some(url) = &self.controller {
             return Ok(Endpoint {
@@ -101,6 +113,7 @@ impl Conn {
     }
 }
 
+/// The commands of `stampede`, one per line of its `--help`; `cmd::dispatch` runs each.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a scenario against a controller, or embedded with --local, and print the report.
@@ -111,8 +124,10 @@ pub enum Command {
     Capacity(crate::capacity::CapacityArgs),
     /// List runs known to the controller.
     Status {
+        /// Where the controller is.
         #[command(flatten)]
         conn: Conn,
+        /// How the list is printed.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -120,10 +135,13 @@ pub enum Command {
     Report {
         /// A run id, or a report file (an existing path, or a name ending in .json).
         run_id: String,
+        /// Where the controller is.
         #[command(flatten)]
         conn: Conn,
+        /// How the report is printed.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Files to write the report as.
         #[command(flatten)]
         files: crate::report_file::Outputs,
     },
@@ -132,14 +150,18 @@ pub enum Command {
     Compare(crate::compare::CompareArgs),
     /// List the agents attached to the controller.
     Agents {
+        /// Where the controller is.
         #[command(flatten)]
         conn: Conn,
+        /// How the list is printed.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
     /// Abort a running run.
     Abort {
+        /// The run to abort.
         run_id: String,
+        /// Where the controller is.
         #[command(flatten)]
         conn: Conn,
     },
@@ -147,7 +169,10 @@ pub enum Command {
     /// address, and whether the controller would refuse the run (exit 1), without any load.
     Plan(crate::plan::PlanArgs),
     /// Check a scenario file (`-` reads standard input) and print what it plans.
-    Validate { scenario: PathBuf },
+    Validate {
+        /// The scenario file; `-` reads standard input.
+        scenario: PathBuf,
+    },
     /// Print the JSON Schema of the scenario file.
     Schema,
     /// Print the LoadTest CustomResourceDefinition (the chart's crds/ file is generated from it).
@@ -167,12 +192,15 @@ pub enum Command {
     Target(stampede_target_servers::TargetCommand),
 }
 
+/// Runs a scenario.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// The scenario file (YAML or JSON; `-` reads standard input). Optional with --url.
     pub scenario: Option<PathBuf>,
+    /// The one-line run's flags, and the flags that override the file.
     #[command(flatten)]
     pub quick: crate::quick::QuickArgs,
+    /// Where the controller is (not with --local).
     #[command(flatten)]
     pub conn: Conn,
     /// Run embedded: start a controller and agents in this process.
@@ -184,6 +212,7 @@ pub struct RunArgs {
     /// How long to wait for enough agents, e.g. 30s (at most 1h).
     #[arg(long, value_parser = parse_agent_wait)]
     pub agent_wait: Option<Duration>,
+    /// How the report is printed.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// Also write the JSON report to this file.
@@ -227,6 +256,7 @@ pub struct RunArgs {
     pub debug: Option<u32>,
 }
 
+/// Runs the demo.
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
     /// Total length of the demo (its phases are scaled to it), e.g. 12s.
@@ -238,10 +268,12 @@ pub struct DemoArgs {
     /// Where to write the JSON report; the HTML report goes next to it (same name, `.html`).
     #[arg(long, default_value = "stampede-report.json")]
     pub report: PathBuf,
+    /// How the report is printed.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
 
+/// Serves the controller.
 #[derive(clap::Args, Debug)]
 pub struct ControllerArgs {
     /// Address to serve gRPC on.
@@ -250,6 +282,7 @@ pub struct ControllerArgs {
     /// Where reports are stored.
     #[arg(long, default_value = "stampede-data", env = "STAMPEDE_DATA_DIR")]
     pub data_dir: PathBuf,
+    /// Tokens and TLS of the controller.
     #[command(flatten)]
     pub security: crate::security::ServerSecurity,
     /// How long a run waits for enough agents when its submission names no wait, e.g. 30s.
@@ -315,13 +348,18 @@ pub struct ControllerArgs {
     pub no_loadtests: bool,
 }
 
+/// Whether the controller runs its Kubernetes side (LoadTests, agent pods, scaling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum KubeMode {
+    /// On when the process runs in a pod, or when a kube configuration is found.
     Auto,
+    /// Always; failing to reach the API server is an error.
     On,
+    /// Never, even in a pod.
     Off,
 }
 
+/// Serves an agent.
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
     /// Controller URL.
@@ -341,6 +379,7 @@ pub struct AgentArgs {
     /// File holding the agent token.
     #[arg(long, env = "STAMPEDE_AGENT_TOKEN_FILE")]
     pub agent_token_file: Option<PathBuf>,
+    /// Which target addresses the agent may send load to.
     #[command(flatten)]
     pub targets: crate::security::TargetPolicyArgs,
     /// Sessions in flight at once before arrivals are dropped (and counted).
@@ -378,6 +417,7 @@ pub fn parse_cores(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The duration grammar of scenarios (`500ms`, `2m30s`), for flags.
 pub fn parse_duration(s: &str) -> Result<Duration, stampede_core::duration::DurationError> {
     stampede_core::duration::parse_duration(s)
 }

@@ -8,9 +8,13 @@ use stampede_core::report::Report;
 /// FILE --html/--csv/--hdr-log` render through this one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Artifact {
+    /// The report as JSON, as `stampede report FILE` reads it back.
     Json,
+    /// The interval histograms in HdrHistogram's log format, for other HDR tools.
     HdrLog,
+    /// The timeline, a row per interval, for a spreadsheet.
     Csv,
+    /// One self-contained HTML page with charts.
     Html,
     /// JUnit XML: a testcase per threshold (`--junit`).
     Junit,

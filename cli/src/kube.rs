@@ -16,9 +16,13 @@ pub const CONTROLLER_SELECTOR: &str =
 
 /// A live port-forward to the controller; dropping it stops forwarding.
 pub struct Forward {
+    /// `http://127.0.0.1:PORT`, the forward's local end.
     pub url: String,
+    /// The user token read from the controller's Secret, if the CLI may read it.
     pub token: Option<String>,
+    /// The controller pod the forward goes to.
     pub pod: String,
+    /// The pod's namespace.
     pub namespace: String,
     task: JoinHandle<()>,
 }

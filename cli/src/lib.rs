@@ -18,6 +18,8 @@
 //! - [`capacity`] and [`compare`]: the commands over `stampede_core::capacity` and
 //!   `stampede_core::compare`.
 
+#![warn(unreachable_pub, missing_docs)]
+
 pub mod capacity;
 pub mod ci;
 pub mod client;

@@ -10,11 +10,13 @@ use tokio_util::sync::CancellationToken;
 
 /// A controller plus agents running in this process.
 pub struct LocalCluster {
+    /// Where the controller serves gRPC, on loopback.
     pub addr: SocketAddr,
     /// The user token (CLI calls).
     pub token: String,
     /// The agent token (what embedded agents present).
     pub agent_token: String,
+    /// The embedded controller, for tests that look inside it.
     pub controller: Controller,
     controller_stop: CancellationToken,
     /// Resolves when the controller's thread has stopped serving.
@@ -25,6 +27,7 @@ pub struct LocalCluster {
 
 /// One embedded agent.
 pub struct LocalAgent {
+    /// The agent's id, as the controller lists it.
     pub id: String,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -118,6 +121,7 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// The controller's URL, for a client in this process.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -141,6 +145,7 @@ impl LocalCluster {
         });
     }
 
+    /// The agents started so far, in the order they were started.
     pub fn agents(&self) -> &[LocalAgent] {
         &self.agents
     }

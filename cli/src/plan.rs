@@ -46,18 +46,26 @@ pub struct PlanArgs {
 /// The plan, as `--output json` prints it.
 #[derive(Debug, Serialize)]
 pub struct PlanReport {
+    /// The scenario's `name`.
     pub scenario: String,
+    /// Agents the run would be sharded over.
     pub agents: u32,
+    /// The scenario's length, in seconds.
     pub duration_s: f64,
+    /// Sessions the schedule starts over the whole run.
     pub sessions: u64,
+    /// Requests those sessions would send, if each runs to its end.
     pub requests: u64,
+    /// The schedule, phase by phase.
     pub phases: Vec<PhasePlan>,
     /// `shares[agent][phase]`: planned sessions; left out for very large plans.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shares: Option<Vec<Vec<u64>>>,
     /// Peak concurrent connections expected per agent to the target (empty: none, e.g. unix).
     pub peak_connections_per_agent: Vec<u64>,
+    /// The target's host and port; `None` for a Unix socket.
     pub target: Option<String>,
+    /// The port budget per source address, since each connection holds a local port.
     pub budget: Vec<AddressBudget>,
     /// Why the controller would refuse the run; empty when it would run.
     pub refusals: Vec<String>,
@@ -71,23 +79,35 @@ pub struct PlanReport {
     pub deliverable: f64,
 }
 
+/// One phase of the schedule and how evenly its sessions split across agents.
 #[derive(Debug, Serialize)]
 pub struct PhasePlan {
+    /// The phase's `name`, or `phase-N` (from 1).
     pub name: String,
+    /// When the phase starts, in seconds from T0.
     pub start_s: f64,
+    /// The phase's length, in seconds.
     pub duration_s: f64,
+    /// Sessions the phase starts, all agents together.
     pub sessions: u64,
+    /// The fewest of them any one agent starts.
     pub per_agent_min: u64,
+    /// The most of them any one agent starts.
     pub per_agent_max: u64,
 }
 
 /// The port budget of one source address towards the target.
 #[derive(Debug, Serialize)]
 pub struct AddressBudget {
+    /// The host the agents send from: agents on one host share its local ports.
     pub source: String,
+    /// Agents that send from it.
     pub agents: u32,
+    /// Local ports its agents' peak connections need together.
     pub needed: u64,
+    /// Local ports one source address has (the ephemeral range).
     pub ports: u64,
+    /// Whether `needed` fits in `ports`.
     pub fits: bool,
 }
 

@@ -44,8 +44,11 @@ pub struct ServerSecurity {
 
 /// What the controller ends up with.
 pub struct ServerCredentials {
+    /// The user token; `None` only where an open controller is allowed.
     pub token: Option<String>,
+    /// The agents' token; `None`: agents present the user token.
     pub agent_token: Option<String>,
+    /// The TLS identity and client CA, when the controller serves TLS.
     pub tls: Option<stampede_controller::ServerTls>,
 }
 

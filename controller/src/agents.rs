@@ -34,7 +34,7 @@ const CLOCK_PING_EVERY: Duration = Duration::from_secs(30);
 
 /// Best clock sample so far: the one with the smallest round trip.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ClockEstimate {
+pub(crate) struct ClockEstimate {
     pub rtt_ns: Option<i64>,
     /// agent − controller.
     pub offset_ns: i64,
@@ -44,7 +44,7 @@ impl ClockEstimate {
     /// NTP-style: offset = ((t2 − t1) + (t3 − t4)) / 2, delay = (t4 − t1) − (t3 − t2).
     /// `t2` and `t3` come from the agent, so the sums are taken in `i128` and clamped: no
     /// value an agent sends can overflow them.
-    pub fn update(&mut self, t1: i64, t2: i64, t3: i64, t4: i64) {
+    pub(crate) fn update(&mut self, t1: i64, t2: i64, t3: i64, t4: i64) {
         let [t1, t2, t3, t4] = [t1, t2, t3, t4].map(i128::from);
         let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
         let rtt = clamp(((t4 - t1) - (t3 - t2)).max(0));
@@ -58,7 +58,7 @@ impl ClockEstimate {
 
 impl AgentEntry {
     /// Frees the agent for the next run.
-    pub fn free(&mut self) {
+    pub(crate) fn free(&mut self) {
         self.run = None;
         self.info.state = "idle".into();
         self.info.run_id.clear();
@@ -66,7 +66,7 @@ impl AgentEntry {
 }
 
 /// A connected agent.
-pub struct AgentEntry {
+pub(crate) struct AgentEntry {
     pub conn_id: u64,
     pub info: v1::AgentInfo,
     pub tx: mpsc::Sender<Result<v1::ControllerMessage, Status>>,
@@ -78,7 +78,7 @@ pub struct AgentEntry {
     pub heard: Arc<Heard>,
 }
 
-pub struct AgentSvc {
+pub(crate) struct AgentSvc {
     pub inner: Arc<Inner>,
 }
 

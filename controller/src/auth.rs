@@ -44,6 +44,7 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Credentials {
+    /// `None` for a token the controller does not check; with both `None`, every caller is let in.
     pub fn new(user: Option<&str>, agent: Option<&str>) -> Self {
         Self {
             user: user.filter(|t| !t.is_empty()).map(hash),

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{lock, run, ControllerError, Inner};
 
-pub struct ControlSvc {
+pub(crate) struct ControlSvc {
     pub inner: Arc<Inner>,
 }
 
@@ -228,7 +228,7 @@ pub(crate) fn submit(
             inner.cfg.max_pending_runs
         )));
     }
-    let handle = run::start(inner.clone(), scenario.into_inner(), agents, wait);
+    let handle = run::start(inner.clone(), scenario, agents, wait);
     if let Some(scaler) = inner.kube.get().and_then(|k| k.scaler.clone()) {
         tokio::spawn(scaler.hold(agents, handle.clone()));
     }

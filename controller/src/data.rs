@@ -16,7 +16,7 @@ type AgentTx = mpsc::Sender<Result<v1::ControllerMessage, tonic::Status>>;
 
 /// Why a run's data cannot be cut into shares.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SharesError {
+pub(crate) enum SharesError {
     /// The run's agents admit no shard map (the planner refuses the same run first).
     #[error("plan: {0}")]
     Plan(ShardError),
@@ -32,7 +32,7 @@ pub enum SharesError {
 /// The run's data sources, ready to be cut into shares. Cloning shares them; their rows are
 /// an arena shared with the run's scenario (`stampede_core::data::Rows`), never copied.
 #[derive(Clone)]
-pub struct Shares(Arc<Inner>);
+pub(crate) struct Shares(Arc<Inner>);
 
 struct Inner {
     sources: BTreeMap<String, DataSource>,
@@ -43,7 +43,7 @@ struct Inner {
 impl Shares {
     /// The sources of `scenario` for a run of `agents` agents seeded with `seed`. A source
     /// without its rows (a scenario in the agents' form) is refused.
-    pub fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, SharesError> {
+    pub(crate) fn new(scenario: &Scenario, agents: u32, seed: u64) -> Result<Self, SharesError> {
         let map = ShardMap::new(agents, &[]).map_err(SharesError::Plan)?;
         let mut plans = Vec::with_capacity(scenario.data.len());
         for (name, d) in &scenario.data {
@@ -65,11 +65,12 @@ impl Shares {
     /// Sends agent `agent`'s rows of every source over `tx` and returns the row counts its
     /// Assign announces. A stream that is gone is noticed by the caller, which waits for the
     /// agent's Ready.
-    pub async fn send(&self, run_id: &str, agent: u32, tx: &AgentTx) -> Vec<v1::DataShare> {
+    pub(crate) async fn send(&self, run_id: &str, agent: u32, tx: &AgentTx) -> Vec<v1::DataShare> {
         if self.0.plans.is_empty() {
             return Vec::new();
         }
-        // The positions are arithmetic, but as many as the agent's rows: off the runtime.
+        // Computing the positions costs time in proportion to the agent's rows, so it runs on a
+        // blocking thread rather than holding a runtime worker.
         let inner = self.0.clone();
         let positions: Vec<Vec<u32>> = tokio::task::spawn_blocking(move || {
             inner
@@ -138,15 +139,15 @@ session: [ {{ http: {{ path: '/${{users.id}}' }} }} ]
                 assert!(d.values.is_empty(), "values are sent packed");
                 let bytes = d.cells.len() + d.ends.len() * 4;
                 assert!(bytes < 1_100_000, "{bytes} bytes in one message");
-                assert_eq!(d.ends.len(), d.positions.len() * 2);
-                for (j, p) in d.positions.iter().enumerate() {
-                    // Row j's first value runs from the end of the row before to ends[2j].
-                    let start = j.checked_sub(1).map_or(0, |i| d.ends[2 * i + 1] as usize);
-                    let id = &d.cells[start..d.ends[2 * j] as usize];
+                assert!(d.positions.iter().all(|p| *p < 3000));
+                let positions = d.positions.len();
+                let rows = stampede_core::data::Rows::from_packed(d.cells, d.ends, 2).unwrap();
+                assert_eq!(rows.len(), positions);
+                for row in rows.iter() {
+                    let id = row.get(0).unwrap();
                     assert!(seen.insert(id.to_string()), "row {id} sent twice");
-                    assert!(*p < 3000);
                 }
-                got += d.positions.len() as u64;
+                got += positions as u64;
                 messages += 1;
             }
             let counts = counts.await.unwrap();

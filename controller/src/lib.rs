@@ -24,6 +24,8 @@
 //! - [`k8s`]: with `--kube` or in a pod: the `LoadTest` CRD and reconciler, ConfigMap and Secret
 //!   data, `.proto` files from a ConfigMap, the agent pod reflector and Deployment scaling.
 
+#![warn(unreachable_pub, missing_docs)]
+
 mod agents;
 pub mod auth;
 mod control;
@@ -98,6 +100,7 @@ pub struct ControllerConfig {
     pub max_agents: u32,
     /// Stored reports kept: the newest `reports_keep`, none older than `reports_max_age`.
     pub reports_keep: usize,
+    /// `None`: reports are kept whatever their age, up to `reports_keep`.
     pub reports_max_age: Option<Duration>,
     /// Finished runs kept in memory (their reports stay in the store): memory stays flat
     /// however many runs a controller serves.
@@ -122,8 +125,11 @@ impl std::fmt::Debug for ControllerConfig {
 /// certificate it signed (mutual TLS).
 #[derive(Clone)]
 pub struct ServerTls {
+    /// The certificate chain the controller presents.
     pub cert_pem: Vec<u8>,
+    /// The certificate's private key.
     pub key_pem: Vec<u8>,
+    /// The CA that client certificates must chain to; `None`: no client certificate is asked for.
     pub client_ca_pem: Option<Vec<u8>>,
 }
 
@@ -142,6 +148,7 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 pub const MAX_LEASE: Duration = Duration::from_secs(60);
 
 impl ControllerConfig {
+    /// The defaults the `stampede controller` command starts from, storing reports in `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
@@ -168,23 +175,29 @@ impl ControllerConfig {
 /// Controller failures, mapped to gRPC statuses in one place ([`From`] below).
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
+    /// The scenario does not validate; the message names the field.
     #[error("scenario: {0}")]
     Scenario(#[from] stampede_core::ScenarioError),
     /// A scenario that still needs something only its submitter can do: a file read, data
     /// fetched, a gRPC call encoded. The message names the field.
     #[error(transparent)]
     NotReady(#[from] stampede_core::scenario::NotReady),
+    /// No run of that id is in memory or in the store.
     #[error("run {0} not found")]
     RunNotFound(String),
+    /// The run is still going, so it has no report yet.
     #[error("run {0} has not finished yet")]
     NotFinished(String),
+    /// The report store could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The request itself is wrong (an agent count, a wait); the message names what.
     #[error("invalid request: {0}")]
     Invalid(String),
     /// A bound on the controller's work is reached; the same request can succeed later.
     #[error("{0}")]
     Exhausted(String),
+    /// The gRPC server could not be served on its listener.
     #[error("serving: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -246,6 +259,8 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Opens the report store under `cfg.data_dir` and takes over what a previous controller
+    /// left there: checkpointed runs go on, other runs it had in flight are recorded as failed.
     pub fn new(cfg: ControllerConfig) -> Result<Self, ControllerError> {
         let store = ReportStore::open(&cfg.data_dir)?;
         let inner = Arc::new(Inner {

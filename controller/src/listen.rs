@@ -19,19 +19,19 @@ use tonic::transport::server::Connected;
 
 /// Most connections the gRPC listener holds at once: every agent a run may ask for
 /// (`MAX_AGENTS`) twice over, for CLIs and reconnections, within the process's open files.
-pub const MAX_GRPC_CONNECTIONS: usize = 2 * stampede_core::scenario::MAX_AGENTS as usize;
+pub(crate) const MAX_GRPC_CONNECTIONS: usize = 2 * stampede_core::scenario::MAX_AGENTS as usize;
 
 /// How long an accepted connection may stay silent before its first byte (the TLS hello or
 /// the HTTP/2 preface): a real client sends it at once.
-pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// TCP keepalive on every accepted connection: a peer gone without a FIN (a node lost, a
 /// NAT entry expired) is found by the kernel even where no HTTP/2 ping is due.
-pub const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// An admitted connection: the stream, and its place among [`MAX_GRPC_CONNECTIONS`], given
 /// back when the server drops it.
-pub struct Admitted {
+pub(crate) struct Admitted {
     stream: TcpStream,
     _place: OwnedSemaphorePermit,
 }
@@ -82,7 +82,7 @@ impl AsyncWrite for Admitted {
 
 /// The connections `listener` accepts that send a first byte within `first_byte`, at most
 /// `max` at once, until `stop` is cancelled. Past the cap a connection is closed at once.
-pub fn admit(
+pub(crate) fn admit(
     listener: TcpListener,
     max: usize,
     first_byte: Duration,

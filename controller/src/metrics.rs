@@ -26,13 +26,13 @@ mod listen;
 pub(crate) use listen::serve;
 
 /// The `Content-Type` of the Prometheus text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Per-run series are kept for this many runs (the running one and the last few).
-pub const KEEP_RUNS: usize = 5;
+pub(crate) const KEEP_RUNS: usize = 5;
 
 /// Latency histogram upper bounds, in seconds: 50 µs to 60 s.
-pub const LATENCY_BUCKETS: &[f64] = &[
+pub(crate) const LATENCY_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025,
     0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];

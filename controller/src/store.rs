@@ -11,24 +11,35 @@ use stampede_core::report::Report;
 /// Report store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A report or marker could not be written; the run is then reported as failed.
     #[error("writing {path}: {source}")]
     Write {
+        /// The file being written.
         path: PathBuf,
+        /// What the file system said.
         #[source]
         source: std::io::Error,
     },
+    /// A stored report or marker could not be read.
     #[error("reading {path}: {source}")]
     Read {
+        /// The file being read.
         path: PathBuf,
+        /// What the file system said.
         #[source]
         source: std::io::Error,
     },
+    /// A stored report does not parse: its run id, and the parser's error.
     #[error("report {0} is not valid JSON: {1}")]
     Corrupt(String, serde_json::Error),
+    /// A run id that is empty, longer than 128 bytes, or has a byte other than ASCII letters,
+    /// digits, `-` and `_`, so it can never name a path outside the store.
     #[error("run id `{0}` is not valid")]
     BadId(String),
 }
 
+/// Finished reports as files in the data directory (`runs/`), one per run, plus markers of
+/// runs in flight (`inflight/`) that a restarted controller re-adopts or records as failed.
 #[derive(Debug, Clone)]
 pub struct ReportStore {
     dir: PathBuf,
@@ -71,6 +82,7 @@ pub(crate) fn valid_id(id: &str) -> bool {
 }
 
 impl ReportStore {
+    /// Opens the store under `data_dir`, creating its `runs/` and `inflight/` directories.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let dir = data_dir.join("runs");
         let inflight = data_dir.join("inflight");
@@ -145,6 +157,7 @@ impl ReportStore {
         out
     }
 
+    /// Where the report of `run_id` is, once the id is checked to stay inside the store.
     pub fn path(&self, run_id: &str) -> Result<PathBuf, StoreError> {
         if !valid_id(run_id) {
             return Err(StoreError::BadId(run_id.to_string()));
@@ -269,7 +282,7 @@ mod tests {
         let kept: Report = serde_json::from_str(&store.load("r-done").unwrap().unwrap()).unwrap();
         assert_eq!(kept, done);
         assert!(store.load("r-cleared").unwrap().is_none());
-        // Once only.
+        // A marker is consumed when it is recovered: a second restart records nothing again.
         assert!(store.recover_interrupted(&[]).is_empty());
     }
 

@@ -24,14 +24,23 @@ pub const MAX_OPEN_CONNECTIONS: u64 = 1 << 30;
 /// A wire message that does not convert; the field path says where.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
+    /// A histogram's bytes do not decode or encode against the one histogram spec.
     #[error("{field}: {source}")]
     Hist {
+        /// The message path of the histogram (`progress.workloads[1].response`).
         field: String,
+        /// What the codec refused.
         #[source]
         source: HistError,
     },
+    /// A value is out of its bounds or inconsistent with the rest of the message.
     #[error("{field}: {reason}")]
-    Invalid { field: String, reason: String },
+    Invalid {
+        /// The message path of the value, as a reader of the `.proto` would write it.
+        field: String,
+        /// The bound or rule it breaks, for the peer's log.
+        reason: String,
+    },
     /// Well formed, but it does not fit the run it was sent for.
     #[error("progress: {0}")]
     Refused(#[from] MergeError),

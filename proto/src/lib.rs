@@ -13,6 +13,8 @@
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
 
+#![warn(unreachable_pub, missing_docs)]
+
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("stampede.v1");

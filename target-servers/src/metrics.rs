@@ -3,6 +3,10 @@
 //! [`serve`] answers `GET /metrics` (Prometheus text exposition format 0.0.4), `GET /healthz` and
 //! `GET /readyz` over HTTP/1.1 or h2c. Give it the `metrics_text` method of a server handle, e.g.
 //! `move || login_server.metrics_text()`.
+//!
+//! The controller's `/metrics` listener accepts in the same way, but the dependency rules keep
+//! one copy from serving both (`target-servers` depends on no crate of this workspace, and the
+//! controller only on `core` and `proto`, which hold no sockets), and this one also speaks h2c.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -17,7 +17,7 @@ use crate::tls::TlsError;
 
 /// An assignment this agent cannot run.
 #[derive(Debug, thiserror::Error)]
-pub enum AssignError {
+pub(crate) enum AssignError {
     /// The scenario text does not parse or validate.
     #[error("scenario: {0}")]
     Scenario(ScenarioError),
@@ -107,7 +107,7 @@ fn source_suffix(e: &ResolveError) -> String {
 /// A step of a session type that cannot be compiled; `at` is the step's path
 /// (`session[2]`), and the message follows it with the field.
 #[derive(Debug, thiserror::Error)]
-pub enum StepError {
+pub(crate) enum StepError {
     /// A streamed reply over HTTP/2, which the agent reads only over HTTP/1.1.
     #[error("{at}.http.stream: streamed replies are read over HTTP/1.1 (http_version: \"1.1\")")]
     StreamOverH2 { at: String },

@@ -48,10 +48,18 @@ pub struct DynamicHttp {
 /// to the step.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpCompileError {
+    /// The path's template.
     #[error("http.path: {0}")]
     Path(CompileError),
+    /// A header value's template.
     #[error("http.headers.{name}: {error}")]
-    Header { name: String, error: CompileError },
+    Header {
+        /// The header's name.
+        name: String,
+        /// Why its value does not compile.
+        error: CompileError,
+    },
+    /// The body's template.
     #[error("http.body: {0}")]
     Body(CompileError),
 }

@@ -65,10 +65,18 @@ pub enum After {
 /// Why a ws step cannot be compiled; the message names the field relative to the step.
 #[derive(Debug, thiserror::Error)]
 pub enum WsCompileError {
+    /// The upgrade request's path template.
     #[error("ws.connect.path: {0}")]
     Path(CompileError),
+    /// An upgrade header's value template.
     #[error("ws.connect.headers.{name}: {error}")]
-    Header { name: String, error: CompileError },
+    Header {
+        /// The header's name.
+        name: String,
+        /// Why its value does not compile.
+        error: CompileError,
+    },
+    /// A text message's template.
     #[error("ws.send.text: {0}")]
     Text(CompileError),
     /// A binary message that does not decode (a `file:` not inlined by the CLI).

@@ -55,7 +55,7 @@ pub struct StreamCall {
 }
 
 /// What a streamed call brought back: bytes sent, the reply and its messages' arrivals.
-pub type Streamed = (u64, Reply, Option<Box<Arrivals>>);
+pub(crate) type Streamed = (u64, Reply, Option<Box<Arrivals>>);
 
 impl StreamCall {
     /// The streaming call of `call`, or `None` for a unary method. The error names the

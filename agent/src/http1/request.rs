@@ -82,10 +82,12 @@ impl PreparedRequest {
         }
     }
 
+    /// Bytes of the request, head and body, for the bytes-sent count.
     pub fn len(&self) -> usize {
         self.split as usize
     }
 
+    /// Whether the request has no bytes.
     pub fn is_empty(&self) -> bool {
         self.split == 0
     }

@@ -12,7 +12,9 @@ pub trait Sink {
     /// The final answer's status, before its headers and body.
     #[inline(always)]
     fn status(&mut self, _status: u16) {}
+    /// One header of the final head, its name lowercased; called only when `HEADERS`.
     fn header(&mut self, name: &str, value: &[u8]);
+    /// The next piece of the body, de-chunked, in the order read.
     fn body(&mut self, chunk: &[u8]);
     /// A chunk of a chunked body begins (its size line was just read): a stream reader
     /// times its chunks by it.
@@ -56,12 +58,16 @@ impl Sink for Discard {
 /// checks. Reused from one request to the next of a session.
 #[derive(Debug, Default)]
 pub struct Capture {
+    /// The final head's headers, names lowercased, in the order received.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The body's first `limit` bytes.
     pub body: Vec<u8>,
+    /// Most body bytes kept; the rest is read and dropped.
     pub limit: usize,
 }
 
 impl Capture {
+    /// Empties the capture for the next request, keeping its buffers' memory.
     pub fn clear(&mut self, limit: usize) {
         self.headers.clear();
         self.body.clear();

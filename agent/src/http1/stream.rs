@@ -63,10 +63,12 @@ pub struct Streamed<S> {
     /// The body is chunked: in `chunks` mode, arrivals are its chunks, not its reads.
     chunked: bool,
     last: Option<Instant>,
+    /// The events timed so far (their count and the gaps between them).
     pub arrivals: Arrivals,
 }
 
 impl<S: Sink> Streamed<S> {
+    /// Wraps `inner`, timing the events `mode` names.
     pub fn new(inner: S, mode: StreamMode) -> Self {
         Self {
             inner,

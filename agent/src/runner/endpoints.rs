@@ -25,7 +25,9 @@ pub struct EndpointSlot {
     /// Its place among the run's slots (in order of first appearance): what a connection
     /// remembers to notice that the set moved it elsewhere.
     pub id: u32,
+    /// The endpoint's address, which a new set is matched against to keep its slot.
     pub address: SocketAddr,
+    /// How to open a connection to it.
     pub endpoint: Endpoint,
     stats: Mutex<EndpointStats>,
     /// Its set's `measured` flag: a slot is recorded into wherever it is picked, whichever of
@@ -44,7 +46,7 @@ impl EndpointSlot {
 }
 
 /// The endpoint a session goes to: `None` sends it to the target's one address.
-pub type Pick = Option<Arc<EndpointSlot>>;
+pub(crate) type Pick = Option<Arc<EndpointSlot>>;
 
 /// The run's endpoints: every slot it has had, and the current ones.
 #[derive(Debug, Default)]
@@ -199,7 +201,10 @@ impl EndpointSets {
 
 /// Takes the interval's figures of every set of the run (one per target) into a Progress
 /// message: the rows of the sets that keep figures, together.
-pub fn attach<'a>(sets: impl IntoIterator<Item = &'a EndpointSet>, msg: &mut v1::AgentMessage) {
+pub(crate) fn attach<'a>(
+    sets: impl IntoIterator<Item = &'a EndpointSet>,
+    msg: &mut v1::AgentMessage,
+) {
     let mut rows = Vec::new();
     let mut any = false;
     for set in sets.into_iter().filter(|s| s.measured()) {

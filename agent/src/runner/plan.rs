@@ -17,62 +17,87 @@ use crate::udp::{DatagramRequest, UdpConn};
 /// A step compiled for the hot path.
 #[derive(Debug, Clone)]
 pub enum StepPlan {
+    /// A static HTTP/1.1 (or HTTP/2) request, its bytes built once for the run.
     Http {
         /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The request's bytes for HTTP/1.1.
         request: PreparedRequest,
         /// The same request for HTTP/2 (set when the target speaks HTTP/2: h2c, or h2 over TLS).
         h2: Option<crate::h2::H2Request>,
+        /// The statuses that count as success; `None`: any 2xx or 3xx.
         expect: Option<Vec<u16>>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
+        /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
     },
     /// An HTTP request rendered per session (templates, cookies), or whose response is
     /// captured (extract, check): see [`crate::dynamic`].
     HttpDynamic {
+        /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The compiled templates, extraction and checks.
         step: Arc<crate::dynamic::DynamicHttp>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
+        /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
     },
     /// A framed request/response over the session's TCP or Unix stream.
     Tcp {
+        /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The request framed once, and how its reply is framed and checked.
         request: FramedRequest,
         /// The payload rendered per session (a template) or the reply read (extract, check).
         send: Option<Arc<crate::dynamic::DynamicSend>>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
+        /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
     },
     /// A datagram and its reply over the session's UDP socket.
     Udp {
+        /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The datagram, its timeout and its reply check.
         request: DatagramRequest,
         /// The payload rendered per session (a template) or the reply read (extract, check).
         send: Option<Arc<crate::dynamic::DynamicSend>>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
+        /// Each run of the step opens a fresh socket, dropping the session's current one.
         new_connection: bool,
     },
     /// A gRPC call (its frames encoded by the CLI) over the session's HTTP/2 connection.
     Grpc {
+        /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The call's head and frames, encoded once.
         request: crate::grpc::GrpcRequest,
         /// The call's templated message or metadata, rendered per call.
         dynamic: Option<Arc<crate::grpc::DynamicCall>>,
         /// A streaming method's call, which renders its own templates.
         stream: Option<Arc<crate::grpc::StreamCall>>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
+        /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
     },
     /// One action over the session's WebSocket (`ws://`, `wss://`); always rendered per
     /// session, so the run has a dynamic context.
     Ws {
+        /// Ordinal among request steps (the per-step breakdown index).
         ordinal: usize,
+        /// The action (connect, send, receive, close) and its templates.
         step: Arc<crate::dynamic::DynamicWs>,
+        /// How many times the step runs in a row within one session.
         repeat: u32,
         /// Always false: a `connect` is what opens a new connection.
         new_connection: bool,
     },
+    /// A pause between steps; no request, so no ordinal.
     Think(ThinkTime),
 }
 
@@ -112,11 +137,15 @@ pub enum Endpoint {
 /// A session's connection, whatever the transport.
 #[derive(Debug)]
 pub enum Link {
+    /// HTTP/1.1 over TCP or TLS.
     Http1(Conn),
     /// HTTP/1.1 over a constant-rate pool's connection read at its ticks ([`crate::ticked`]).
     Ticked(Conn<crate::ticked::Ticked>),
+    /// HTTP/2 (h2c or over TLS), for HTTP and gRPC steps.
     H2(crate::h2::H2Conn),
+    /// A raw TCP or Unix stream.
     Stream(StreamConn),
+    /// A connected UDP socket.
     Udp(UdpConn),
     /// Boxed: the framing's state is far larger than the other links, and a `Link` is part
     /// of every session's connection.
@@ -241,9 +270,13 @@ pub enum Mode {
     /// `duration` after T0. This shard's connections are `first..first + connections` of
     /// `total`; connection `c`'s `k`-th session has index `c + k × total` (its data row).
     Closed {
+        /// This shard's connections.
         connections: usize,
+        /// How long after T0 the connections stop starting sessions.
         duration: Duration,
+        /// The global index of this shard's first connection.
         first: u64,
+        /// The run's connections, all shards together.
         total: u64,
         /// Sessions running at once on each connection (HTTP/2 streams; 1 otherwise).
         streams: u64,
@@ -255,8 +288,11 @@ pub enum Mode {
     /// `first..first + connections` of the run's (their data rows); each runs `streams` slots
     /// at once (HTTP/2 streams; 1 otherwise).
     Constant {
+        /// This shard's connections in the pool.
         connections: usize,
+        /// The global index of this shard's first connection.
         first: u64,
+        /// Slots each connection runs at once (HTTP/2 streams; 1 otherwise).
         streams: u64,
     },
 }
@@ -265,12 +301,15 @@ pub enum Mode {
 /// recording into one recorder (global phase and step indexes).
 #[derive(Debug, Clone)]
 pub struct ShardRun {
+    /// The controller's id of the run, on every Progress.
     pub run_id: String,
+    /// How often the recorder's interval is swapped and sent.
     pub interval: Duration,
     /// Phases of the run, all workloads together.
     pub phases: usize,
     /// Request steps of the run, all workloads and session types together.
     pub steps: usize,
+    /// One compiled workload per `workloads:` entry (one for a scenario without).
     pub workloads: Vec<Arc<RunSpec>>,
     /// The values of the setup steps, when this agent ran them: sent in its Ready.
     pub setup_values: Vec<String>,
@@ -346,11 +385,13 @@ impl ShardRun {
 /// Everything needed to run one workload of a shard.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
+    /// The workload's arrival schedule, the same on every agent (seeded).
     pub schedule: Schedule,
     /// Which of the workload's arrivals this shard runs; `None` when it runs none (a
     /// constant load with fewer connections than agents gives its slots only to the agents
     /// holding its connections).
     pub filter: Option<ShardFilter>,
+    /// Where connections go when the run has no `endpoints:` to pick from.
     pub target: Endpoint,
     /// The scenario's `endpoints:`, or the target name's addresses as last resolved (empty
     /// for a target that is one address): the connection or session with global index `i`
@@ -367,9 +408,11 @@ pub struct RunSpec {
     /// Global index of the first session type, when sessions are counted per type (a mix);
     /// `None` for a single session.
     pub count_types: Option<u32>,
+    /// Longest wait for one request's answer before it counts as a timeout.
     pub request_timeout: Duration,
     /// Most sessions in flight at once; arrivals beyond it are dropped and counted.
     pub capacity: usize,
+    /// How sessions start: from arrivals, closed connections or a constant pool.
     pub mode: Mode,
     /// A closed load's ramp of connections (`stages`), with this agent's shard and the shard
     /// count, which give each connection its ramp rank: connection `c` is open while the

@@ -47,6 +47,7 @@ pub struct Recorder {
     /// Request steps each phase's stats cover: up to the last of its workload's (steps are
     /// numbered across the run; a phase never records another workload's).
     steps: Box<[usize]>,
+    /// Sessions started and not yet ended, read against the run's capacity.
     pub in_flight: AtomicUsize,
     /// Connections open, their per-interval peak and how many were opened.
     pub connections: crate::net::ConnGauge,

@@ -51,7 +51,7 @@ pub(super) struct Failed<'a> {
 
 /// A request as sent, in the parts a sample shows, not yet masked.
 #[derive(Debug, Default, PartialEq)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// The request line without its version, the gRPC method, or a tcp/udp payload.
     pub line: Vec<u8>,
     /// The headers after the line (`\r\n` apart), or a gRPC call's metadata.
@@ -209,7 +209,7 @@ impl SampleRecorder {
 
 /// `bytes` with every secret written `***`: masked over [`MASK_WINDOW`] bytes, and when that
 /// cut the text, without the last bytes that may start a secret the cut split.
-pub fn masked(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn masked(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
     if secrets.is_empty() {
         return bytes.iter().copied().take(MASK_WINDOW).collect();
     }
@@ -225,7 +225,7 @@ pub fn masked(bytes: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
 
 /// What a step sent: the request line (without its version) with its headers and body, the
 /// gRPC method with its metadata, or a tcp or udp payload.
-pub fn sent(step: &StepPlan, vars: Option<&SessionVars>) -> Sent {
+pub(crate) fn sent(step: &StepPlan, vars: Option<&SessionVars>) -> Sent {
     match step {
         StepPlan::Http { request, .. } => http1_parts(request.bytes(false)),
         StepPlan::HttpDynamic { step, .. } => {

@@ -49,6 +49,7 @@ pub struct Registry {
 pub static DIALED: Registry = Registry::new();
 
 impl Registry {
+    /// An empty registry; `const` so that [`DIALED`] can be a static.
     pub const fn new() -> Self {
         Self {
             dests: RwLock::new(Vec::new()),
@@ -141,6 +142,7 @@ impl Registry {
 pub struct SocketCounts {
     /// Any state but TIME_WAIT (and LISTEN, which holds no port toward anyone).
     pub in_use: u64,
+    /// In TIME_WAIT: closed by this side, still holding their local port for a while.
     pub time_wait: u64,
 }
 

@@ -13,7 +13,9 @@ use stampede_core::HumanDuration;
 /// What the search varies: the axis, and with workloads, the one workload it varies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Varied {
+    /// What changes from step to step (the arrival rate, the connections, ...).
     pub axis: Axis,
+    /// With workloads, the one whose load the search varies; the others run as written.
     pub workload: Option<String>,
 }
 

@@ -104,10 +104,12 @@ pub struct Outputs<'a> {
 }
 
 impl<'a> Outputs<'a> {
+    /// The files to write, each with the artifact rendered into it.
     pub fn new(files: Vec<(Artifact, &'a Path)>) -> Self {
         Self { files }
     }
 
+    /// The files `run`'s flags name (`--report`, `--hdr-log`, `--csv`, `--html`, ...).
     pub fn of(a: &'a RunArgs) -> Self {
         let files = [
             (Artifact::Json, &a.report),
@@ -304,6 +306,7 @@ pub fn outcome_code(r: &Report) -> i32 {
     }
 }
 
+/// Prints `r` on standard output, as text or JSON.
 pub fn print_report(r: &Report, output: Output) -> Result<()> {
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(r)?),
@@ -314,7 +317,9 @@ pub fn print_report(r: &Report, output: Output) -> Result<()> {
 
 /// How a run is followed: quietly, or with a live line that knows the scenario's phases.
 pub struct Watch<'a> {
+    /// No live line: only the final report is printed.
     pub quiet: bool,
+    /// The submitted scenario, whose phases the live line names.
     pub scenario: &'a Scenario,
 }
 

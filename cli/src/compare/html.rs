@@ -45,7 +45,7 @@ fn p99_over_time(r: &Report) -> Vec<(f64, f64)> {
 }
 
 /// The comparison as one HTML page.
-pub fn page(
+pub(crate) fn page(
     c: &Comparison,
     limits: &[LimitCheck],
     base: &Report,

@@ -11,7 +11,7 @@ use stampede_core::report::RunOutcome;
 use crate::render::us;
 
 /// Widest line of the output (an 80-column terminal, less one for the cursor).
-pub const WIDTH: usize = 79;
+pub(crate) const WIDTH: usize = 79;
 
 /// A figure in its unit: `1.21ms`, `812.0/s`, `0.125%`; `-` without data.
 pub(crate) fn value(m: Metric, v: Option<f64>) -> String {
@@ -139,7 +139,7 @@ fn section(out: &mut String, c: &Comparison, s: &Section) {
 }
 
 /// The comparison as text.
-pub fn render(c: &Comparison, limits: &[LimitCheck]) -> String {
+pub(crate) fn render(c: &Comparison, limits: &[LimitCheck]) -> String {
     let mut o = String::new();
     run_line(&mut o, "base", &c.base);
     run_line(&mut o, "new", &c.new);

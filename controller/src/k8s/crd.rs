@@ -36,9 +36,14 @@ pub struct LoadTestSpec(pub Scenario);
 /// final: the controller never runs such a LoadTest again, also not after a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum LoadTestPhase {
+    /// Submitted, or waiting for its data or for agents.
     Pending,
+    /// The run is under way; `status.runId` names it.
     Running,
+    /// The run completed and every threshold passed.
     Succeeded,
+    /// The scenario was refused, the run failed, or a threshold was breached;
+    /// `status.message` says which.
     Failed,
     /// The run ended without failing but delivered less than planned (an agent was lost
     /// within `tolerate`, or stopped early).
@@ -46,6 +51,7 @@ pub enum LoadTestPhase {
 }
 
 impl LoadTestPhase {
+    /// Whether the reconciler is done with this LoadTest for good.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Incomplete)
     }
@@ -55,6 +61,7 @@ impl LoadTestPhase {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadTestStatus {
+    /// Absent until the reconciler first sees the LoadTest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<LoadTestPhase>,
     /// The controller's run id (`stampede report RUN_ID` fetches the full report).
@@ -72,6 +79,7 @@ pub struct LoadTestStatus {
     /// Agents lost during the run, with the share of the load they did not deliver.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_agents: Vec<LostAgent>,
+    /// Why the phase is what it is, in one line (a refusal, a failure, a breached threshold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Where the full report is: the controller's report store and the command to fetch it.
@@ -92,12 +100,14 @@ pub struct LoadTestStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadTestCondition {
+    /// The condition's name, e.g. `DataReady`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
     /// One word, CamelCase.
     pub reason: String,
+    /// What a person needs to act on the condition.
     pub message: String,
     /// RFC 3339 time the status last changed.
     pub last_transition_time: String,
@@ -107,35 +117,50 @@ pub struct LoadTestCondition {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadTestSummary {
+    /// Completed requests per second over the measured phases.
     pub throughput_rps: f64,
+    /// Requests that completed without error.
     pub completed: u64,
+    /// Requests that ended in an error of any kind (see `errors`).
     pub failed: u64,
+    /// `failed` over all requests, 0..1.
     pub error_rate: f64,
     /// Errors by kind: `connect_refused`, `connect_timeout`, `timeout`, `reset`, `tls`,
     /// `protocol`, `status_503` and the rest of `stampede_core::stats::error_kind`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
+    /// Median response time (from the intended send), in ms.
     pub p50_ms: f64,
+    /// 99th percentile of the response time, in ms.
     pub p99_ms: f64,
+    /// 99.9th percentile of the response time, in ms.
     pub p999_ms: f64,
+    /// Longest response time, in ms.
     pub max_ms: f64,
     /// Number of agents that took part.
     pub agents: u32,
+    /// Each threshold of the scenario and how the run measured against it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<ThresholdVerdict>,
 }
 
+/// One threshold judged against the finished run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ThresholdVerdict {
+    /// The threshold as the scenario wrote it (`p99 < 250ms`).
     pub expr: String,
+    /// `false` fails the LoadTest.
     pub passed: bool,
+    /// The value the run measured, with its unit.
     pub measured: String,
 }
 
+/// An agent whose stream or lease was lost before the run ended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LostAgent {
+    /// The agent's id, as `stampede agents` lists it.
     pub agent: String,
     /// Share of the whole run's planned requests this agent did not deliver (0..1).
     pub lost_share: f64,
@@ -146,6 +171,7 @@ fn ms(us: u64) -> f64 {
 }
 
 impl LoadTestSummary {
+    /// The status summary of a finished run's report, rounded to microseconds.
     pub fn of(r: &Report) -> Self {
         let rt = &r.latency.response_time;
         Self {
@@ -184,6 +210,7 @@ pub fn terminal_phase(r: &Report) -> LoadTestPhase {
     }
 }
 
+/// The agents a finished run lost, with the share each left undelivered.
 pub fn lost_agents(r: &Report) -> Vec<LostAgent> {
     r.agents
         .iter()

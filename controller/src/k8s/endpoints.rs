@@ -44,8 +44,11 @@ pub enum ServiceWatchError {
     /// The Service could not be read (missing, forbidden).
     #[error("endpoints: service: cannot read the Service {namespace}/{name}: {source}")]
     Service {
+        /// The Service's namespace.
         namespace: String,
+        /// The Service's name.
         name: String,
+        /// The API server's answer.
         #[source]
         source: kube::Error,
     },
@@ -55,8 +58,11 @@ pub enum ServiceWatchError {
     /// The slices could not be listed in time.
     #[error("endpoints: service: the EndpointSlices of {namespace}/{name} were not listed within {}s (last error: {last})", FIRST_LIST.as_secs())]
     FirstList {
+        /// The Service's namespace.
         namespace: String,
+        /// The Service's name.
         name: String,
+        /// The last listing error, so a refusal (RBAC) is not mistaken for a slow API server.
         last: String,
     },
     /// Listed, and no pod is ready.
@@ -64,8 +70,11 @@ pub enum ServiceWatchError {
         "endpoints: service: the Service {namespace}/{name} has no ready endpoint on port {port}"
     )]
     NoneReady {
+        /// The Service's namespace.
         namespace: String,
+        /// The Service's name.
         name: String,
+        /// The port the scenario's target names.
         port: u16,
     },
 }
@@ -94,6 +103,7 @@ pub(crate) async fn client_for(
 /// watch.
 #[derive(Debug)]
 pub struct ServiceWatch {
+    /// The ready endpoints, replaced whole on every change; runs send each version to their agents.
     pub rx: watch::Receiver<Vec<ServiceEndpoint>>,
     task: tokio::task::AbortHandle,
 }

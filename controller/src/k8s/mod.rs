@@ -52,10 +52,13 @@ pub struct KubeSettings {
 /// Failures of the Kubernetes side.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
+    /// The API server refused or could not be reached.
     #[error("kubernetes api: {0}")]
     Api(#[from] kube::Error),
+    /// No kube config or in-cluster service account could be loaded.
     #[error("kubernetes client configuration: {0}")]
     Config(String),
+    /// One LoadTest could not be handled: its name, then why.
     #[error("loadtest {0}: {1}")]
     LoadTest(String, String),
 }

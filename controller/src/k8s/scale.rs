@@ -19,6 +19,8 @@ struct State {
     active: usize,
 }
 
+/// Scales the agents' Deployment up for runs that want more agents than are connected, and
+/// (with `scale_down_after`) back once the last such run ends.
 pub struct Scaler {
     api: Api<Deployment>,
     name: String,
@@ -27,6 +29,7 @@ pub struct Scaler {
 }
 
 impl Scaler {
+    /// Scales the Deployment `name` in `namespace`; nothing is changed until a run holds it.
     pub fn new(client: kube::Client, namespace: &str, name: &str, scale_down_after: bool) -> Self {
         Self {
             api: Api::namespaced(client, namespace),

@@ -41,17 +41,27 @@ pub struct PodListError {
 pub enum NodeMetricsError {
     /// The API server answered with an error status (403: no `nodes/proxy` get).
     #[error("HTTP {status} from {path}{}", hint(*status))]
-    Status { path: String, status: u16 },
+    Status {
+        /// The API path asked for.
+        path: String,
+        /// The HTTP status it answered.
+        status: u16,
+    },
     /// The request could not be made or the answer not read.
     #[error("{path}: {source}")]
     Request {
+        /// The API path asked for.
         path: String,
+        /// The client's error.
         #[source]
         source: kube::Error,
     },
     /// The answer is larger than [`MAX_METRICS_BYTES`] or broke off.
     #[error("{path}: the body could not be read within {MAX_METRICS_BYTES} bytes")]
-    Body { path: String },
+    Body {
+        /// The API path asked for.
+        path: String,
+    },
 }
 
 fn hint(status: u16) -> &'static str {

@@ -2,6 +2,11 @@
 //! never a crowd, so every connection is bounded in number and in time. Idle or half-open
 //! connections (a port scan, a stuck client, a slow sender) are closed on a timer instead of
 //! holding a slot, so a probe always finds room.
+//!
+//! `stampede_target_servers::metrics::serve` accepts in the same way, but the dependency rules
+//! keep one copy from serving both (the controller may depend only on `core` and `proto`, which
+//! hold no sockets, and `target-servers` on no crate of this workspace), and this one adds the
+//! connection timeouts that a controller's long-lived endpoint needs.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -27,12 +27,16 @@ fn controller() -> (tempfile::TempDir, crate::Controller) {
 }
 
 /// A scenario of 2 s at 1 arrival a second, with `extra` top-level lines.
-fn scenario(extra: &str) -> Scenario {
-    Scenario::from_yaml(&format!(
+fn scenario(extra: &str) -> ReadyScenario {
+    ready(&format!(
         "name: d\ntarget: http://127.0.0.1:1\n{extra}phases:\n  - {{ duration: 2s, arrival_rate: 1 }}\n\
          session:\n  - http: {{ path: / }}\n"
     ))
-    .unwrap()
+}
+
+/// `yaml` parsed and made ready, as a submission makes it.
+fn ready(yaml: &str) -> ReadyScenario {
+    ReadyScenario::new(Scenario::from_yaml(yaml).unwrap()).unwrap()
 }
 
 /// An idle agent `id` on stream `conn_id`, as registration leaves it.
@@ -347,11 +351,10 @@ async fn run_then_shut_down(dir: &std::path::Path, grace: Duration) -> String {
     let mut a1 = join(&c.inner, 1, "a1");
     let h = start(
         c.inner.clone(),
-        Scenario::from_yaml(
+        ready(
             "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 30s, arrival_rate: 1 }\n\
              session:\n  - http: { path: / }\n",
-        )
-        .unwrap(),
+        ),
         1,
         Duration::from_secs(30),
     );
@@ -493,12 +496,11 @@ async fn a_closed_stream_is_lost_without_waiting_for_the_restart_grace() {
 }
 
 /// A one-agent run of 60 s at 1 arrival a second.
-fn a_minute() -> Scenario {
-    Scenario::from_yaml(
+fn a_minute() -> ReadyScenario {
+    ready(
         "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 60s, arrival_rate: 1 }\n\
          session:\n  - http: { path: / }\n",
     )
-    .unwrap()
 }
 
 /// Waits (on the paused clock) until the run leaves `Running`; returns how long that took.
@@ -619,11 +621,10 @@ async fn a_re_adopted_run_that_was_aborted_ends_aborted() {
     let mut a1 = join(&c.inner, 1, "a1");
     let h = start(
         c.inner.clone(),
-        Scenario::from_yaml(
+        ready(
             "name: d\ntarget: http://127.0.0.1:1\nphases:\n  - { duration: 30s, arrival_rate: 1 }\n\
              session:\n  - http: { path: / }\n",
-        )
-        .unwrap(),
+        ),
         1,
         Duration::from_secs(30),
     );
@@ -681,13 +682,12 @@ async fn refreshed_setup_values_are_checkpointed_before_they_are_passed_on() {
     let mut a2 = join(&c.inner, 2, "a2");
     let h = start(
         c.inner.clone(),
-        Scenario::from_yaml(
+        ready(
             "name: d\ntarget: http://127.0.0.1:1\nsetup_refresh: 10s\nsetup:\n  - name: login\n    \
              http: { method: post, path: /login }\n    extract: { token: { json: /token } }\n\
              phases:\n  - { duration: 30s, arrival_rate: 1 }\n\
              session:\n  - http: { path: /, headers: { authorization: 'Bearer ${setup.token}' } }\n",
-        )
-        .unwrap(),
+        ),
         2,
         Duration::from_secs(30),
     );

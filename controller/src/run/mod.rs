@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stampede_core::plan::Plan;
 use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
-use stampede_core::scenario::{AgentLossPolicy, Scenario};
+use stampede_core::scenario::{AgentLossPolicy, ReadyScenario, Scenario};
 use stampede_proto::convert::check_progress;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
@@ -28,7 +28,7 @@ mod service;
 mod state;
 
 pub(crate) use adopt::adopt_all;
-pub use state::{RunState, Status};
+pub(crate) use state::{RunState, Status};
 
 use crate::{lock, unix_ms, unix_ns, Inner};
 use member::{agent_text, is_member, Books, Member, MemberState};
@@ -100,21 +100,29 @@ pub enum RunInput {
 
 /// A run as the services see it.
 pub struct RunHandle {
+    /// `run-` and 12 hex digits, unique per controller.
     pub run_id: String,
+    /// The scenario's `name`, for listings.
     pub scenario_name: String,
+    /// Agents the run waits for before it starts.
     pub agents_wanted: u32,
+    /// When the run was submitted, in ms since the Unix epoch.
     pub submitted_at_unix_ms: u64,
     state: Mutex<Status>,
+    /// Live events for watchers; a watcher more than the channel's 1024 events behind misses
+    /// some.
     pub events: broadcast::Sender<v1::RunEvent>,
     report_json: OnceLock<String>,
     /// The report is in the store: the handle may then be evicted from memory.
     persisted: std::sync::atomic::AtomicBool,
+    /// Cancelled to abort the run; `request_abort` also records why.
     pub abort: CancellationToken,
     abort_reason: Mutex<Option<String>>,
     inbox: mpsc::UnboundedSender<RunInput>,
 }
 
 impl RunHandle {
+    /// Queues an input for the run's driver; once the driver has ended it is dropped.
     pub fn send(&self, input: RunInput) {
         let _ = self.inbox.send(input);
     }
@@ -124,6 +132,7 @@ impl RunHandle {
         lock(&self.state).clone()
     }
 
+    /// The final report as JSON, once the run has finished and stored it.
     pub fn report_json(&self) -> Option<&String> {
         self.report_json.get()
     }
@@ -141,6 +150,7 @@ impl RunHandle {
         }
     }
 
+    /// Aborts the run; the first reason given is the one reported.
     pub fn request_abort(&self, reason: String) {
         lock(&self.abort_reason).get_or_insert(reason);
         self.abort.cancel();
@@ -173,6 +183,7 @@ impl RunHandle {
         true
     }
 
+    /// The run as `stampede status` lists it.
     pub fn summary(&self) -> v1::RunSummary {
         let Status { state, message } = self.state();
         v1::RunSummary {
@@ -186,13 +197,15 @@ impl RunHandle {
     }
 }
 
-/// Creates the run and starts its driver.
+/// Creates the run and starts its driver. The scenario is a [`ReadyScenario`], so a run never
+/// starts with a file, a data source or a gRPC call nobody past the submitter can read.
 pub(crate) fn start(
     inner: Arc<Inner>,
-    scenario: Scenario,
+    scenario: ReadyScenario,
     agents: u32,
     agent_wait: Duration,
 ) -> Arc<RunHandle> {
+    let scenario = scenario.into_inner();
     let run_id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let (inbox, rx) = mpsc::unbounded_channel();
     let (events, _) = broadcast::channel(1024);
@@ -426,7 +439,8 @@ mod tests {
         )
         .unwrap();
         // A real run handle, whose driver is replaced by one that panics once it holds an agent.
-        let h = start(inner.clone(), scenario, 1, Duration::from_millis(1));
+        let ready = ReadyScenario::new(scenario).unwrap();
+        let h = start(inner.clone(), ready, 1, Duration::from_millis(1));
         h.finished().await; // the real driver fails at once: no agents
         let h2 = Arc::new(RunHandle {
             run_id: "run-panics".into(),

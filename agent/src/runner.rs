@@ -29,7 +29,7 @@ mod session;
 pub use endpoints::{EndpointSet, EndpointSlot};
 use models::{
     closed_connection, closed_streams, drop_queued, end_queue_at, enqueue, late_start_cutoff,
-    pooled_connection, pooled_streams, ticked_pool, MAX_QUEUED_SLOTS,
+    pooled_connection, pooled_streams, ramped_pooled_connection, ticked_pool, MAX_QUEUED_SLOTS,
 };
 pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
 pub use recorder::{empty_buffers, progress, Recorder, Slot};
@@ -335,7 +335,10 @@ fn start_workload(
             streams,
         } => {
             let slots = SlotQueue::new(MAX_QUEUED_SLOTS);
-            let ticks = ticked_pool(spec, connections, streams).and_then(|tick| {
+            // A ramping pool reads through the reactor: the tick reads are sized for a pool
+            // that holds all its connections from T0.
+            let tickable = spec.ramp.is_none();
+            let ticks = ticked_pool(spec, connections, streams).filter(|_| tickable).and_then(|tick| {
                 crate::ticked::Ticks::new(t0, tick)
                     .inspect_err(|e| {
                         tracing::warn!(error = %e, "no epoll set for the pool's tick reads; its answers are read by the reactor")
@@ -346,7 +349,23 @@ fn start_workload(
             for c in 0..connections as u64 {
                 let (rec, spec, stop, slots) =
                     (rec.clone(), spec.clone(), stop.clone(), slots.clone());
-                let task = if streams > 1 {
+                let task = if let Some((stages, shard, shards)) = &spec.ramp {
+                    // Open while the ramp is above this connection's rank, as in a closed
+                    // ramp; the slots follow the rate and go to whichever are open.
+                    let spans = stampede_core::ramp::spans(
+                        stages,
+                        stampede_core::ramp::rank(*shard, *shards, c),
+                    );
+                    let ramp = (t0, spans, stampede_core::ramp::total(stages));
+                    tracker.spawn(ramped_pooled_connection(
+                        spec,
+                        rec,
+                        slots,
+                        ramp,
+                        first + c,
+                        stop,
+                    ))
+                } else if streams > 1 {
                     tracker.spawn(pooled_streams(spec, rec, slots, first + c, streams, stop))
                 } else {
                     let pool = (slots, ticks.clone());

@@ -194,7 +194,7 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
     let cells = agents as usize * phase_defs.len();
     let timeout = scenario.request_timeout.0;
     let budgets = stampede_core::delivery::budgets(scenario, agents, args.capacity);
-    let warnings = budgets
+    let mut warnings: Vec<String> = budgets
         .iter()
         .filter(|b| b.undeliverable() || b.budget < timeout)
         .map(|b| {
@@ -205,6 +205,7 @@ pub fn plan(scenario: &Scenario, args: &PlanArgs) -> Result<PlanReport> {
             })
         })
         .collect();
+    warnings.extend(stampede_core::delivery::ramp_warnings(scenario));
     let deliverable = budgets.iter().map(|b| b.deliverable).fold(1.0f64, f64::min);
     Ok(PlanReport {
         scenario: scenario.name.clone(),

@@ -131,6 +131,51 @@ pub fn budgets(scenario: &Scenario, agents: u32, capacity: u32) -> Vec<SlotBudge
     out
 }
 
+/// The warnings of constant-rate loads whose pool ramps: it starts from no connection while
+/// the arrivals keep the rate from T0, so until the pool is big enough its slots wait for a
+/// connection (counted late, from their intended time) and, past an agent's queue, are
+/// dropped. That is the generator being the limit by plan, not the target; each warning
+/// says how small the pool is at T0, at half its peak and at its peak, with the latency
+/// budget (open connections over the rate) each leaves a session.
+pub fn ramp_warnings(scenario: &Scenario) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in scenario.workload_views() {
+        let Some(l) = w
+            .load
+            .filter(|l| l.model == LoadModel::Constant && !l.stages.is_empty())
+        else {
+            continue;
+        };
+        let rate = l.rate.unwrap_or(0.0);
+        if rate <= 0.0 {
+            continue;
+        }
+        let peak = crate::ramp::peak(&l.stages);
+        let at = |n: u32| {
+            let t = crate::ramp::reaches(&l.stages, n).unwrap_or_default();
+            // To the microsecond, so that round budgets print round.
+            let budget =
+                Duration::from_micros((f64::from(n) / rate * 1e6).min(1e15).round() as u64);
+            format!(
+                "{n} at {:.2}s ({} a session)",
+                t.as_secs_f64(),
+                crate::duration::HumanDuration(budget)
+            )
+        };
+        let half = (peak / 2).max(1);
+        out.push(format!(
+            "constant load: its pool ramps from 0 while {rate:.1} sessions/s arrive from T0; \
+             it holds {}, {} and {} (connections open over the rate): until it is big enough, \
+             slots wait for a connection and count late, and past an agent's queue are dropped \
+             (the run then ends incomplete): there the generator, not the target, is the limit",
+            at(1),
+            at(half),
+            at(peak)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +228,30 @@ mod tests {
             "load: { model: closed, connections: 2, duration: 1s }\nsession: [ { http: { path: / } } ]\n",
         );
         assert!(budgets(&closed, 1, 10).is_empty());
+    }
+
+    /// A constant-rate pool that ramps 0 → 100 over 10 s at 1,000/s: 1 connection at T0
+    /// leaves a session 1 ms, 50 at 4.9 s leave 50 ms, the peak at 9.9 s leaves 100 ms; a
+    /// pool that does not ramp, and a closed ramp, have no such warning.
+    #[test]
+    fn a_ramping_pool_is_the_limit_until_it_is_big_enough() {
+        let s = scenario(
+            "load: { model: constant, rate: 1000, stages: [ { connections: 100, duration: 10s }, { connections: 100, duration: 5s } ] }\nsession: [ { http: { path: / } } ]\n",
+        );
+        let w = ramp_warnings(&s);
+        assert_eq!(w.len(), 1, "{w:?}");
+        for part in [
+            "1000.0 sessions/s arrive from T0",
+            "1 at 0.00s (1ms a session), 50 at 4.90s (50ms a session) and 100 at 9.90s (100ms a session)",
+            "the generator, not the target, is the limit",
+        ] {
+            assert!(w[0].contains(part), "{part}: {}", w[0]);
+        }
+        for quiet in [
+            "load: { model: constant, rate: 1000, connections: 100, duration: 10s }\nsession: [ { http: { path: / } } ]\n",
+            "load: { model: closed, stages: [ { connections: 100, duration: 10s } ] }\nsession: [ { http: { path: / } } ]\n",
+        ] {
+            assert!(ramp_warnings(&scenario(quiet)).is_empty(), "{quiet}");
+        }
     }
 }

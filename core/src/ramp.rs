@@ -1,7 +1,11 @@
-//! Connection ramps of a closed load: `stages: [{ connections: N, duration: D }, ...]`, each
-//! stage moving the number of open connections linearly from the level before it (0 at T0) to
-//! its own. Opening every connection at T0 overflows accept queues (a burst of thousands of
-//! SYNs) and measures a stampede, not a load; a ramp paces the connects to its slope.
+//! Connection ramps of a closed or constant-rate load: `stages: [{ connections: N, duration:
+//! D }, ...]`, each stage moving the number of open connections linearly from the level before
+//! it (0 at T0) to its own. Opening every connection at T0 overflows accept queues (a burst of
+//! thousands of SYNs) and measures a stampede, not a load; a ramp paces the connects to its
+//! slope. A closed load runs its sessions back to back on each open connection; a
+//! constant-rate load keeps its arrivals at the rate and serves them over whichever
+//! connections are open, so while the pool is small its slots wait for one (late, or
+//! dropped), which `plan` warns of ([`reaches`]).
 //!
 //! Each connection of the run has a ramp rank; rank `g` is open while the level is above `g`.
 //! Ranks are dealt round-robin over the agents (rank `a + n·c` is agent `a`'s `c`-th
@@ -72,6 +76,15 @@ pub fn spans(stages: &[Stage], rank: u64) -> Vec<(Duration, Duration)> {
     out
 }
 
+/// When the ramp first holds `connections` connections, all agents together (the opening of
+/// rank `connections − 1`); `None` when it never does. Zero connections are held from T0.
+pub fn reaches(stages: &[Stage], connections: u32) -> Option<Duration> {
+    match connections.checked_sub(1) {
+        None => Some(Duration::ZERO),
+        Some(g) => spans(stages, u64::from(g)).first().map(|s| s.0),
+    }
+}
+
 /// `d × num / den`, exact to the nanosecond (rounded down).
 fn part(d: Duration, num: u64, den: u64) -> Duration {
     let ns = d.as_nanos() * u128::from(num) / u128::from(den.max(1));
@@ -117,6 +130,47 @@ mod tests {
         // Every connection stays open to the end.
         assert!((0..200).all(|g| spans(&ramp, g) == vec![(opens[g as usize], total(&ramp))]));
         assert_eq!(open_at(&ramp, 200, Duration::from_secs(1)), 51);
+    }
+
+    /// The pool of a constant-rate ramp 0 → 40 over 2 s, then 1 s at 40, over three agents:
+    /// it holds 1 connection at T0, 20 at 0.95 s and all 40 at 1.95 s (one connect every
+    /// 50 ms, the slope's 2 in any 100 ms); each agent's share opens its own ranks, within one
+    /// of the others at every instant, and the shares add up to the pool.
+    #[test]
+    fn a_constant_rate_pool_grows_on_its_slope() {
+        let ramp = [stage(40, 2), stage(40, 1)];
+        assert_eq!(reaches(&ramp, 0), Some(Duration::ZERO));
+        assert_eq!(reaches(&ramp, 1), Some(Duration::ZERO));
+        assert_eq!(reaches(&ramp, 20), Some(Duration::from_millis(950)));
+        assert_eq!(reaches(&ramp, 40), Some(Duration::from_millis(1950)));
+        assert_eq!(reaches(&ramp, 41), None);
+        let shares = [14u64, 13, 13];
+        let opens: Vec<Duration> = (0..3u32)
+            .flat_map(|a| (0..shares[a as usize]).map(move |c| spans(&ramp, rank(a, 3, c))[0].0))
+            .collect();
+        assert_eq!(opens.len(), 40);
+        for w in 0..20u64 {
+            let a = Duration::from_millis(w * 100);
+            let b = a + Duration::from_millis(100);
+            let n = opens.iter().filter(|t| a <= **t && **t < b).count();
+            assert_eq!(n, 2, "{n} connects in {a:?}..{b:?}");
+        }
+        for ms in (0..3000).step_by(10) {
+            let t = Duration::from_millis(ms);
+            let open: Vec<u64> = (0..3u32)
+                .map(|a| {
+                    (0..shares[a as usize])
+                        .filter(|&c| {
+                            spans(&ramp, rank(a, 3, c))
+                                .iter()
+                                .any(|(x, y)| *x <= t && t < *y)
+                        })
+                        .count() as u64
+                })
+                .collect();
+            assert!(open.iter().max().unwrap() - open.iter().min().unwrap() <= 1);
+            assert_eq!(open.iter().sum::<u64>(), open_at(&ramp, 40, t), "{t:?}");
+        }
     }
 
     /// Up, down and up again: a rank above the trough closes on the way down and opens
@@ -184,10 +238,22 @@ mod tests {
         // Its own form, as agents receive it, parses to the same load.
         let again = Scenario::from_yaml(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(again.load, s.load);
+        // A constant-rate load ramps its pool the same way, its rate over the whole ramp.
+        let c = Scenario::from_yaml(&with(
+            "{ model: constant, rate: 50, stages: [ { connections: 20, duration: 2s }, { connections: 20, duration: 1s } ] }",
+        ))
+        .unwrap();
+        let l = c.load.as_ref().unwrap();
+        assert_eq!((l.connections, l.duration.0), (20, Duration::from_secs(3)));
+        assert_eq!(c.ramp_stages().len(), 2);
         for (load, why) in [
             (
-                "{ model: constant, rate: 10, stages: [ { connections: 5, duration: 1s } ] }",
-                "load.stages: only a closed load ramps its connections",
+                "{ model: constant, stages: [ { connections: 5, duration: 1s } ] }",
+                "load.rate: ",
+            ),
+            (
+                "{ model: constant, rate: 10, streams_per_connection: 2, stages: [ { connections: 5, duration: 1s } ] }",
+                "load.stages: a ramp opens one session per connection",
             ),
             (
                 "{ model: closed, connections: 5, stages: [ { connections: 5, duration: 1s } ] }",

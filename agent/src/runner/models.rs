@@ -1,6 +1,7 @@
 //! The connection tasks of the closed and constant models: each runs its sessions back to
 //! back on one connection (closed) or takes the next due slot from the pool's queue
-//! (constant), alone or as several HTTP/2 streams on one shared connection. They live for the
+//! (constant), alone or as several HTTP/2 streams on one shared connection, for the whole run
+//! or, on a ramp, over the spans its rank is open. They live for the
 //! whole run and do not wait on the stop: `execute` aborts them.
 
 use std::future::Future;
@@ -248,7 +249,64 @@ pub(super) async fn pooled_connection(
     connection: u64,
     stop: CancellationToken,
 ) {
-    pooled_loop(&spec, &rec, (&slots, ticks), connection, None, &stop).await;
+    pooled_loop(
+        &spec,
+        &rec,
+        (&slots, ticks),
+        connection,
+        (None, None),
+        &stop,
+    )
+    .await;
+}
+
+/// One connection of a constant-rate pool that ramps: open over each of its `spans` (offsets
+/// from `t0`, from [`stampede_core::ramp::spans`]), opened at the span's start, so the
+/// connects follow the ramp's slope whatever the queue holds, and taking due slots from the
+/// shared queue like any connection of the pool until the span's end (a session running then
+/// finishes). A span that lasts to the ramp's end `last` lasts until the queue closes
+/// instead: the pool then serves what is still due, as a pool that does not ramp does.
+pub(super) async fn ramped_pooled_connection(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    slots: Arc<SlotQueue>,
+    (t0, spans, last): (Instant, Vec<(Duration, Duration)>, Duration),
+    connection: u64,
+    stop: CancellationToken,
+) {
+    for (from, to) in spans {
+        tokio::time::sleep_until(t0 + from).await;
+        if stop.is_cancelled() {
+            return;
+        }
+        // A connect that fails now is tried again by the first slot's session, which
+        // records why it failed.
+        let conn = open_shared(&spec, &rec, connection).await;
+        let until = (to < last).then(|| t0 + to);
+        pooled_loop(
+            &spec,
+            &rec,
+            (&slots, None),
+            connection,
+            (conn, until),
+            &stop,
+        )
+        .await;
+    }
+}
+
+/// The next slot of `slots`, waiting at most until `until` (none: until the queue closes);
+/// `None` once it is closed and empty, or `until` has come. Cancelling the wait takes nothing
+/// from the queue: a slot is taken only by the call that returns it.
+async fn next_slot(slots: &SlotQueue, until: Option<Instant>) -> Option<RateSlot> {
+    match until {
+        None => slots.pop().await,
+        Some(at) if Instant::now() >= at => None,
+        Some(at) => tokio::time::timeout_at(at, slots.pop())
+            .await
+            .ok()
+            .flatten(),
+    }
 }
 
 /// How many connections a pool that reads at ticks must have per slot of a tick: a
@@ -308,20 +366,21 @@ pub(super) async fn pooled_streams(
     let link = open_shared(&spec, &rec, connection).await;
     let loops = (0..streams).map(|_| {
         let conn = stream_handle(link.as_ref(), &rec);
-        pooled_loop(&spec, &rec, (&slots, None), connection, conn, &stop)
+        pooled_loop(&spec, &rec, (&slots, None), connection, (conn, None), &stop)
     });
     futures::future::join_all(loops).await;
     drop(link);
 }
 
 /// The loop of [`pooled_connection`]: the next due slot's session on `conn` (opened on first
-/// use when `None`), until the queue closes or the run stops.
+/// use when `None`), until the queue closes, `until` comes (a ramp's connection closing on
+/// the way down) or the run stops.
 async fn pooled_loop<'a>(
     spec: &RunSpec,
     rec: &'a Recorder,
     (slots, ticks): (&SlotQueue, Option<Arc<Ticks>>),
     connection: u64,
-    conn: Option<Tracked<'a>>,
+    (conn, until): (Option<Tracked<'a>>, Option<Instant>),
     stop: &CancellationToken,
 ) {
     let sleep = pin!(tokio::time::sleep_until(Instant::now()));
@@ -331,7 +390,7 @@ async fn pooled_loop<'a>(
     let mut idle_from = None;
     // A stop aborts this loop's task (`execute`) once its graceful stop is over; the queue
     // closes when the arrivals end. A slot taken after the stop is never started.
-    while let Some((intended, phase, index, kind)) = slots.pop().await {
+    while let Some((intended, phase, index, kind)) = next_slot(slots, until).await {
         if stop.is_cancelled() {
             rec.drop_arrivals(phase, 1);
             break;

@@ -119,3 +119,77 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
         "{completed} requests"
     );
 }
+
+/// A constant-rate load of 100/s whose pool ramps 0 → 20 connections over 2 s, then holds
+/// 20 for 2 s, over two agents, against a target answering after 50 ms (so 5 connections
+/// carry the rate, held from 0.4 s): the target sees one connect every 100 ms, the slope's
+/// 1 in any 100 ms; each agent opens 10, each timed in the rising stage; every one of the 400
+/// slots is served (the first ones late, queued for the few connections open then), none is
+/// dropped, and once the pool is big enough each second serves the rate.
+#[tokio::test(start_paused = true)]
+async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
+    let t0 = Instant::now() + Duration::from_millis(100);
+    let (addr, opened) = target(t0).await;
+    let scenario = format!(
+        "name: ramp\ntarget: http://{addr}\nload: {{ model: constant, rate: 100, stages: [ {{ connections: 20, duration: 2s }}, {{ connections: 20, duration: 2s }} ] }}\nsession: [ {{ http: {{ path: / }} }} ]\n"
+    );
+    let mut runs = Vec::new();
+    for i in 0..2 {
+        let run = Arc::new(super::tests::shard(&scenario, i, 2).await);
+        let (out, messages) = tokio::sync::mpsc::unbounded_channel();
+        let stop = tokio_util::sync::CancellationToken::new();
+        runs.push((tokio::spawn(super::execute(run, t0, out, stop)), messages));
+    }
+    let (mut opened_by, mut connects) = (Vec::new(), [0u64; 2]);
+    let (mut completed, mut dropped) = (0u64, 0u64);
+    // Requests completed per 1 s interval, both agents together.
+    let mut per_interval = [0u64; 6];
+    for (run, mut messages) in runs {
+        let end = tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("the run ended")
+            .unwrap();
+        assert_eq!(end, super::RunEnd::Completed);
+        let mut agent_opened = 0;
+        while let Ok(m) = messages.try_recv() {
+            if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
+                for w in &p.samples {
+                    let (_, s) = stampede_proto::convert::sample_from_wire("s", w, 1).unwrap();
+                    let c = &s.counters;
+                    assert_eq!(c.requests_failed, 0, "{:?}", c.errors);
+                    completed += c.requests_completed;
+                    dropped += c.dropped_arrivals;
+                    agent_opened += c.connections_opened;
+                    if let Some(n) = per_interval.get_mut(p.interval as usize) {
+                        *n += c.requests_completed;
+                    }
+                }
+                for (stage, h) in stampede_proto::connects::stage_connects_from_wire(&p, 2).unwrap()
+                {
+                    connects[stage as usize] += h.len();
+                }
+            }
+        }
+        opened_by.push(agent_opened);
+    }
+    let mut at = opened.lock().unwrap().clone();
+    at.sort();
+    eprintln!("connects at {at:?}; completed per second {per_interval:?}");
+    assert_eq!(at.len(), 20, "connections accepted");
+    assert_eq!(opened_by, [10, 10]);
+    assert_eq!(connects, [20, 0], "connect times per stage");
+    for w in 0..20u64 {
+        let (a, b) = (
+            Duration::from_millis(w * 100),
+            Duration::from_millis(w * 100 + 100),
+        );
+        let n = at.iter().filter(|t| a <= **t && **t < b).count();
+        assert_eq!(n, 1, "{n} connects in {a:?}..{b:?}: {at:?}");
+    }
+    assert_eq!((completed, dropped), (400, 0));
+    // Seconds 2 and 3 of the schedule: the pool holds 20 connections, four times what the
+    // rate needs, and serves the rate to within the one slot at each edge.
+    for n in &per_interval[2..4] {
+        assert!((99..=101).contains(n), "{per_interval:?}");
+    }
+}

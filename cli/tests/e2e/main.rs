@@ -17,6 +17,7 @@ mod multipart;
 mod netcut;
 mod ports;
 mod protocols;
+mod ramps;
 mod restarts;
 mod results;
 mod sample_secrets;

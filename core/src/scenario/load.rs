@@ -66,7 +66,7 @@ pub enum LoadModel {
 }
 
 /// A closed or constant-rate load: `{ model: closed, connections: N, duration: D }` or
-/// `{ model: constant, rate: R, connections: N, duration: D }`, or a closed ramp of
+/// `{ model: constant, rate: R, connections: N, duration: D }`, or either with a ramp of
 /// connections: `{ model: closed, stages: [{ connections: N, duration: D }, ...] }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -79,10 +79,11 @@ pub struct Load {
     /// With `stages`, their total (filled in from them).
     #[serde(default)]
     pub duration: HumanDuration,
-    /// Closed model: a ramp of connections instead of `connections` and `duration`, each
-    /// stage moving the open connections linearly from the level before it (0 at T0) to its
-    /// own over its duration; connects are paced to the slope and dealt round-robin over the
-    /// agents (see `ramp`).
+    /// A ramp of connections instead of `connections` and `duration`, each stage moving the
+    /// open connections linearly from the level before it (0 at T0) to its own over its
+    /// duration; connects are paced to the slope and dealt round-robin over the agents (see
+    /// `ramp`). A constant-rate load keeps its rate over the whole ramp: its slots are
+    /// served by whichever connections are open, and wait (late) while the pool is small.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<crate::ramp::Stage>,
     /// Constant model only: sessions (slots) per second, all agents together.

@@ -457,17 +457,12 @@ pub(super) fn check_name(field: &str, name: &str) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-/// A closed load's ramp (`path`: the load's field): closed model, one stream per connection,
-/// stages that last and reach some connections, and no `connections`/`duration` beside them.
+/// A closed or constant-rate load's ramp (`path`: the load's field): one stream per
+/// connection, stages that last and reach some connections, and no `connections`/`duration`
+/// beside them.
 fn check_stages(path: &str, load: &Load) -> Result<(), ScenarioError> {
     use crate::ramp::{peak, total, MAX_STAGES};
     let f = |x: &str| format!("{path}.{x}");
-    if load.model != LoadModel::Closed {
-        return Err(ScenarioError::invalid(
-            f("stages"),
-            "only a closed load ramps its connections (model: closed)",
-        ));
-    }
     if load.streams() > 1 {
         return Err(ScenarioError::invalid(
             f("stages"),

@@ -145,8 +145,9 @@ mod tests {
         assert_eq!(reaches(&ramp, 40), Some(Duration::from_millis(1950)));
         assert_eq!(reaches(&ramp, 41), None);
         let shares = [14u64, 13, 13];
+        let r = &ramp;
         let opens: Vec<Duration> = (0..3u32)
-            .flat_map(|a| (0..shares[a as usize]).map(move |c| spans(&ramp, rank(a, 3, c))[0].0))
+            .flat_map(|a| (0..shares[a as usize]).map(move |c| spans(r, rank(a, 3, c))[0].0))
             .collect();
         assert_eq!(opens.len(), 40);
         for w in 0..20u64 {

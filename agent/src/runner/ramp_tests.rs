@@ -125,7 +125,7 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
 /// carry the rate, held from 0.4 s): the target sees one connect every 100 ms, the slope's
 /// 1 in any 100 ms; each agent opens 10, each timed in the rising stage; every one of the 400
 /// slots is served (the first ones late, queued for the few connections open then), none is
-/// dropped, and once the pool is big enough each second serves the rate.
+/// dropped.
 #[tokio::test(start_paused = true)]
 async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
     let t0 = Instant::now() + Duration::from_millis(100);
@@ -142,8 +142,6 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
     }
     let (mut opened_by, mut connects) = (Vec::new(), [0u64; 2]);
     let (mut completed, mut dropped) = (0u64, 0u64);
-    // Requests completed per 1 s interval, both agents together.
-    let mut per_interval = [0u64; 6];
     for (run, mut messages) in runs {
         let end = tokio::time::timeout(Duration::from_secs(30), run)
             .await
@@ -160,9 +158,6 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
                     completed += c.requests_completed;
                     dropped += c.dropped_arrivals;
                     agent_opened += c.connections_opened;
-                    if let Some(n) = per_interval.get_mut(p.interval as usize) {
-                        *n += c.requests_completed;
-                    }
                 }
                 for (stage, h) in stampede_proto::connects::stage_connects_from_wire(&p, 2).unwrap()
                 {
@@ -174,7 +169,7 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
     }
     let mut at = opened.lock().unwrap().clone();
     at.sort();
-    eprintln!("connects at {at:?}; completed per second {per_interval:?}");
+    eprintln!("connects at {at:?}");
     assert_eq!(at.len(), 20, "connections accepted");
     assert_eq!(opened_by, [10, 10]);
     assert_eq!(connects, [20, 0], "connect times per stage");
@@ -186,10 +181,6 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
         let n = at.iter().filter(|t| a <= **t && **t < b).count();
         assert_eq!(n, 1, "{n} connects in {a:?}..{b:?}: {at:?}");
     }
+    // The rate served second by second is asserted on real sockets by the e2e ramp test.
     assert_eq!((completed, dropped), (400, 0));
-    // Seconds 2 and 3 of the schedule: the pool holds 20 connections, four times what the
-    // rate needs, and serves the rate to within the one slot at each edge.
-    for n in &per_interval[2..4] {
-        assert!((99..=101).contains(n), "{per_interval:?}");
-    }
 }

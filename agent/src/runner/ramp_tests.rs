@@ -44,6 +44,25 @@ async fn target(t0: Instant) -> (String, Arc<Mutex<Vec<Duration>>>) {
     (addr, opened)
 }
 
+/// The scenario sharded over two agents, each run started at `t0`: its task and the messages
+/// it sends.
+async fn two_agents(
+    scenario: &str,
+    t0: Instant,
+) -> Vec<(
+    tokio::task::JoinHandle<super::RunEnd>,
+    tokio::sync::mpsc::UnboundedReceiver<v1::AgentMessage>,
+)> {
+    let mut runs = Vec::new();
+    for i in 0..2 {
+        let run = Arc::new(super::tests::shard(scenario, i, 2).await);
+        let (out, messages) = tokio::sync::mpsc::unbounded_channel();
+        let stop = tokio_util::sync::CancellationToken::new();
+        runs.push((tokio::spawn(super::execute(run, t0, out, stop)), messages));
+    }
+    runs
+}
+
 /// 0 → 200 connections over 4 s, then 2 s at 200, over two agents: the target sees one connect
 /// every 20 ms, at most the slope's 5 in any 100 ms (none at T0 in a burst), each agent
 /// opens 100, every connect is timed in the stage it began in, and every connection serves
@@ -55,13 +74,7 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
     let scenario = format!(
         "name: ramp\ntarget: http://{addr}\nload: {{ model: closed, stages: [ {{ connections: 200, duration: 4s }}, {{ connections: 200, duration: 2s }} ] }}\nsession: [ {{ http: {{ path: / }} }} ]\n"
     );
-    let mut runs = Vec::new();
-    for i in 0..2 {
-        let run = Arc::new(super::tests::shard(&scenario, i, 2).await);
-        let (out, messages) = tokio::sync::mpsc::unbounded_channel();
-        let stop = tokio_util::sync::CancellationToken::new();
-        runs.push((tokio::spawn(super::execute(run, t0, out, stop)), messages));
-    }
+    let runs = two_agents(&scenario, t0).await;
     let mut completed = 0u64;
     let mut opened_by = Vec::new();
     // Connects timed, per stage: every connect begins in the rising stage.
@@ -133,13 +146,7 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
     let scenario = format!(
         "name: ramp\ntarget: http://{addr}\nload: {{ model: constant, rate: 100, stages: [ {{ connections: 20, duration: 2s }}, {{ connections: 20, duration: 2s }} ] }}\nsession: [ {{ http: {{ path: / }} }} ]\n"
     );
-    let mut runs = Vec::new();
-    for i in 0..2 {
-        let run = Arc::new(super::tests::shard(&scenario, i, 2).await);
-        let (out, messages) = tokio::sync::mpsc::unbounded_channel();
-        let stop = tokio_util::sync::CancellationToken::new();
-        runs.push((tokio::spawn(super::execute(run, t0, out, stop)), messages));
-    }
+    let runs = two_agents(&scenario, t0).await;
     let (mut opened_by, mut connects) = (Vec::new(), [0u64; 2]);
     let (mut completed, mut dropped) = (0u64, 0u64);
     for (run, mut messages) in runs {

@@ -275,7 +275,7 @@ async fn a_held_cut_lifted_after_the_decision_keeps_every_request_on_the_books()
     until_served(&rig.target, 150).await;
     rig.proxy.set_blackhole(true);
     // Silent past its silence limit and lease (7 s with a 1 s lease and interval), the agent
-    // is lost and the policy decides; before this fix the run ended there.
+    // is lost and the policy decides; without the wait for its books the run would end there.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(
         !run.is_finished(),

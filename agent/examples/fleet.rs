@@ -403,6 +403,7 @@ async fn send_run(
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
             debug: Vec::new(),
+            ..Default::default()
         }))
     };
     // Spread the agents over the interval like real ones (their clocks and T0 differ a bit).

@@ -33,7 +33,7 @@ use models::{
 };
 pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
 pub use recorder::{empty_buffers, progress, Recorder, Slot};
-use recorder::{final_interval, interval_index, InFlight};
+use recorder::{final_interval, interval_index, send_parts, InFlight};
 #[cfg(test)]
 use session::{last_on_connection, think};
 use session::{session, At, Line};
@@ -109,7 +109,7 @@ pub async fn execute(
                 rec.endpoints.attach(&mut msg);
                 rec.samples.attach(&mut msg);
                 rec.connects.attach(&mut msg);
-                if out.send(msg).is_err() {
+                if !send_parts(&out, msg) {
                     break;
                 }
                 next = interval + 1;
@@ -190,7 +190,7 @@ pub async fn execute(
     rec.endpoints.attach(&mut msg);
     rec.samples.attach(&mut msg);
     rec.connects.attach(&mut msg);
-    let _ = out.send(msg);
+    send_parts(&out, msg);
     let end = if stop.is_cancelled() {
         RunEnd::Stopped
     } else {

@@ -148,6 +148,7 @@ fn progress() {
         failure_samples: Vec::new(),
         stage_connects: Vec::new(),
         debug: Vec::new(),
+        ..Default::default()
     };
     let mut one = Vec::new();
     frame(&mut one, 0, &progress(0, &[0]));

@@ -320,7 +320,24 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
                 })
             })
             .collect::<Result<_, ConvertError>>()?,
+        first_step: 0,
     })
+}
+
+/// A sample's steps, from its `first_step` on, within the scenario's `max_steps`.
+fn check_steps(field: &str, w: &v1::PhaseSample, max_steps: usize) -> Result<(), ConvertError> {
+    let last = (w.first_step as usize).saturating_add(w.steps.len());
+    if last > max_steps {
+        return Err(ConvertError::invalid(
+            format!("{field}.steps"),
+            format!(
+                "{} steps from step {}, but the scenario has {max_steps} request steps",
+                w.steps.len(),
+                w.first_step
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes one phase sample from the wire, straight into sparse histograms (the controller
@@ -330,15 +347,7 @@ pub fn sample_from_wire(
     w: &v1::PhaseSample,
     max_steps: usize,
 ) -> Result<(u32, SparseStats), ConvertError> {
-    if w.steps.len() > max_steps {
-        return Err(ConvertError::invalid(
-            format!("{field}.steps"),
-            format!(
-                "{} steps, but the scenario has {max_steps} request steps",
-                w.steps.len()
-            ),
-        ));
-    }
+    check_steps(field, w, max_steps)?;
     let counters = w
         .counters
         .as_ref()
@@ -366,6 +375,11 @@ pub fn sample_from_wire(
             })
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;
+    // A later share of a split sample: the steps before it are empty here.
+    let steps = std::iter::repeat_with(SparseStepStats::default)
+        .take(w.first_step as usize)
+        .chain(steps)
+        .collect();
     Ok((
         w.phase,
         SparseStats {
@@ -407,6 +421,17 @@ pub fn progress_from_wire(
             ),
         ));
     }
+    if p.parts > crate::parts::MAX_PARTS || (p.parts > 0 && p.part >= p.parts) {
+        return Err(ConvertError::invalid(
+            "progress.part",
+            format!(
+                "part {} of {}: at most {} parts, numbered from 0",
+                p.part,
+                p.parts,
+                crate::parts::MAX_PARTS
+            ),
+        ));
+    }
     // One sample per phase: a second one for the same phase would be merged twice.
     let mut seen: Vec<u32> = p.samples.iter().map(|w| w.phase).collect();
     seen.sort_unstable();
@@ -423,15 +448,7 @@ pub fn progress_from_wire(
                 format!("phase {} is not one of the run's {phases}", w.phase),
             ));
         }
-        if w.steps.len() > max_steps {
-            return Err(ConvertError::invalid(
-                format!("progress.samples[{k}].steps"),
-                format!(
-                    "{} steps, but the scenario has {max_steps} request steps",
-                    w.steps.len()
-                ),
-            ));
-        }
+        check_steps(&format!("progress.samples[{k}]"), w, max_steps)?;
     }
     p.samples
         .iter()
@@ -629,6 +646,7 @@ mod tests {
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
             debug: Vec::new(),
+            ..Default::default()
         };
         assert_eq!(progress_from_wire(&p, 1, 1, 10).unwrap().len(), 1);
         let too_far = progress_from_wire(&p, 1, 1, 2).unwrap_err().to_string();
@@ -668,6 +686,7 @@ mod tests {
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
             debug: Vec::new(),
+            ..Default::default()
         };
         assert_eq!(check_progress(&acc, 0, &p).unwrap().len(), 1);
         let e = check_progress(&acc, 1, &p).unwrap_err();

@@ -9,6 +9,7 @@
 //! - [`samples`]: a Progress's failure samples, bounded and validated.
 //! - [`resources`]: an agent's own CPU, memory, files and ports, bounded and validated.
 //! - [`connects`]: connect times per stage of a connection ramp.
+//! - [`parts`]: an interval too big for one message, split into parts.
 //! - [`service`]: a Kubernetes Service's ready endpoints, sent to agents.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
@@ -27,6 +28,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub mod connects;
 pub mod convert;
 pub mod data;
+pub mod parts;
 pub mod resources;
 pub mod samples;
 pub mod service;

@@ -18,7 +18,10 @@ use stampede_core::scenario::{
     MESSAGE_OVERHEAD,
 };
 use stampede_core::stats::IntervalStats;
-use stampede_proto::convert::{sample_to_wire, MAX_ERROR_KINDS, MAX_ERROR_KIND_LEN};
+use stampede_proto::convert::{
+    progress_from_wire, sample_to_wire, MAX_ERROR_KINDS, MAX_ERROR_KIND_LEN,
+};
+use stampede_proto::parts::{split, MAX_PARTS, PART_BYTES};
 use stampede_proto::samples::{samples_to_wire, MAX_SAMPLES};
 use stampede_proto::v1;
 
@@ -117,6 +120,8 @@ fn progress_without_samples() -> v1::Progress {
                 hist: wide_hist(64),
             })
             .collect(),
+        part: 0,
+        parts: 0,
     }
 }
 
@@ -182,8 +187,8 @@ fn a_progress_at_every_bound_but_its_step_histograms_fits() {
     let len = agent_message(v1::agent_message::Msg::Progress(p));
     // The failure samples, debug exchanges, endpoints, destinations and stage connects, all
     // full at once, fit, but they take most of the limit (3,614,283 bytes on 2026-12-01),
-    // leaving little to the phase samples: an interval split over several messages is
-    // what would make room.
+    // leaving little to the phase samples: the agent sends such an interval in parts (the
+    // next test).
     assert!(
         len <= MAX_AGENT_MESSAGE_BYTES,
         "{len} bytes without phase samples; the limit is {MAX_AGENT_MESSAGE_BYTES}"
@@ -217,4 +222,63 @@ fn a_wide_spread_step_is_measured_against_the_limit() {
          rest of the Progress ({fixed} bytes); MAX_REQUEST_STEPS is {MAX_REQUEST_STEPS}"
     );
     assert!(room >= 1, "not even one wide step fits: {step} bytes");
+}
+
+#[test]
+fn an_interval_at_every_bound_goes_in_parts_that_each_fit() {
+    // Every list at its bound and every request step the run may have, each step with a
+    // wide spread: several times the limit, sent in parts that each fit and together hold
+    // every entry.
+    let mut p = progress_without_samples();
+    p.interval = 7;
+    p.samples = vec![phase_sample(MAX_REQUEST_STEPS, 2_000)];
+    let whole = p.encoded_len();
+    let steps = p.samples[0].encoded_len();
+    let parts = split(p.clone(), PART_BYTES);
+    let n = parts.len();
+    assert!(n > 1 && n <= MAX_PARTS as usize, "{n} parts");
+    let mut completed = vec![0u64; MAX_REQUEST_STEPS];
+    let (mut endpoints, mut failures, mut debug, mut connects) = (0, 0, 0, 0);
+    for part in &parts {
+        let len = agent_message(v1::agent_message::Msg::Progress(part.clone()));
+        assert!(
+            len <= MAX_AGENT_MESSAGE_BYTES,
+            "part {}: {len} bytes",
+            part.part
+        );
+        let samples = progress_from_wire(part, 1, MAX_REQUEST_STEPS, u64::MAX).unwrap();
+        for (_, s) in samples {
+            for (k, step) in s.steps.iter().enumerate() {
+                completed[k] += step.requests_completed;
+            }
+        }
+        endpoints += part.endpoints.len();
+        failures += part.failure_samples.len();
+        debug += part.debug.len();
+        connects += part.stage_connects.len();
+    }
+    let wrong: Vec<_> = completed
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c != 2_000)
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "every step's requests, once: {wrong:?} of {n} parts"
+    );
+    assert_eq!(
+        (endpoints, failures, debug, connects),
+        (
+            p.endpoints.len(),
+            p.failure_samples.len(),
+            p.debug.len(),
+            p.stage_connects.len()
+        )
+    );
+    // 5,344,066 bytes (1,729,793 of them the steps) in 2 parts on 2026-12-02.
+    eprintln!(
+        "an interval of {whole} bytes at every bound ({steps} of them the steps): {n} parts of \
+         at most {PART_BYTES}"
+    );
 }

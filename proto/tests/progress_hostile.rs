@@ -132,15 +132,19 @@ fn sample() -> impl Strategy<Value = v1::PhaseSample> {
         hist_bytes(),
         hist_bytes(),
         proptest::collection::vec(step(), 0..4),
+        prop_oneof![Just(0u32), 0u32..4, any::<u32>()],
     )
-        .prop_map(|(phase, counters, r, s, l, steps)| v1::PhaseSample {
-            phase,
-            counters,
-            response_hist: r,
-            service_hist: s,
-            lag_hist: l,
-            steps,
-        })
+        .prop_map(
+            |(phase, counters, r, s, l, steps, first_step)| v1::PhaseSample {
+                phase,
+                counters,
+                response_hist: r,
+                service_hist: s,
+                lag_hist: l,
+                steps,
+                first_step,
+            },
+        )
 }
 
 /// (agent, Progress) as the controller receives them.
@@ -149,8 +153,9 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
         0usize..3,
         prop_oneof![0u64..10, 100u64..200, any::<u64>()],
         proptest::collection::vec(sample(), 0..4),
+        prop_oneof![Just((0u32, 0u32)), (0u32..4, 0u32..4), any::<(u32, u32)>()],
     )
-        .prop_map(|(agent, interval, samples)| {
+        .prop_map(|(agent, interval, samples, (part, parts))| {
             (
                 agent,
                 v1::Progress {
@@ -163,6 +168,8 @@ fn hostile_progress() -> impl Strategy<Value = (usize, v1::Progress)> {
                     failure_samples: Vec::new(),
                     stage_connects: Vec::new(),
                     debug: Vec::new(),
+                    part,
+                    parts,
                 },
             )
         })
@@ -185,6 +192,7 @@ proptest! {
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
             debug: Vec::new(),
+            ..Default::default()
         };
         let back = v1::Progress::decode(p.encode_to_vec().as_slice()).unwrap();
         prop_assert_eq!(&back, &p);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use stampede_core::stats::IntervalStats;
 use stampede_proto::convert::sample_to_wire;
 use stampede_proto::v1;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// One phase's interval stats, allocated when the phase first records something.
@@ -290,8 +291,35 @@ pub fn progress(
             failure_samples: Vec::new(),
             stage_connects: Vec::new(),
             debug: Vec::new(),
+            ..Default::default()
         })),
     }
+}
+
+/// Sends one interval's Progress (what [`progress`] built, with what rides it), in as many
+/// parts as it takes to fit what the controller decodes from an agent. False once the control
+/// loop is gone.
+pub(super) fn send_parts(
+    out: &mpsc::UnboundedSender<v1::AgentMessage>,
+    msg: v1::AgentMessage,
+) -> bool {
+    let p = match msg.msg {
+        Some(v1::agent_message::Msg::Progress(p)) => p,
+        other => return out.send(v1::AgentMessage { msg: other }).is_ok(),
+    };
+    let parts = stampede_proto::parts::split(p, stampede_proto::parts::PART_BYTES);
+    if parts.len() > 1 {
+        tracing::debug!(
+            parts = parts.len(),
+            "an interval too big for one message goes in parts"
+        );
+    }
+    parts.into_iter().all(|part| {
+        out.send(v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Progress(part)),
+        })
+        .is_ok()
+    })
 }
 
 /// The interval of the final flush at `elapsed` since T0, given that intervals before `next`

@@ -319,9 +319,10 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
     // What was merged before the restart, merged again in the same order: the same state.
     let merged = saved.progress.len();
     for (i, p) in &saved.progress {
-        if members[*i].received.insert(p.interval) {
+        let delivery = members[*i].received.insert(p);
+        if delivery.is_new() {
             let agent_id = members[*i].agent_id.clone();
-            driver.merge(&mut acc, *i, &agent_id, p);
+            driver.merge(&mut acc, *i, &agent_id, p, delivery);
         }
     }
     let writer = checkpoint::Writer::resume(&inner.cfg.data_dir, header.clone())?;

@@ -1,9 +1,9 @@
 //! An agent's part in one run, as the driver tracks it.
 
-use std::collections::BTreeSet;
-
 use stampede_proto::v1;
 use tokio::sync::mpsc;
+
+use super::received::Received;
 
 /// Where an agent is in its part of a run. The moves between states are all in
 /// [`MemberState::may_become`], so an agent cannot be both done and lost, and a late message
@@ -224,36 +224,6 @@ impl Member {
     }
 }
 
-/// The intervals received from one agent, for de-duplicating replays. Intervals arrive in
-/// order, so this is "everything below `next`" plus the few that came early: a long run
-/// costs a word per agent, not a set entry per interval.
-#[derive(Debug, Default)]
-pub(super) struct Received {
-    pub(super) next: u64,
-    pub(super) ahead: BTreeSet<u64>,
-}
-
-impl Received {
-    /// Records `interval`; false if it was already there.
-    pub(super) fn insert(&mut self, interval: u64) -> bool {
-        // The common case, the next interval in order: no set node allocated and freed.
-        if interval == self.next && self.ahead.is_empty() && interval < u64::MAX - 1 {
-            self.next += 1;
-            return true;
-        }
-        if interval < self.next || !self.ahead.insert(interval) {
-            return false;
-        }
-        while self.ahead.remove(&self.next) {
-            self.next = self.next.saturating_add(1);
-            if self.next == u64::MAX {
-                break;
-            }
-        }
-        true
-    }
-}
-
 /// Whether `agent_id` is one of the run's members: any agent's stream may name any run, so
 /// only a member's messages may change it.
 pub(super) fn is_member(members: &[Member], agent_id: &str) -> bool {
@@ -412,23 +382,5 @@ mod tests {
         assert!(d.move_to(MemberState::Ready) && d.move_to(MemberState::Running));
         assert!(!d.close_books(), "only a lost member's books close");
         assert!(d.delivered() && d.is_done());
-    }
-
-    /// In order, out of order and replayed intervals: each counts once, and `next` is the
-    /// first interval not yet received.
-    #[test]
-    fn received_counts_each_interval_once() {
-        let mut r = Received::default();
-        assert!(r.insert(0) && r.insert(1));
-        assert!(!r.insert(1) && !r.insert(0), "a replay is a duplicate");
-        assert!(r.insert(3) && r.insert(5));
-        assert_eq!(r.next, 2);
-        assert!(!r.insert(3));
-        assert!(r.insert(2));
-        assert_eq!(r.next, 4);
-        assert!(r.insert(4));
-        assert_eq!((r.next, r.ahead.len()), (6, 0));
-        assert!(r.insert(6));
-        assert_eq!(r.next, 7);
     }
 }

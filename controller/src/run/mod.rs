@@ -23,6 +23,7 @@ mod checkpoint;
 mod driver_tests;
 mod finish;
 mod member;
+mod received;
 mod running;
 mod service;
 mod state;

@@ -1,6 +1,7 @@
 //! From the synchronized start to the last Done: merge progress live, renew leases, apply the
 //! agent-loss policy and live thresholds.
 
+use super::received::Delivery;
 use super::*;
 
 /// Beyond the lease, how long an agent whose stream closed has to reconnect before it counts
@@ -355,8 +356,9 @@ impl Driver {
                     match input {
                         RunInput::Progress { agent_id, progress } => {
                             let Some(&i) = index.get(&agent_id) else { continue };
-                            if members[i].received.insert(progress.interval) {
-                                self.merge(&mut acc, i, &agent_id, &progress);
+                            let delivery = members[i].received.insert(&progress);
+                            if delivery.is_new() {
+                                self.merge(&mut acc, i, &agent_id, &progress, delivery);
                                 if let Some(c) = &mut checkpoint {
                                     c.record(i, &progress);
                                 }
@@ -596,6 +598,7 @@ impl Driver {
         i: usize,
         agent_id: &str,
         progress: &v1::Progress,
+        delivery: Delivery,
     ) {
         let samples = match check_progress(acc, i, progress) {
             Ok(s) => s,
@@ -611,7 +614,13 @@ impl Driver {
             progress.open_connections,
             &samples,
         );
-        if let Err(e) = acc.add_progress(i, progress.interval, &samples) {
+        // A part of an interval leaves its rows open for the parts still to come.
+        let added = if delivery == Delivery::Whole {
+            acc.add_progress(i, progress.interval, &samples)
+        } else {
+            acc.add_part(i, progress.interval, &samples)
+        };
+        if let Err(e) = added {
             tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
             return;
         }

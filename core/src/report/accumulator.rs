@@ -352,11 +352,24 @@ impl RunAccumulator {
         interval: u64,
         samples: &[(u32, SparseStats)],
     ) -> Result<(), MergeError> {
+        self.add_part(agent, interval, samples)?;
+        self.reported_through(agent, interval)
+    }
+
+    /// Merges one part of an interval an agent sent in several messages, whole or not at all,
+    /// without counting the interval reported: the rows stay open for its other parts, and
+    /// [`RunAccumulator::add_progress`] of the part that completes it closes them.
+    pub fn add_part(
+        &mut self,
+        agent: usize,
+        interval: u64,
+        samples: &[(u32, SparseStats)],
+    ) -> Result<(), MergeError> {
         self.check_progress(agent, interval, samples)?;
         for (phase, s) in samples {
             self.add(agent, interval, *phase, s)?;
         }
-        self.reported_through(agent, interval)
+        Ok(())
     }
 
     /// Number of request steps (a sample carries at most this many).

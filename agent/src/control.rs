@@ -83,7 +83,13 @@ struct AgentState {
     /// The graceful stop of the run started last, in milliseconds: a shutdown waits for it
     /// before the drain's own timeout.
     graceful_stop_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Where the controller serves besides the address dialled (its `Registered`): never a
+    /// target.
+    controller_own: Vec<std::net::SocketAddr>,
 }
+
+/// Most of the controller's own addresses an agent takes from its `Registered`.
+const MAX_CONTROLLER_ADDRESSES: usize = 256;
 
 /// The control loop: connects, reconnects with backoff, and drains on `quit`.
 pub(crate) async fn control(
@@ -103,6 +109,7 @@ pub(crate) async fn control(
         lease: Duration::from_secs(1),
         data: Default::default(),
         graceful_stop_ms: Default::default(),
+        controller_own: Vec::new(),
     };
     let (grace, quitting) = (state.graceful_stop_ms.clone(), quit.clone());
     let drained = async move {
@@ -332,6 +339,12 @@ async fn handle(
             {
                 tracing::error!(error = %e, "controller uses another histogram spec");
             }
+            state.controller_own = r
+                .own_addresses
+                .iter()
+                .take(MAX_CONTROLLER_ADDRESSES)
+                .filter_map(|a| a.parse().ok())
+                .collect();
         }
         In::DataRows(d) => state.data.add(d),
         In::Assign(a) => {
@@ -343,7 +356,7 @@ async fn handle(
                     reason: "agent is busy with another run".into(),
                 })
             } else {
-                match prepare(cfg, &a, data).await {
+                match prepare(&guarded(cfg, &state.controller_own), &a, data).await {
                     Ok(spec) => {
                         let planned = spec.planned();
                         if planned != a.planned_sessions {
@@ -557,6 +570,23 @@ fn start_refresh(state: &mut AgentState, from: crate::setup::RefreshFrom) {
     ));
 }
 
+/// `cfg` with the controller's `own` addresses refused as targets, on every address that
+/// reaches each of them from here.
+fn guarded<'a>(
+    cfg: &'a AgentConfig,
+    own: &[std::net::SocketAddr],
+) -> std::borrow::Cow<'a, AgentConfig> {
+    if own.is_empty() {
+        return std::borrow::Cow::Borrowed(cfg);
+    }
+    let mut c = cfg.clone();
+    for a in own {
+        c.target_policy
+            .deny_local_server(*a, "the controller's own address");
+    }
+    std::borrow::Cow::Owned(c)
+}
+
 /// Whether `ack` (a whole run) covers the retained message `m`.
 fn acknowledged(m: &v1::AgentMessage, ack: &v1::Ack) -> bool {
     match &m.msg {
@@ -627,6 +657,28 @@ mod tests {
             gone.contains("no renewal from the controller for 1000 ms"),
             "{gone}"
         );
+    }
+
+    /// What the controller lists as its own is refused, on every address that reaches it.
+    #[test]
+    fn the_controllers_own_addresses_are_refused_as_targets() {
+        let cfg = AgentConfig::new("http://stampede-controller:7070", "a");
+        let pod: std::net::SocketAddr = "198.18.0.9:7070".parse().unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:9090".parse().unwrap();
+        assert!(cfg.target_policy.check(pod).is_ok());
+        let g = guarded(&cfg, &[pod, any]);
+        for a in ["198.18.0.9:7070", "127.0.0.2:9090", "[::1]:9090"] {
+            let e = g.target_policy.check(a.parse().unwrap()).unwrap_err();
+            assert!(
+                e.to_string().contains("controller's own address"),
+                "{a}: {e}"
+            );
+        }
+        assert!(g
+            .target_policy
+            .check("198.18.0.9:8080".parse().unwrap())
+            .is_ok());
+        assert!(matches!(guarded(&cfg, &[]), std::borrow::Cow::Borrowed(_)));
     }
 
     /// A run held by the agent, its lease running from now, watched by the dead-man switch.

@@ -187,6 +187,7 @@ impl v1::agent_service_server::AgentService for AgentSvc {
             .send(out(Out::Registered(v1::Registered {
                 hist_spec: Some(stampede_core::hist::SPEC.into()),
                 lease_ms: inner.cfg.lease.as_millis() as u64,
+                own_addresses: inner.own.wire(),
             })))
             .await;
         // Back within its run (a reconnect after a cut link): the run resumes it on this

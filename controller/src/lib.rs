@@ -34,6 +34,7 @@ pub mod k8s;
 mod listen;
 mod metrics;
 mod observe;
+mod own;
 mod renew;
 mod run;
 pub mod store;
@@ -248,6 +249,8 @@ pub(crate) struct Inner {
     pub metrics: metrics::Metrics,
     /// The Kubernetes side, when it runs (`Controller::run_kube`).
     pub kube: OnceLock<Arc<k8s::KubeState>>,
+    /// Where this controller serves, which every agent is told to refuse as a target.
+    pub own: own::OwnAddresses,
 }
 
 /// The controller. Cheap to clone.
@@ -274,6 +277,7 @@ impl Controller {
             shutdown: CancellationToken::new(),
             metrics: metrics::Metrics::default(),
             kube: OnceLock::new(),
+            own: own::OwnAddresses::default(),
         });
         // Runs checkpointed by the previous controller on this data directory go on; the
         // others it had in flight are lost, and recorded as failed.
@@ -310,7 +314,15 @@ impl Controller {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
+        self.listening(&listener);
         metrics::serve(self.inner.clone(), listener, shutdown).await;
+    }
+
+    /// Notes a listener of this controller, for agents to refuse as a target.
+    fn listening(&self, listener: &TcpListener) {
+        if let Ok(a) = listener.local_addr() {
+            self.inner.own.add_listener(a);
+        }
     }
 
     /// The current metrics in the Prometheus text format.
@@ -335,6 +347,7 @@ impl Controller {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ControllerError> {
+        self.listening(&listener);
         let stop = CancellationToken::new();
         let admitted = listen::admit(
             listener,
@@ -360,6 +373,7 @@ impl Controller {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ControllerError> {
+        self.listening(&listener);
         let health = self.health_service();
         self.health
             .set_serving::<v1::agent_service_server::AgentServiceServer<agents::AgentSvc>>()

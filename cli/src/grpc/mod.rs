@@ -23,6 +23,10 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 /// Most files one reflection answer set may hold (a schema and its imports).
 const MAX_REFLECTED_FILES: usize = 256;
+/// Most bytes of file descriptors the reflection answers may hold in all, and in one answer:
+/// a large real schema with its imports is a few MiB, and the count alone would let 256
+/// answers of the decoder's limit each hold a gigabyte.
+const MAX_REFLECTED_BYTES: usize = 16 << 20;
 /// How long the reflection service gets to answer one request, its first message included:
 /// a target that sends the response headers and then nothing must not hold the CLI forever.
 const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,7 +100,8 @@ async fn reflect(s: &Scenario, deadline: Duration) -> Result<DescriptorPool> {
     let channel = endpoint.connect().await.with_context(|| {
         format!("grpc.reflection: cannot connect to {target} to ask for the schema")
     })?;
-    let mut client = ServerReflectionClient::new(channel);
+    let mut client =
+        ServerReflectionClient::new(channel).max_decoding_message_size(MAX_REFLECTED_BYTES);
     let services: BTreeSet<String> = s
         .step_lists()
         .into_iter()
@@ -110,33 +115,80 @@ async fn reflect(s: &Scenario, deadline: Duration) -> Result<DescriptorPool> {
         .into_iter()
         .map(MessageRequest::FileContainingSymbol)
         .collect();
-    let mut files: Vec<FileDescriptorProto> = Vec::new();
-    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut schema = Reflected::new(MAX_REFLECTED_FILES, MAX_REFLECTED_BYTES);
     while let Some(req) = wanted.pop() {
         let asked = format!("{req:?}");
-        for bytes in ask(&mut client, req, deadline).await? {
+        let answer = ask(&mut client, req, deadline).await?;
+        // Imports the answer did not carry are asked for by name.
+        wanted.extend(
+            schema
+                .add(&asked, answer)?
+                .into_iter()
+                .map(MessageRequest::FileByFilename),
+        );
+    }
+    let mut pool = DescriptorPool::new();
+    pool.add_file_descriptor_protos(schema.files)
+        .map_err(|e| anyhow!("grpc.reflection: the target's schema does not build: {e}"))?;
+    Ok(pool)
+}
+
+/// The file descriptors the reflection answers brought so far, within a count and a size.
+struct Reflected {
+    files: Vec<FileDescriptorProto>,
+    /// Names of the files received.
+    seen: BTreeSet<String>,
+    /// Names of the imports asked for.
+    asked: BTreeSet<String>,
+    bytes: usize,
+    max_files: usize,
+    max_bytes: usize,
+}
+
+impl Reflected {
+    fn new(max_files: usize, max_bytes: usize) -> Self {
+        Reflected {
+            files: Vec::new(),
+            seen: BTreeSet::new(),
+            asked: BTreeSet::new(),
+            bytes: 0,
+            max_files,
+            max_bytes,
+        }
+    }
+
+    /// Adds the files of the answer to `asked`; returns the imports not yet seen or asked for.
+    fn add(&mut self, asked: &str, answer: Vec<Vec<u8>>) -> Result<Vec<String>> {
+        let mut imports = Vec::new();
+        for bytes in answer {
+            self.bytes = self.bytes.saturating_add(bytes.len());
+            if self.bytes > self.max_bytes {
+                bail!(
+                    "grpc.reflection: the schema for {asked} is over {} bytes of file descriptors",
+                    self.max_bytes
+                );
+            }
             let file = FileDescriptorProto::decode(bytes.as_slice()).context(
                 "grpc.reflection: the target sent a file descriptor that does not decode",
             )?;
-            if !seen.insert(file.name().to_string()) {
+            if !self.seen.insert(file.name().to_string()) {
                 continue;
             }
-            // Imports the answer did not carry are asked for by name.
             for dep in &file.dependency {
-                if !seen.contains(dep) {
-                    wanted.push(MessageRequest::FileByFilename(dep.clone()));
+                if !self.seen.contains(dep) && self.asked.insert(dep.clone()) {
+                    imports.push(dep.clone());
                 }
             }
-            files.push(file);
-            if files.len() > MAX_REFLECTED_FILES {
-                bail!("grpc.reflection: more than {MAX_REFLECTED_FILES} files for {asked}");
+            self.files.push(file);
+            if self.files.len() > self.max_files {
+                bail!(
+                    "grpc.reflection: more than {} files for {asked}",
+                    self.max_files
+                );
             }
         }
+        Ok(imports)
     }
-    let mut pool = DescriptorPool::new();
-    pool.add_file_descriptor_protos(files)
-        .map_err(|e| anyhow!("grpc.reflection: the target's schema does not build: {e}"))?;
-    Ok(pool)
 }
 
 /// One reflection request; the file descriptors of its answer, which must come within
@@ -312,6 +364,52 @@ message Item { int64 id = 1; string note = 2; }
         );
         let _ = stop.send(());
         server.await.unwrap().unwrap();
+    }
+
+    fn descriptor(name: &str, deps: &[&str], padding: usize) -> Vec<u8> {
+        FileDescriptorProto {
+            name: Some(name.into()),
+            dependency: deps.iter().map(|d| d.to_string()).collect(),
+            package: Some("p".repeat(padding)),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    /// Files come once each with their imports asked for once; the answers are held to a
+    /// count of files and to a size in bytes, however few files bring it.
+    #[test]
+    fn reflected_files_are_bounded_in_count_and_bytes() {
+        let mut r = Reflected::new(3, 10_000);
+        let imports = r
+            .add(
+                "a",
+                vec![descriptor("a.proto", &["b.proto", "c.proto"], 10)],
+            )
+            .unwrap();
+        assert_eq!(imports, ["b.proto", "c.proto"]);
+        let again = r
+            .add(
+                "b",
+                vec![
+                    descriptor("b.proto", &["c.proto"], 10),
+                    descriptor("a.proto", &[], 10),
+                ],
+            )
+            .unwrap();
+        assert!(again.is_empty(), "c.proto was asked for already: {again:?}");
+        assert_eq!(r.files.len(), 2);
+        let e = r
+            .add("d", vec![descriptor("d.proto", &[], 20_000)])
+            .unwrap_err();
+        assert!(e.to_string().contains("over 10000 bytes"), "{e}");
+
+        let mut r = Reflected::new(2, 1 << 20);
+        let many: Vec<_> = (0..3)
+            .map(|k| descriptor(&format!("{k}.proto"), &[], 1))
+            .collect();
+        let e = r.add("x", many).unwrap_err();
+        assert!(e.to_string().contains("more than 2 files"), "{e}");
     }
 
     #[test]

@@ -51,6 +51,21 @@ pub mod exit {
     pub const RUN_FAILED: i32 = 2;
 }
 
+/// An error and its causes on one line, as `error: ` prints it: each cause after a colon,
+/// unless the text so far already says it (a library error that puts its source in its own
+/// message as well as in its chain would otherwise be printed twice).
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 /// A random token for embedded runs.
 pub fn random_token() -> String {
     use rand::Rng;
@@ -58,4 +73,45 @@ pub fn random_token() -> String {
     (0..32)
         .map(|_| format!("{:x}", rng.random_range(0..16u8)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    /// An error that says its source in its message and chains it too.
+    #[derive(Debug)]
+    struct Write {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Write {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "writing {}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Write {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    /// A cause the message already holds is said once; one it does not is added.
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied");
+        let e = anyhow::Error::new(Write {
+            path: "/r.json",
+            source: io(),
+        })
+        .context("storing the report");
+        assert_eq!(
+            error_line(&e),
+            "storing the report: writing /r.json: permission denied"
+        );
+        let e = anyhow::Error::new(io()).context("reading r.json");
+        assert_eq!(error_line(&e), "reading r.json: permission denied");
+    }
 }

@@ -12,22 +12,20 @@ use stampede_core::report::Report;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A report or marker could not be written; the run is then reported as failed.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {error}")]
     Write {
         /// The file being written.
         path: PathBuf,
         /// What the file system said.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A stored report or marker could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {error}")]
     Read {
         /// The file being read.
         path: PathBuf,
         /// What the file system said.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A stored report does not parse: its run id, and the parser's error.
     #[error("report {0} is not valid JSON: {1}")]
@@ -67,9 +65,9 @@ fn atomic_write(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError>
         }
         Ok(())
     };
-    write().map_err(|source| StoreError::Write {
+    write().map_err(|error| StoreError::Write {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -87,9 +85,9 @@ impl ReportStore {
         let dir = data_dir.join("runs");
         let inflight = data_dir.join("inflight");
         for d in [&dir, &inflight] {
-            std::fs::create_dir_all(d).map_err(|source| StoreError::Write {
+            std::fs::create_dir_all(d).map_err(|error| StoreError::Write {
                 path: d.clone(),
-                source,
+                error,
             })?;
         }
         Ok(Self { dir, inflight })
@@ -220,7 +218,7 @@ impl ReportStore {
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(StoreError::Read { path, source }),
+            Err(error) => Err(StoreError::Read { path, error }),
         }
     }
 

@@ -41,25 +41,36 @@ pub const MIN_BLOCKS: usize = 8;
 /// Smallest error-rate change (a difference of rates: 0.01 percentage points) called a change.
 pub const MIN_EFFECT_ERROR_RATE: f64 = 0.0001;
 
-/// A report that cannot be compared.
+/// A report that cannot be compared, or a regression limit that does not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
-    #[error("{run} report, timeline interval {interval}: {source}")]
+    /// A timeline row's histogram does not decode (a hand-edited or truncated report).
+    #[error("{run} report, timeline interval {interval}: {error}")]
     Hist {
+        /// Which of the two reports: `base` or `new`.
         run: &'static str,
+        /// The row's interval index.
         interval: u64,
-        source: HistError,
+        /// What the codec refused.
+        error: HistError,
     },
+    /// A report written with another histogram spec: its buckets cannot be compared with ours.
     #[error("{run} report uses histogram spec {got:?}, not Stampede's {expected:?}")]
     Spec {
+        /// Which of the two reports: `base` or `new`.
         run: &'static str,
+        /// The report's spec.
         got: hist::HistSpec,
+        /// Stampede's.
         expected: hist::HistSpec,
     },
+    /// A `--max-regression` without `=`.
     #[error("--max-regression `{0}`: expected METRIC=LIMIT, e.g. p99=10% or error_rate=0.5pp")]
     LimitSyntax(String),
+    /// A `--max-regression` naming a metric that is not compared.
     #[error("--max-regression `{0}`: unknown metric; one of {keys}", keys = Metric::KEYS)]
     UnknownMetric(String),
+    /// A `--max-regression` limit that is negative, not a number, or without its unit.
     #[error("--max-regression `{0}`: the limit must be a non-negative number with a unit, e.g. 10% (error_rate: 0.5pp)")]
     LimitValue(String),
 }

@@ -43,9 +43,9 @@ pub fn stage_connects_from_wire(
                 }
             }
             seen[s.stage as usize] = true;
-            let h = hist::decode_sparse(&s.hist).map_err(|source| ConvertError::Hist {
+            let h = hist::decode_sparse(&s.hist).map_err(|error| ConvertError::Hist {
                 field: field("hist"),
-                source,
+                error,
             })?;
             Ok((s.stage, h))
         })

@@ -25,13 +25,12 @@ pub const MAX_OPEN_CONNECTIONS: u64 = 1 << 30;
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     /// A histogram's bytes do not decode or encode against the one histogram spec.
-    #[error("{field}: {source}")]
+    #[error("{field}: {error}")]
     Hist {
         /// The message path of the histogram (`progress.workloads[1].response`).
         field: String,
         /// What the codec refused.
-        #[source]
-        source: HistError,
+        error: HistError,
     },
     /// A value is out of its bounds or inconsistent with the rest of the message.
     #[error("{field}: {reason}")]
@@ -260,16 +259,16 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
 
 /// Wire form: small histograms uncompressed ([`hist::encode_wire`]).
 fn enc(field: &str, h: &hdrhistogram::Histogram<u64>) -> Result<Vec<u8>, ConvertError> {
-    hist::encode_wire(h).map_err(|source| ConvertError::Hist {
+    hist::encode_wire(h).map_err(|error| ConvertError::Hist {
         field: field.to_string(),
-        source,
+        error,
     })
 }
 
 fn enc_sparse(field: &str, h: &SparseHist) -> Result<Vec<u8>, ConvertError> {
-    hist::encode_wire_sparse(h).map_err(|source| ConvertError::Hist {
+    hist::encode_wire_sparse(h).map_err(|error| ConvertError::Hist {
         field: field.to_string(),
-        source,
+        error,
     })
 }
 
@@ -290,9 +289,9 @@ fn dec_opt(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
 }
 
 fn dec(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
-    hist::decode_sparse(bytes).map_err(|source| ConvertError::Hist {
+    hist::decode_sparse(bytes).map_err(|error| ConvertError::Hist {
         field: field.to_string(),
-        source,
+        error,
     })
 }
 

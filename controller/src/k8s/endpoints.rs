@@ -42,15 +42,14 @@ pub enum ServiceWatchError {
     #[error("endpoints: service: kubernetes client: {0}")]
     Client(String),
     /// The Service could not be read (missing, forbidden).
-    #[error("endpoints: service: cannot read the Service {namespace}/{name}: {source}")]
+    #[error("endpoints: service: cannot read the Service {namespace}/{name}: {error}")]
     Service {
         /// The Service's namespace.
         namespace: String,
         /// The Service's name.
         name: String,
         /// The API server's answer.
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
     /// The Service has no such port, or the URL names no Service.
     #[error("endpoints: service: {0}")]
@@ -140,10 +139,10 @@ pub async fn follow(
     let svc = Api::<Service>::namespaced(client.clone(), &namespace)
         .get(&service.name)
         .await
-        .map_err(|source| ServiceWatchError::Service {
+        .map_err(|error| ServiceWatchError::Service {
             namespace: namespace.clone(),
             name: service.name.clone(),
-            source,
+            error,
         })?;
     let port_name = slice_port_name(&service.name, &service_ports(&svc), service.port)?;
     let api = Api::<EndpointSlice>::namespaced(client, &namespace);

@@ -48,13 +48,12 @@ pub enum NodeMetricsError {
         status: u16,
     },
     /// The request could not be made or the answer not read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Request {
         /// The API path asked for.
         path: String,
         /// The client's error.
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
     /// The answer is larger than [`MAX_METRICS_BYTES`] or broke off.
     #[error("{path}: the body could not be read within {MAX_METRICS_BYTES} bytes")]
@@ -85,14 +84,14 @@ pub async fn kubelet_text(
         .body(kube::client::Body::empty())
         .map_err(|e| NodeMetricsError::Request {
             path: path.clone(),
-            source: kube::Error::HttpError(e),
+            error: kube::Error::HttpError(e),
         })?;
     let res = client
         .send(req)
         .await
-        .map_err(|source| NodeMetricsError::Request {
+        .map_err(|error| NodeMetricsError::Request {
             path: path.clone(),
-            source,
+            error,
         })?;
     let status = res.status().as_u16();
     if status != 200 {

@@ -100,10 +100,10 @@ fn decode_run(r: &Report, run: &'static str) -> Result<Vec<(Interval, RawBuckets
             let mut raw = Vec::new();
             if !row.response_hist.is_empty() {
                 let h =
-                    hist::from_text(&row.response_hist).map_err(|source| CompareError::Hist {
+                    hist::from_text(&row.response_hist).map_err(|error| CompareError::Hist {
                         run,
                         interval: row.interval,
-                        source,
+                        error,
                     })?;
                 for v in h.iter_recorded() {
                     let at = v.value_iterated_to();

@@ -25,7 +25,7 @@ pub fn encode(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
     let mut out = Vec::new();
     V2DeflateSerializer::new()
         .serialize(h, &mut out)
-        .map_err(|e| HistError::Encode(format!("{e:?}")))?;
+        .map_err(HistError::EncodeDeflate)?;
     Ok(out)
 }
 
@@ -54,7 +54,7 @@ pub fn encode_wire(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
     let mut out = Vec::with_capacity(256);
     V2Serializer::new()
         .serialize(h, &mut out)
-        .map_err(|e| HistError::Encode(format!("{e:?}")))?;
+        .map_err(HistError::Encode)?;
     if out.len() <= WIRE_RAW_MAX {
         return Ok(out);
     }
@@ -180,7 +180,7 @@ fn inflate_into(body: &[u8], out: &mut Vec<u8>) -> Result<(), HistError> {
     flate2::read::ZlibDecoder::new(body)
         .take(MAX_DECODED_BYTES + 1)
         .read_to_end(out)
-        .map_err(|e| HistError::Inflate(e.to_string()))?;
+        .map_err(HistError::Inflate)?;
     if out.len() as u64 > MAX_DECODED_BYTES {
         return Err(HistError::TooLarge(out.len()));
     }
@@ -248,9 +248,7 @@ fn check_v2_header(inner: &[u8]) -> Result<(), HistError> {
 fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
     check_v2_header(inner)?;
     if be_u32(inner, 8)? != 0 || f64::from_bits(be_u64(inner, 32)?) != 1.0 {
-        return Err(HistError::Decode(
-            "unsupported normalizing offset or ratio".into(),
-        ));
+        return Err(HistError::Normalized);
     }
     let counts = &inner[V2_HEADER_SIZE..];
     let (mut h, mut total) = (SparseHist::default(), 0u64);

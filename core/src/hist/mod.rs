@@ -48,31 +48,55 @@ pub const SPEC: HistSpec = HistSpec {
     significant_digits: 3,
 };
 
-/// A histogram that cannot be decoded or merged.
+/// A histogram that cannot be decoded or merged. Encoded histograms arrive from agents and
+/// from report files, so every variant but the encoding ones is hostile or broken input.
 #[derive(Debug, thiserror::Error)]
 pub enum HistError {
+    /// Over [`MAX_ENCODED_BYTES`] encoded, or over what the spec's counts can inflate to.
     #[error("encoded histogram is {0} bytes, more than the limit of {MAX_ENCODED_BYTES}")]
     TooLarge(usize),
+    /// Ends before its header or its counts do.
     #[error("encoded histogram is truncated")]
     Truncated,
+    /// The first four bytes are not a V2 cookie, plain or compressed.
     #[error("not a compressed V2 histogram (cookie {0:#x})")]
     BadCookie(u32),
+    /// The header's length is not the bytes that follow it.
     #[error("length field says {declared} bytes but {actual} are present")]
-    LengthMismatch { declared: usize, actual: usize },
+    LengthMismatch {
+        /// Bytes the header says.
+        declared: usize,
+        /// Bytes there are.
+        actual: usize,
+    },
+    /// The compressed form does not inflate.
     #[error("decompressing: {0}")]
-    Inflate(String),
+    Inflate(std::io::Error),
+    /// Another range or precision than [`SPEC`]: its buckets would not add up with ours.
     #[error("histogram spec {got:?} differs from the required {SPEC:?}")]
-    SpecMismatch { got: HistSpec },
-    #[error("decoding counts: {0}")]
-    Decode(String),
+    SpecMismatch {
+        /// The spec the header gives.
+        got: HistSpec,
+    },
+    /// A normalizing offset or ratio other than none, which only other writers use.
+    #[error("decoding counts: a normalizing offset or ratio, which Stampede never writes")]
+    Normalized,
+    /// The serializer refused (a count above `i64::MAX`).
     #[error("encoding: {0}")]
-    Encode(String),
+    Encode(hdrhistogram::serialization::V2SerializeError),
+    /// The compressing serializer refused.
+    #[error("encoding: {0}")]
+    EncodeDeflate(hdrhistogram::serialization::V2DeflateSerializeError),
+    /// The two histograms cannot be added (a value out of the destination's range).
     #[error("merging: {0}")]
-    Merge(String),
+    Merge(hdrhistogram::AdditionError),
+    /// A report's text form is not base64.
     #[error("not valid base64")]
     Base64,
+    /// The counts run past the spec's last bucket.
     #[error("count at bucket {0} is beyond the spec's {COUNTS_LEN} buckets")]
     IndexOutOfRange(usize),
+    /// The counts overflow the total a histogram can hold.
     #[error("the counts add up to more than 2^64")]
     CountOverflow,
 }
@@ -118,7 +142,7 @@ pub fn record(h: &mut Histogram<u64>, us: u64) -> Recorded {
 
 /// Adds `src` into `dst`. Merge is addition, so order does not matter.
 pub fn merge(dst: &mut Histogram<u64>, src: &Histogram<u64>) -> Result<(), HistError> {
-    dst.add(src).map_err(|e| HistError::Merge(format!("{e:?}")))
+    dst.add(src).map_err(HistError::Merge)
 }
 
 // The bucket layout of [`SPEC`], as hdrhistogram computes it: unit magnitude 0 (lowest 1 µs),

@@ -527,6 +527,14 @@ mod tests {
         }
     }
 
+    /// clap's own checks of the command line (conflicting names, defaults that do not parse,
+    /// groups naming no argument), which it otherwise makes only when a command is used.
+    #[test]
+    fn the_command_line_passes_clap_checks() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+
     /// `docs/settings.md` lists every setting; regenerate with `STAMPEDE_BLESS=1 cargo test -p
     /// stampede --lib settings`.
     #[test]

@@ -55,8 +55,15 @@ fi
 svc_ip=$(kn get service stampede-target -o jsonpath='{.spec.clusterIP}')
 fqdn=stampede-target.$NS.svc.cluster.local
 say "resolving $fqdn from the stampede image (expect $svc_ip)"
-run_pod dns-check "$STAMPEDE_IMAGE" /usr/bin/getent hosts "$fqdn"
-resolved=$(kn logs dns-check | awk '{print $1}' | head -1)
+# A Service created seconds ago may not be in CoreDNS's view yet (its API watch lags on a cold cluster): the lookup
+# is asked again for about half a minute before it counts as failed.
+for ((try = 1; ; try++)); do
+  [ "$(pod_phase "dns-check-$try" "$STAMPEDE_IMAGE" /usr/bin/getent hosts "$fqdn")" = Succeeded ] && break
+  [ "$try" -lt 10 ] || fail "getent in the stampede image did not resolve $fqdn in $try tries"
+  say "lookup $try of $fqdn failed; asking again"
+  sleep 3
+done
+resolved=$(kn logs "dns-check-$try" | awk '{print $1}' | head -1)
 [ "$resolved" = "$svc_ip" ] || fail "getent in the stampede image resolved $fqdn to '$resolved', not $svc_ip"
 say "glibc DNS in the stampede image: $fqdn -> $resolved"
 

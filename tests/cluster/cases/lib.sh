@@ -48,6 +48,13 @@ ip_in_cidr() {
 
 # run_pod NAME IMAGE ARGS...: run a one-shot pod to completion (120 s), print its log, fail unless it succeeded.
 run_pod() {
+  local phase
+  phase=$(pod_phase "$@")
+  [ "$phase" = Succeeded ] || fail "pod $1 ended in phase '${phase:-unknown}'"
+}
+
+# pod_phase NAME IMAGE ARGS...: run_pod that prints the phase the pod ended in instead of failing.
+pod_phase() {
   local name=$1 image=$2 phase i
   shift 2
   local args=""
@@ -75,7 +82,7 @@ EOF
     sleep 1
   done
   kn logs "$name" >&2 || true
-  [ "$phase" = Succeeded ] || fail "pod $name ended in phase '${phase:-unknown}'"
+  echo "$phase"
 }
 
 # helm_install_stampede [HELM ARGS...]: `helm install` of the chart as $REL in $NS with the image under test and

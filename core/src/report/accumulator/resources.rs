@@ -82,19 +82,19 @@ pub(super) struct DestUse {
 /// One agent's figures over the run.
 #[derive(Debug, Clone, Default)]
 pub(super) struct AgentUse {
-    pub cpu_max: f64,
-    pub cpu_sum: f64,
-    pub samples: u64,
-    pub rss_max: u64,
-    pub files_max: u64,
-    pub cores: f64,
-    pub usable_ports: u64,
-    pub ports: BTreeMap<SocketAddr, DestUse>,
+    pub(crate) cpu_max: f64,
+    pub(crate) cpu_sum: f64,
+    pub(crate) samples: u64,
+    pub(crate) rss_max: u64,
+    pub(crate) files_max: u64,
+    pub(crate) cores: f64,
+    pub(crate) usable_ports: u64,
+    pub(crate) ports: BTreeMap<SocketAddr, DestUse>,
 }
 
 impl AgentUse {
     /// Its destinations, most ports first.
-    pub fn destinations(&self) -> Vec<DestinationReport> {
+    pub(crate) fn destinations(&self) -> Vec<DestinationReport> {
         let mut out: Vec<DestinationReport> = self
             .ports
             .iter()

@@ -30,7 +30,9 @@ pub const MAX_DESTINATIONS: usize = 64;
 pub struct ResourceSample {
     /// CPU time over wall time, as a share of the cores it may use.
     pub cpu_share: f64,
+    /// Its resident memory at the interval's end, bytes.
     pub rss_bytes: u64,
+    /// Its open file descriptors (sockets included) at the interval's end.
     pub open_files: u64,
     /// The cores it may use.
     pub cores: f64,
@@ -44,6 +46,7 @@ pub struct ResourceSample {
 /// An agent's sockets toward one destination at an interval's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DestinationSample {
+    /// The destination's `ip:port`.
     pub address: SocketAddr,
     /// Sockets in any state but TIME_WAIT: each holds a local port.
     pub in_use: u64,

@@ -72,10 +72,18 @@ pub enum SearchSpecError {
     /// Neither the first level and its increment nor the highest level were given.
     #[error("give --start N --step S, or --max N")]
     NoLevels,
+    /// The highest level is below the first.
     #[error("--max {max} is below --start {start}")]
-    MaxBelowStart { max: f64, start: f64 },
+    MaxBelowStart {
+        /// The `--max` given.
+        max: f64,
+        /// The `--start` given, or its default.
+        start: f64,
+    },
+    /// `--max-steps 0`: a stair without a step.
     #[error("--max-steps: must be >= 1")]
     NoSteps,
+    /// A least achieved share outside (0, 100 %].
     #[error("--min-achieved: must be a share between 0 and 100%")]
     MinAchieved,
 }
@@ -91,6 +99,7 @@ pub struct SearchSpec {
     pub step: f64,
     /// Highest rate tried; `None` stops after `max_steps` stair steps.
     pub max: Option<f64>,
+    /// Most stair steps; with `max`, the stair also ends at the last level not above it.
     pub max_steps: u32,
     /// Bisection steps after the stair found a failing rate.
     pub bisect: u32,
@@ -191,7 +200,9 @@ pub fn round_rate(r: f64) -> f64 {
 /// Whether a step came from the stair or from the bisection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepKind {
+    /// A level of the stair, `start + k × step`.
     Stair,
+    /// Halfway between the highest level that held and the lowest that failed.
     Bisect,
 }
 
@@ -200,6 +211,7 @@ pub enum StepKind {
 pub struct StepVerdict {
     /// The phase name in the combined report, e.g. `s3 120/s` or `s3 40 conn`.
     pub name: String,
+    /// Where the step came from.
     pub kind: StepKind,
     /// The step's level: arrivals per second, or connections.
     pub level: f64,
@@ -207,10 +219,16 @@ pub struct StepVerdict {
     pub planned_rps: f64,
     /// Requests completed within the step's duration, per second.
     pub achieved_rps: f64,
+    /// Completed requests of the step's run (the headline, warm-up left out).
     pub completed: u64,
+    /// Failed requests of the step's run.
     pub failed: u64,
+    /// Median response time of the step's run, µs.
     pub p50_us: u64,
+    /// 99th percentile of the response time of the step's run, µs.
     pub p99_us: u64,
+    /// The step met every SLO and kept up (achieved its share of the planned rate, its run
+    /// completed, its generator was not the limit): `reason` is `None`.
     pub holds: bool,
     /// Why the step failed: the SLO and its measured value, the achieved rate, or the
     /// generator being the limit.
@@ -224,6 +242,7 @@ pub struct StepVerdict {
 /// generator was the limit.
 #[derive(Debug, Clone, Copy)]
 pub struct StepContext<'a> {
+    /// What the levels are (the search's axis).
     pub axis: Axis,
     /// The report of the last step that held, with its achieved requests per second and its
     /// level: its agent CPU per request sizes the agents.
@@ -348,14 +367,17 @@ pub fn narrow_to_workload(report: &Report, name: &str) -> Option<Report> {
 /// The search's state: feed it verdicts, ask it for the next rate.
 #[derive(Debug, Clone)]
 pub struct Search {
+    /// What the search walks.
     pub spec: SearchSpec,
     stair: Vec<f64>,
+    /// Every step run so far, in order.
     pub verdicts: Vec<StepVerdict>,
     bisected: u32,
     stair_done: bool,
 }
 
 impl Search {
+    /// A search that has run nothing yet.
     pub fn new(spec: SearchSpec) -> Self {
         Self {
             stair: spec.stair(),
@@ -418,6 +440,7 @@ impl Search {
         self.verdicts.iter().find(|v| v.generator.is_some())
     }
 
+    /// Adds the verdict of the step [`Search::next_step`] gave; the next step depends on it.
     pub fn record(&mut self, v: StepVerdict) {
         self.verdicts.push(v);
     }

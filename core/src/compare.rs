@@ -79,17 +79,27 @@ pub enum CompareError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    /// Median response time, µs.
     P50,
+    /// 90th percentile of the response time, µs.
     P90,
+    /// 99th percentile of the response time, µs.
     P99,
+    /// 99.9th percentile of the response time, µs.
     P999,
+    /// The largest response time, µs.
     Max,
+    /// Mean response time, µs.
     Mean,
+    /// Completed requests per second (for the whole run, over its length without warm-up); a
+    /// drop is the regression.
     Throughput,
+    /// Failed requests over finished ones, a fraction; its change is a difference of rates.
     ErrorRate,
 }
 
 impl Metric {
+    /// Every metric, in the order of a section's rows.
     pub const ALL: [Metric; 8] = [
         Metric::P50,
         Metric::P90,
@@ -184,8 +194,13 @@ impl Default for Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Worse by at least the smallest effect, beyond the noise: the change's confidence interval
+    /// excludes zero (without interval data, the change alone decides). A figure that moves from
+    /// zero, whose relative change is undefined, is a regression or an improvement.
     Regression,
+    /// Better by at least the smallest effect, beyond the noise (as for a regression).
     Improvement,
+    /// A change smaller than the smallest effect, or whose confidence interval includes zero.
     WithinNoise,
     /// One of the runs has no sample for this figure (say, no completed request).
     NoData,
@@ -207,7 +222,10 @@ impl fmt::Display for Verdict {
 #[serde(tag = "method", rename_all = "snake_case")]
 pub enum Noise {
     /// Block bootstrap over the timeline intervals: `blocks` per run (the smaller of the two).
-    Intervals { blocks: usize },
+    Intervals {
+        /// The smaller of the two runs' counts of blocks of consecutive intervals.
+        blocks: usize,
+    },
     /// Too few intervals: the merged histogram resampled bucket by bucket (Poisson).
     Samples,
     /// The whole run's interval, widened by √(run samples ÷ step samples).
@@ -219,15 +237,18 @@ pub enum Noise {
 /// One figure of both runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
+    /// Which figure the row compares.
     pub metric: Metric,
     /// Latencies in µs, throughput in requests/s, the error rate as a fraction; absent when the
     /// run has no sample for it.
     pub base: Option<f64>,
+    /// The same figure of the new run.
     pub new: Option<f64>,
     /// `new / base − 1`; for the error rate `new − base`. Absent when undefined (base 0).
     pub change: Option<f64>,
     /// Confidence interval of `change`, same unit.
     pub ci: Option<[f64; 2]>,
+    /// What the change means, given the noise.
     pub verdict: Verdict,
 }
 
@@ -235,44 +256,62 @@ pub struct Row {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
+    /// The whole run (its headline figures, warm-up left out).
     Run,
+    /// One phase, when both runs have the same phases (more than one); warm-up phases are skipped.
     Phase,
+    /// One step both runs have, when a run has more than one.
     Step,
 }
 
 /// The rows of one scope: the whole run, one phase, or one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Section {
+    /// What the section covers.
     pub scope: Scope,
     /// The phase's or step's name (empty for the whole run).
     pub name: String,
+    /// How the confidence intervals of its rows were estimated.
     pub noise: Noise,
+    /// One row per metric compared, in the order of [`Metric::ALL`]: all of them for the run,
+    /// fewer for a phase or a step.
     pub rows: Vec<Row>,
 }
 
 /// What identifies one of the compared runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
+    /// The report's `run_id`.
     pub run_id: String,
+    /// The report's scenario name.
     pub scenario: String,
+    /// The report's target, without credentials; empty for a report written before it had one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub target: String,
+    /// How the run ended.
     pub outcome: RunOutcome,
+    /// The run's T0: Unix time, milliseconds.
     pub started_at_unix_ms: u64,
+    /// Seconds from T0 to the run's end.
     pub duration_s: f64,
+    /// How many agents ran it.
     pub agents: usize,
     /// Timeline intervals with a response-time histogram.
     pub intervals: usize,
+    /// Its completed requests (the headline, warm-up left out).
     pub completed: u64,
 }
 
 /// The comparison of two runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
+    /// The run compared against.
     pub base: RunInfo,
+    /// The run judged against `base`.
     pub new: RunInfo,
     /// Why the two runs may not be like for like.
     pub warnings: Vec<String>,
+    /// The settings the comparison used.
     pub options: Options,
     /// The whole run first, then phases, then steps.
     pub sections: Vec<Section>,
@@ -288,6 +327,7 @@ impl Comparison {
 /// A user's limit on a regression: `p99=10%`, `throughput=5%` (a drop), `error_rate=0.5pp`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Limit {
+    /// The figure the limit applies to.
     pub metric: Metric,
     /// Relative (0.10 for 10 %); for the error rate a difference of rates (0.005 for 0.5 pp).
     pub max: f64,
@@ -337,8 +377,11 @@ impl fmt::Display for Limit {
 /// A limit judged against the whole-run rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LimitCheck {
+    /// The limit as the user gave it.
     pub limit: Limit,
+    /// The whole run's change of the figure (as in its row); absent when undefined.
     pub change: Option<f64>,
+    /// The whole run's verdict on the figure.
     pub verdict: Verdict,
     /// A significant regression beyond the limit.
     pub breached: bool,

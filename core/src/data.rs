@@ -119,6 +119,7 @@ pub enum DataScope {
 }
 
 impl DataScope {
+    /// The scope as the scenario's `per:` writes it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Session => "session",
@@ -144,6 +145,8 @@ pub enum OnExhausted {
 /// Why a data file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DataError {
+    /// The text does not parse as its format (CSV with a header, or JSON lines); the message says
+    /// where and why.
     #[error("{0}")]
     Format(String),
 }
@@ -167,8 +170,11 @@ pub enum SourceError {
     /// A row does not give one value per column.
     #[error("row {row} has {values} values for {columns} columns")]
     Width {
+        /// The row's index, from 0.
         row: usize,
+        /// How many values it gives.
         values: usize,
+        /// How many columns the source has.
         columns: usize,
     },
     /// Nothing says where the rows come from.
@@ -188,6 +194,7 @@ pub enum SourceError {
     ObjectFormat {
         /// `config_map` or `secret`.
         field: &'static str,
+        /// The key as the scenario gives it.
         key: String,
     },
     /// More than one origin is given.

@@ -11,12 +11,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
+    /// Seconds as a duration; panics on a negative or non-finite value, as
+    /// [`Duration::from_secs_f64`] does.
     pub fn from_secs_f64(secs: f64) -> Self {
         Self(Duration::from_secs_f64(secs))
     }
+    /// The duration in seconds.
     pub fn as_secs_f64(&self) -> f64 {
         self.0.as_secs_f64()
     }
+    /// The duration in nanoseconds, saturating at `u64::MAX` (about 584 years).
     pub fn as_nanos(&self) -> u64 {
         u64::try_from(self.0.as_nanos()).unwrap_or(u64::MAX)
     }
@@ -27,26 +31,50 @@ impl HumanDuration {
 pub enum DurationError {
     /// A number without its unit: the one mistake a YAML author makes most.
     #[error("invalid duration `{text}`: a duration needs a unit: ms, s, m or h (e.g. {}s)", example(.num))]
-    NoUnit { text: String, num: String },
+    NoUnit {
+        /// The duration as written.
+        text: String,
+        /// Its number, given back with the `s` the message suggests.
+        num: String,
+    },
     /// A spelled-out unit (`2 minutes`): the message gives the short form to write.
     #[error("invalid duration `{text}`: write `{num}{unit}` (units: ms, s, m, h)")]
     LongUnit {
+        /// The duration as written.
         text: String,
+        /// Its number.
         num: String,
+        /// The short unit to write instead (`m` for `minutes`).
         unit: &'static str,
     },
     /// A unit that is no spelling of ms, s, m or h.
     #[error("invalid duration `{text}`: unknown unit `{unit}`; use ms, s, m or h")]
-    UnknownUnit { text: String, unit: String },
+    UnknownUnit {
+        /// The duration as written.
+        text: String,
+        /// The unit as written.
+        unit: String,
+    },
     /// The part before the unit does not parse as a number.
     #[error("invalid duration `{text}`: `{num}` is not a number")]
-    NotANumber { text: String, num: String },
+    NotANumber {
+        /// The duration as written.
+        text: String,
+        /// The part before the unit.
+        num: String,
+    },
     /// Negative, infinite or NaN.
     #[error("invalid duration `{text}`: must be >= 0")]
-    Negative { text: String },
+    Negative {
+        /// The duration as written.
+        text: String,
+    },
     /// Longer than a year: a typo rather than a test length.
     #[error("invalid duration `{text}`: longer than a year")]
-    TooLong { text: String },
+    TooLong {
+        /// The duration as written.
+        text: String,
+    },
 }
 
 fn example(num: &str) -> &str {

@@ -172,7 +172,9 @@ pub fn listed(list: &[String]) -> Vec<SocketAddr> {
 /// controller adds them up.
 #[derive(Debug, Clone, Default)]
 pub struct EndpointStats {
+    /// Its requests answered successfully.
     pub completed: u64,
+    /// Its failed requests.
     pub failed: u64,
     /// Connections opened to it.
     pub connections: u64,
@@ -295,10 +297,13 @@ pub struct EndpointReport {
     /// The pod behind it, when the endpoints are a Kubernetes Service's (`endpoints: service`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Its requests answered successfully, all agents together.
     pub completed: u64,
+    /// Its failed requests, all agents together.
     pub failed: u64,
     /// Response-time percentiles of its completed requests, in microseconds.
     pub p50_us: u64,
+    /// The 99th percentile of the same response times.
     pub p99_us: u64,
     /// Connections opened to it, all agents together.
     pub connections: u64,

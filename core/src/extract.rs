@@ -39,6 +39,7 @@ pub enum Extractor {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "ExtractRepr", into = "ExtractRepr")]
 pub struct Extract {
+    /// Where the value comes from.
     pub from: Extractor,
 }
 
@@ -199,9 +200,11 @@ pub struct Check {
 /// The parts of a response extraction and checks read.
 #[derive(Debug, Clone, Copy)]
 pub struct Response<'a> {
+    /// The HTTP status (200 for a gRPC call, whose outcome is its `grpc-status`).
     pub status: u16,
     /// Header names in lowercase, in order.
     pub headers: &'a [(String, Vec<u8>)],
+    /// The body as captured (at most [`MAX_CAPTURED_BODY`] bytes), decoded when it came compressed.
     pub body: &'a [u8],
 }
 

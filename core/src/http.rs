@@ -82,6 +82,8 @@ impl Default for HttpRequest {
 }
 
 impl HttpRequest {
+    /// Whether `status` is one the request expects: one of `expect_status`, or any 2xx or 3xx
+    /// without it.
     pub fn status_ok(&self, status: u16) -> bool {
         status_expected(self.expect_status.as_deref(), status)
     }

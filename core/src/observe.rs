@@ -40,10 +40,16 @@ pub struct ScrapeUrl {
 pub enum ScrapeUrlError {
     /// Another scheme (https, none): the scraper speaks plain HTTP only.
     #[error("`{url}` is not an http:// URL")]
-    NotHttp { url: String },
+    NotHttp {
+        /// The URL as the scenario gives it.
+        url: String,
+    },
     /// An empty host, user info, or whitespace in the authority.
     #[error("`{url}` has no usable host")]
-    NoHost { url: String },
+    NoHost {
+        /// The URL as the scenario gives it.
+        url: String,
+    },
 }
 
 /// Parses an `http://host[:port][/path]` URL (no TLS, no user info): the error says why.
@@ -113,7 +119,9 @@ pub fn parse_process_metrics(text: &str) -> ProcessSample {
 /// One scrape of one source, at `at_s` seconds after the run's T0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Scrape {
+    /// When it was taken, seconds after T0.
     pub at_s: f64,
+    /// The process figures it read.
     pub sample: ProcessSample,
 }
 
@@ -154,8 +162,11 @@ pub struct CpuCores {
 /// CPU cores used between two consecutive scrapes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuInterval {
+    /// Start of the interval, seconds after T0.
     pub start_s: f64,
+    /// Its length, seconds.
     pub interval_s: f64,
+    /// CPU seconds used over it, per second of it.
     pub cpu_cores: f64,
 }
 

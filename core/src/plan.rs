@@ -28,7 +28,9 @@ pub const FINISH_MARGIN: std::time::Duration =
 /// Planned sessions per agent and phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// Agents the run is cut into (shards).
     pub agents: u32,
+    /// The run's seed; with several workloads each derives its own from it and its name.
     pub seed: u64,
     /// `sessions[agent][phase]`: planned sessions (global phase indexes, workload after
     /// workload).
@@ -181,10 +183,12 @@ impl Plan {
         self.sessions.get(agent).map_or(0, |a| a.iter().sum())
     }
 
+    /// Planned sessions, every agent and phase together.
     pub fn total_sessions(&self) -> u64 {
         self.sessions.iter().flatten().sum()
     }
 
+    /// Planned requests, every agent and phase together (saturating).
     pub fn total_requests(&self) -> u64 {
         self.requests
             .iter()

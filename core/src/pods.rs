@@ -130,10 +130,13 @@ pub fn parse_kubelet(
 /// seconds after the run's T0, and its status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodSample {
+    /// When the controller looked, seconds after T0.
     pub at_s: f64,
+    /// The kubelet's figures for the pod; all `None` when they could not be read.
     pub counters: PodCounters,
     /// Its containers' restarts since the pod was created.
     pub restarts: u32,
+    /// The pod's `Ready` condition when it looked.
     pub ready: bool,
 }
 
@@ -189,7 +192,9 @@ impl PodsObserved {
 /// The count of a Service's pods that were ready, from `at_s` on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadyReplicas {
+    /// From when this count held, seconds after T0.
     pub at_s: f64,
+    /// Pods the Service's selector matched that were ready.
     pub ready: u32,
     /// Pods the Service's selector matched, ready or not.
     pub pods: u32,
@@ -198,6 +203,7 @@ pub struct ReadyReplicas {
 /// One pod in the report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodResources {
+    /// The pod's name.
     pub pod: String,
     /// Mean CPU cores between its first and last sample.
     pub cpu_cores: f64,
@@ -216,15 +222,21 @@ pub struct PodResources {
 /// One pod between two of its samples.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodInterval {
+    /// Start of the span, seconds after T0.
     pub start_s: f64,
+    /// Its length, seconds.
     pub interval_s: f64,
+    /// Mean CPU cores the pod used over it (a counter that went down counts from zero again).
     pub cpu_cores: f64,
+    /// Share of its CFS periods throttled over the span; absent without a CPU limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttled: Option<f64>,
+    /// Its working set at the span's end, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_set_bytes: Option<u64>,
     /// The restart count at the end of the span.
     pub restarts: u32,
+    /// Whether it was ready at the span's end.
     pub ready: bool,
 }
 

@@ -32,6 +32,7 @@ use crate::shard::{split_evenly, ShardError};
 /// What one agent has to spend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPorts {
+    /// The agent's id, as it registered.
     pub id: String,
     /// Ports in its ephemeral range (`high − low + 1`); 0 when unknown (not checked).
     pub ephemeral_ports: u32,
@@ -63,19 +64,31 @@ pub struct Demand {
 /// A run that does not fit its agents' ports.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PortBudgetError {
+    /// The agents sharing one source address need more connections to one destination at once than
+    /// its ports allow.
     #[error(
         "port budget: needs {needed} concurrent connections to {target} from {origin} but it has {ports} ephemeral ports × {sources} source address{plural} = {budget} per destination; this run needs at least {agents_needed} agents with their own source address (or more source addresses per agent: stampede agent --source-ips)"
     )]
     Exceeded {
+        /// The destination, `host:port`.
         target: String,
+        /// Connections those agents hold open at once at their peak, together.
         needed: Thousands,
+        /// Who connects from there: an agent, or a source address with the agents that share it.
         origin: String,
+        /// Ports in the ephemeral range of the first of them.
         ports: Thousands,
+        /// Its source addresses.
         sources: u32,
+        /// `es` when there are several source addresses: the message's grammar.
         plural: &'static str,
+        /// Connections the address can hold to one destination at once (the smallest budget among
+        /// the agents sharing it).
         budget: Thousands,
+        /// Agents with their own source address the whole demand needs (at least 2).
         agents_needed: u64,
     },
+    /// The agents' shards cannot be cut.
     #[error(transparent)]
     Shard(#[from] ShardError),
 }

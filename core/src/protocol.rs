@@ -404,6 +404,7 @@ impl JsonSchema for Expect {
 }
 
 impl Expect {
+    /// The bytes the reply must equal, or start with.
     pub fn payload(&self) -> &Payload {
         match self {
             Expect::Exact(p) | Expect::Prefix(p) => p,

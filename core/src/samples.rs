@@ -73,8 +73,12 @@ pub struct Sample {
 /// order (none for a `secret` source).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RowRef {
+    /// The data source's name.
     pub source: String,
+    /// The row's position in the source's pass (the file's row number, from 0, with `order:
+    /// sequence`).
     pub row: u64,
+    /// Its first values, in column order; none for a `secret` source.
     pub values: Vec<String>,
 }
 
@@ -239,6 +243,7 @@ impl SampleMerge {
         self.kept.values().map(Vec::len).sum()
     }
 
+    /// Whether no sample is kept.
     pub fn is_empty(&self) -> bool {
         self.kept.is_empty()
     }

@@ -234,10 +234,21 @@ fn default_request_timeout() -> HumanDuration {
 pub enum ScenarioError {
     /// The text is not YAML/JSON of the scenario's shape.
     #[error("{path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The field path where parsing stopped (`phases[0].rate`), or `scenario` for the text as a
+        /// whole.
+        path: String,
+        /// What the parser found, without its own location prefix.
+        message: String,
+    },
     /// A field has a value the scenario cannot run with.
     #[error("{path}: {reason}")]
-    Invalid { path: String, reason: String },
+    Invalid {
+        /// The field, as a path (`phases[0].rate`).
+        path: String,
+        /// Why its value cannot be run.
+        reason: String,
+    },
 }
 
 impl ScenarioError {
@@ -601,13 +612,14 @@ fn strip_location_prefix(message: &str) -> String {
     }
 }
 
-/// The JSON Schema of the scenario file, generated from the types.
 pub use connection::{HttpVersion, TlsOptions, MAX_CA_PEM};
 pub use load::{ArrivalProcess, Load, LoadModel, Phase, MAX_STREAMS_PER_CONNECTION};
 pub use loss::AgentLossPolicy;
 pub use percent::Percent;
 pub use step::{Step, StepKind, StepKindError, ThinkTime};
 
+/// The JSON Schema of the scenario file, generated from the types (`stampede schema`, and
+/// `schema/scenario.schema.json`).
 pub fn json_schema() -> serde_json::Value {
     let schema = schemars::schema_for!(Scenario);
     serde_json::to_value(schema).unwrap_or(serde_json::Value::Null)

@@ -99,6 +99,8 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The whole-test schedule of `phases` with `process` arrivals (Poisson ones drawn from
+    /// `seed`), at exact times until [`Schedule::with_resolution`].
     pub fn new(phases: &[Phase], process: ArrivalProcess, seed: u64) -> Self {
         let mut segments = Vec::with_capacity(phases.len());
         let (mut start_s, mut cum) = (0.0, 0.0);

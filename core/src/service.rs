@@ -53,8 +53,11 @@ pub enum ServiceError {
     /// The Service has no port with the URL's number.
     #[error("the Service {service} has no port {port} (its ports: {ports})")]
     NoPort {
+        /// The Service's name.
         service: String,
+        /// The port the target's URL gives.
         port: u16,
+        /// The ports the Service has, for the message (`none` when it has none).
         ports: String,
     },
 }
@@ -112,6 +115,7 @@ fn is_dns_label(s: &str) -> bool {
 pub struct ServicePort {
     /// Required when the Service has several ports; EndpointSlices name their ports by it.
     pub name: Option<String>,
+    /// The port the Service exposes (`port`, not `targetPort`).
     pub port: u16,
 }
 
@@ -148,7 +152,9 @@ pub fn slice_port_name(
 /// An EndpointSlice, reduced to what the set needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Slice {
+    /// Its endpoints, ready or not.
     pub endpoints: Vec<SliceEndpoint>,
+    /// Its ports, with the pods' numbers.
     pub ports: Vec<SlicePort>,
 }
 
@@ -166,14 +172,19 @@ pub struct SliceEndpoint {
 /// One port of a slice.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlicePort {
+    /// The Service port's name, which the slice's ports carry (empty or unset for a Service's one
+    /// unnamed port).
     pub name: Option<String>,
+    /// The pods' port number; unset when the slice gives none.
     pub port: Option<i32>,
 }
 
 /// A ready backend of the Service: where to connect and which pod answers there.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ServiceEndpoint {
+    /// The pod's address and port, where agents connect.
     pub address: SocketAddr,
+    /// The pod behind it, when the slice names one.
     pub pod: Option<String>,
 }
 
@@ -253,7 +264,9 @@ impl ServiceSlices {
 /// What changed between two ready sets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Diff {
+    /// Endpoints now ready that were not.
     pub added: Vec<ServiceEndpoint>,
+    /// Endpoints no longer ready.
     pub removed: Vec<ServiceEndpoint>,
 }
 

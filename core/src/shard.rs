@@ -26,12 +26,26 @@ pub struct Shard {
 /// A shard description that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {
+    /// A shard count of 0.
     #[error("shard count must be >= 1")]
     NoShards,
+    /// A shard index not below the shard count.
     #[error("shard index {index} is out of range for {count} shards")]
-    IndexOutOfRange { index: u32, count: u32 },
+    IndexOutOfRange {
+        /// The shard index given.
+        index: u32,
+        /// The shard count.
+        count: u32,
+    },
+    /// Weights given, but not one per shard.
     #[error("weights: expected {count} weights, got {got}")]
-    WeightCount { count: u32, got: usize },
+    WeightCount {
+        /// The shard count.
+        count: u32,
+        /// The weights given.
+        got: usize,
+    },
+    /// A weight of 0, or weights whose sum is past [`MAX_TOTAL_WEIGHT`].
     #[error("weights: must be >= 1 each and sum to at most {MAX_TOTAL_WEIGHT}")]
     BadWeights,
 }
@@ -74,6 +88,7 @@ impl ShardMap {
         }
     }
 
+    /// The number of shards.
     pub fn count(&self) -> u32 {
         self.count
     }
@@ -114,6 +129,7 @@ pub struct ShardFilter {
 }
 
 impl Shard {
+    /// Shard `index` of `count`, with equal weights.
     pub fn new(index: u32, count: u32) -> Self {
         Self {
             index,

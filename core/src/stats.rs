@@ -13,18 +13,36 @@ pub use interval::IntervalStats;
 
 /// Error kinds, as counted in reports (`docs/design.md`, "Port budget and error kinds").
 pub mod error_kind {
+    /// The target refused the connection (nothing listens on its port, or a UDP port answered
+    /// unreachable).
     pub const CONNECT_REFUSED: &str = "connect_refused";
+    /// The connect timed out: the request's timeout (or the kernel's) passed before the
+    /// connection was established.
     pub const CONNECT_TIMEOUT: &str = "connect_timeout";
+    /// A connect that failed for another reason (no route to the host, say).
     pub const CONNECT: &str = "connect";
+    /// The agent had no free local port toward the destination (EADDRNOTAVAIL): the generator's
+    /// limit, not the target's.
     pub const ADDR_NOT_AVAILABLE: &str = "addr_not_available";
+    /// The peer reset or closed the connection before the answer was complete.
     pub const RESET: &str = "reset";
+    /// Reading the answer failed for another reason.
     pub const READ: &str = "read";
+    /// A read that timed out. The agent times the whole request against its deadline and counts it
+    /// `timeout`, so it does not record this kind.
     pub const READ_TIMEOUT: &str = "read_timeout";
+    /// Writing the request failed for a reason other than a reset.
     pub const WRITE: &str = "write";
+    /// The request's timeout passed after its connect, before the answer was complete (for UDP:
+    /// no reply in time).
     pub const TIMEOUT: &str = "timeout";
     /// A reply whose status was not expected, without a code (the wire's old form).
     pub const STATUS: &str = "status";
+    /// An answer that breaks its protocol: a malformed HTTP head or frame, a length past the
+    /// limits, a WebSocket upgrade not accepted properly.
     pub const PROTOCOL: &str = "protocol";
+    /// The TLS handshake failed, or the server sent an alert afterwards (a refused client
+    /// certificate, with TLS 1.3).
     pub const TLS: &str = "tls";
     /// A rendered template would break the request (a line break in a header value).
     pub const TEMPLATE: &str = "template";
@@ -56,17 +74,21 @@ pub mod error_kind {
 pub struct Counters {
     /// Arrivals whose intended start time has passed.
     pub sessions_planned: u64,
+    /// Sessions that began (their first request started), late or not.
     pub sessions_started: u64,
     /// Sessions whose every request succeeded.
     pub sessions_completed: u64,
+    /// Sessions that ended with a failed request.
     pub sessions_failed: u64,
     /// Sessions started and still running when the run stopped (its grace included): neither
     /// completed nor failed, so that started = completed + failed + interrupted.
     #[serde(default)]
     pub sessions_interrupted: u64,
+    /// Requests begun (counted before their connect, so one whose connect fails counts too).
     pub requests_started: u64,
     /// Requests answered successfully.
     pub requests_completed: u64,
+    /// Requests that failed, each also counted under its kind in `errors`.
     pub requests_failed: u64,
     /// Requests sent and still unanswered when the run stopped and its `graceful_stop` was
     /// over: their outcome is unknown, but the target may have served them.
@@ -80,7 +102,9 @@ pub struct Counters {
     pub dropped_arrivals: u64,
     /// Latencies outside the histogram spec (recorded at the nearest bound).
     pub out_of_range: u64,
+    /// Bytes written for requests (for HTTP, head and body).
     pub bytes_sent: u64,
+    /// Bytes read for answers, as they came on the wire (for HTTP, head and body).
     pub bytes_received: u64,
     /// Bytes on the wire of the compressed bodies that were decoded (for a step's checks or
     /// extraction), beside [`Counters::bytes_decoded`]: their sizes both ways.
@@ -116,8 +140,11 @@ pub struct Counters {
 /// Sessions of one session type of a mix.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TypeCounts {
+    /// Sessions of the type started.
     pub started: u64,
+    /// Sessions of the type whose every request succeeded.
     pub completed: u64,
+    /// Sessions of the type that ended with a failed request.
     pub failed: u64,
     /// Still running when the run stopped.
     #[serde(default)]
@@ -254,10 +281,12 @@ impl Counters {
         *self.grpc_statuses.entry(code).or_default() += 1;
     }
 
+    /// Failed requests of every kind together (saturating).
     pub fn error_count(&self) -> u64 {
         self.errors.values().fold(0, |a, v| a.saturating_add(*v))
     }
 
+    /// Counts one failure of `kind`.
     pub fn count_error(&mut self, kind: &str) {
         match self.errors.get_mut(kind) {
             Some(v) => *v += 1,
@@ -277,8 +306,11 @@ impl Counters {
 /// only what its sessions did, not 368 KiB per step and phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stats {
+    /// The unit's counters: requests, sessions, errors, bytes and connections.
     pub counters: Counters,
+    /// Response times from the intended send, µs: the headline.
     pub response: Histogram<u64>,
+    /// Service times from the actual send, µs.
     pub service: Histogram<u64>,
     /// How late sessions started behind their intended time.
     pub lag: Histogram<u64>,
@@ -425,6 +457,8 @@ impl Stats {
         }
     }
 
+    /// Whether nothing was counted or recorded: every counter at zero, no response time and no
+    /// start lag.
     pub fn is_empty(&self) -> bool {
         self.counters == Counters::default() && self.response.is_empty() && self.lag.is_empty()
     }
@@ -434,11 +468,17 @@ impl Stats {
 /// agent records into and the controller merges.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SparseStepStats {
+    /// The step's requests answered successfully.
     pub requests_completed: u64,
+    /// The step's failed requests.
     pub requests_failed: u64,
+    /// The step's requests sent and unanswered when the run's graceful stop ended.
     pub requests_interrupted: u64,
+    /// The step's failed requests by kind.
     pub errors: BTreeMap<String, u64>,
+    /// Response times of its successful requests from the intended send, µs.
     pub response: SparseHist,
+    /// Service times of its successful requests from the actual send, µs.
     pub service: SparseHist,
     /// Streamed replies: from the intended send to the first event (or body byte).
     pub ttfb: SparseHist,
@@ -447,6 +487,7 @@ pub struct SparseStepStats {
 }
 
 impl SparseStepStats {
+    /// Adds another step's figures into these (exact, saturating).
     pub fn add(&mut self, o: &SparseStepStats) {
         self.requests_completed = self.requests_completed.saturating_add(o.requests_completed);
         self.requests_failed = self.requests_failed.saturating_add(o.requests_failed);
@@ -476,10 +517,15 @@ impl SparseStepStats {
 /// so memory follows what was recorded (design: bounded by data, not by scenario size).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SparseStats {
+    /// The counters, as in [`Stats`].
     pub counters: Counters,
+    /// Response times from the intended send, µs.
     pub response: SparseHist,
+    /// Service times from the actual send, µs.
     pub service: SparseHist,
+    /// Session start lags behind their intended time, µs.
     pub lag: SparseHist,
+    /// Per request step, indexed by the step's ordinal among request steps.
     pub steps: Vec<SparseStepStats>,
 }
 

@@ -152,6 +152,7 @@ impl Target {
         Ok(t)
     }
 
+    /// The transport the URL's scheme names (`http`, `grpcs`, `unix`, …).
     pub fn transport(&self) -> Transport {
         self.transport
     }
@@ -193,6 +194,7 @@ impl Target {
         (self.transport == Transport::Unix).then_some(self.unix_path.as_str())
     }
 
+    /// The URL as it was written.
     pub fn as_str(&self) -> &str {
         &self.text
     }

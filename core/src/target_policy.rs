@@ -15,8 +15,11 @@ pub const KUBELET_PORTS: [u16; 2] = [10250, 10255];
 /// One deny rule: a network (and optionally one port), with the reason the refusal names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DenyRule {
+    /// The network refused; `None` refuses the port on every address.
     pub net: Option<IpNet>,
+    /// The one port refused; `None` refuses every port of `net`.
     pub port: Option<u16>,
+    /// Why, in the refusal's message (`cloud metadata (fd00:ec2::254)`).
     pub why: String,
 }
 
@@ -25,6 +28,8 @@ pub struct DenyRule {
 pub struct TargetPolicy {
     /// Empty: any address not denied. Otherwise only these networks.
     pub allow: Vec<IpNet>,
+    /// Refused whatever the allow list says; the defaults first, then the controller's and the
+    /// operator's rules.
     pub deny: Vec<DenyRule>,
     /// `unix://` targets: only for agents on the same machine as the CLI (`--local`).
     pub allow_unix: bool,
@@ -146,11 +151,18 @@ impl TargetPolicy {
 pub enum TargetPolicyError {
     /// A deny rule covers the address.
     #[error("target {addr} is refused by the target policy: {why} (open it with --allow-target on the agents)")]
-    Denied { addr: SocketAddr, why: String },
+    Denied {
+        /// The address refused.
+        addr: SocketAddr,
+        /// The reason of the deny rule that covers it (`link-local (fe80::/10)`).
+        why: String,
+    },
     /// An allow list is set and the address is outside it.
     #[error("target {addr} is refused by the target policy: not in the allowed networks ({})", join(.allowed))]
     NotAllowed {
+        /// The address refused.
         addr: SocketAddr,
+        /// The networks the allow list holds.
         allowed: Vec<IpNet>,
     },
 }
@@ -167,7 +179,9 @@ fn join(nets: &[IpNet]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {error}")]
 pub struct LiteralTargetError {
+    /// The field that names the target (`target`, `workloads[1].target`).
     pub field: String,
+    /// Why every agent would refuse it.
     pub error: TargetPolicyError,
 }
 

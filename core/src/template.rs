@@ -55,7 +55,10 @@ pub enum Segment {
 /// A reference and its optional filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ref {
+    /// What it reads.
     pub var: Var,
+    /// How the value is escaped before it is written (`| url`, `| json`, `| hex`); `None` writes it
+    /// as it is.
     pub filter: Option<Filter>,
 }
 
@@ -67,14 +70,19 @@ pub enum Var {
     Env(String),
     /// `${source.column}`.
     Data {
+        /// The data source's name.
         source: String,
+        /// The column read from the session's row.
         column: String,
     },
     /// `${name}`: extracted by an earlier step.
     Extracted(String),
     /// `${setup.name}`: extracted by a setup step (run once per agent before the load).
     Setup(String),
+    /// `${session.index}`, `${session.agent}`, `${run.id}` or `${now…}`: values every session has.
     Builtin(Builtin),
+    /// `${uuid()}`, `${int(MIN,MAX)}` or `${seq(START,STEP)}`: drawn per use from the session's
+    /// seeded generator.
     Gen(Generator),
 }
 
@@ -108,9 +116,19 @@ pub enum Generator {
     /// `${uuid()}`: a random (version 4) UUID.
     Uuid,
     /// `${int(MIN,MAX)}`: a uniform integer in `[MIN, MAX]`.
-    Int { min: i64, max: i64 },
+    Int {
+        /// The smallest value drawn.
+        min: i64,
+        /// The largest value drawn.
+        max: i64,
+    },
     /// `${seq(START,STEP)}`: `START + STEP × session.index` (a unique number per session).
-    Seq { start: i64, step: i64 },
+    Seq {
+        /// The first session's value.
+        start: i64,
+        /// Added per session index.
+        step: i64,
+    },
 }
 
 /// How a value is escaped before it is written.
@@ -246,6 +264,7 @@ impl Template {
         }
     }
 
+    /// The literal texts and references, in order; adjacent literals are one segment.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }

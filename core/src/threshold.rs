@@ -26,9 +26,13 @@ pub(crate) use parse::parse_fraction;
 /// Where a threshold looks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scope {
+    /// The whole run's headline figures (warm-up phases left out).
     Run,
+    /// The phase of this name (`phase(NAME)`), warm-up or not.
     Phase(String),
+    /// The request step of this name as the report names it (`step(NAME)`).
     Step(String),
+    /// The workload of this name (`workload(NAME)`), its phases together.
     Workload(String),
     /// A session type of a weighted mix, by name (in any workload).
     Session(String),
@@ -40,11 +44,16 @@ pub enum Scope {
 /// The `endpoint(*)` scope: every endpoint of the run.
 pub const ALL_ENDPOINTS: &str = "*";
 
+/// The comparison: the threshold passes when `measured op limit` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
+    /// `<`: below the limit.
     Lt,
+    /// `<=`: at most the limit.
     Le,
+    /// `>`: above the limit.
     Gt,
+    /// `>=`: at least the limit.
     Ge,
 }
 
@@ -65,14 +74,19 @@ impl Op {
 pub enum Metric {
     /// A latency statistic in microseconds; `quantile` is `None` for min/mean/max.
     Latency {
+        /// Service time (`service.` prefix) rather than response time.
         service: bool,
+        /// Which statistic of it.
         stat: LatencyStat,
     },
     /// A streamed step's arrival statistic in microseconds (`step(NAME).ttfb.p99`).
     Stream {
+        /// Time to first event or gap between events.
         figure: StreamFigure,
+        /// Which statistic of it.
         stat: LatencyStat,
     },
+    /// Failed requests over finished ones, a fraction.
     ErrorRate,
     /// Completed requests per second.
     Throughput,
@@ -89,20 +103,29 @@ pub enum StreamFigure {
     Gap,
 }
 
+/// Which statistic of a latency histogram a threshold reads.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum LatencyStat {
+    /// `min`: the lowest value.
     Min,
+    /// `mean`: the mean of the recorded values.
     Mean,
+    /// `max`: the highest value.
     Max,
+    /// `p50` … `p99.99` (or `median`): the quantile as a fraction, 0.99 for `p99`.
     Quantile(f64),
 }
 
 /// A parsed threshold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Threshold {
+    /// The expression as written (in the scenario, or `--slo`); its result repeats it.
     pub expr: String,
+    /// Where it looks.
     pub scope: Scope,
+    /// What it reads.
     pub metric: Metric,
+    /// How the measured value is compared with `limit`.
     pub op: Op,
     /// Limit in the metric's unit: µs, a fraction, or requests/s.
     pub limit: f64,
@@ -127,12 +150,15 @@ pub struct WindowSpan {
 /// The verdict on one threshold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThresholdResult {
+    /// The expression as written (the default error verdict says `(default)`).
     pub expr: String,
     /// The measured value, in the metric's unit (µs, fraction, requests/s); NaN (`null` in
     /// JSON) when there was nothing to measure.
     #[serde(deserialize_with = "nan_if_null")]
     pub measured: f64,
+    /// The limit, in the metric's unit (µs, fraction, requests/s).
     pub limit: f64,
+    /// Whether the measured value met the limit; never true when there was nothing to measure.
     pub passed: bool,
     /// Human form of the measured value.
     pub measured_text: String,

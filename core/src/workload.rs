@@ -75,7 +75,9 @@ pub struct SessionType {
 /// A workload as the run sees it, with its place in the run's global indexes.
 #[derive(Debug, Clone)]
 pub struct View<'a> {
+    /// Its position among the scenario's workloads (0 for a scenario without `workloads:`).
     pub index: usize,
+    /// Its `name`; `default` for a scenario without `workloads:`.
     pub name: &'a str,
     /// The field path of its load and sessions in the file: `` (top level) or `workloads[2].`.
     pub path: String,
@@ -84,9 +86,11 @@ pub struct View<'a> {
     /// The field that gives its target: `workloads[2].target`, or `target` for the
     /// scenario's.
     pub target_field: String,
+    /// When it starts, after T0 (its `start:`, default 0).
     pub start: Duration,
     /// The arrival phases as written (empty with a `load`).
     pub phases: &'a [Phase],
+    /// The closed or constant-rate load, when it has one instead of phases.
     pub load: Option<&'a Load>,
     /// Its session types: one for `session:`, the mix for `sessions:`.
     pub types: Vec<TypeView<'a>>,
@@ -101,8 +105,11 @@ pub struct View<'a> {
 /// One session type of a [`View`].
 #[derive(Debug, Clone)]
 pub struct TypeView<'a> {
+    /// The type's `name`; `default` for a `session:`.
     pub name: &'a str,
+    /// Its weight in the mix (1 for a `session:`).
     pub weight: u32,
+    /// The steps each session of this type runs.
     pub steps: &'a [Step],
     /// The field path of its steps: `session`, `sessions[1].steps`, `workloads[0].session`.
     pub path: String,
@@ -343,6 +350,8 @@ pub struct Mix {
 pub struct BadWeights;
 
 impl Mix {
+    /// The mix of `weights`, one per session type; refused when empty, a weight is 0, or the sum is
+    /// past [`MAX_MIX_PERIOD`].
     pub fn new(weights: &[u32]) -> Result<Self, BadWeights> {
         if weights.is_empty() {
             return Err(BadWeights);

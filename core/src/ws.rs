@@ -25,7 +25,12 @@ pub enum WsAction {
     /// Sends a message (text, or binary from hex, base64 or a file) and then waits for
     /// `receive` messages; timed from the intended send to the last of them (the round trip),
     /// or to the send's end when `receive` is 0.
-    Send { message: Payload, receive: u32 },
+    Send {
+        /// What to send.
+        message: Payload,
+        /// Messages to wait for after it; 0 to wait for none.
+        receive: u32,
+    },
     /// Waits for `receive` messages the server sends unasked (a feed, a broadcast).
     Receive(u32),
     /// Sends a ping and waits for its pong.

@@ -82,12 +82,21 @@ pub fn json_depth(text: &str) -> usize {
 pub enum ShapeError {
     /// Collections nested deeper than [`MAX_DEPTH`].
     #[error("line {line} column {column}: nested more than {MAX_DEPTH} levels deep (lists and maps inside each other); a scenario needs far fewer")]
-    TooDeep { line: usize, column: usize },
+    TooDeep {
+        /// The line where the collection past the limit opens.
+        line: usize,
+        /// Its column, from 1.
+        column: usize,
+    },
     /// Aliases whose expansion would pass the budget.
     #[error("line {line} column {column}: YAML aliases would expand the scenario to more than {limit} bytes ({MAX_EXPANSION}× its text); write the values out or use fewer aliases")]
     AliasExpansion {
+        /// The line of the alias that passed the budget.
         line: usize,
+        /// Its column, from 1.
         column: usize,
+        /// The budget, bytes: [`MAX_EXPANSION`] times the text's length, and at least
+        /// [`MIN_EXPANDED_BYTES`].
         limit: u64,
     },
 }

@@ -15,23 +15,34 @@ use crate::report::{Report, CPU_LIMIT_SHARE, PORTS_LIMIT_SHARE};
 pub enum GeneratorCause {
     /// The agent's CPU reached [`CPU_LIMIT_SHARE`] of the cores it may use in an interval.
     Cpu {
+        /// The agent's id.
         agent: String,
+        /// Its CPU in its busiest interval, percent of the cores it may use.
         cpu_pct: f64,
+        /// The cores it may use.
         cores: f64,
     },
     /// The agent's ports toward a destination reached [`PORTS_LIMIT_SHARE`] of those it may
     /// use, or some of its connects there found no free port.
     Ports {
+        /// The agent's id.
         agent: String,
+        /// The destination's `ip:port`.
         destination: String,
+        /// Its ports held toward it at their peak, percent of those usable (0 when unknown).
         ports_pct: f64,
+        /// Its connects there that found no free port.
         addr_not_available: u64,
     },
     /// Most sessions started late, or arrivals were dropped: the agents could not keep to
     /// the schedule. `agent` is the one with the most late sessions, if known.
     Behind {
+        /// The agent with the most late sessions; `None` when none was late (arrivals were
+        /// dropped).
         agent: Option<String>,
+        /// Sessions that started more than 10 ms late, all agents together.
         late: u64,
+        /// Planned sessions never started, all agents together.
         dropped: u64,
     },
 }
@@ -75,6 +86,7 @@ impl std::fmt::Display for GeneratorCause {
 /// The generator stopped the search at a step: why, and what it would take not to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratorLimit {
+    /// Why the step's figures are the generator's.
     pub cause: GeneratorCause,
     /// Microseconds of agent CPU (all agents together) per completed request, at the last
     /// step that held; `None` without such a step or without CPU figures.

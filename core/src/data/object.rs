@@ -35,7 +35,9 @@ pub struct ObjectKey {
 /// Which kind of object a source names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ObjectKind {
+    /// A ConfigMap (`config_map:`): its `data` and `binaryData`.
     ConfigMap,
+    /// A Secret (`secret:`), whose values are never logged nor reported.
     Secret,
 }
 
@@ -67,11 +69,14 @@ impl std::fmt::Display for ObjectKind {
 /// `.csv`, `.jsonl`, `.ndjson`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataFormat {
+    /// CSV with a header row (`.csv`).
     Csv,
+    /// JSON lines, one object per line (`.jsonl`, `.ndjson`).
     JsonLines,
 }
 
 impl DataFormat {
+    /// The format a file or key name's extension says; `None` for any other extension.
     pub fn of_name(name: &str) -> Option<Self> {
         let lower = name.to_ascii_lowercase();
         if lower.ends_with(".csv") {
@@ -93,41 +98,66 @@ pub type ObjectData = BTreeMap<String, Vec<u8>>;
 /// created) from a bad one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ObjectError {
+    /// The object does not exist (it may yet be created).
     #[error("{kind} {namespace}/{name} not found")]
     NotFound {
+        /// ConfigMap or Secret.
         kind: ObjectKind,
+        /// The namespace it was looked for in.
         namespace: String,
+        /// The object's name.
         name: String,
     },
+    /// The object exists without the key (which may yet be added).
     #[error("{kind} {namespace}/{name} has no key {key}{}", has(keys))]
     NoKey {
+        /// ConfigMap or Secret.
         kind: ObjectKind,
+        /// The object's namespace.
         namespace: String,
+        /// The object's name.
         name: String,
+        /// The key the source names.
         key: String,
         /// The keys it has (names only).
         keys: Vec<String>,
     },
+    /// The key's extension names no format.
     #[error(
         "key {key}: the format is taken from the key's extension: name it .csv, .jsonl or .ndjson"
     )]
-    Format { key: String },
+    Format {
+        /// The key the source names.
+        key: String,
+    },
+    /// The key's value is larger than [`MAX_OBJECT_VALUE_BYTES`].
     #[error(
         "{kind} {namespace}/{name} key {key} holds {size} bytes; at most {MAX_OBJECT_VALUE_BYTES}"
     )]
     TooLarge {
+        /// ConfigMap or Secret.
         kind: ObjectKind,
+        /// The object's namespace.
         namespace: String,
+        /// The object's name.
         name: String,
+        /// The key the source names.
         key: String,
+        /// Its value's size, bytes.
         size: usize,
     },
+    /// The key's value does not parse as its format.
     #[error("{kind} {namespace}/{name} key {key}: {error}")]
     Parse {
+        /// ConfigMap or Secret.
         kind: ObjectKind,
+        /// The object's namespace.
         namespace: String,
+        /// The object's name.
         name: String,
+        /// The key the source names.
         key: String,
+        /// Why it does not parse, with the row or line where that applies.
         error: DataError,
     },
 }

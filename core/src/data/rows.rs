@@ -171,6 +171,7 @@ impl Rows {
         self.0.rows
     }
 
+    /// Whether there is no row.
     pub fn is_empty(&self) -> bool {
         self.0.rows == 0
     }
@@ -268,6 +269,7 @@ impl<'a> Row<'a> {
         self.arena.width
     }
 
+    /// Whether the row has no value (its source has no column).
     pub fn is_empty(&self) -> bool {
         self.arena.width == 0
     }

@@ -211,6 +211,7 @@ pub struct Keys {
     pub reach: Option<u64>,
     /// Keys per session: for `per: request`, the requests of a session that read the source.
     pub per_session: u64,
+    /// Which agent runs which key, and when.
     pub owners: KeyOwners,
 }
 
@@ -282,6 +283,7 @@ fn reach(scenario: &Scenario, name: &str, source: &DataSource, seed: u64) -> (Op
 /// What a source needs and has: the figures of the supply check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supply {
+    /// Rows the source holds.
     pub rows: u64,
     /// Keys the run uses; `None`: unbounded.
     pub keys: Option<u64>,
@@ -369,18 +371,32 @@ fn count(n: u64) -> String {
 pub enum ShareError {
     /// The pass has no row at this position.
     #[error("position {position} has no row")]
-    NoRow { position: u32 },
+    NoRow {
+        /// The position, in the source's rows.
+        position: u32,
+    },
     /// The position is past the source's last row.
     #[error("position {position} is past the source's {rows} rows")]
-    PastEnd { position: u32, rows: u64 },
+    PastEnd {
+        /// The position, in the source's rows.
+        position: u32,
+        /// Rows the source holds.
+        rows: u64,
+    },
     /// Positions arrive ascending, each once.
     #[error("position {position} does not ascend")]
-    NotAscending { position: u32 },
+    NotAscending {
+        /// The position that came after a higher or equal one.
+        position: u32,
+    },
     /// A row gives one value per column.
     #[error("position {position} has {values} values for {columns} columns")]
     Width {
+        /// The row's position in the source.
         position: u32,
+        /// How many values it gives.
         values: usize,
+        /// How many columns the source has.
         columns: usize,
     },
     /// Offsets are `u32`: a share's text stops at 4 GiB.
@@ -476,6 +492,7 @@ impl Share {
         self.positions.len()
     }
 
+    /// Whether no row is held.
     pub fn is_empty(&self) -> bool {
         self.positions.is_empty()
     }

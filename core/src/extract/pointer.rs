@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// The value at `pointer` in the JSON document `body`, or `None` when the body is not JSON
 /// or holds nothing there. The empty pointer names the whole document.
-pub fn lookup(body: &[u8], pointer: &str) -> Option<Value> {
+pub(crate) fn lookup(body: &[u8], pointer: &str) -> Option<Value> {
     let tokens = tokens(pointer)?;
     let mut de = serde_json::Deserializer::from_slice(body);
     let found = Seek(&tokens).deserialize(&mut de).ok()?;

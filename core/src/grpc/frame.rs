@@ -20,7 +20,10 @@ pub enum FrameBytesError {
     Framing(#[from] FrameError),
     /// Well-formed, but not exactly one uncompressed message.
     #[error("is not one uncompressed gRPC message ({messages} messages)")]
-    NotOneMessage { messages: u32 },
+    NotOneMessage {
+        /// Messages the bytes frame (1 for one compressed message).
+        messages: u32,
+    },
 }
 
 /// The 5-byte prefix and `message`: one uncompressed gRPC message.
@@ -38,10 +41,13 @@ pub fn frame(message: &[u8]) -> Result<Vec<u8>, MessageTooLong> {
 /// Why a response body is not a sequence of gRPC messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// A message prefix declares more than [`MAX_MESSAGE`] bytes.
     #[error("a message of {0} bytes is more than the limit of {MAX_MESSAGE}")]
     TooLong(u32),
+    /// A compression flag other than 0 (none) or 1 (compressed).
     #[error("compression flag {0} is neither 0 nor 1")]
     Flag(u8),
+    /// The body ends before its last message does.
     #[error("the body ends inside a message")]
     Truncated,
 }

@@ -199,11 +199,14 @@ impl ProgramBuilder {
         self.literal += b.len();
     }
 
+    /// Adds a field rendered per call.
     pub fn field(&mut self, f: TemplatedField) {
         self.flush();
         self.ops.push(Op::Field(f));
     }
 
+    /// Begins a nested message in field `number`; its length is known only per call, at its
+    /// [`ProgramBuilder::end`].
     pub fn begin(&mut self, number: u32) {
         self.flush();
         self.open.push(number);
@@ -223,6 +226,7 @@ impl ProgramBuilder {
         self.literal
     }
 
+    /// The program of everything added (messages still open are left as they are).
     pub fn finish(mut self) -> MessageProgram {
         self.flush();
         MessageProgram(self.ops)
@@ -239,12 +243,17 @@ impl ProgramBuilder {
 /// Why a rendered call could not be encoded; counted as [`VALUE_ERROR`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
+    /// A rendered text that does not read as the field's scalar type.
     #[error("field {number}: `{text}` is not a {scalar:?} value")]
     NotAValue {
+        /// The field's number.
         number: u32,
+        /// The type it was read as.
         scalar: Scalar,
+        /// The text as rendered.
         text: String,
     },
+    /// The encoded message is larger than [`MAX_MESSAGE`] bytes.
     #[error("the encoded message is {0} bytes, more than the limit of {MAX_MESSAGE}")]
     TooLong(usize),
 }

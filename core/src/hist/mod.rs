@@ -30,8 +30,12 @@ pub use sparse::SparseHist;
 /// The histogram spec every part of Stampede uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistSpec {
+    /// The lowest value recorded as itself, µs; smaller ones are recorded at it and counted out
+    /// of range.
     pub lowest_us: u64,
+    /// The largest value it records, µs; larger ones are recorded at it and counted out of range.
     pub highest_us: u64,
+    /// Decimal digits of precision kept at every magnitude.
     pub significant_digits: u8,
 }
 
@@ -119,6 +123,7 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Whether a recorded value was inside the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
+    /// Inside [1 µs, 1 h]: recorded as it was.
     InRange,
     /// Outside [1 µs, 1 h]: recorded at the nearest bound and counted by the caller.
     OutOfRange,

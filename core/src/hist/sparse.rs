@@ -184,6 +184,7 @@ impl SparseHist {
         self.total
     }
 
+    /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }

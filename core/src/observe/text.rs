@@ -9,10 +9,12 @@
 /// One sample line.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampleLine<'a> {
+    /// The metric's name.
     pub name: &'a str,
     /// The text between the braces (without them), empty without labels; read it with
     /// [`SampleLine::label`].
     pub labels: &'a str,
+    /// The sample's value (finite: a line with any other is skipped).
     pub value: f64,
     /// Milliseconds since the Unix epoch, when the exporter stamped the sample (cAdvisor does:
     /// its figures are as old as its last housekeeping, not the scrape).

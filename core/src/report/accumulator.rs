@@ -80,22 +80,37 @@ pub struct RunAccumulator {
 /// Agent data that does not fit the run.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
+    /// An agent index past the run's agents.
     #[error("agent index {0} is not part of the run")]
     UnknownAgent(usize),
+    /// A phase index past the scenario's phases.
     #[error("phase index {0} is not part of the scenario")]
     UnknownPhase(u32),
+    /// A sample with more request steps than the scenario has.
     #[error("too many request steps: {0}")]
     TooManySteps(usize),
+    /// A session type index past the scenario's types.
     #[error("session type index {0} is not part of the scenario")]
     UnknownSessionType(u32),
+    /// An interval past the last the run can produce (its duration, its longest session and two
+    /// minutes of slack).
     #[error("interval {got} is beyond the run's last possible interval {max}")]
-    IntervalOutOfRange { got: u64, max: u64 },
+    IntervalOutOfRange {
+        /// The interval the data named.
+        got: u64,
+        /// The last interval the run accepts ([`RunAccumulator::max_interval`]).
+        max: u64,
+    },
+    /// Adding the data would saturate one of the run's counters.
     #[error("counters would overflow")]
     CounterOverflow,
+    /// A resource sample with a figure that is negative or not finite.
     #[error("resource figures that are not finite or negative")]
     BadResources,
+    /// Connect times for a stage the load's ramp does not have.
     #[error("stage index {0} is not part of the load's stages")]
     UnknownStage(u32),
+    /// A histogram that does not decode or does not fit the spec.
     #[error(transparent)]
     Hist(#[from] HistError),
 }
@@ -109,6 +124,8 @@ pub const MAX_OPEN_INTERVALS: usize = 30;
 const INTERVAL_SLACK_S: f64 = 120.0;
 
 impl RunAccumulator {
+    /// The accumulator of a run of `scenario` planned as `plan`: `agent_ids` in shard order (an
+    /// agent's index in every later call), intervals of `interval_s` seconds.
     pub fn new(scenario: &Scenario, plan: Plan, agent_ids: Vec<String>, interval_s: f64) -> Self {
         let n_steps = scenario.step_names().len();
         let n_agents = agent_ids.len();
@@ -208,11 +225,11 @@ impl RunAccumulator {
         phases + open + agents + closed
     }
 
+    /// The plan the run follows: its seed and planned sessions per agent and phase.
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    /// Adds one agent's data for one interval and phase.
     /// Adds one agent's data for one interval and phase. Data that does not fit the run
     /// (unknown agent or phase, too many steps, an interval past the run's end, counters that
     /// would overflow) is refused whole, before anything is added.
@@ -398,18 +415,23 @@ impl RunAccumulator {
         Ok(())
     }
 
+    /// Records an agent's estimated clock offset (agent − controller, µs) for its report row; an
+    /// index past the run's agents is ignored.
     pub fn set_clock_offset(&mut self, agent: usize, offset_us: i64) {
         if let Some(a) = self.agents.get_mut(agent) {
             a.clock_offset_us = offset_us;
         }
     }
 
+    /// Counts an agent lost: timeline intervals no longer wait for its data, and what it did not
+    /// deliver counts in the lost share. An index past the run's agents is ignored.
     pub fn mark_lost(&mut self, agent: usize) {
         if let Some(a) = self.agents.get_mut(agent) {
             a.lost = true;
         }
     }
 
+    /// Whether the agent was marked lost (an index past the run's agents is not).
     pub fn is_lost(&self, agent: usize) -> bool {
         self.agents.get(agent).is_some_and(|a| a.lost)
     }

@@ -28,21 +28,37 @@ use crate::stats::SparseStats;
 /// Percentiles and moments of one latency histogram, in microseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
+    /// Values recorded: for a request latency the successful requests (a failed one is not timed),
+    /// for the start lag the sessions started.
     pub count: u64,
+    /// The lowest value recorded, to the histogram's precision.
     pub min_us: u64,
+    /// Mean of the recorded values, from the histogram's buckets (3 significant digits).
     pub mean_us: f64,
+    /// Standard deviation of the recorded values, from the same buckets.
     pub stdev_us: f64,
+    /// The median. Each percentile is its bucket's highest equivalent value, so never below the
+    /// true one.
     pub p50_us: u64,
+    /// 75th percentile.
     pub p75_us: u64,
+    /// 90th percentile.
     pub p90_us: u64,
+    /// 95th percentile.
     pub p95_us: u64,
+    /// 99th percentile.
     pub p99_us: u64,
+    /// 99.9th percentile.
     pub p999_us: u64,
+    /// 99.99th percentile.
     pub p9999_us: u64,
+    /// The highest value recorded, as its bucket's highest equivalent value.
     pub max_us: u64,
 }
 
 impl Percentiles {
+    /// The figures of a dense histogram, each percentile its bucket's highest equivalent value (as
+    /// HdrHistogram's tools report), so that a percentile is never below the true value.
     pub fn of(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
             return Self::default();
@@ -109,25 +125,38 @@ impl Latency {
     }
 }
 
+/// Session totals of the headline phases (warm-up left out). A session is one arrival running its
+/// steps: started = completed + failed + interrupted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionTotals {
+    /// Sessions the plan scheduled; for a closed load, which has no schedule, the sessions it
+    /// dispatched.
     pub planned: u64,
+    /// Sessions that began, late ones included.
     pub started: u64,
+    /// Sessions whose every request succeeded.
     pub completed: u64,
+    /// Sessions that ended with a failed request.
     pub failed: u64,
     /// Started and still running when the run stopped: started = completed + failed +
     /// interrupted.
     #[serde(default)]
     pub interrupted: u64,
+    /// Planned sessions never started: the run stopped first, or no session slot or connection was
+    /// free for them in time.
     pub dropped: u64,
 }
 
 /// Request totals. `planned` counts planned requests (planned sessions × requests per session).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Planned requests, warm-up phases left out.
     pub planned: u64,
+    /// Requests begun (one whose connect failed included).
     pub started: u64,
+    /// Requests answered successfully.
     pub completed: u64,
+    /// Requests that failed, each counted under its kind in `errors`.
     pub failed: u64,
     /// Sent and still unanswered when the run stopped and its graceful stop was over (never
     /// completed nor failed): started = completed + failed + interrupted.
@@ -135,6 +164,7 @@ pub struct Totals {
     pub interrupted: u64,
     /// Errors by kind; empty when there were none.
     pub errors: BTreeMap<String, u64>,
+    /// Sum of `errors`: the failed requests.
     pub error_count: u64,
     /// Failed requests over finished requests.
     pub error_rate: f64,
@@ -142,8 +172,11 @@ pub struct Totals {
     pub throughput_rps: f64,
     /// Completed requests over planned requests.
     pub achieved_ratio: f64,
+    /// The same books for sessions.
     pub sessions: SessionTotals,
+    /// Bytes written for the requests, all steps together (for HTTP, head and body).
     pub bytes_sent: u64,
+    /// Bytes read for the responses, as they came on the wire (for HTTP, head and body).
     pub bytes_received: u64,
     /// The compressed bodies that were decoded (for checks or extraction), sized both ways;
     /// absent when none was.
@@ -169,11 +202,17 @@ pub struct Totals {
 pub struct Generator {
     /// Session start lag behind the intended time.
     pub lag: Percentiles,
+    /// Sessions that started more than 10 ms (`LATE_THRESHOLD_US`) behind their intended time.
     pub late_arrivals: u64,
+    /// Planned sessions never started: by the run's stop, or for want of a free slot or connection
+    /// (only the latter puts the generator behind schedule).
     pub dropped_arrivals: u64,
+    /// Latencies outside the histogram's range (1 µs to 1 h), recorded at its nearest bound.
     pub out_of_range: u64,
     /// True when the generator fell behind: the report must not be read as if it had not.
     pub behind_schedule: bool,
+    /// Sentences for the reader, sorted (the insecure-TLS warning first): late or dropped sessions,
+    /// values out of range, lost agents, agents at their CPU or port limit.
     pub warnings: Vec<String>,
     /// Agents whose CPU reached 90 % of the cores they may use in some interval, or whose
     /// ports toward a destination reached 90 % of those usable or ran out: the run may have
@@ -182,24 +221,37 @@ pub struct Generator {
     pub limiting_agents: Vec<String>,
 }
 
+/// One phase of the run (workload after workload), as planned against what it achieved.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
+    /// Its position among the run's phases, from 0.
     pub index: u32,
+    /// The phase's `name`, or `phase-N` (N from 1) when it has none.
     pub name: String,
+    /// Planned start, seconds after T0.
     pub start_s: f64,
+    /// Planned length, seconds.
     pub duration_s: f64,
     /// Planned requests in this phase.
     pub planned: u64,
+    /// Requests begun (one whose connect failed included).
     pub started: u64,
+    /// Requests answered successfully.
     pub completed: u64,
+    /// Failed requests, by kind in `errors`.
     pub failed: u64,
     /// Sent and still unanswered when the run stopped and its graceful stop was over (never
     /// completed nor failed): started = completed + failed + interrupted.
     #[serde(default)]
     pub interrupted: u64,
+    /// Failed requests by error kind.
     pub errors: BTreeMap<String, u64>,
+    /// Sessions planned in this phase (a closed load: those it dispatched).
     pub sessions_planned: u64,
+    /// Completed requests per second of the phase's length (in a live report, of its part elapsed
+    /// so far).
     pub throughput_rps: f64,
+    /// The latencies of this phase's successful requests.
     pub latency: Latency,
     /// A warm-up phase: reported here, left out of the headline figures and of thresholds
     /// without a `phase()` scope.
@@ -207,16 +259,23 @@ pub struct PhaseReport {
     pub warmup: bool,
 }
 
+/// One request step, all phases and agents together (warm-up phases left out).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepReport {
+    /// The step's `name`, or `step-N` (N from 1, within its session); prefixed by its session type
+    /// (`TYPE/`) in a mix and by its workload (`WORKLOAD/`) when the scenario has several.
     pub name: String,
+    /// Requests of this step answered successfully.
     pub completed: u64,
+    /// Failed requests of this step, by kind in `errors`.
     pub failed: u64,
     /// Sent and still unanswered when the run stopped and its graceful stop was over (never
     /// completed nor failed): started = completed + failed + interrupted.
     #[serde(default)]
     pub interrupted: u64,
+    /// Failed requests by error kind.
     pub errors: BTreeMap<String, u64>,
+    /// The latencies of this step's successful requests.
     pub latency: Latency,
     /// A streamed step's arrivals (`stream: sse | chunks`): absent for any other step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,14 +317,21 @@ impl StreamLatency {
     }
 }
 
+/// One agent's share of the run, in shard order; warm-up phases included.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentReport {
+    /// The agent's id as it registered (`--id`: by default its pod name, or host name and pid);
+    /// unique among the controller's agents.
     pub id: String,
+    /// Its shard index, from 0: which arrivals it owned.
     pub shard: u32,
     /// Planned requests of this agent's shard.
     pub planned: u64,
+    /// Requests it began (one whose connect failed included).
     pub started: u64,
+    /// Requests it got successful answers to.
     pub completed: u64,
+    /// Its failed requests.
     pub failed: u64,
     /// Sent and still unanswered when the run stopped and its graceful stop was over (never
     /// completed nor failed): started = completed + failed + interrupted.
@@ -277,8 +343,11 @@ pub struct AgentReport {
     pub lost_share: f64,
     /// Estimated clock offset of the agent against the controller (agent − controller).
     pub clock_offset_us: i64,
+    /// 99th percentile of its sessions' start lag behind their intended time.
     pub lag_p99_us: u64,
+    /// Its largest session start lag.
     pub lag_max_us: u64,
+    /// Its sessions that started more than 10 ms late.
     pub late_arrivals: u64,
     /// Most connections this agent held open at once (its highest per-interval peak).
     #[serde(default)]
@@ -366,18 +435,29 @@ pub struct ConnectionsReport {
 /// One timeline interval, all agents merged.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimelineRow {
+    /// The interval's index from T0, in the controller's progress interval (`t_s` is its start).
     pub interval: u64,
     /// Start of the interval, seconds after T0.
     pub t_s: f64,
+    /// Sessions whose intended start fell in this interval.
     pub sessions_planned: u64,
+    /// Requests answered successfully in this interval.
     pub completed: u64,
+    /// Requests that failed in this interval.
     pub failed: u64,
+    /// This interval's failed requests by error kind.
     pub errors: BTreeMap<String, u64>,
+    /// Completed requests per second of the interval.
     pub rps: f64,
+    /// Median response time of the requests that completed in this interval.
     pub response_p50_us: u64,
+    /// 90th percentile of the same response times.
     pub response_p90_us: u64,
+    /// 99th percentile of the same response times.
     pub response_p99_us: u64,
+    /// The largest of the same response times.
     pub response_max_us: u64,
+    /// 99th percentile of their service times.
     pub service_p99_us: u64,
     /// Sum over agents of each agent's most connections held open at once in this interval.
     #[serde(default)]
@@ -388,6 +468,7 @@ pub struct TimelineRow {
     /// The interval's response-time histogram, compressed V2, base64 (for `.hlog` output).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub response_hist: String,
+    /// The interval's service-time histogram, in the same form as `response_hist`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_hist: String,
     /// Each agent's CPU in this interval (shard order), percent of the cores it may use;
@@ -423,9 +504,17 @@ pub struct LoadSummary {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
+    /// The run delivered its planned load (within `max_dropped`) and some request succeeded.
+    /// Thresholds are judged apart (`thresholds`): a run whose thresholds failed still succeeded.
     #[default]
     Succeeded,
+    /// The run could not be carried out (its assignment or plan was refused, an agent failed, or
+    /// was lost under `on_agent_loss: fail`), it sent nothing or no request succeeded, or its
+    /// report could not be stored.
     Failed,
+    /// The run was stopped before its end: by a user (`stampede abort`, Ctrl-C), by a live
+    /// threshold breach (`abort_on_fail`, see `threshold_abort`), or by the controller shutting
+    /// down without a restart grace.
     Aborted,
     /// The run ended without a failure, but not all of its planned load was delivered: an
     /// agent stopped early (its lease lapsed) or was lost within the `tolerate` policy. Never
@@ -436,20 +525,26 @@ pub enum RunOutcome {
 /// The merged report of one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// Unique per controller (`run-` and 12 hex digits); also the stored report's file name.
     pub run_id: String,
+    /// The scenario's `name`.
     pub scenario: String,
     /// The scenario's target, without any user and password (so `compare` can tell two
     /// targets apart); empty in reports written before it was added.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub target: String,
+    /// How the run ended; `message` says why when it is not `succeeded`.
     pub outcome: RunOutcome,
     /// Why the run failed or was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// T0, when every agent started its load: Unix time, milliseconds.
     pub started_at_unix_ms: u64,
     /// Seconds from T0 to the end of the run.
     pub duration_s: f64,
+    /// The scenario's planned length (its phases, or its load's duration), seconds.
     pub planned_duration_s: f64,
+    /// The arrival process, `uniform` or `poisson`.
     pub arrival: String,
     /// The tick arrival times were rounded down to (`arrival_resolution`), in microseconds:
     /// the arrivals of one tick were sent together. 0: each at its exact time. Absent when
@@ -457,23 +552,32 @@ pub struct Report {
     /// the setting existed (whose arrivals were exact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrival_resolution_us: Option<u64>,
+    /// The seed the schedule followed: the scenario's `seed`, or one the controller drew. Run again
+    /// with it to repeat the same arrivals.
     pub seed: u64,
     /// Set for a closed or constant-rate load (absent for arrival phases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadSummary>,
+    /// The spec of every histogram in the report, `timeline[].response_hist` included.
     pub hist_spec: HistSpec,
+    /// Requests and sessions of the headline phases (warm-up left out).
     pub totals: Totals,
+    /// The headline latencies: every successful request outside warm-up phases.
     pub latency: Latency,
+    /// How well the generator kept its schedule, over the whole run (warm-up included).
     pub generator: Generator,
     /// Connections opened and the most held open at once.
     #[serde(default)]
     pub connections: ConnectionsReport,
+    /// Every phase in run order, warm-up ones included.
     pub phases: Vec<PhaseReport>,
     /// Each workload apart: its phases together, and its session types planned against
     /// achieved (one entry, `default`, for a scenario without `workloads:`).
     #[serde(default)]
     pub workloads: Vec<WorkloadReport>,
+    /// Every request step, in the scenario's order.
     pub steps: Vec<StepReport>,
+    /// Every agent of the run, in shard order.
     pub agents: Vec<AgentReport>,
     /// Share of planned requests not delivered because agents were lost.
     pub lost_share: f64,
@@ -483,6 +587,7 @@ pub struct Report {
     /// Set when `abort_on_fail` stopped the run: the threshold that breached, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_abort: Option<ThresholdAbort>,
+    /// One row per interval, in order; empty in a live report.
     pub timeline: Vec<TimelineRow>,
     /// Each endpoint apart: the scenario's `endpoints:` in its order, then the other addresses
     /// loaded (a target name's several addresses). Absent for a target with one address.
@@ -612,13 +717,23 @@ impl Report {
 /// A small live view, sent while the run goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LiveSnapshot {
+    /// Seconds since T0.
     pub elapsed_s: f64,
+    /// Requests planned so far: the sessions whose intended start has passed, times the requests of
+    /// one session.
     pub planned_so_far: u64,
+    /// Requests answered successfully so far, warm-up included.
     pub completed: u64,
+    /// Requests failed so far.
     pub failed: u64,
+    /// The last closed interval's completed requests per second; before the first closes, the mean
+    /// so far.
     pub rps: f64,
+    /// Median response time so far, warm-up included.
     pub p50_us: u64,
+    /// 99th percentile of the response time so far.
     pub p99_us: u64,
+    /// Agents of the run not lost.
     pub active_agents: u32,
     /// Failed requests so far, by error kind.
     pub errors: BTreeMap<String, u64>,

@@ -18,6 +18,7 @@ pub struct StageReport {
     pub connections: u32,
     /// When it starts, seconds after T0.
     pub start_s: f64,
+    /// How long it lasts, seconds.
     pub duration_s: f64,
     /// Connect times of the connects that began in it (the last stage also holds those
     /// after the ramp's end).

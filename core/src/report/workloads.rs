@@ -25,6 +25,7 @@ pub struct WorkloadReport {
     pub model: String,
     /// Its phases' names in the report's `phases`.
     pub phases: Vec<String>,
+    /// Its sessions, warm-up phases left out, with the same books as the run's `totals.sessions`.
     pub sessions: SessionTotals,
     /// Its session types (one, `default`, for a `session:`), planned against achieved.
     pub session_types: Vec<SessionTypeReport>,
@@ -33,14 +34,19 @@ pub struct WorkloadReport {
 /// One session type of a workload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionTypeReport {
+    /// The session type's `name` (`default` for a `session:`).
     pub name: String,
+    /// Its `weight` in the workload's mix.
     pub weight: u32,
     /// Its share of the workload's sessions as asked: weight over the sum of the weights.
     pub share: f64,
     /// Planned sessions (a closed load plans none: there, planned is what was started).
     pub planned: u64,
+    /// Sessions of this type started.
     pub started: u64,
+    /// Sessions of this type whose every request succeeded.
     pub completed: u64,
+    /// Sessions of this type that ended with a failed request.
     pub failed: u64,
     /// Sessions still running when the run stopped.
     #[serde(default)]
@@ -49,7 +55,9 @@ pub struct SessionTypeReport {
     pub achieved_share: f64,
     /// Its requests (its steps' requests together).
     pub requests_completed: u64,
+    /// Failed requests of its steps.
     pub requests_failed: u64,
+    /// The latencies of its steps' successful requests.
     pub latency: Latency,
 }
 

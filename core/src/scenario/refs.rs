@@ -12,25 +12,48 @@ use crate::template::{Ref, Template, Var};
 pub enum RefError {
     /// A setup step reading a session value: setup runs before any session.
     #[error("{at}: a setup step reads the values of earlier setup steps as ${{setup.{name}}}")]
-    ExtractedInSetup { at: Ref, name: String },
+    ExtractedInSetup {
+        /// The reference, as written.
+        at: Ref,
+        /// The value's name, to read as `${setup.NAME}`.
+        name: String,
+    },
     /// A value no earlier step extracts.
     #[error("{at} is not defined before this step")]
-    NotDefinedBefore { at: Ref },
+    NotDefinedBefore {
+        /// The reference, as written.
+        at: Ref,
+    },
     /// A `${setup.NAME}` that no setup step extracts.
     #[error("{at} is not extracted by any setup step")]
-    NotInSetup { at: Ref },
+    NotInSetup {
+        /// The reference, as written.
+        at: Ref,
+    },
     /// A data row read in a setup step, which belongs to no arrival.
     #[error("{at}: setup steps run once per run, not per session, so they read no data")]
-    DataInSetup { at: Ref },
+    DataInSetup {
+        /// The reference, as written.
+        at: Ref,
+    },
     /// A data source the scenario does not declare.
     #[error("{at}: `{data}` is not a data source")]
-    NoSource { at: Ref, data: String },
+    NoSource {
+        /// The reference, as written.
+        at: Ref,
+        /// The source it names.
+        data: String,
+    },
     /// A column the data source does not have.
     #[error("{at}: data.{data} has no column `{column}` (it has {})", .columns.join(", "))]
     NoColumn {
+        /// The reference, as written.
         at: Ref,
+        /// The source it names.
         data: String,
+        /// The column it names.
         column: String,
+        /// The columns the source has.
         columns: Vec<String>,
     },
 }

@@ -8,9 +8,14 @@ use crate::threshold::{Scope, Threshold};
 /// The names a threshold scope may use in one scenario, as the report names its rows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScopeNames {
+    /// The phases as the report names them (`phase-N` for an unnamed one, `WORKLOAD/PHASE` with
+    /// workloads).
     pub phases: Vec<String>,
+    /// The request steps as the report names them.
     pub steps: Vec<String>,
+    /// The workloads' names (`default` without `workloads:`).
     pub workloads: Vec<String>,
+    /// The session types' names, each once (several workloads may share one).
     pub sessions: Vec<String>,
     /// The scenario's `endpoints:`, as `ip:port`.
     pub endpoints: Vec<String>,

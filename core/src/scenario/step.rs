@@ -197,6 +197,7 @@ impl Step {
         }
     }
 
+    /// How many times the step runs per session (`repeat:`, default 1).
     pub fn repeat(&self) -> u32 {
         self.repeat.unwrap_or(1)
     }
@@ -208,6 +209,7 @@ impl Step {
             0
         }
     }
+    /// The step's `name`, or `step-N` for the step at `index` (from 0) in its session.
     pub fn display_name(&self, index: usize) -> String {
         self.name
             .clone()

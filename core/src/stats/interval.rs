@@ -26,6 +26,7 @@ pub struct IntervalStats {
 }
 
 impl IntervalStats {
+    /// Empty stats for `steps` request steps, not settled.
     pub fn with_steps(steps: usize) -> Self {
         Self {
             stats: Stats::with_steps(steps),
@@ -38,6 +39,8 @@ impl IntervalStats {
         &self.stats.counters
     }
 
+    /// The counters, for counts the recording methods do not keep (planned and dropped sessions,
+    /// bytes, statuses).
     pub fn counters_mut(&mut self) -> &mut Counters {
         &mut self.stats.counters
     }
@@ -103,6 +106,7 @@ impl IntervalStats {
         self.settled = false;
     }
 
+    /// Whether nothing was counted or recorded in this interval.
     pub fn is_empty(&self) -> bool {
         self.stats.is_empty()
     }

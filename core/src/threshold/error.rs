@@ -9,6 +9,7 @@ use super::MAX_WINDOW_S;
 pub struct ThresholdError {
     /// The expression as given.
     pub expr: String,
+    /// What is wrong with it.
     pub problem: Problem,
 }
 
@@ -26,7 +27,10 @@ pub enum Problem {
     WindowUnit,
     /// A window off the report's one-second intervals, or longer than a day.
     #[error("a window is a whole number of seconds from 1s to {MAX_WINDOW_S}s (the report's intervals are 1s), not {given}")]
-    WindowLength { given: String },
+    WindowLength {
+        /// The window as written.
+        given: String,
+    },
     /// Two windows in one expression.
     #[error("give one window(...)")]
     TwoWindows,
@@ -59,10 +63,16 @@ pub enum Problem {
     StreamWindow,
     /// A stream statistic that is not a latency statistic.
     #[error("unknown statistic in `{metric}` (try ttfb.p99, gap.p50, gap.max)")]
-    UnknownStreamStat { metric: String },
+    UnknownStreamStat {
+        /// The metric as written.
+        metric: String,
+    },
     /// A metric name the grammar does not know.
     #[error("unknown metric `{metric}` (try p99, p99.9, max, mean, error_rate, throughput)")]
-    UnknownMetric { metric: String },
+    UnknownMetric {
+        /// The metric as written.
+        metric: String,
+    },
     /// A latency limit without `us`, `ms` or `s`.
     #[error("a latency limit needs a unit: us, ms or s")]
     LatencyUnit,

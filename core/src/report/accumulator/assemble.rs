@@ -340,10 +340,16 @@ pub const INSECURE_TLS_WARNING: &str =
 /// Inputs of the final report the accumulator cannot know.
 #[derive(Debug, Clone, Default)]
 pub struct ReportMeta {
+    /// The run's id, as the controller named it.
     pub run_id: String,
+    /// How the run ended as the controller saw it; the report may still judge it `failed` (nothing
+    /// succeeded) or `incomplete` (too many sessions never started).
     pub outcome: RunOutcome,
+    /// Why it failed or was aborted.
     pub message: Option<String>,
+    /// T0: Unix time, milliseconds.
     pub started_at_unix_ms: u64,
+    /// Seconds from T0 to the run's end.
     pub duration_s: f64,
 }
 

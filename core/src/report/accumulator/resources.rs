@@ -30,7 +30,9 @@ pub const MAX_DESTINATIONS: usize = 64;
 pub struct ResourceSample {
     /// CPU time over wall time, as a share of the cores it may use.
     pub cpu_share: f64,
+    /// Its resident memory at the interval's end, bytes.
     pub rss_bytes: u64,
+    /// Its open file descriptors (sockets included) at the interval's end.
     pub open_files: u64,
     /// The cores it may use.
     pub cores: f64,
@@ -44,6 +46,7 @@ pub struct ResourceSample {
 /// An agent's sockets toward one destination at an interval's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DestinationSample {
+    /// The destination's `ip:port`.
     pub address: SocketAddr,
     /// Sockets in any state but TIME_WAIT: each holds a local port.
     pub in_use: u64,
@@ -82,19 +85,19 @@ pub(super) struct DestUse {
 /// One agent's figures over the run.
 #[derive(Debug, Clone, Default)]
 pub(super) struct AgentUse {
-    pub cpu_max: f64,
-    pub cpu_sum: f64,
-    pub samples: u64,
-    pub rss_max: u64,
-    pub files_max: u64,
-    pub cores: f64,
-    pub usable_ports: u64,
-    pub ports: BTreeMap<SocketAddr, DestUse>,
+    pub(crate) cpu_max: f64,
+    pub(crate) cpu_sum: f64,
+    pub(crate) samples: u64,
+    pub(crate) rss_max: u64,
+    pub(crate) files_max: u64,
+    pub(crate) cores: f64,
+    pub(crate) usable_ports: u64,
+    pub(crate) ports: BTreeMap<SocketAddr, DestUse>,
 }
 
 impl AgentUse {
     /// Its destinations, most ports first.
-    pub fn destinations(&self) -> Vec<DestinationReport> {
+    pub(crate) fn destinations(&self) -> Vec<DestinationReport> {
         let mut out: Vec<DestinationReport> = self
             .ports
             .iter()

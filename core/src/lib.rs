@@ -47,6 +47,8 @@
 //! - [`threshold`], [`capacity`] (the stair-step search), [`compare`] (two reports, with
 //!   bootstrap confidence intervals in `compare/noise`).
 
+#![warn(unreachable_pub, missing_docs)]
+
 pub mod capacity;
 pub mod compare;
 pub mod data;

@@ -69,6 +69,7 @@ pub struct SessionType {
     pub name: String,
     /// Its share of the workload's sessions: `weight / Σ weights`, exactly.
     pub weight: u32,
+    /// What one of its sessions does, in order.
     pub steps: Vec<Step>,
 }
 

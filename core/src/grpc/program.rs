@@ -32,19 +32,33 @@ pub const MAX_DEPTH: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scalar {
+    /// 64-bit float, fixed 8 bytes.
     Double,
+    /// 32-bit float, fixed 4 bytes.
     Float,
+    /// Varint; a negative value takes 10 bytes.
     Int32,
+    /// Varint; a negative value takes 10 bytes.
     Int64,
+    /// Varint.
     Uint32,
+    /// Varint.
     Uint64,
+    /// Zigzag varint: small negative values stay short.
     Sint32,
+    /// Zigzag varint: small negative values stay short.
     Sint64,
+    /// Fixed 4 bytes, unsigned.
     Fixed32,
+    /// Fixed 8 bytes, unsigned.
     Fixed64,
+    /// Fixed 4 bytes, signed.
     Sfixed32,
+    /// Fixed 8 bytes, signed.
     Sfixed64,
+    /// `true` or `false`, a one-byte varint.
     Bool,
+    /// UTF-8 text, length-delimited.
     String,
     /// Rendered as base64, as protobuf JSON gives bytes.
     Bytes,
@@ -58,6 +72,7 @@ pub enum Scalar {
 pub struct TemplatedField {
     /// The field number.
     pub number: u32,
+    /// How the rendered text is encoded on the wire.
     pub scalar: Scalar,
     /// The value's text.
     pub value: Template,

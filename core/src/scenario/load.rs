@@ -18,8 +18,10 @@ pub enum ArrivalProcess {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Phase {
+    /// Names the phase in the report and in thresholds (`phase(NAME).p99 < 50ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// How long the phase's arrivals go on; phases run back to back from T0.
     pub duration: HumanDuration,
     /// New sessions per second, for the whole test (all agents together), at the phase start.
     pub arrival_rate: f64,
@@ -71,6 +73,7 @@ pub enum LoadModel {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Load {
+    /// Closed (a pool of connections looping sessions) or constant-rate over a pool.
     pub model: LoadModel,
     /// Connections, all agents together (split across agents, counts differing by at most 1).
     /// With `stages`, the most the ramp holds (filled in from them).

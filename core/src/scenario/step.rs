@@ -323,9 +323,14 @@ impl<'de> Deserialize<'de> for ThinkTime {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ThinkTime {
+    /// The same pause every time (`think_time: 200ms`).
     Fixed(HumanDuration),
+    /// A pause drawn uniformly each time (`think_time: { min: 100ms, max: 1s }`), from the
+    /// run's seeded generator.
     Range {
+        /// The shortest pause.
         min: HumanDuration,
+        /// The longest pause.
         max: HumanDuration,
     },
 }

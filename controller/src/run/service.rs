@@ -1,6 +1,6 @@
 //! `endpoints: service` in a run: the Service followed from before the assignment to the
-//! report, each new ready set passed on to the agents, each pod remembered for the report, and
-//! the Service's pods sampled for their resources.
+//! report, each new ready set passed on to the agents, each pod remembered for the report; and
+//! the pods of the target's Service (followed or not) sampled for their resources.
 
 use super::*;
 use crate::k8s::endpoints::ServiceWatchError;
@@ -25,19 +25,34 @@ impl Driver {
         Ok(())
     }
 
-    /// Starts sampling the followed Service's pods (CPU, throttling, memory, restarts) from
-    /// `t0`; `None` without a followed Service.
+    /// Starts sampling the pods of the target's Service (CPU, throttling, memory, restarts)
+    /// from `t0`: the followed one of `endpoints: service`, or, for a controller running in
+    /// its cluster, the Service the target's host names when there is one (loaded through
+    /// its cluster address, its pods are still what answers). `None` otherwise.
     pub(super) async fn observe_pods(
         &self,
         t0: (tokio::time::Instant, u64),
     ) -> Option<crate::k8s::target_pods::PodObserver> {
-        self.service.as_ref()?;
         let service = ServiceRef::from_target(self.scenario.target.as_ref()?).ok()?;
         let kube = self.inner.kube.get().cloned();
+        if self.service.is_none() && kube.is_none() {
+            return None;
+        }
         let (client, namespace) = crate::k8s::endpoints::client_for(kube.as_deref())
             .await
             .ok()?;
         let namespace = service.namespace_or(&namespace).to_string();
+        if self.service.is_none() {
+            // A host name that names no Service here is no Service target: nothing to say.
+            // One that cannot be read (RBAC) is sampled, and the sampler says why it cannot.
+            let api = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(
+                client.clone(),
+                &namespace,
+            );
+            if let Ok(None) = api.get_opt(&service.name).await {
+                return None;
+            }
+        }
         Some(crate::k8s::target_pods::PodObserver::start(
             client,
             namespace,

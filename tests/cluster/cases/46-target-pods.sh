@@ -7,6 +7,7 @@
 #     connections, the text report names the slow pod, `target_resources.pods` has the 3 pods with their CPU, and
 #     the req/s per target core (the pods' CPU from the kubelet's resource metrics) is within 10 % of 250
 #     (1 / 4 ms); the 50m pod's `throttled` (from cAdvisor's CFS periods) is above 0 and the others have none.
+#  3. The same target loaded through its Service address (no `endpoints:`): the report still has the 3 pods' CPU.
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -107,3 +108,16 @@ jq -e --arg p "$slow" '[.target_resources.pods[] | select(.pod != $p) | .throttl
 say "split $(jq -r '[.endpoints[] | "\(.pod)=\(.connections)"] | join(" ")' "$r"); slow $slow; \
 $(jq -r '.totals.throughput_rps | floor' "$r") req/s on $(jq -r '.target_resources.cpu_cores.total * 1000 | floor' "$r") mcores: \
 $(printf %.0f "$per_core") req/s per target core; $slow throttled $(awk -v x="$throttled" 'BEGIN { printf "%.1f %%", x * 100 }')"
+
+sed '/^endpoints: service$/d; s/duration: [0-9a-z]*/duration: 6s/' "$tmp/pods.yaml" >"$tmp/via.yaml"
+say "stampede run through the Service address (no endpoints:): its pods are still sampled"
+st run "$tmp/via.yaml" --report "$tmp/via.json" >"$tmp/via.txt" 2>"$tmp/via.err" || {
+  cat "$tmp/via.txt" "$tmp/via.err" >&2
+  fail "stampede run through the Service address failed"
+}
+v=$tmp/via.json
+[ "$(jq '.endpoints | length' "$v")" -le 1 ] || fail "$(jq '.endpoints | length' "$v") endpoint rows without endpoints:"
+[ "$(jq '.target_resources.pods | length' "$v")" = 3 ] ||
+  fail "$(jq '.target_resources.pods | length' "$v") pod rows through the Service address, not 3 ($(jq -c .target_resources.pods_unavailable "$v"))"
+jq -e '.target_resources.pods | all(.cpu_cores > 0)' "$v" >/dev/null || fail "a pod without CPU through the Service address"
+say "through the Service address: $(jq -r '[.target_resources.pods[] | "\(.pod)=\(.cpu_cores * 1000 | floor)m"] | join(" ")' "$v")"

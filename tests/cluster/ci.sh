@@ -6,12 +6,18 @@
 # it prints a loud SKIPPED banner saying why and exits 0: an unusable machine is not a product bug. Once the
 # environment checks pass, any failure (build of the stampede image, cluster start, a case, the leak check) fails CI.
 #
+# usage: tests/cluster/ci.sh [--build-only]
+#   --build-only  the same checks, then only the cluster binaries (tests/cluster/build.sh, cached by their inputs):
+#                 .ci/run starts this early at low priority, so the Go builds use the CPU the Rust build and tests
+#                 leave idle, and the later full run finds them built.
 # env: STAMPEDE_K8S_E2E=0        skip on purpose (still loudly)
 #      STAMPEDE_K8S_E2E_MIN_DISK_GB  free disk needed for caches (default 12)
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 T0=$(date +%s)
+build_only=0
+[ "${1:-}" != --build-only ] || build_only=1
 
 skip() {
   local bar='###########################################################################################'
@@ -88,6 +94,13 @@ for m in "$CLUSTER_DIR"/go/*/; do
   fi
 done
 
+if [ "$build_only" = 1 ]; then
+  echo "=== Kubernetes e2e: machine OK ($(($(date +%s) - T0))s of checks); building the cluster binaries only"
+  rc=0
+  "$CLUSTER_DIR/build.sh" || rc=$?
+  echo "=== Kubernetes e2e: cluster binaries, exit $rc after $(($(date +%s) - T0))s"
+  exit "$rc"
+fi
 echo "=== Kubernetes e2e: machine OK ($(($(date +%s) - T0))s of checks); running tests/cluster/e2e.sh"
 unset KUBECONFIG # CI always uses the local cluster
 rc=0

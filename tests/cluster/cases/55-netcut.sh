@@ -2,9 +2,11 @@
 # Agents cut from the controller mid-LoadTest, for less and then for more than the lease (6 s here):
 #  1. Cut for 2 s: the agents' load goes on, what they collected reaches the controller once the link is back, and
 #     the LoadTest ends Succeeded with books that balance and count every request the target served (within 3).
-#  2. Cut until the LoadTest ends: each agent stops its load by itself once its lease lapses (the target's request
+#  2. Cut until the run's decision: each agent stops its load by itself once its lease lapses (the target's request
 #     counter stands still from then on), the controller counts both agents lost when they have been silent past
-#     their lease, and the LoadTest ends Failed (on_agent_loss: fail), naming them.
+#     their lease and the run waits (finishing) for their last data; the cut is then lifted, the agents replay what
+#     they sent after the cut, and the LoadTest ends Failed (on_agent_loss: fail), naming them, with books that
+#     balance and count every request the target served.
 # The cut: on a cluster whose network plugin enforces NetworkPolicy, users would cut agents from the controller with
 # the policy below (with the chart's own policies off, since policies only ever add allowed traffic):
 #
@@ -150,21 +152,32 @@ read -r completed failed interrupted started <"$tmp/books.txt"
   fail "brief: the target served $served_n, the report counts $completed completed, $failed failed, $interrupted interrupted"
 say "short cut: Succeeded; served $served_n on /data, counted completed $completed failed $failed interrupted $interrupted (started $started)"
 
-# 2. Longer than the lease: held until the LoadTest is over.
+# 2. Longer than the lease: held until the run has decided, then lifted for the lost agents' books.
 idle_agents
 before=$(served)
 loadtest held 40s
 sleep 5
-say "cutting both agents from the controller until the LoadTest ends (lease ${LEASE} s)"
+say "cutting both agents from the controller until the run decides (lease ${LEASE} s)"
+run=$(kn get loadtest held -o jsonpath='{.status.runId}')
 t_cut=$(date +%s)
 cut "${agent_ips[@]}"
 # The lease, the agents' graceful stop (requests here take well under a second) and a margin: the load has stopped.
 sleep $((LEASE + 3))
 stopped_at=$(served)
-phase=$(until_over held 90)
-t_over=$(date +%s)
+# The decision: both agents lost, the run finishing while it waits for their last data.
+decided=""
+for ((i = 0; i < 120; i++)); do
+  decided=$(st status --output json 2>/dev/null |
+    jq -r --arg r "$run" '.[] | select(.run_id == $r and .state == "finishing" and (.message | test("lost"))) | .message')
+  [ -n "$decided" ] && break
+  sleep 0.5
+done
+[ -n "$decided" ] || fail "the run did not decide while cut off (and wait for the lost agents' data)"
+t_decided=$(date +%s)
 still=$(served)
 heal
+phase=$(until_over held 90)
+t_over=$(date +%s)
 [ "$phase" = Failed ] || fail "LoadTest held ended '$phase': $(kn get loadtest held -o jsonpath='{.status.message}')"
 [ "$still" = "$stopped_at" ] ||
   fail "the agents went on loading while cut off: the target served $((still - stopped_at)) more from $((LEASE + 3)) s into the cut to its end"
@@ -176,11 +189,15 @@ for p in "${agent_pods[@]}"; do
     fail "the LoadTest's lostAgents do not name $p"
 done
 jq -e '.status.message | test("lost")' "$tmp/held.json" >/dev/null || fail "the LoadTest's message names no loss"
-run=$(jq -r .status.runId "$tmp/held.json")
-served_n=$((still - before))
+served_n=$(($(served) - before))
 books "$run" >"$tmp/books.txt"
 read -r completed failed interrupted started <"$tmp/books.txt"
-say "long cut: Failed after $((t_over - t_cut)) s of cut, naming $(jq -r '.status.lostAgents | map(.agent) | join(", ")' "$tmp/held.json");" \
-  "load stopped by the agents (the target served nothing from $((LEASE + 3)) s into the cut); served $served_n on /data," \
-  "counted completed $completed failed $failed interrupted $interrupted (started $started): the cut-off agents' last data never reached the controller"
+[ "$started" = $((completed + failed + interrupted)) ] ||
+  fail "held: started $started != completed $completed + failed $failed + interrupted $interrupted"
+[ "$served_n" -le $((completed + failed + interrupted)) ] ||
+  fail "held: the target served $served_n, the report counts $completed completed, $failed failed, $interrupted interrupted"
+say "long cut: decided $((t_decided - t_cut)) s into the cut, naming $(jq -r '.status.lostAgents | map(.agent) | join(", ")' "$tmp/held.json");" \
+  "Failed $((t_over - t_decided)) s after the cut was lifted; load stopped by the agents (the target served nothing from" \
+  "$((LEASE + 3)) s into the cut); served $served_n on /data, counted completed $completed failed $failed" \
+  "interrupted $interrupted (started $started)"
 say "netcut case passed"

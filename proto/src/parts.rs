@@ -69,22 +69,10 @@ pub fn split(p: v1::Progress, budget: usize) -> Vec<v1::Progress> {
     for s in samples {
         packer.sample(s);
     }
-    for e in endpoints {
-        let len = field_len(e.encoded_len());
-        packer.room(len).endpoints.push(e);
-    }
-    for f in failure_samples {
-        let len = field_len(f.encoded_len());
-        packer.room(len).failure_samples.push(f);
-    }
-    for d in debug {
-        let len = field_len(d.encoded_len());
-        packer.room(len).debug.push(d);
-    }
-    for c in stage_connects {
-        let len = field_len(c.encoded_len());
-        packer.room(len).stage_connects.push(c);
-    }
+    packer.entries(endpoints, |p| &mut p.endpoints);
+    packer.entries(failure_samples, |p| &mut p.failure_samples);
+    packer.entries(debug, |p| &mut p.debug);
+    packer.entries(stage_connects, |p| &mut p.stage_connects);
     packer.finish()
 }
 
@@ -140,6 +128,14 @@ impl Packer {
         self.used += len;
         self.entries += 1;
         self.parts.last_mut().expect("a packer always holds a part")
+    }
+
+    /// Places whole entries of one list, each in the part it fits.
+    fn entries<T: Message>(&mut self, items: Vec<T>, list: fn(&mut v1::Progress) -> &mut Vec<T>) {
+        for item in items {
+            let len = field_len(item.encoded_len());
+            list(self.room(len)).push(item);
+        }
     }
 
     /// Places a phase sample: whole where it fits, else cut between its steps.

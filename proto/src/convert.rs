@@ -420,7 +420,7 @@ pub fn progress_from_wire(
             ),
         ));
     }
-    if p.parts > crate::parts::MAX_PARTS || (p.parts > 0 && p.part >= p.parts) {
+    if crate::parts::part_count(p.part, p.parts).is_none() {
         return Err(ConvertError::invalid(
             "progress.part",
             format!(

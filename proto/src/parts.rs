@@ -29,6 +29,15 @@ pub const PART_BYTES: usize = MAX_AGENT_MESSAGE_BYTES - 1024;
 /// this, so a broken agent cannot make it hold thousands of half-delivered intervals.
 pub const MAX_PARTS: u32 = 1024;
 
+/// How many parts the interval of a Progress numbered `part` of `parts` comes in (0 or 1
+/// `parts`: the whole interval, part 0), when that is a numbering the controller takes: `None`
+/// for a part past the count or a count past [`MAX_PARTS`]. The one rule the decoder and the
+/// controller's bookkeeping of parts both apply.
+pub fn part_count(part: u32, parts: u32) -> Option<u32> {
+    let of = parts.max(1);
+    (part < of && of <= MAX_PARTS).then_some(of)
+}
+
 // The worst one step can weigh: four histograms of every bucket at the longest varint, plus
 // its counters and error kinds (bounded far below the slack).
 const _: () = assert!(4 * COUNTS_LEN * 10 + 64 * 1024 < PART_BYTES / 2);
@@ -86,7 +95,7 @@ struct Packer {
     /// Bytes the current (last) part takes.
     used: usize,
     /// Entries in the current part.
-    entries: usize,
+    held: usize,
 }
 
 impl Packer {
@@ -103,20 +112,20 @@ impl Packer {
             budget,
             parts: vec![first],
             used,
-            entries: 0,
+            held: 0,
         }
     }
 
     fn open_part(&mut self) {
         self.parts.push(self.base.clone());
         self.used = self.base_len;
-        self.entries = 0;
+        self.held = 0;
     }
 
     /// Whether the current part holds more than a new one would: entries, or part 0's
     /// resources.
     fn holds_more(&self) -> bool {
-        self.entries > 0 || self.used > self.base_len
+        self.held > 0 || self.used > self.base_len
     }
 
     /// The part an entry of `len` bytes goes in: the current one if it fits there, else a new
@@ -126,7 +135,7 @@ impl Packer {
             self.open_part();
         }
         self.used += len;
-        self.entries += 1;
+        self.held += 1;
         self.parts.last_mut().expect("a packer always holds a part")
     }
 

@@ -57,12 +57,10 @@ impl Received {
 
     /// Records part `part` of `parts` of `interval` (0 or 1 `parts`: the whole interval).
     pub(super) fn insert_part(&mut self, interval: u64, part: u32, parts: u32) -> Delivery {
-        let of = parts.max(1);
-        if part >= of
-            || of > stampede_proto::parts::MAX_PARTS
-            || interval < self.next
-            || interval == u64::MAX
-        {
+        let Some(of) = stampede_proto::parts::part_count(part, parts) else {
+            return Delivery::Seen;
+        };
+        if interval < self.next || interval == u64::MAX {
             return Delivery::Seen;
         }
         // The common case, the next interval whole and in order: no map node allocated.

@@ -93,10 +93,12 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client> {
     let endpoint = endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| anyhow!("cannot reach the controller at {url}: {}", causes(&e)))?;
+    let channel = endpoint.connect().await.map_err(|e| {
+        anyhow!(
+            "cannot reach the controller at {url}: {}",
+            crate::causes(&e)
+        )
+    })?;
     let auth = match token {
         Some(t) => Some(
             MetadataValue::try_from(format!("Bearer {t}"))
@@ -275,28 +277,6 @@ pub async fn get_report(client: &mut Client, run_id: &str) -> Result<Report> {
 
 fn parse_report(json: &str) -> Result<Report> {
     serde_json::from_str(json).context("the controller sent a report this CLI cannot read")
-}
-
-/// An error's chain of causes, each said once (transport errors repeat their cause's text:
-/// "tcp connect error: tcp connect error: Connection refused").
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !parts
-            .iter()
-            .any(|p| p.contains(&text) || text.contains(p.as_str()))
-        {
-            parts.push(text);
-        } else if let Some(last) = parts.last_mut() {
-            if text.len() > last.len() {
-                *last = text;
-            }
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
 }
 
 /// Turns a gRPC status into an error that says what to do.

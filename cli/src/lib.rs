@@ -51,19 +51,27 @@ pub mod exit {
     pub const RUN_FAILED: i32 = 2;
 }
 
-/// An error and its causes on one line, as `error: ` prints it: each cause after a colon,
-/// unless the text so far already says it (a library error that puts its source in its own
-/// message as well as in its chain would otherwise be printed twice).
-pub fn error_line(e: &anyhow::Error) -> String {
-    let mut line = e.to_string();
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
-        if !text.is_empty() && !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
+/// An error's chain of causes on one line, each said once: what `error: ` prints. Library
+/// errors and transport errors may repeat their cause's text in their own ("tcp connect
+/// error: tcp connect error: Connection refused").
+pub fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !parts
+            .iter()
+            .any(|p| p.contains(&text) || text.contains(p.as_str()))
+        {
+            parts.push(text);
+        } else if let Some(last) = parts.last_mut() {
+            if text.len() > last.len() {
+                *last = text;
+            }
         }
+        cur = err.source();
     }
-    line
+    parts.join(": ")
 }
 
 /// A random token for embedded runs.
@@ -77,7 +85,7 @@ pub fn random_token() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_line;
+    use super::causes;
 
     /// An error that says its source in its message and chains it too.
     #[derive(Debug)]
@@ -108,10 +116,10 @@ mod tests {
         })
         .context("storing the report");
         assert_eq!(
-            error_line(&e),
+            causes(e.as_ref()),
             "storing the report: writing /r.json: permission denied"
         );
         let e = anyhow::Error::new(io()).context("reading r.json");
-        assert_eq!(error_line(&e), "reading r.json: permission denied");
+        assert_eq!(causes(e.as_ref()), "reading r.json: permission denied");
     }
 }

@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     match rt.block_on(stampede_cli::cmd::dispatch(cli)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("error: {}", stampede_cli::error_line(&e));
+            eprintln!("error: {}", stampede_cli::causes(e.as_ref()));
             ExitCode::from(exit::RUN_FAILED as u8)
         }
     }

@@ -332,6 +332,14 @@ fn report_lines(r: &Report, wide: bool) -> String {
         t.sessions.failed,
         t.sessions.dropped
     );
+    if t.sessions.started_late > 0 {
+        let _ = writeln!(
+            o,
+            "          {} of them started more than {} s late (not delivered as planned)",
+            t.sessions.started_late,
+            stampede_core::report::UNDELIVERED_LAG_US / 1_000_000
+        );
+    }
     if t.interrupted > 0 || t.sessions.interrupted > 0 {
         let _ = writeln!(
             o,

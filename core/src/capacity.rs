@@ -650,6 +650,7 @@ fn add_totals(dst: &mut Totals, src: &Totals) {
         failed: d.failed.saturating_add(s.failed),
         interrupted: d.interrupted.saturating_add(s.interrupted),
         dropped: d.dropped.saturating_add(s.dropped),
+        started_late: d.started_late.saturating_add(s.started_late),
     };
 }
 

@@ -127,6 +127,38 @@ async fn a_capped_agent_that_cannot_deliver_is_incomplete() {
     );
 }
 
+/// A constant pool too small for its rate (`-R 100 -c 2` against a 50 ms target: 40/s at
+/// most) starts every session, but its backlog more than a second late: the target saw the
+/// load later and slower than planned, so the run is `incomplete`, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_too_small_for_its_rate_is_incomplete() {
+    let target = Target::start(50).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "name: small-pool\ntarget: {}\nload: {{ model: constant, rate: 100, connections: 2, duration: 3s }}\nsession: [ {{ http: {{ path: /data }} }} ]\n",
+        target.url
+    );
+    let crate::CliRun {
+        code,
+        stdout,
+        report: r,
+        ..
+    } = cli_run_local(dir.path(), "small-pool", &text);
+    let s = &r.totals.sessions;
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(r.outcome, RunOutcome::Incomplete, "{s:?} {:?}", r.message);
+    assert_eq!((s.planned, s.started, s.dropped), (300, 300, 0), "{s:?}");
+    // At most 40/s, so session k starts about 15k ms late: all from about the 67th on are
+    // more than a second late.
+    assert!((200..=300).contains(&s.started_late), "{s:?}");
+    let why = r.message.unwrap_or_default();
+    assert!(why.contains("started more than 1 s late"), "{why}");
+    assert!(
+        stdout.contains("of them started more than 1 s late"),
+        "{stdout}"
+    );
+}
+
 /// `validate` refuses a threshold whose scope names no phase, listing the phases there are.
 #[test]
 fn validate_refuses_a_phase_that_does_not_exist() {

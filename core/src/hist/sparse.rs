@@ -189,6 +189,16 @@ impl SparseHist {
         self.total == 0
     }
 
+    /// How many values were recorded above `us`, to the histogram's resolution: a bucket
+    /// counts when its lowest value is above `us`, so values within one bucket's width of it
+    /// (0.1 %) may be left out, never counted wrongly in.
+    pub fn count_above(&self, us: u64) -> u64 {
+        self.iter()
+            .filter(|&(i, _)| value_for(i) > us)
+            .map(|(_, n)| n)
+            .fold(0, u64::saturating_add)
+    }
+
     /// Bytes held on the heap.
     pub fn heap_bytes(&self) -> usize {
         self.pages.capacity() * std::mem::size_of::<(u8, Page)>()
@@ -378,6 +388,19 @@ impl From<&Histogram<u64>> for SparseHist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values above the bound are counted, the bound itself and below are not, to the bucket.
+    #[test]
+    fn count_above_counts_what_lies_past_the_bound() {
+        let mut h = SparseHist::default();
+        for us in [5, 999_000, 1_000_000, 1_010_000, 2_000_000, 3_600_000_000] {
+            h.record_n(us, 2);
+        }
+        assert_eq!(h.count_above(1_000_000), 6);
+        assert_eq!(h.count_above(0), 12);
+        assert_eq!(h.count_above(4_000_000_000), 0);
+        assert_eq!(SparseHist::default().count_above(0), 0);
+    }
 
     /// The in-place list merge against a plain map, on overlapping, disjoint, interleaved and
     /// edge lists.

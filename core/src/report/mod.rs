@@ -145,7 +145,18 @@ pub struct SessionTotals {
     /// Planned sessions never started: the run stopped first, or no session slot or connection was
     /// free for them in time.
     pub dropped: u64,
+    /// Sessions that started more than [`UNDELIVERED_LAG_US`] after their intended time: a
+    /// pool too small for its rate, or a generator out of CPU, served its backlog late, so
+    /// the target saw that load later (and at a lower rate) than planned. They count
+    /// against `max_dropped` as the dropped ones do.
+    #[serde(default)]
+    pub started_late: u64,
 }
+
+/// How far behind its intended time a session may start and still count as delivered to
+/// plan: a second, long past the 10 ms at which a start counts late, so a busy machine's
+/// scheduling noise never makes a run incomplete, while a backlog does.
+pub const UNDELIVERED_LAG_US: u64 = 1_000_000;
 
 /// Request totals. `planned` counts planned requests (planned sessions × requests per session).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -654,9 +665,10 @@ impl Report {
     }
 
     /// A run that completed without failing but left more than `max_dropped` (a share) of
-    /// its planned sessions unstarted is `incomplete`: a capacity cap, a pool too small for
-    /// its rate or a generator out of slots delivered less than was asked, and a CI gate must
-    /// not read its figures as the planned load's.
+    /// its planned sessions unstarted, or started them more than [`UNDELIVERED_LAG_US`] late,
+    /// is `incomplete`: a capacity cap, a pool too small for its rate or a generator out of
+    /// slots delivered less than was asked (or delivered it later, at a lower rate), and a CI
+    /// gate must not read its figures as the planned load's.
     pub fn judge_shortfall(&mut self, max_dropped: f64) {
         if self.outcome != RunOutcome::Succeeded {
             return;
@@ -665,18 +677,33 @@ impl Report {
         if s.planned == 0 {
             return;
         }
-        let missed = s.planned.saturating_sub(s.started);
+        let never = s.planned.saturating_sub(s.started);
+        let missed = never.saturating_add(s.started_late);
         let share = missed as f64 / s.planned as f64;
         if share <= max_dropped {
             return;
         }
+        let mut why = Vec::new();
+        if never > 0 {
+            why.push(format!(
+                "{never} never started ({} dropped for want of a free slot or connection)",
+                s.dropped
+            ));
+        }
+        if s.started_late > 0 {
+            why.push(format!(
+                "{} started more than {} s late",
+                s.started_late,
+                UNDELIVERED_LAG_US / 1_000_000
+            ));
+        }
         self.outcome = RunOutcome::Incomplete;
         self.message = Some(format!(
-            "{missed} of {} planned sessions ({:.1}%) were never started ({} dropped for want of a \
-             free slot or connection), more than max_dropped {}%: the target saw less load than planned",
+            "{missed} of {} planned sessions ({:.1}%) were not delivered as planned ({}), more \
+             than max_dropped {}%: the target saw less load than planned",
             s.planned,
             share * 100.0,
-            s.dropped,
+            why.join(", "),
             max_dropped * 100.0
         ));
     }
@@ -765,7 +792,9 @@ mod tests {
         assert_eq!(capped.outcome, RunOutcome::Incomplete);
         let why = capped.message.unwrap();
         assert!(
-            why.starts_with("100 of 160 planned sessions (62.5%) were never started"),
+            why.starts_with(
+                "100 of 160 planned sessions (62.5%) were not delivered as planned (100 never started"
+            ),
             "{why}"
         );
         // 1 of 2000 is 0.05 %: within the default 0.1 %.
@@ -778,6 +807,19 @@ mod tests {
         assert_eq!(three.outcome, RunOutcome::Succeeded);
         three.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
         assert_eq!(three.outcome, RunOutcome::Incomplete);
+        // A pool too small for its rate starts every session, but a backlog of them late.
+        let mut late = run(2000, 2000, RunOutcome::Succeeded);
+        late.totals.sessions.started_late = 1000;
+        late.judge_shortfall(crate::scenario::DEFAULT_MAX_DROPPED);
+        assert_eq!(late.outcome, RunOutcome::Incomplete);
+        let why = late.message.unwrap();
+        assert!(
+            why.starts_with(
+                "1000 of 2000 planned sessions (50.0%) were not delivered as planned (1000 started \
+                 more than 1 s late)"
+            ),
+            "{why}"
+        );
         // An aborted run keeps its outcome and its reason.
         let mut aborted = run(160, 60, RunOutcome::Aborted);
         aborted.judge_shortfall(0.0);

@@ -192,6 +192,7 @@ pub(super) fn reports(
                     failed: c.sessions_failed,
                     interrupted: c.sessions_interrupted,
                     dropped: c.dropped_arrivals,
+                    started_late: merged.lag.count_above(super::UNDELIVERED_LAG_US),
                 },
                 session_types,
             }

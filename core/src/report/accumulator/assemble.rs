@@ -232,6 +232,9 @@ impl RunAccumulator {
                     failed: c.sessions_failed,
                     interrupted: c.sessions_interrupted,
                     dropped: c.dropped_arrivals,
+                    started_late: totals_stats
+                        .lag
+                        .count_above(super::super::UNDELIVERED_LAG_US),
                 },
                 bytes_sent: c.bytes_sent,
                 bytes_received: c.bytes_received,

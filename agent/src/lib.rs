@@ -178,10 +178,10 @@ pub enum AgentError {
     Url(String),
     /// The controller could not be reached (refused, timed out, TLS).
     #[error("connecting to the controller: {0}")]
-    Connect(#[from] tonic::transport::Error),
+    Connect(tonic::transport::Error),
     /// The controller answered the stream with an error status (a wrong token, a shutdown).
     #[error("controller refused the stream: {0}")]
-    Status(#[from] tonic::Status),
+    Status(tonic::Status),
     /// The controller ended the stream without an error.
     #[error("controller closed the stream")]
     Closed,
@@ -197,6 +197,20 @@ pub enum AgentError {
     /// A CPU limit that is not a positive number of cores.
     #[error("--cpu-limit: must be a number of cores > 0, got {0}")]
     CpuLimit(f64),
+}
+
+// Each cause below is part of its variant's message, so it is not also a `source()`
+// (`#[from]` would make it one, and a chain printer would say it twice).
+impl From<tonic::transport::Error> for AgentError {
+    fn from(e: tonic::transport::Error) -> Self {
+        Self::Connect(e)
+    }
+}
+
+impl From<tonic::Status> for AgentError {
+    fn from(e: tonic::Status) -> Self {
+        Self::Status(e)
+    }
 }
 
 fn unix_ns() -> i64 {

@@ -178,7 +178,7 @@ impl ControllerConfig {
 pub enum ControllerError {
     /// The scenario does not validate; the message names the field.
     #[error("scenario: {0}")]
-    Scenario(#[from] stampede_core::ScenarioError),
+    Scenario(stampede_core::ScenarioError),
     /// A scenario that still needs something only its submitter can do: a file read, data
     /// fetched, a gRPC call encoded. The message names the field.
     #[error(transparent)]
@@ -200,7 +200,21 @@ pub enum ControllerError {
     Exhausted(String),
     /// The gRPC server could not be served on its listener.
     #[error("serving: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    Transport(tonic::transport::Error),
+}
+
+// Each cause below is part of its variant's message, so it is not also a `source()`
+// (`#[from]` would make it one, and a chain printer would say it twice).
+impl From<stampede_core::ScenarioError> for ControllerError {
+    fn from(e: stampede_core::ScenarioError) -> Self {
+        Self::Scenario(e)
+    }
+}
+
+impl From<tonic::transport::Error> for ControllerError {
+    fn from(e: tonic::transport::Error) -> Self {
+        Self::Transport(e)
+    }
 }
 
 impl From<ControllerError> for Status {

@@ -42,7 +42,15 @@ pub enum ConvertError {
     },
     /// Well formed, but it does not fit the run it was sent for.
     #[error("progress: {0}")]
-    Refused(#[from] MergeError),
+    Refused(MergeError),
+}
+
+// Each cause below is part of its variant's message, so it is not also a `source()`
+// (`#[from]` would make it one, and a chain printer would say it twice).
+impl From<MergeError> for ConvertError {
+    fn from(e: MergeError) -> Self {
+        Self::Refused(e)
+    }
 }
 
 impl ConvertError {

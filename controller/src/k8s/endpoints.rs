@@ -53,7 +53,7 @@ pub enum ServiceWatchError {
     },
     /// The Service has no such port, or the URL names no Service.
     #[error("endpoints: service: {0}")]
-    Port(#[from] stampede_core::service::ServiceError),
+    Port(stampede_core::service::ServiceError),
     /// The slices could not be listed in time.
     #[error("endpoints: service: the EndpointSlices of {namespace}/{name} were not listed within {}s (last error: {last})", FIRST_LIST.as_secs())]
     FirstList {
@@ -76,6 +76,14 @@ pub enum ServiceWatchError {
         /// The port the scenario's target names.
         port: u16,
     },
+}
+
+// Each cause below is part of its variant's message, so it is not also a `source()`
+// (`#[from]` would make it one, and a chain printer would say it twice).
+impl From<stampede_core::service::ServiceError> for ServiceWatchError {
+    fn from(e: stampede_core::service::ServiceError) -> Self {
+        Self::Port(e)
+    }
 }
 
 /// A client and its namespace for a run's Service: the Kubernetes side's when it runs,

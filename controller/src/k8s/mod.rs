@@ -54,13 +54,21 @@ pub struct KubeSettings {
 pub enum KubeError {
     /// The API server refused or could not be reached.
     #[error("kubernetes api: {0}")]
-    Api(#[from] kube::Error),
+    Api(kube::Error),
     /// No kube config or in-cluster service account could be loaded.
     #[error("kubernetes client configuration: {0}")]
     Config(String),
     /// One LoadTest could not be handled: its name, then why.
     #[error("loadtest {0}: {1}")]
     LoadTest(String, String),
+}
+
+// Each cause below is part of its variant's message, so it is not also a `source()`
+// (`#[from]` would make it one, and a chain printer would say it twice).
+impl From<kube::Error> for KubeError {
+    fn from(e: kube::Error) -> Self {
+        Self::Api(e)
+    }
 }
 
 /// What the rest of the controller sees of Kubernetes.

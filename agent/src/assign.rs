@@ -2,8 +2,19 @@
 //! rows taken, the target resolved and checked against the target policy, each workload's
 //! session types compiled into a [`RunSpec`].
 
-use super::*;
-use stampede_core::scenario::StepKind;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_core::scenario::{LoadModel, Scenario, StepKind};
+use stampede_core::schedule::Schedule;
+use stampede_core::shard::{split_evenly, Shard};
+use stampede_proto::v1;
+
+use crate::http1::PreparedRequest;
+use crate::runner::{self, RunSpec, ShardRun, StepPlan};
+use crate::stream::FramedRequest;
+use crate::udp::DatagramRequest;
+use crate::{dynamic, setup, AgentConfig};
 
 mod error;
 pub(crate) use error::{AssignError, StepError};

@@ -2,8 +2,21 @@
 //! assign, start, lease renewals, aborts and acknowledgements; the replay buffer; the dead-man
 //! watchdog. It runs on its own thread and runtime (see [`crate::run`]).
 
-use super::*;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use stampede_proto::v1::{self, agent_message::Msg as Out, controller_message::Msg as In};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+
 use crate::assign::prepare;
+use crate::runner::{self, ShardRun};
+use crate::{ephemeral_ports, net, unix_ns, AgentConfig, AgentError, MAX_LEASE, RUN_MAX_BACKOFF};
 
 /// A run this agent holds: its stop switch and lease.
 struct ActiveRun {

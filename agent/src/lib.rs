@@ -64,26 +64,10 @@ pub mod tls;
 pub mod udp;
 pub mod ws;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rand::Rng;
-use stampede_core::scenario::{LoadModel, Scenario};
-use stampede_core::schedule::Schedule;
-use stampede_core::shard::{split_evenly, Shard};
-use stampede_proto::v1::{self, agent_message::Msg as Out, controller_message::Msg as In};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+use stampede_proto::v1;
 use tokio_util::sync::CancellationToken;
-use tonic::metadata::MetadataValue;
-
-use crate::http1::PreparedRequest;
-use crate::runner::{Endpoint, RunSpec, ShardRun, StepPlan};
-use crate::stream::FramedRequest;
-use crate::udp::DatagramRequest;
-use stampede_core::protocol::Transport;
 
 /// How the agent connects and describes itself. `Debug` leaves the token and key out.
 #[derive(Clone)]

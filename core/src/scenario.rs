@@ -8,9 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::DataSource;
 use crate::duration::HumanDuration;
-use crate::extract::{Check, Extract};
 pub use crate::http::{status_error, status_expected, HttpRequest};
-use crate::protocol::{self, TcpRequest, Transport, UdpRequest};
+use crate::protocol::Transport;
 use crate::target::Target;
 use crate::template::Var;
 

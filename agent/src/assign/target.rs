@@ -2,10 +2,16 @@
 //! name's addresses, followed), the target policy's verdict on each, its TLS client, its set
 //! of endpoints, and what compiling its steps needs (Host header, prefix, HTTP version).
 
-use super::*;
-use crate::runner::EndpointSet;
-use stampede_core::target_policy::TargetPolicyError;
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use stampede_core::protocol::Transport;
+use stampede_core::scenario::Scenario;
+use stampede_core::target_policy::TargetPolicyError;
+
+use super::AssignError;
+use crate::runner::{Endpoint, EndpointSet};
+use crate::{tls, AgentConfig};
 
 /// Where a target's several addresses come from, once the assignment is read.
 #[derive(Clone, Copy)]

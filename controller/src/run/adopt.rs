@@ -3,9 +3,23 @@
 //! waits for their agents to come back (within the restart grace), takes their replay once,
 //! and finishes them as if nothing had happened.
 
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use stampede_core::plan::Plan;
+use stampede_core::report::RunAccumulator;
+use stampede_core::scenario::Scenario;
+use stampede_proto::v1;
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
 use super::checkpoint::{self, MemberEntry, MemberRecord, RunRecord, SetupRecord};
-use super::*;
+use super::member::{Books, Member, MemberState};
+use super::{assign, running, spawn_supervised, Driver, Failure, RunHandle, RunState, Status};
 use crate::observe::{Observation, Observer};
+use crate::renew::Renewals;
+use crate::{lock, unix_ns, Inner};
 
 /// What a re-adopted run takes over from its checkpoint besides its members and merged data;
 /// a run that starts afresh has none of it.

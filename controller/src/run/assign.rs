@@ -1,6 +1,12 @@
 //! Before the start: wait for idle agents, check the port budget, assign shards, collect Ready.
 
-use super::*;
+use stampede_core::plan::Plan;
+use stampede_proto::v1::{self, controller_message::Msg as Out};
+use tokio::time::Instant;
+
+use super::member::{agent_text, is_member, Member, MemberState};
+use super::{Driver, Failure, RunInput, RunState};
+use crate::lock;
 
 /// The source address an agent connects from, for the port budget: agents with the same one
 /// share one ephemeral port range. An agent with several `--source-ips` brings its own

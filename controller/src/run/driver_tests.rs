@@ -3,6 +3,8 @@
 //! whatever the machine's speed. The agents are channels the test answers by hand, as the
 //! agent service would relay a real agent's messages.
 
+use tokio::time::Instant;
+
 use super::*;
 use crate::agents::AgentEntry;
 use crate::renew::Heard;

@@ -1,7 +1,9 @@
 //! The end of a run: build the report, persist it, then publish it.
 
-use super::*;
-use stampede_core::report::Report;
+use stampede_core::report::{Report, ReportMeta, RunAccumulator, RunOutcome};
+use stampede_proto::v1;
+
+use super::{evict_finished, Driver, RunState};
 
 impl Driver {
     /// Builds the report, persists it, and only then declares the run finished.

@@ -1,20 +1,15 @@
 //! One run's life: wait for agents, assign shards, wait for ready, synchronized start, merge
 //! progress live, apply the agent-loss policy, then build, persist and publish the report.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use stampede_core::plan::Plan;
-use stampede_core::report::{ReportMeta, RunAccumulator, RunOutcome, ThresholdAbort};
-use stampede_core::scenario::{AgentLossPolicy, ReadyScenario, Scenario};
-use stampede_proto::convert::check_progress;
+use stampede_core::report::{RunAccumulator, RunOutcome, ThresholdAbort};
+use stampede_core::scenario::{ReadyScenario, Scenario};
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::sync::{broadcast, mpsc};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-use crate::renew::Renewals;
 
 mod adopt;
 mod assign;
@@ -31,8 +26,7 @@ mod state;
 pub(crate) use adopt::adopt_all;
 pub(crate) use state::{RunState, Status};
 
-use crate::{lock, unix_ms, unix_ns, Inner};
-use member::{agent_text, is_member, Books, Member, MemberState};
+use crate::{lock, unix_ms, Inner};
 
 /// The latest a run's deadline can be: far beyond any run, and safe to add to an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(10 * 366 * 86_400);

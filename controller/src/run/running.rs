@@ -1,8 +1,21 @@
 //! From the synchronized start to the last Done: merge progress live, renew leases, apply the
 //! agent-loss policy and live thresholds.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
+use stampede_core::plan::Plan;
+use stampede_core::report::{RunAccumulator, RunOutcome, ThresholdAbort};
+use stampede_core::scenario::AgentLossPolicy;
+use stampede_proto::convert::check_progress;
+use stampede_proto::v1::{self, controller_message::Msg as Out};
+use tokio::time::Instant;
+
+use super::member::{agent_text, Books, Member, MemberState};
 use super::received::Delivery;
-use super::*;
+use super::{adopt, checkpoint, Driver, Failure, RunInput, RunState, FAR_FUTURE};
+use crate::renew::Renewals;
+use crate::unix_ns;
 
 /// Beyond the lease, how long an agent whose stream closed has to reconnect before it counts
 /// as lost: its backoff's first retries and a registration.

@@ -2,9 +2,12 @@
 //! report, each new ready set passed on to the agents, each pod remembered for the report; and
 //! the pods of the target's Service (followed or not) sampled for their resources.
 
-use super::*;
-use crate::k8s::endpoints::ServiceWatchError;
 use stampede_core::service::{ServiceEndpoint, ServiceRef};
+use stampede_proto::v1::{self, controller_message::Msg as Out};
+
+use super::member::Member;
+use super::Driver;
+use crate::k8s::endpoints::ServiceWatchError;
 
 impl Driver {
     /// Starts following the target's Service; the error is the run's failure message.

@@ -1,6 +1,9 @@
 //! How the agent speaks to an `http(s)://` target: the HTTP version and the TLS options.
 
-use super::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ScenarioError, SecretPem};
 
 /// HTTP version of an `http://` or `https://` target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

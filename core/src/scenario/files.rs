@@ -2,7 +2,12 @@
 //! environment: files named by the scenario (`file:` payloads, `body_file`, `tls.ca_file`, the
 //! client certificate and key, data files) read into it, and `${env:NAME}` references replaced by their values.
 
-use super::*;
+use super::{
+    session_lists_mut, HttpRequest, Scenario, ScenarioError, SecretPem, Step, StepKind, TlsOptions,
+    MAX_CA_PEM,
+};
+use crate::protocol::{self, TcpRequest, UdpRequest};
+use crate::template::Var;
 
 impl Scenario {
     /// Resolves every `${env:NAME}` through `lookup` (the CLI's environment, at submit

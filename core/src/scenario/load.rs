@@ -1,7 +1,10 @@
 //! The load a scenario asks for: arrival phases (open model) or a held pool of connections
 //! (closed and constant-rate models).
 
-use super::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::HumanDuration;
 
 /// The arrival process within a phase.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -1,6 +1,9 @@
 //! What a run does when an agent is lost mid-run.
 
-use super::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Percent;
 
 /// What to do when an agent is lost mid-run: `fail`, or `{ tolerate: PCT }`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]

@@ -3,7 +3,7 @@
 //! schema, so a scenario that still needs one of them is refused with the field named rather
 //! than run without it.
 
-use super::*;
+use super::{Scenario, ScenarioError};
 
 /// A validated scenario with nothing left to read or encode: no file path (`body_file`,
 /// `tls.ca_file`, `file:` payloads, data files), no data source still naming a ConfigMap or

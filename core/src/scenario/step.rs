@@ -1,6 +1,14 @@
 //! One step of a session and its kinds: a request of the target's protocol, or a pause.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::HttpRequest;
+use crate::duration::HumanDuration;
+use crate::extract::{Check, Extract};
+use crate::protocol::{self, TcpRequest, UdpRequest};
 
 /// One step of a session: what it does (`kind`) and how (repeats, connection, extraction,
 /// checks). Read from a map with exactly one of `http`, `tcp`, `udp`, `grpc` and

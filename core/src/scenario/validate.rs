@@ -5,7 +5,14 @@
 //! receive before the load (setup values, data rows) in `validate_data`.
 
 use super::validate_bounds::check_rate;
-use super::*;
+use super::{
+    AgentLossPolicy, ArrivalProcess, HttpVersion, Load, LoadModel, Scenario, ScenarioError, Step,
+    StepKind, ThinkTime, MAX_AGENTS, MAX_CONNECTIONS, MAX_STEPS, MAX_STREAMS_PER_CONNECTION,
+    MAX_THRESHOLDS,
+};
+use crate::duration::HumanDuration;
+use crate::protocol::{self, Transport};
+use crate::target::Target;
 
 impl Scenario {
     /// Checks every value the types cannot express. Returns the first problem found.

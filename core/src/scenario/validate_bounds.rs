@@ -5,7 +5,10 @@
 //! (the recorder, the schedule, the report), and its message names the limit.
 
 use super::validate::check_name;
-use super::*;
+use super::{
+    Phase, Scenario, ScenarioError, MAX_ARRIVAL_RATE, MAX_PHASES, MAX_PHASE_STEPS,
+    MAX_REQUEST_STEPS, MAX_TOTAL_ARRIVALS,
+};
 
 impl Scenario {
     /// The workloads' loads and sessions, their names, the mixes' weights, and the run's

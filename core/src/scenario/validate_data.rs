@@ -4,7 +4,7 @@
 //! `Assign`) with the same limits and messages the agent and the controller use at run time.
 
 use super::validate::check_extraction;
-use super::*;
+use super::{Scenario, ScenarioError, StepKind, MAX_STEPS, MIN_SETUP_REFRESH};
 
 impl Scenario {
     /// The setup steps: http steps against an http target, their references, extraction and

@@ -216,6 +216,16 @@ impl H2Conn {
         self.driver.0.is_finished()
     }
 
+    /// Waits until the connection may open one more stream. Polled in place rather than by
+    /// `SendRequest::ready`, which takes the handle by value: the clone that needs costs two
+    /// locks of the connection's shared state per request (one to count the clone, one to
+    /// drop it), on a path that takes a few more.
+    async fn ready(&mut self) -> Result<(), Failure> {
+        std::future::poll_fn(|cx| self.send.poll_ready(cx))
+            .await
+            .map_err(|e| h2_failure(&e))
+    }
+
     /// Sends one request on a new stream and reads the whole response.
     pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
         self.send(r.head(), r.body.clone(), &mut Discard).await
@@ -233,13 +243,10 @@ impl H2Conn {
         &mut self,
         req: http::Request<()>,
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Failure> {
-        let mut send = self
-            .send
-            .clone()
-            .ready()
-            .await
-            .map_err(|e| h2_failure(&e))?;
-        send.send_request(req, false).map_err(|e| h2_failure(&e))
+        self.ready().await?;
+        self.send
+            .send_request(req, false)
+            .map_err(|e| h2_failure(&e))
     }
 
     /// Sends `req` with `body` on a new stream and returns the response head.
@@ -248,14 +255,12 @@ impl H2Conn {
         req: http::Request<()>,
         body: Bytes,
     ) -> Result<http::Response<h2::RecvStream>, Failure> {
-        let mut send = self
-            .send
-            .clone()
-            .ready()
-            .await
-            .map_err(|e| h2_failure(&e))?;
+        self.ready().await?;
         let end = body.is_empty();
-        let (response, mut stream) = send.send_request(req, end).map_err(|e| h2_failure(&e))?;
+        let (response, mut stream) = self
+            .send
+            .send_request(req, end)
+            .map_err(|e| h2_failure(&e))?;
         if !end {
             stream.send_data(body, true).map_err(|e| h2_failure(&e))?;
         }

@@ -9,6 +9,8 @@
 #   bench/scale-netns.sh shared-ip    # the same agents in ONE namespace sharing ONE source IP:
 #                                     # shows what the controller says (the port budget)
 # Settings (environment): CONNS=100000 AGENTS=6 TARGETS=8 DURATION=30s (shared-ip: 5s)
+#   RAMP (unset: every connection opens at T0; `RAMP=20s`: a closed stage ramp from 0 to CONNS
+#   over that long, then DURATION at CONNS, with the connect times per stage in the report),
 #   THINK_MIN=5s THINK_MAX=15s, PORT_RANGE="1024 65535" (the agents' ip_local_port_range: with
 #   the default 28,232 ports, connect()'s port probing took most of the agents' CPU in the
 #   kernel and starved their control streams), LEASE=10s (the controller's agent lease),
@@ -45,6 +47,7 @@ TARGETS=${TARGETS:-8}
 THINK_MIN=${THINK_MIN:-5s}
 THINK_MAX=${THINK_MAX:-15s}
 if [ "$MODE" = shared-ip ]; then DURATION=${DURATION:-5s}; else DURATION=${DURATION:-30s}; fi
+RAMP=${RAMP:-} # e.g. 20s: open the connections over a ramp instead of all at T0
 case $MODE in spread | shared-ip) ;; *)
     echo "usage: $0 [spread|shared-ip]" >&2
     exit 2
@@ -190,12 +193,17 @@ attached() { [ "$(in_t timeout 5 "$BIN" agents --controller "http://$CTRL" --out
 wait_for 30 "$AGENTS agents" attached
 echo "$AGENTS agents in ${n_ns} namespace(s), $TARGETS target processes on $TARGET_IP:$TARGET_PORT (--reuse-port)"
 
+if [ -n "$RAMP" ]; then
+    load="load: { model: closed, stages: [ { connections: $CONNS, duration: $RAMP }, { connections: $CONNS, duration: $DURATION } ] }"
+else
+    load="load: { model: closed, connections: $CONNS, duration: $DURATION }"
+fi
 cat >"$work/scale.yaml" <<YAML
 name: scale-netns-$MODE
 target: http://$TARGET_IP:$TARGET_PORT
 agents: $AGENTS
 request_timeout: 30s
-load: { model: closed, connections: $CONNS, duration: $DURATION }
+$load
 session:
   - name: hello
     http: { method: GET, path: / }
@@ -211,7 +219,8 @@ pids+=($run_pid)
 ss_max=0
 while kill -0 $run_pid 2>/dev/null; do
     n=$(in_t timeout 20 ss -Htn state established "( sport = :$TARGET_PORT )" | wc -l)
-    [ "$n" -gt "$ss_max" ] && ss_max=$n && printf '  ss: %d established on :%d\n' "$n" $TARGET_PORT
+    [ "$n" -gt "$ss_max" ] && ss_max=$n &&
+        printf '  ss: %d established on :%d at %.0f s\n' "$n" $TARGET_PORT "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { print n - s }')"
     sleep 2
 done
 set +e
@@ -236,6 +245,7 @@ if [ ! -s "$work/report.json" ]; then
     exit 1
 fi
 peak=$(jq '.connections.peak_open' "$work/report.json")
+[ -n "$RAMP" ] && jq -r '"stages: \(.load.stages)"' "$work/report.json"
 jq -r '"report: opened \(.connections.opened), peak_open \(.connections.peak_open), per agent \([.agents[].peak_open]), errors \(.totals.errors), completed \(.totals.completed)"' "$work/report.json"
 echo "held $peak concurrent connections to $TARGET_IP:$TARGET_PORT"
 echo "ss saw $ss_max"

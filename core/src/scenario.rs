@@ -178,11 +178,12 @@ pub struct Scenario {
     /// thresholds. A percentage like `1%` (the default) or `0%`, or `none` to turn it off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_error_rate: Option<String>,
-    /// How much of the planned load a run may leave unstarted and still succeed: a run that
+    /// How much of the planned load a run may leave undelivered and still succeed: a run that
     /// completed without failing but did not start more of its planned sessions than this
-    /// (dropped for lack of a free slot or connection, an agent's capacity cap, a pool too
-    /// small for its rate) ends `incomplete` (exit 2), since its figures describe less load
-    /// than was asked for. A percentage like `1%`; `0.1%` by default.
+    /// (dropped for lack of a free slot or connection, an agent's capacity cap), or started
+    /// them more than a second late (a pool too small for its rate serving its backlog), ends
+    /// `incomplete` (exit 2), since its figures describe less load than was asked for. A
+    /// percentage like `1%`; `0.1%` by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_dropped: Option<String>,
     /// The values the CLI put in place of `${env:...}` references: agents write `***` for

@@ -2,7 +2,8 @@
 //! ALPN offering exactly the HTTP version the scenario asks for (`h2` or `http/1.1`).
 //!
 //! With `tls.client_cert_pem` and `tls.client_key_pem` the client presents that identity to a
-//! server that asks for one (mutual TLS).
+//! server that asks for one (mutual TLS). New connections resume the run's earlier sessions
+//! (rustls keeps them in memory) unless `tls.resumption` is `false`.
 //!
 //! A failed handshake (unknown issuer, wrong name, expired certificate, a plaintext server,
 //! a server refusing the client's certificate or its absence) counts as a `tls` error. With `tls.insecure_skip_verify` any certificate is accepted, but the
@@ -105,6 +106,9 @@ impl TlsClient {
                 .map_err(TlsError::ClientAuth)?,
             None => builder.with_no_client_auth(),
         };
+        if !opts.resumes() {
+            config.resumption = rustls::client::Resumption::disabled();
+        }
         let alpn: &'static [u8] = if http2 { b"h2" } else { b"http/1.1" };
         config.alpn_protocols = vec![alpn.to_vec()];
         let name = opts.server_name.as_deref().unwrap_or(host);

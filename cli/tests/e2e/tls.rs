@@ -135,3 +135,33 @@ async fn the_cli_reads_ca_file_and_warns_loudly_when_verification_is_off() {
     }
     assert_eq!(server.stats().requests_total, 120);
 }
+
+/// A connection per request resumes the run's earlier TLS sessions, as real clients do, and
+/// `tls.resumption: false` makes every one a full handshake; the target tells them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_connections_resume_sessions_unless_told_not_to() {
+    let (server, url, pem, _stop) = https_target().await;
+    let text = |resumption: &str| {
+        format!(
+            "name: e2e-resume\ntarget: {url}\nphases:\n  - {{ duration: 1s, arrival_rate: 20 }}\nsession:\n  - http: {{ path: /data }}\n    repeat: 3\n    new_connection: true\ntls: {{ ca_pem: {}{resumption} }}\n",
+            serde_json::to_string(&pem).unwrap()
+        )
+    };
+    let r = run_local(&text(""), 1).await;
+    let resumed = server.stats();
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 60);
+    assert_eq!(resumed.connections_total, 60, "a connection per request");
+    // The first connections go out before any session to resume is known; the rest resume.
+    assert!(resumed.tls_resumed >= 50, "{resumed:?}");
+
+    let r = run_local(&text(", resumption: false"), 1).await;
+    let full = server.stats();
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    assert_eq!(r.totals.completed, 60);
+    assert_eq!(full.connections_total, 120);
+    assert_eq!(
+        full.tls_resumed, resumed.tls_resumed,
+        "no handshake resumed"
+    );
+}

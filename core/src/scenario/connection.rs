@@ -52,12 +52,22 @@ pub struct TlsOptions {
     /// The client private key, PEM (what `client_key_file` becomes once read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key_pem: Option<SecretPem>,
+    /// Whether a new connection resumes an earlier TLS session (a ticket or session ID), as
+    /// browsers and HTTP clients do. Omitted: on. `false` makes every connection a full
+    /// handshake, to measure what a server's handshakes cost or how many it sustains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumption: Option<bool>,
 }
 
 /// Largest CA bundle accepted in `tls.ca_file`.
 pub const MAX_CA_PEM: usize = 1 << 20;
 
 impl TlsOptions {
+    /// Whether connections may resume earlier sessions (`resumption`, on unless `false`).
+    pub fn resumes(&self) -> bool {
+        self.resumption != Some(false)
+    }
+
     pub(super) fn validate(&self) -> Result<(), ScenarioError> {
         if self.ca_file.is_some() && self.ca_pem.is_some() {
             return Err(ScenarioError::invalid(

@@ -33,6 +33,7 @@ pub(super) struct HttpMetrics {
     pub(super) conn_open: IntGauge,
     pub(super) conn_total: IntCounter,
     pub(super) conn_rejected: IntCounter,
+    pub(super) tls_resumed: IntCounter,
     pub(super) source_ips: IntGauge,
     pub(super) in_flight: IntGauge,
     /// Label lookups done once, on first use (so unused series are not exported as zeros).
@@ -70,6 +71,10 @@ impl HttpMetrics {
             "connections_rejected_total",
             "Connections closed at accept because the connection cap was reached.",
         )?;
+        let tls_resumed = IntCounter::new(
+            "tls_resumed_total",
+            "TLS handshakes that resumed an earlier session (the rest of the connections were full handshakes).",
+        )?;
         let source_ips = IntGauge::new(
             "distinct_source_ips",
             "Distinct client source IP addresses seen since start (tracking is capped).",
@@ -82,6 +87,7 @@ impl HttpMetrics {
         registry.register(Box::new(conn_open.clone()))?;
         registry.register(Box::new(conn_total.clone()))?;
         registry.register(Box::new(conn_rejected.clone()))?;
+        registry.register(Box::new(tls_resumed.clone()))?;
         registry.register(Box::new(source_ips.clone()))?;
         Ok(Self {
             registry,
@@ -91,6 +97,7 @@ impl HttpMetrics {
             conn_open,
             conn_total,
             conn_rejected,
+            tls_resumed,
             source_ips,
             in_flight,
             request_cells: Default::default(),

@@ -149,6 +149,9 @@ pub struct HttpStats {
     pub distinct_source_ips: u64,
     /// Sum of `errors_total` over all kinds.
     pub errors_total: u64,
+    /// TLS handshakes that resumed an earlier session rather than doing a full one, so a test
+    /// can tell a client that resumes from one that does every handshake in full.
+    pub tls_resumed: u64,
     /// The WebSocket routes' connections and messages.
     pub ws: WsStats,
 }
@@ -232,6 +235,7 @@ impl HttpServer {
         HttpStats {
             requests_total: s.requests_total.load(Ordering::Relaxed),
             requests_http2: s.requests_http2.load(Ordering::Relaxed),
+            tls_resumed: s.metrics.tls_resumed.get(),
             requests_in_flight: u64::try_from(s.metrics.in_flight.get()).unwrap_or(0),
             connections_open: s.conns.open(),
             connections_total: s.conns.total(),
@@ -653,7 +657,12 @@ async fn connection(
         Some(tls) => {
             let handshake = tls.acceptor().accept(stream);
             match tokio::time::timeout(shared.cfg.read_timeout, handshake).await {
-                Ok(Ok(s)) => tokio_util::either::Either::Right(s),
+                Ok(Ok(s)) => {
+                    if s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                        shared.metrics.tls_resumed.inc();
+                    }
+                    tokio_util::either::Either::Right(s)
+                }
                 failed => {
                     // A failed or timed-out handshake; the guard closes the connection's slot.
                     shared.metrics.error("tls");

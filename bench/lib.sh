@@ -43,3 +43,54 @@ start_nginx() {
     pids+=($!)
     wait_port "$1"
 }
+
+# start_nginx_tls PORT: a second one-worker nginx answering `GET /` over TLS 1.3 on PORT (HTTP/1.1
+# and h2 by ALPN, session tickets and a session cache, as a real server resumes) and h2 in
+# cleartext on PORT+1 (prior knowledge, h2c), pinned to SERVER_CPU. The certificate is made here
+# for 127.0.0.1 (RSA-2048, signed by a test CA written to $work/tls-ca.pem); returns once both
+# ports accept.
+start_nginx_tls() {
+    local port=$1
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/tls-ca.key" -out "$work/tls-ca.pem" \
+        -days 2 -subj /CN=stampede-bench-ca >/dev/null 2>&1
+    openssl req -newkey rsa:2048 -nodes -keyout "$work/tls.key" -out "$work/tls.csr" \
+        -subj /CN=127.0.0.1 >/dev/null 2>&1
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+        >"$work/tls.ext"
+    openssl x509 -req -in "$work/tls.csr" -CA "$work/tls-ca.pem" -CAkey "$work/tls-ca.key" \
+        -CAcreateserial -out "$work/tls.pem" -days 2 -extfile "$work/tls.ext" >/dev/null 2>&1
+    cat > "$work/nginx-tls.conf" <<CONF
+worker_processes 1;
+worker_rlimit_nofile 5000;
+daemon off;
+pid $work/nginx-tls.pid;
+error_log $work/nginx-tls-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    http2_max_requests 100000000;
+    default_type text/plain;
+    client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
+    uwsgi_temp_path $work; scgi_temp_path $work;
+    ssl_protocols TLSv1.3;
+    ssl_certificate $work/tls.pem;
+    ssl_certificate_key $work/tls.key;
+    ssl_session_cache shared:bench:10m;
+    ssl_session_tickets on;
+    server {
+        listen 127.0.0.1:$port ssl http2 backlog=4096;
+        location = / { return 200 "hello from stampede\n"; }
+    }
+    server {
+        listen 127.0.0.1:$((port + 1)) http2 backlog=4096;
+        location = / { return 200 "hello from stampede\n"; }
+    }
+}
+CONF
+    taskset -c "${SERVER_CPU:-0}" "$NGINX" -c "$work/nginx-tls.conf" -e "$work/nginx-tls-error.log" &
+    pids+=($!)
+    wait_port "$port"
+    wait_port "$((port + 1))"
+}

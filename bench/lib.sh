@@ -70,7 +70,6 @@ http {
     access_log off;
     keepalive_requests 100000000;
     keepalive_timeout 75s;
-    http2_max_requests 100000000;
     default_type text/plain;
     client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
     uwsgi_temp_path $work; scgi_temp_path $work;

@@ -182,21 +182,20 @@ session:
 
 
 def scenario(tag, port, load, new_connection=False, proto="http"):
-    if proto == "sessions":
-        y = WORK / f"{tag}.yaml"
-        y.write_text(f"name: {tag}\ntarget: http://127.0.0.1:{port}\nagents: 1\nrequest_timeout: 10s\n"
-                     f"load: {load}\n" + SESSION.format(users=users_file()))
-        return y
-    step = "  - http: { method: GET, path: / }" + ("\n    new_connection: true" if new_connection else "")
     scheme = "https" if proto in ("tls", "tls-full", "h2") else "http"
     extra = ""
     if scheme == "https":
         extra += f"tls: {{ ca_file: {TLS_CA}" + (", resumption: false" if proto == "tls-full" else "") + " }\n"
     if proto in ("h2", "h2c"):
         extra += 'http_version: "2"\n'
+    if proto == "sessions":
+        session = SESSION.format(users=users_file())
+    else:
+        step = "  - http: { method: GET, path: / }" + ("\n    new_connection: true" if new_connection else "")
+        session = f"session:\n{step}\n"
     y = WORK / f"{tag}.yaml"
     y.write_text(f"name: {tag}\ntarget: {scheme}://127.0.0.1:{port}\nagents: 1\nrequest_timeout: 10s\n"
-                 f"{extra}load: {load}\nsession:\n{step}\n")
+                 f"{extra}load: {load}\n{session}")
     return y
 
 

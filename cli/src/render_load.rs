@@ -39,7 +39,7 @@ pub fn load_text(o: &mut String, r: &Report) {
     if !ports.is_empty() {
         let _ = writeln!(
             o,
-            "Ports (each agent's local ports toward each destination, at peak)"
+            "Ports (each agent's local ports toward each destination, each figure at its own peak)"
         );
         for (a, d) in ports {
             let share = if a.usable_ports > 0 {

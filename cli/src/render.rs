@@ -511,12 +511,13 @@ fn report_lines(r: &Report, wide: bool) -> String {
             }
             let _ = writeln!(
                 o,
-                "  {:<16} completed {:>9}  failed {:>6}  p50 {:>9}  p99 {:>9}",
+                "  {:<16} completed {:>9}  failed {:>6}  p50 {:>9}  p99 {:>9}  {:>7}/s",
                 s.name,
                 s.completed,
                 s.failed,
                 us(s.latency.response_time.p50_us),
-                us(s.latency.response_time.p99_us)
+                us(s.latency.response_time.p99_us),
+                short(s.throughput_rps)
             );
             if let Some(line) = &stream {
                 let _ = writeln!(o, "{line}");

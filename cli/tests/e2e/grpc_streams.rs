@@ -50,6 +50,13 @@ async fn server_streams_are_timed_message_by_message() {
         .expect("a streamed call reports its arrivals");
     assert_eq!(s.events, 50);
     assert_eq!((s.ttfb.count, s.gap.count), (10, 40));
+    // Messages per second over the run's duration.
+    let over = s.events_per_s * r.report.duration_s;
+    assert!(
+        (over - 50.0).abs() < 0.5,
+        "{s:?} over {} s",
+        r.report.duration_s
+    );
     // The first message leaves with the answer's head: far below one gap.
     assert!(s.ttfb.p50_us < 50_000, "{s:?}");
     assert!((85_000..=115_000).contains(&s.gap.p50_us), "{s:?}");

@@ -42,6 +42,13 @@ async fn echo_round_trips_agree_with_the_server() {
     // A round trip is timed from its due time: never below the service time.
     let echo = &step("echo").latency;
     assert!(echo.response_time.p50_us >= echo.service_time.p50_us);
+    // Messages per second: the step's round trips over the run's duration.
+    let per_s = step("echo").throughput_rps;
+    assert!(
+        (per_s * r.duration_s - 200.0).abs() < 1.0,
+        "{per_s}/s over {} s",
+        r.duration_s
+    );
 }
 
 /// A check that fails on the echo fails the step with the check's kind, and the session

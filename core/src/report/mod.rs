@@ -288,6 +288,11 @@ pub struct StepReport {
     pub errors: BTreeMap<String, u64>,
     /// The latencies of this step's successful requests.
     pub latency: Latency,
+    /// Successful requests of this step per second over the run's duration (warm-up left
+    /// out): a WebSocket step's messages per second, a streamed step's replies per second.
+    /// Zero in a capacity search's merged rows, whose steps ran at several rates.
+    #[serde(default)]
+    pub throughput_rps: f64,
     /// A streamed step's arrivals (`stream: sse | chunks`): absent for any other step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamLatency>,
@@ -307,6 +312,9 @@ pub struct CompressedSizes {
 pub struct StreamLatency {
     /// Events (or reads of body bytes) received, all replies together.
     pub events: u64,
+    /// Those events per second over the run's duration (warm-up left out).
+    #[serde(default)]
+    pub events_per_s: f64,
     /// From the intended send to the first event (or body byte): coordinated-omission free,
     /// like the response time.
     pub ttfb: Percentiles,
@@ -315,13 +323,16 @@ pub struct StreamLatency {
 }
 
 impl StreamLatency {
-    /// The stream figures of a step, `None` when it streamed nothing.
-    pub fn of(s: &crate::stats::SparseStepStats) -> Option<Self> {
+    /// The stream figures of a step over `duration_s` seconds, `None` when it streamed
+    /// nothing.
+    pub fn of(s: &crate::stats::SparseStepStats, duration_s: f64) -> Option<Self> {
         if s.ttfb.is_empty() && s.gap.is_empty() {
             return None;
         }
+        let events = s.ttfb.len().saturating_add(s.gap.len());
         Some(Self {
-            events: s.ttfb.len().saturating_add(s.gap.len()),
+            events,
+            events_per_s: events as f64 / duration_s.max(1e-9),
             ttfb: Percentiles::of_sparse(&s.ttfb),
             gap: Percentiles::of_sparse(&s.gap),
         })

@@ -123,7 +123,8 @@ impl RunAccumulator {
                     response_time: Percentiles::of_sparse(&s.response),
                     service_time: Percentiles::of_sparse(&s.service),
                 },
-                stream: crate::report::StreamLatency::of(s),
+                throughput_rps: s.requests_completed as f64 / duration_s,
+                stream: crate::report::StreamLatency::of(s, duration_s),
             })
             .collect();
 

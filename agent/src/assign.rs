@@ -372,13 +372,13 @@ impl Compiler<'_> {
                     }
                 }
                 StepKind::Grpc(g) => {
-                    let stream = crate::grpc::StreamCall::new(g, scenario, slots)
+                    let stream = crate::grpc::StreamCall::new(g, s, scenario, slots)
                         .map_err(|error| StepError::Grpc { at: at(), error })?
                         .map(Arc::new);
                     // A streaming call renders its own templates.
                     let dynamic = match stream {
                         Some(_) => None,
-                        None => crate::grpc::DynamicCall::new(g, scenario, slots)
+                        None => crate::grpc::DynamicCall::new(g, s, scenario, slots)
                             .map_err(|error| StepError::Grpc { at: at(), error })?
                             .map(Arc::new),
                     };

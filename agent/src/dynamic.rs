@@ -28,6 +28,7 @@ mod send;
 mod ws_step;
 
 pub use http_step::{DynamicHttp, HttpCompileError};
+pub use judge::ReplyJudge;
 pub use send::{DynamicSend, SendCompileError};
 pub use ws_step::{After, DynamicWs, WsCompileError};
 

@@ -18,14 +18,14 @@ use stampede_core::grpc::program::{Encoder, ProgramError, VALUE_ERROR};
 use stampede_core::grpc::{
     status_code, status_kind, FrameBytesError, FrameScanner, GrpcCall, MAX_MESSAGE,
 };
-use stampede_core::scenario::Scenario;
+use stampede_core::scenario::{Scenario, Step};
 use stampede_core::stats::error_kind;
 
 mod stream;
 
 pub use stream::StreamCall;
 
-use crate::dynamic::{CompileError, Context, DynamicFields, SessionVars};
+use crate::dynamic::{CompileError, Context, DynamicFields, ReplyJudge, SessionVars};
 use crate::h2::{h2_failure, H2Conn, H2Request};
 use crate::net::Failure;
 
@@ -61,6 +61,8 @@ pub struct DynamicCall {
     metadata: Vec<(http::HeaderName, usize)>,
     /// The program's templates, then the metadata's.
     fields: DynamicFields,
+    /// The step's extraction and checks on the reply, when it has any.
+    judge: Option<ReplyJudge>,
 }
 
 /// Why a gRPC step cannot be compiled; the message names the field relative to the step's
@@ -115,13 +117,16 @@ pub enum GrpcStepError {
 }
 
 impl DynamicCall {
-    /// The templated parts of `call`, or `None` when it has none (it is sent as compiled by
-    /// [`GrpcRequest::new`]). The error names the field.
+    /// The templated parts of `call` and the reply reading of its `step`, or `None` when it
+    /// has neither (it is sent as compiled by [`GrpcRequest::new`]). The error names the
+    /// field.
     pub fn new(
         call: &GrpcCall,
+        step: &Step,
         scenario: &Scenario,
         slots: &BTreeMap<String, usize>,
     ) -> Result<Option<Self>, GrpcStepError> {
+        let judge = ReplyJudge::new(call, &step.extract, step.check.as_ref(), slots);
         let encoder = call
             .program
             .as_ref()
@@ -133,7 +138,7 @@ impl DynamicCall {
             .iter()
             .filter(|(_, t)| t.as_static().is_none())
             .collect();
-        if encoder.is_none() && templated.is_empty() {
+        if encoder.is_none() && templated.is_empty() && judge.is_none() {
             return Ok(None);
         }
         let program = encoder.as_ref().map_or(&[][..], Encoder::templates);
@@ -160,7 +165,18 @@ impl DynamicCall {
             encoder,
             metadata,
             fields,
+            judge,
         }))
+    }
+
+    /// The call's error kind: its reply's, else the first failed check or missing value of
+    /// the message it kept (the values go into the session's slots).
+    pub fn verdict<'s>(&'s self, reply: &Reply, vars: &mut SessionVars) -> Option<&'s str> {
+        match (reply.error, &self.judge) {
+            (Some(kind), _) => Some(kind),
+            (None, Some(j)) => j.judge(vars),
+            (None, None) => None,
+        }
     }
 
     /// Renders and sends one call on a new stream of `conn`: (bytes sent, its reply). A
@@ -211,7 +227,8 @@ impl DynamicCall {
                 return Ok((0, reply));
             }
         };
-        let reply = exchange(conn, &request).await?;
+        let keep = self.judge.as_ref().map(|_| ReplyJudge::buffer(vars));
+        let reply = exchange(conn, &request, keep).await?;
         Ok((request.len() as u64, reply))
     }
 }
@@ -285,7 +302,7 @@ impl GrpcRequest {
 
     /// Sends the call on a new stream of `conn` and reads its answer to the end.
     pub async fn call(&self, conn: &mut H2Conn) -> Result<Reply, Failure> {
-        exchange(conn, &self.request).await
+        exchange(conn, &self.request, None).await
     }
 
     /// The call's method path (`/pkg.Service/Method`), for a failure sample.
@@ -308,8 +325,13 @@ impl GrpcRequest {
     }
 }
 
-/// Sends `request` on a new stream of `conn` and reads its answer to the end.
-async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failure> {
+/// Sends `request` on a new stream of `conn` and reads its answer to the end, keeping its
+/// last message in `keep` when given (for extraction and checks).
+async fn exchange(
+    conn: &mut H2Conn,
+    request: &H2Request,
+    mut keep: Option<&mut Vec<u8>>,
+) -> Result<Reply, Failure> {
     conn.grpc_message = None;
     {
         let response = conn.open(request).await?;
@@ -339,7 +361,11 @@ async fn exchange(conn: &mut H2Conn, request: &H2Request) -> Result<Reply, Failu
             let chunk = chunk.map_err(|e| h2_failure(&e))?;
             reply.received += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
-            if scan.feed(&chunk).is_err() {
+            let fed = match keep.as_deref_mut() {
+                Some(k) => scan.feed_keeping(&chunk, k),
+                None => scan.feed(&chunk),
+            };
+            if fed.is_err() {
                 // Dropping the stream resets it: nothing more of a hostile body is read.
                 reply.error = Some(error_kind::PROTOCOL);
                 return Ok(reply);

@@ -206,9 +206,21 @@ pub struct Response<'a> {
     pub headers: &'a [(String, Vec<u8>)],
     /// The body as captured (at most [`MAX_CAPTURED_BODY`] bytes), decoded when it came compressed.
     pub body: &'a [u8],
+    /// For a gRPC reply, whose body is a protobuf message: where each JSON Pointer is in it
+    /// (compiled by the CLI). `None`: the body is JSON text.
+    pub protobuf: Option<&'a crate::grpc::ReplyPaths>,
 }
 
 impl Response<'_> {
+    /// The value a JSON Pointer names: looked up while the JSON body is parsed, or along
+    /// the pointer's compiled path through a protobuf reply.
+    fn json_at(&self, pointer: &str) -> Option<serde_json::Value> {
+        match self.protobuf {
+            Some(paths) => paths.get(pointer)?.lookup(self.body),
+            None => pointer::lookup(self.body, pointer),
+        }
+    }
+
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
@@ -243,7 +255,7 @@ impl Extract {
     /// The value, or `None` when the response does not hold it.
     pub fn apply(&self, r: &Response<'_>) -> Option<String> {
         let v = match &self.from {
-            Extractor::Json(pointer) => json_text(&pointer::lookup(r.body, pointer)?),
+            Extractor::Json(pointer) => json_text(&r.json_at(pointer)?),
             Extractor::Header(name) => String::from_utf8_lossy(r.header(name)?).into_owned(),
             Extractor::Cookie(name) => set_cookies(r.headers)
                 .find(|(n, _)| n == name)?
@@ -344,7 +356,7 @@ impl Check {
         }
         if !self.json.is_empty() {
             for (pointer, want) in &self.json {
-                let ok = match (pointer::lookup(r.body, pointer), want) {
+                let ok = match (r.json_at(pointer), want) {
                     (None, _) => false,
                     (Some(got), serde_json::Value::String(w)) => json_text(&got) == *w,
                     (Some(got), w) => got == *w,
@@ -371,6 +383,7 @@ mod tests {
             status: 200,
             headers,
             body,
+            protobuf: None,
         }
     }
 

@@ -2,8 +2,10 @@
 //! submitted: each step's message (protobuf JSON) is checked against its method's input type,
 //! with errors that name the field, and encoded into the step's frame
 //! (`stampede_core::grpc::GrpcCall::frame`), or, when its fields hold references, compiled into
-//! the call's descriptor-free encoding program (`program`). Agents only ever see that frame or
-//! program: no descriptor travels with a run.
+//! the call's descriptor-free encoding program (`program`). The JSON Pointers the step's
+//! `extract` and `check` read are compiled against the method's reply type into field-number
+//! paths (`reply`). Agents only ever see those frames, programs and paths: no descriptor
+//! travels with a run.
 //!
 //! Two callers hold a schema. The CLI compiles `grpc.proto_files` from beside the scenario file
 //! ([`compile_files`]) or asks the target's reflection service (its own module, the one with a
@@ -13,6 +15,7 @@
 #![warn(unreachable_pub, missing_docs)]
 
 mod program;
+mod reply;
 mod sources;
 
 use std::path::{Path, PathBuf};
@@ -129,12 +132,21 @@ pub fn compile_sources(
 /// references), then checks the scenario again. Returns how many calls were encoded.
 pub fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<usize, SchemaError> {
     let mut n = 0;
-    for (path, call) in grpc::calls_mut(s) {
-        encode(call, pool).map_err(|(field, why)| SchemaError::Call {
-            path: path.clone(),
+    for grpc::CallMut { step, call, reads } in grpc::calls_mut(s) {
+        let output = encode(call, pool).map_err(|(field, why)| SchemaError::Call {
+            path: format!("{step}.grpc"),
             field,
             why,
         })?;
+        call.reply.clear();
+        for (pointer, field) in reads {
+            let path = reply::compile(&output, &pointer).map_err(|why| SchemaError::Call {
+                path: step.clone(),
+                field: field.clone(),
+                why,
+            })?;
+            call.reply.insert(pointer, path);
+        }
         n += 1;
     }
     s.validate()?;
@@ -150,8 +162,12 @@ enum Encoded {
 }
 
 /// Encodes `call` in place: its streaming kind, and its message's frame or program (each
-/// listed message's for a client-streaming call); or `(field, reason)`.
-fn encode(call: &mut GrpcCall, pool: &DescriptorPool) -> Result<(), (String, String)> {
+/// listed message's for a client-streaming call); or `(field, reason)`. Returns the method's
+/// reply type, which the step's extraction and checks read.
+fn encode(
+    call: &mut GrpcCall,
+    pool: &DescriptorPool,
+) -> Result<prost_reflect::MessageDescriptor, (String, String)> {
     let (service, method) = call.parts().ok_or_else(|| {
         (
             "method".to_string(),
@@ -202,7 +218,7 @@ fn encode(call: &mut GrpcCall, pool: &DescriptorPool) -> Result<(), (String, Str
             }
             Encoded::Program(p) => call.program = Some(p),
         }
-        return Ok(());
+        return Ok(m.output());
     }
     call.encoded = call
         .messages
@@ -221,7 +237,7 @@ fn encode(call: &mut GrpcCall, pool: &DescriptorPool) -> Result<(), (String, Str
             })
         })
         .collect::<Result<_, _>>()?;
-    Ok(())
+    Ok(m.output())
 }
 
 /// One message's frame or program; errors name the field under `at` (`message`,

@@ -223,6 +223,7 @@ impl DynamicHttp {
             status,
             headers: &vars.capture.headers,
             body: &vars.capture.body,
+            protobuf: None,
         };
         if self.cookies {
             for (name, value) in stampede_core::extract::set_cookies(seen.headers) {

@@ -1,5 +1,5 @@
-//! A step's extraction and checks, compiled once: one judge for an HTTP response and for a
-//! tcp or udp reply's payload.
+//! A step's extraction and checks, compiled once: one judge for an HTTP response, a
+//! tcp, udp or WebSocket payload and a gRPC reply message.
 
 use std::collections::BTreeMap;
 
@@ -56,5 +56,51 @@ impl Judge {
             }
         }
         None
+    }
+}
+
+/// A gRPC step's extraction and checks, and where each of their JSON Pointers is in the
+/// reply's protobuf (the CLI's compiled paths): the call keeps its last reply message in the
+/// session's reply buffer, then this judges it. The agent still holds no descriptor.
+#[derive(Debug)]
+pub struct ReplyJudge {
+    judge: Judge,
+    paths: stampede_core::grpc::ReplyPaths,
+}
+
+impl ReplyJudge {
+    /// The judge of `call`'s step, or `None` when the step neither extracts nor checks.
+    pub fn new(
+        call: &stampede_core::grpc::GrpcCall,
+        extract: &BTreeMap<String, Extract>,
+        check: Option<&Check>,
+        slots: &BTreeMap<String, usize>,
+    ) -> Option<Self> {
+        let judge = Judge::new(extract, check, slots);
+        (!judge.is_empty()).then(|| Self {
+            judge,
+            paths: call.reply.clone(),
+        })
+    }
+
+    /// The buffer a call keeps its last reply message in: cleared here, filled by the call.
+    pub fn buffer(vars: &mut super::SessionVars) -> &mut Vec<u8> {
+        vars.reply.clear();
+        &mut vars.reply
+    }
+
+    /// Judges the message the call kept: the error kind of the first failed check or missing
+    /// value; the values go into the session's slots.
+    pub fn judge(&self, vars: &mut super::SessionVars) -> Option<&str> {
+        let seen = Seen {
+            status: 200,
+            headers: &[],
+            body: &vars.reply,
+            protobuf: Some(&self.paths),
+        };
+        if let Some(kind) = self.judge.check(&seen) {
+            return Some(kind);
+        }
+        self.judge.extract(&seen, &mut vars.values)
     }
 }

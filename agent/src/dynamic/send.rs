@@ -73,6 +73,7 @@ impl DynamicSend {
             status: 0,
             headers: &[],
             body: &vars.reply,
+            protobuf: None,
         };
         if let Some(kind) = self.judge.check(&seen) {
             return Some(kind);

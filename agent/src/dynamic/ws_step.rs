@@ -245,6 +245,7 @@ impl DynamicWs {
                 status: 0,
                 headers: &[],
                 body: &m.payload,
+                protobuf: None,
             };
             if let Some(kind) = self.judge.check(&seen) {
                 out.error = Some(kind);

@@ -18,12 +18,12 @@ use stampede_core::grpc::streaming::MESSAGES_ERROR;
 use stampede_core::grpc::{
     frame_from_base64, status_code, status_kind, FrameScanner, GrpcCall, Streaming, MAX_MESSAGE,
 };
-use stampede_core::scenario::Scenario;
+use stampede_core::scenario::{Scenario, Step};
 use stampede_core::stats::error_kind;
 use tokio::time::Instant;
 
 use super::{grpc_message, GrpcRequest, GrpcStepError, Reply};
-use crate::dynamic::{Context, DynamicFields, SessionVars};
+use crate::dynamic::{Context, DynamicFields, ReplyJudge, SessionVars};
 use crate::h2::{h2_failure, H2Conn};
 use crate::http1::stream::Arrivals;
 use crate::net::Failure;
@@ -52,6 +52,8 @@ pub struct StreamCall {
     metadata: Vec<(http::HeaderName, usize)>,
     /// The parts' templates, then the metadata's; `None` when there are none.
     fields: Option<DynamicFields>,
+    /// The step's extraction and checks on the last server message, when it has any.
+    judge: Option<ReplyJudge>,
 }
 
 /// What a streamed call brought back: bytes sent, the reply and its messages' arrivals.
@@ -62,12 +64,14 @@ impl StreamCall {
     /// field.
     pub fn new(
         call: &GrpcCall,
+        step: &Step,
         scenario: &Scenario,
         slots: &BTreeMap<String, usize>,
     ) -> Result<Option<Self>, GrpcStepError> {
         let Some(kind) = call.streaming else {
             return Ok(None);
         };
+        let judge = ReplyJudge::new(call, &step.extract, step.check.as_ref(), slots);
         let mut parts = Vec::new();
         let mut templates = Vec::new();
         let mut add = |frame: Option<&str>,
@@ -148,12 +152,25 @@ impl StreamCall {
             expect: call.expect.and_then(|e| e.messages),
             metadata,
             fields,
+            judge,
         }))
     }
 
-    /// Whether the call renders templates, and so needs the run's dynamic context.
+    /// Whether the call renders templates or reads its reply, and so needs the run's
+    /// dynamic context.
     pub fn is_dynamic(&self) -> bool {
-        self.fields.is_some()
+        self.fields.is_some() || self.judge.is_some()
+    }
+
+    /// The call's error kind: its reply's, else the first failed check or missing value of
+    /// the last server message (the values go into the session's slots).
+    pub fn verdict<'s>(&'s self, reply: &Reply, vars: Option<&mut SessionVars>) -> Option<&'s str> {
+        match (reply.error, &self.judge, vars) {
+            (Some(kind), _, _) => Some(kind),
+            (None, Some(j), Some(v)) => j.judge(v),
+            (None, Some(_), None) => Some(error_kind::PROTOCOL),
+            (None, None, _) => None,
+        }
     }
 
     /// Runs one call on a new stream of `conn`: renders its messages and metadata (a value
@@ -163,10 +180,10 @@ impl StreamCall {
         &self,
         conn: &mut H2Conn,
         base: &GrpcRequest,
-        dynamic: Option<(&Context, &mut SessionVars)>,
+        mut dynamic: Option<(&Context, &mut SessionVars)>,
     ) -> Result<Streamed, Failure> {
         let mut headers = base.headers.clone();
-        let frames = match (&self.fields, dynamic) {
+        let frames = match (&self.fields, dynamic.as_mut()) {
             (None, _) => Ok(self
                 .parts
                 .iter()
@@ -205,7 +222,11 @@ impl StreamCall {
         conn.grpc_message = None;
         let (response, mut stream) = conn.open_stream(req).await?;
         let sending = send_all(&mut stream, &frames, self.rounds, self.gap);
-        let receiving = self.receive(response);
+        let keep = match (&self.judge, dynamic) {
+            (Some(_), Some((_, vars))) => Some(ReplyJudge::buffer(vars)),
+            _ => None,
+        };
+        let receiving = self.receive(response, keep);
         tokio::pin!(sending, receiving);
         let mut sent_all = false;
         let (reply, arrivals, message) = loop {
@@ -255,6 +276,7 @@ impl StreamCall {
     async fn receive(
         &self,
         response: h2::client::ResponseFuture,
+        mut keep: Option<&mut Vec<u8>>,
     ) -> Result<(Reply, Option<Box<Arrivals>>, Option<Box<str>>), Failure> {
         let response = response.await.map_err(|e| h2_failure(&e))?;
         let status = response.status().as_u16();
@@ -285,7 +307,11 @@ impl StreamCall {
             reply.received += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
             let before = scan.messages();
-            if scan.feed(&chunk).is_err() {
+            let fed = match keep.as_deref_mut() {
+                Some(k) => scan.feed_keeping(&chunk, k),
+                None => scan.feed(&chunk),
+            };
+            if fed.is_err() {
                 // Dropping the stream resets it: nothing more of a hostile body is read.
                 reply.error = Some(error_kind::PROTOCOL);
                 return Ok((reply, None, None));

@@ -10,6 +10,7 @@ mod endurance;
 mod faults;
 mod first_hour;
 mod grpc;
+mod grpc_reply;
 mod grpc_streams;
 mod mixes;
 mod mtls;

@@ -2,6 +2,7 @@
 //! again wherever a scenario is read, and response bodies counted without trusting a length.
 
 use super::{MAX_MESSAGE, PREFIX};
+use crate::extract::MAX_CAPTURED_BODY;
 use crate::protocol::PayloadError;
 
 /// An encoded request message past [`MAX_MESSAGE`], which no server would accept.
@@ -79,10 +80,29 @@ impl FrameScanner {
     }
 
     /// Reads the next chunk of the body.
-    pub fn feed(&mut self, mut chunk: &[u8]) -> Result<(), FrameError> {
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
+        self.feed_into(chunk, None)
+    }
+
+    /// Reads the next chunk of the body, keeping the bytes of the message being read in
+    /// `last` (its first [`MAX_CAPTURED_BODY`] bytes, without its prefix): once the body
+    /// has ended, `last` holds its last message, for extraction and checks.
+    pub fn feed_keeping(&mut self, chunk: &[u8], last: &mut Vec<u8>) -> Result<(), FrameError> {
+        self.feed_into(chunk, Some(last))
+    }
+
+    fn feed_into(
+        &mut self,
+        mut chunk: &[u8],
+        mut keep: Option<&mut Vec<u8>>,
+    ) -> Result<(), FrameError> {
         while !chunk.is_empty() {
             if self.remaining > 0 {
                 let n = chunk.len().min(self.remaining as usize);
+                if let Some(k) = keep.as_deref_mut() {
+                    let room = MAX_CAPTURED_BODY.saturating_sub(k.len());
+                    k.extend_from_slice(&chunk[..n.min(room)]);
+                }
                 self.remaining -= n as u32;
                 chunk = &chunk[n..];
                 if self.remaining == 0 {
@@ -109,6 +129,9 @@ impl FrameScanner {
             ]);
             if len > self.max {
                 return Err(FrameError::TooLong(len));
+            }
+            if let Some(k) = keep.as_deref_mut() {
+                k.clear();
             }
             if len == 0 {
                 self.messages = self.messages.saturating_add(1);

@@ -26,6 +26,7 @@
 mod frame;
 pub mod message;
 pub mod program;
+pub mod reply;
 pub mod streaming;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{frame, FrameBytesError, FrameError, FrameScanner, MessageTooLong};
 pub use message::GrpcMessage;
 pub use program::MessageProgram;
+pub use reply::{ReplyPath, ReplyPaths};
 pub use streaming::{EncodedMessage, GrpcExpect, SendPlan, Streaming};
 
 use crate::scenario::{Scenario, ScenarioError, StepKind};
@@ -116,6 +118,11 @@ pub struct GrpcCall {
     /// Written by the CLI, not by hand: each of `messages` encoded, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub encoded: Vec<EncodedMessage>,
+    /// Written by the CLI, not by hand: each JSON Pointer the step's `extract` and `check`
+    /// read, compiled against the method's reply type into field numbers ([`reply`]), so an
+    /// agent reads the reply without its descriptor.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reply: ReplyPaths,
 }
 
 impl GrpcOptions {
@@ -247,7 +254,35 @@ impl GrpcCall {
             }
             program::Encoder::new(p).map_err(|e| field("program", e.to_string()))?;
         }
+        for (pointer, path) in &self.reply {
+            path.check()
+                .map_err(|e| field(&format!("reply.{pointer}"), e.to_string()))?;
+        }
         streaming::check(self)
+    }
+
+    /// Checks that the compiled reply paths are exactly the JSON Pointers `reads` (those of
+    /// the step's `extract` and `check`) once the call is encoded; the error is `(field
+    /// suffix, reason)`. Before the CLI resolves the call it has none, and that is fine.
+    pub fn check_reply<V>(&self, reads: &BTreeMap<&str, V>) -> Result<(), (String, String)> {
+        if !self.is_resolved() {
+            return Ok(());
+        }
+        if let Some(p) = reads.keys().find(|p| !self.reply.contains_key(**p)) {
+            return Err((
+                "reply".into(),
+                format!(
+                    "`{p}` is not compiled against the method's reply: gRPC steps are resolved by the CLI (stampede run)"
+                ),
+            ));
+        }
+        if let Some(p) = self.reply.keys().find(|p| !reads.contains_key(p.as_str())) {
+            return Err((
+                format!("reply.{p}"),
+                "no extract or check of the step reads it".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the CLI has encoded the call (its frame, or its program; each listed
@@ -362,17 +397,36 @@ pub fn first_unresolved(s: &Scenario) -> Option<String> {
     })
 }
 
-/// Every gRPC call of the scenario with its field path (`session[2].grpc`): the CLI's
-/// resolution fills their frames.
-pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = (String, &mut GrpcCall)> {
+/// A gRPC call of the scenario as the CLI's resolution sees it.
+#[derive(Debug)]
+pub struct CallMut<'a> {
+    /// The step's field path (`session[2]`).
+    pub step: String,
+    /// The call, whose frames and reply paths the resolution fills.
+    pub call: &'a mut GrpcCall,
+    /// The JSON Pointers the step's `extract` and `check` read, each with the first field
+    /// that reads it (`extract.token`, `check.json`).
+    pub reads: BTreeMap<String, String>,
+}
+
+/// Every gRPC call of the scenario: the CLI's resolution fills their frames.
+pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = CallMut<'_>> {
     s.step_lists_mut().into_iter().flat_map(|(path, steps)| {
-        steps
-            .iter_mut()
-            .enumerate()
-            .filter_map(move |(i, st)| match &mut st.kind {
-                StepKind::Grpc(g) => Some((format!("{path}[{i}].grpc"), g)),
+        steps.iter_mut().enumerate().filter_map(move |(i, st)| {
+            let reads = st
+                .json_pointers()
+                .into_iter()
+                .map(|(p, f)| (p.to_string(), f))
+                .collect();
+            match &mut st.kind {
+                StepKind::Grpc(g) => Some(CallMut {
+                    step: format!("{path}[{i}]"),
+                    call: g,
+                    reads,
+                }),
                 _ => None,
-            })
+            }
+        })
     })
 }
 
@@ -556,6 +610,30 @@ mod tests {
     }
 
     #[test]
+    fn a_resolved_call_carries_exactly_the_paths_its_step_reads() {
+        let mut c = call("p.S/M");
+        let reads = BTreeMap::from([("/a", "extract.a")]);
+        // Before the CLI resolves the call, it has no paths, and that is fine.
+        assert_eq!(c.check_reply(&reads), Ok(()));
+        c.frame = Some(crate::protocol::encode_base64(&frame(b"").unwrap()));
+        let (field, why) = c.check_reply(&reads).unwrap_err();
+        assert_eq!(field, "reply");
+        assert!(why.contains("`/a` is not compiled"), "{why}");
+        let path: ReplyPath =
+            serde_json::from_str(r#"{"hops":[{"field":1}],"kind":"string"}"#).unwrap();
+        c.reply.insert("/a".into(), path.clone());
+        assert_eq!(c.check_reply(&reads), Ok(()));
+        c.reply.insert("/b".into(), path);
+        assert_eq!(c.check_reply(&reads).unwrap_err().0, "reply./b");
+        c.reply.remove("/b");
+        c.reply.get_mut("/a").unwrap().hops.clear();
+        assert_eq!(
+            c.check(),
+            Err(("reply./a".to_string(), "the path has no field".to_string()))
+        );
+    }
+
+    #[test]
     fn hostile_lengths_are_refused_at_the_prefix() {
         let mut s = FrameScanner::new(16);
         // A length of 4 GiB is refused as soon as its prefix is whole, never waited for.
@@ -734,6 +812,31 @@ mod tests {
                 at = p;
             }
             prop_assert_eq!(s.finish(), Ok(lens.len() as u32));
+        }
+
+        /// However the body is cut, the kept bytes are the last message's, whole.
+        #[test]
+        fn chunking_keeps_the_last_message(
+            lens in proptest::collection::vec(0usize..40, 1..6),
+            cuts in proptest::collection::vec(0usize..300, 0..8),
+        ) {
+            let messages: Vec<Vec<u8>> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (0..n).map(|b| (b + i) as u8).collect())
+                .collect();
+            let body: Vec<u8> = messages.iter().flat_map(|m| frame(m).unwrap()).collect();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+            points.sort_unstable();
+            let mut s = FrameScanner::new(64);
+            let mut kept = vec![0xee; 3];
+            let mut at = 0;
+            for p in points.into_iter().chain([body.len()]) {
+                s.feed_keeping(&body[at..p], &mut kept).unwrap();
+                at = p;
+            }
+            prop_assert_eq!(s.finish(), Ok(lens.len() as u32));
+            prop_assert_eq!(&kept, messages.last().unwrap());
         }
 
         #[test]

@@ -205,6 +205,24 @@ impl Step {
         }
     }
 
+    /// The JSON Pointers the step's `extract` and `check` read, each with the first field
+    /// that reads it (`extract.token`, `check.json`); a gRPC step's are compiled against its
+    /// reply type by the CLI.
+    pub fn json_pointers(&self) -> BTreeMap<&str, String> {
+        let mut out = BTreeMap::new();
+        for (name, e) in &self.extract {
+            if let crate::extract::Extractor::Json(p) = &e.from {
+                out.entry(p.as_str())
+                    .or_insert_with(|| format!("extract.{name}"));
+            }
+        }
+        for p in self.check.iter().flat_map(|c| c.json.keys()) {
+            out.entry(p.as_str())
+                .or_insert_with(|| "check.json".to_string());
+        }
+        out
+    }
+
     /// How many times the step runs per session (`repeat:`, default 1).
     pub fn repeat(&self) -> u32 {
         self.repeat.unwrap_or(1)

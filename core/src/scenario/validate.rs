@@ -301,7 +301,10 @@ impl Scenario {
                 self.check_refs(t, &defined, false)
                     .map_err(|why| ScenarioError::invalid(format!("{path}[{i}].{field}"), why))?;
             }
-            if !step.extract.is_empty() || step.check.is_some() {
+            if !step.extract.is_empty()
+                || step.check.is_some()
+                || matches!(step.kind, StepKind::Grpc(_))
+            {
                 check_reply_reading(step, &format!("{path}[{i}]"))?;
             }
             check_extraction(step, &format!("{path}[{i}]"))?;
@@ -416,19 +419,25 @@ pub(super) fn check_extraction(step: &Step, at: &str) -> Result<(), ScenarioErro
     Ok(())
 }
 
-/// What a step's extraction and checks may read: everything of an HTTP response; of a tcp
-/// or udp reply only its payload (the body), as it has no status, headers or cookies; nothing
-/// of a gRPC reply, whose messages are protobuf and which are not captured.
+/// What a step's extraction and checks may read: everything of an HTTP response; of a tcp,
+/// udp or WebSocket reply only its payload (the body), as it has no status, headers or
+/// cookies; of a gRPC reply its (last) message, whose JSON Pointers the CLI compiles into
+/// field numbers (`grpc.reply`).
 pub(super) fn check_reply_reading(step: &Step, at: &str) -> Result<(), ScenarioError> {
     let kind = match &step.kind {
         StepKind::Http(_) => return Ok(()),
         StepKind::Tcp(_) => "tcp",
         StepKind::Udp(_) => "udp",
         StepKind::Ws(_) => "ws",
-        StepKind::Grpc(_) | StepKind::Think(_) => {
+        StepKind::Grpc(g) => {
+            g.check_reply(&step.json_pointers())
+                .map_err(|(f, why)| ScenarioError::invalid(format!("{at}.grpc.{f}"), why))?;
+            "grpc"
+        }
+        StepKind::Think(_) => {
             return Err(ScenarioError::invalid(
                 at,
-                "extract and check apply to http, tcp, udp and ws steps",
+                "extract and check apply to http, tcp, udp, ws and grpc steps",
             ))
         }
     };

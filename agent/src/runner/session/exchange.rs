@@ -226,7 +226,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
                     .map(|(sent, reply, arrivals)| Answer {
                         sent,
                         received: reply.received,
-                        error: reply.error,
+                        error: st.verdict(&reply, vars.as_deref_mut()),
                         status: reply.status,
                         keep_alive: true,
                         grpc: reply.grpc_status,
@@ -247,7 +247,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
                         .map(|(sent, reply)| Answer {
                             sent,
                             received: reply.received,
-                            error: reply.error,
+                            error: d.verdict(&reply, v),
                             status: reply.status,
                             keep_alive: true,
                             grpc: reply.grpc_status,

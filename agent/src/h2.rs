@@ -178,7 +178,7 @@ pub(crate) fn h2_failure(e: &h2::Error) -> Failure {
         // such as a client certificate refused after a TLS 1.3 handshake, or a bad record)
         // is `InvalidData`, which a plain socket never returns.
         if io.kind() == std::io::ErrorKind::InvalidData {
-            return Failure(error_kind::TLS);
+            return Failure(crate::tls::tls_kind(io).unwrap_or(error_kind::TLS));
         }
         return io_failure(io, false);
     }

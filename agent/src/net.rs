@@ -224,10 +224,10 @@ pub fn connect_failure(e: &io::Error) -> Failure {
 
 /// Maps an error on an open connection to its kind. A TLS error after the handshake (an
 /// alert: with TLS 1.3 a server refuses a client certificate, or its absence, only after the
-/// client finished its side of the handshake) is `tls`.
+/// client finished its side of the handshake) is `tls_refused` or another `tls_*` reason.
 pub fn io_failure(e: &io::Error, writing: bool) -> Failure {
-    if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
-        return Failure(error_kind::TLS);
+    if let Some(kind) = crate::tls::tls_kind(e) {
+        return Failure(kind);
     }
     Failure(match e.kind() {
         io::ErrorKind::ConnectionReset

@@ -156,15 +156,46 @@ fn roots(opts: &TlsOptions) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// A handshake that fails for TLS reasons is `tls`; a socket error keeps its own kind.
+/// A handshake that fails for TLS reasons is `tls` or a `tls_*` kind naming the reason; a
+/// socket error keeps its own kind.
 fn handshake_failure(e: &std::io::Error) -> Failure {
     use std::io::ErrorKind;
-    let tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
-        || matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof);
-    if tls {
+    if let Some(kind) = tls_kind(e) {
+        return Failure(kind);
+    }
+    if matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof) {
         Failure(error_kind::TLS)
     } else {
         io_failure(e, false)
+    }
+}
+
+/// The kind of an I/O error that carries a TLS failure: rustls's error inside it, or, where a
+/// layer kept only its text (h2 hands each stream the connection's error as a kind and a
+/// message), the alert that text names. `None` for a socket error.
+pub(crate) fn tls_kind(e: &std::io::Error) -> Option<&'static str> {
+    if let Some(r) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        return Some(rustls_kind(r));
+    }
+    // rustls writes an alert as "received fatal alert: <description>".
+    (e.kind() == std::io::ErrorKind::InvalidData && e.to_string().contains("received fatal alert"))
+        .then_some(error_kind::TLS_REFUSED)
+}
+
+/// The error kind naming why rustls refused a connection.
+pub(crate) fn rustls_kind(e: &rustls::Error) -> &'static str {
+    use rustls::{CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => error_kind::TLS_UNKNOWN_ISSUER,
+            C::NotValidForName | C::NotValidForNameContext { .. } => error_kind::TLS_NAME_MISMATCH,
+            C::Expired | C::ExpiredContext { .. } => error_kind::TLS_EXPIRED,
+            C::NotValidYet | C::NotValidYetContext { .. } => error_kind::TLS_NOT_YET_VALID,
+            _ => error_kind::TLS_BAD_CERTIFICATE,
+        },
+        E::AlertReceived(_) | E::NoCertificatesPresented => error_kind::TLS_REFUSED,
+        E::PeerIncompatible(_) | E::NoApplicationProtocol => error_kind::TLS_INCOMPATIBLE,
+        _ => error_kind::TLS,
     }
 }
 
@@ -221,6 +252,44 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_names_its_reason() {
+        use rustls::{AlertDescription, CertificateError as C, Error as E};
+        let io = |e: E| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let cases = [
+            (
+                E::InvalidCertificate(C::UnknownIssuer),
+                "tls_unknown_issuer",
+            ),
+            (
+                E::InvalidCertificate(C::NotValidForName),
+                "tls_name_mismatch",
+            ),
+            (E::InvalidCertificate(C::Expired), "tls_expired"),
+            (E::InvalidCertificate(C::NotValidYet), "tls_not_yet_valid"),
+            (E::InvalidCertificate(C::Revoked), "tls_bad_certificate"),
+            (
+                E::AlertReceived(AlertDescription::CertificateRequired),
+                "tls_refused",
+            ),
+            (E::NoApplicationProtocol, "tls_incompatible"),
+            (E::DecryptError, "tls"),
+        ];
+        for (e, kind) in cases {
+            let text = e.to_string();
+            assert_eq!(handshake_failure(&io(e)).0, kind, "{text}");
+        }
+        // h2 keeps only the kind and text of the connection's error: the alert is still named.
+        let alert = E::AlertReceived(AlertDescription::BadCertificate).to_string();
+        let kept = std::io::Error::new(std::io::ErrorKind::InvalidData, alert);
+        assert_eq!(tls_kind(&kept), Some("tls_refused"));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            (tls_kind(&reset), handshake_failure(&reset).0),
+            (None, "reset")
+        );
+    }
 
     #[test]
     fn the_server_name_comes_from_the_options_or_the_host() {

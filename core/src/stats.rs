@@ -41,9 +41,33 @@ pub mod error_kind {
     /// An answer that breaks its protocol: a malformed HTTP head or frame, a length past the
     /// limits, a WebSocket upgrade not accepted properly.
     pub const PROTOCOL: &str = "protocol";
-    /// The TLS handshake failed, or the server sent an alert afterwards (a refused client
-    /// certificate, with TLS 1.3).
+    /// The TLS handshake failed for a reason none of the `tls_*` kinds names (a server that
+    /// does not speak TLS, a malformed record).
     pub const TLS: &str = "tls";
+    /// The server's certificate chain leads to no trusted authority (`tls.ca_file` missing, or
+    /// a self-signed target).
+    pub const TLS_UNKNOWN_ISSUER: &str = "tls_unknown_issuer";
+    /// The server's certificate is not valid for the name asked for (`tls.server_name` or the
+    /// target's host).
+    pub const TLS_NAME_MISMATCH: &str = "tls_name_mismatch";
+    /// The server's certificate has expired.
+    pub const TLS_EXPIRED: &str = "tls_expired";
+    /// The server's certificate is not valid yet (or this machine's clock is behind).
+    pub const TLS_NOT_YET_VALID: &str = "tls_not_yet_valid";
+    /// The server's certificate is refused for another reason (revoked, a bad signature, an
+    /// unsupported algorithm, a malformed certificate).
+    pub const TLS_BAD_CERTIFICATE: &str = "tls_bad_certificate";
+    /// The server refused the handshake with an alert: a client certificate it wants or does
+    /// not trust (with TLS 1.3 the refusal arrives just after the handshake), or a version or
+    /// cipher it will not use.
+    pub const TLS_REFUSED: &str = "tls_refused";
+    /// No TLS version, cipher suite or application protocol (ALPN) both sides accept.
+    pub const TLS_INCOMPATIBLE: &str = "tls_incompatible";
+
+    /// Whether `kind` is a TLS failure (`tls` or a `tls_*` reason).
+    pub fn is_tls(kind: &str) -> bool {
+        kind == TLS || kind.starts_with("tls_")
+    }
     /// A rendered template would break the request (a line break in a header value).
     pub const TEMPLATE: &str = "template";
     /// The server closed the WebSocket while a step waited on it.

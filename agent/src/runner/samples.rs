@@ -168,7 +168,7 @@ impl SampleRecorder {
         // A failed connect sent nothing, and a rendered step has not rendered this request
         // yet: what its session rendered last was another one.
         let connect =
-            failed.kind.starts_with(error_kind::CONNECT) || failed.kind == error_kind::TLS;
+            failed.kind.starts_with(error_kind::CONNECT) || error_kind::is_tls(failed.kind);
         let request = match step {
             StepPlan::HttpDynamic { .. } | StepPlan::Ws { .. } if connect => Sent::default(),
             _ => sent(step, vars),

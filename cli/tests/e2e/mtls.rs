@@ -84,8 +84,8 @@ async fn a_client_certificate_is_presented_and_its_absence_is_a_tls_error() {
         assert_eq!(r.totals.completed, 0, "{what}: {:?}", r.totals);
         assert_eq!(
             r.totals.errors.iter().collect::<Vec<_>>(),
-            [(&"tls".to_string(), &20)],
-            "{what}: each session fails at its handshake"
+            [(&"tls_refused".to_string(), &20)],
+            "{what}: each session fails at its handshake, refused by the server"
         );
     };
     tls_only(&run_local(&scenario(&url, &trust)).await, "no certificate");
@@ -199,7 +199,7 @@ async fn wss_and_grpcs_present_the_client_certificate() {
     let r = run_local(&wss(&trust)).await;
     assert_eq!(
         r.totals.errors.iter().collect::<Vec<_>>(),
-        [(&"tls".to_string(), &10)],
+        [(&"tls_refused".to_string(), &10)],
         "no certificate: each upgrade fails at its handshake"
     );
     let r = run_local(&wss(&signed)).await;
@@ -234,7 +234,7 @@ async fn wss_and_grpcs_present_the_client_certificate() {
     assert!(
         t.errors
             .keys()
-            .all(|k| ["tls", "reset"].contains(&k.as_str())),
+            .all(|k| ["tls_refused", "reset"].contains(&k.as_str())),
         "{:?}",
         t.errors
     );

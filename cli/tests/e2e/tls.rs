@@ -72,30 +72,36 @@ async fn https_http1_and_h2_by_alpn_count_match() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_misnamed_or_plaintext_servers_are_tls_errors() {
     let (server, url, pem, _stop) = https_target().await;
-    let tls_only = |r: &Report| {
+    let tls_only = |r: &Report, kind: &str| {
         assert_eq!(r.totals.completed, 0, "{:?}", r.totals);
         assert_eq!(
             r.totals.errors.iter().collect::<Vec<_>>(),
-            [(&"tls".to_string(), &20)],
-            "each session fails at its handshake"
+            [(&kind.to_string(), &20)],
+            "each session fails at its handshake, the reason named"
         );
     };
     // The system's authorities do not know a self-signed certificate. (On a machine with no
     // authorities at all, the agent refuses the run up front, asking for tls.ca_file.)
     if std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
-        tls_only(&run_local(&scenario(&url, ""), 1).await);
+        tls_only(
+            &run_local(&scenario(&url, ""), 1).await,
+            "tls_unknown_issuer",
+        );
     }
     // Trusted, but it names localhost and 127.0.0.1, not this name.
     let misnamed = format!(
         "tls: {{ ca_pem: {}, server_name: api.example.test }}\n",
         serde_json::to_string(&pem).unwrap()
     );
-    tls_only(&run_local(&scenario(&url, &misnamed), 1).await);
+    tls_only(
+        &run_local(&scenario(&url, &misnamed), 1).await,
+        "tls_name_mismatch",
+    );
     assert!(server.stats().requests_total == 0);
     // A cleartext HTTP server answers the ClientHello with garbage.
     let plain = crate::Target::start(0).await;
     let url = plain.url.replace("http://", "https://");
-    tls_only(&run_local(&scenario(&url, &trusting(&pem)), 1).await);
+    tls_only(&run_local(&scenario(&url, &trusting(&pem)), 1).await, "tls");
 }
 
 /// Through the CLI: `tls.ca_file` is read next to the scenario, and `insecure_skip_verify`

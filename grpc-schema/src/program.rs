@@ -432,7 +432,8 @@ fn literal(message: &GrpcMessage, path: &str, value: &Value) -> Value {
     }
 }
 
-fn scalar(kind: &Kind) -> Scalar {
+/// The scalar type of a field of kind `kind` (a message is never asked for).
+pub(crate) fn scalar(kind: &Kind) -> Scalar {
     match kind {
         Kind::Double => Scalar::Double,
         Kind::Float => Scalar::Float,

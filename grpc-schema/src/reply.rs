@@ -4,7 +4,7 @@
 //! element of a repeated field by its index: `/items/0/sku`.
 
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
-use stampede_core::grpc::reply::{Hop, ReplyPath, ScalarKind, MAX_HOPS};
+use stampede_core::grpc::reply::{Hop, ReplyPath, MAX_HOPS};
 
 /// The path of `pointer` in `reply`; the error says why it names no scalar value.
 pub(crate) fn compile(reply: &MessageDescriptor, pointer: &str) -> Result<ReplyPath, String> {
@@ -104,31 +104,14 @@ fn unescape(segment: &str) -> String {
 }
 
 fn leaf(field: &FieldDescriptor, hops: Vec<Hop>, kind: Kind) -> ReplyPath {
-    let (kind, enum_names) = match kind {
-        Kind::Double => (ScalarKind::Double, Default::default()),
-        Kind::Float => (ScalarKind::Float, Default::default()),
-        Kind::Int32 => (ScalarKind::Int32, Default::default()),
-        Kind::Int64 => (ScalarKind::Int64, Default::default()),
-        Kind::Uint32 => (ScalarKind::Uint32, Default::default()),
-        Kind::Uint64 => (ScalarKind::Uint64, Default::default()),
-        Kind::Sint32 => (ScalarKind::Sint32, Default::default()),
-        Kind::Sint64 => (ScalarKind::Sint64, Default::default()),
-        Kind::Fixed32 => (ScalarKind::Fixed32, Default::default()),
-        Kind::Fixed64 => (ScalarKind::Fixed64, Default::default()),
-        Kind::Sfixed32 => (ScalarKind::Sfixed32, Default::default()),
-        Kind::Sfixed64 => (ScalarKind::Sfixed64, Default::default()),
-        Kind::Bool => (ScalarKind::Bool, Default::default()),
-        Kind::String => (ScalarKind::String, Default::default()),
-        Kind::Bytes => (ScalarKind::Bytes, Default::default()),
-        Kind::Enum(e) => (
-            ScalarKind::Enum,
-            e.values()
-                .map(|v| (v.number(), v.name().to_string()))
-                .collect(),
-        ),
-        // A message is never a leaf: the caller walks into it.
-        Kind::Message(_) => (ScalarKind::Bytes, Default::default()),
+    let enum_names = match &kind {
+        Kind::Enum(e) => e
+            .values()
+            .map(|v| (v.number(), v.name().to_string()))
+            .collect(),
+        _ => Default::default(),
     };
+    let kind = crate::program::scalar(&kind);
     ReplyPath {
         hops,
         kind,

@@ -40,7 +40,7 @@ const ECHO_WORK: &str = "  - grpc:
 ";
 
 /// Runs the binary on `text` off the runtime (the target is served on it meanwhile).
-async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun {
+pub(crate) async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun {
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || cli_run_local(&dir, name, &text))
         .await

@@ -6,8 +6,8 @@
 use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
 use tokio::net::TcpListener;
 
-use crate::grpc::PROTO;
-use crate::{cli_run_local, serve_until_dropped, CliRun, BIN};
+use crate::grpc::{run, PROTO};
+use crate::{serve_until_dropped, BIN};
 
 /// 20 sessions in 1 s over the real gRPC target's schema, each running `session`.
 fn scenario(target: &str, session: &str) -> String {
@@ -15,13 +15,6 @@ fn scenario(target: &str, session: &str) -> String {
         "name: e2e-grpc-reply\ntarget: {target}\ngrpc: {{ proto_files: [{PROTO}] }}\n\
          max_error_rate: none\nphases:\n  - {{ duration: 1s, arrival_rate: 20 }}\nsession:\n{session}"
     )
-}
-
-async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || cli_run_local(&dir, name, &text))
-        .await
-        .unwrap()
 }
 
 /// A unary reply's string, repeated element and int64 are extracted, its nested double and an

@@ -4,8 +4,7 @@
 //! messages are timed like SSE events (from the intended send, and between them), and a
 //! stream's failure is counted by its `grpc-status`.
 
-use crate::grpc::{grpc_target, PROTO};
-use crate::{cli_run_local, CliRun};
+use crate::grpc::{grpc_target, run, PROTO};
 
 /// 10 sessions in 1 s, each running `session` (YAML list items, indented by 2).
 fn scenario(target: &str, extra: &str, session: &str) -> String {
@@ -14,14 +13,6 @@ fn scenario(target: &str, extra: &str, session: &str) -> String {
          max_error_rate: none\nphases:\n  - {{ duration: 1s, arrival_rate: 10 }}\n{extra}\
          session:\n{session}"
     )
-}
-
-/// Runs the binary on `text` off the runtime (the target is served on it meanwhile).
-async fn run(dir: &std::path::Path, name: &'static str, text: String) -> CliRun {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || cli_run_local(&dir, name, &text))
-        .await
-        .unwrap()
 }
 
 /// 10 calls each read 5 messages 100 ms apart: every message is counted, the first comes

@@ -28,7 +28,8 @@ pub const VALUE_ERROR: &str = "grpc_field_value";
 /// Deepest nesting of messages that hold templates.
 pub const MAX_DEPTH: usize = 32;
 
-/// The scalar type of a templated field: how its rendered text is read and encoded.
+/// A protobuf scalar type: of a templated field (how its rendered text is read and encoded),
+/// or of the value a reply path reads ([`super::reply`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scalar {

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::program::Scalar;
+
 /// The compiled pointers of one call: pointer → path.
 pub type ReplyPaths = BTreeMap<String, ReplyPath>;
 
@@ -34,7 +36,7 @@ pub struct ReplyPath {
     /// message field, the last is the value's own field.
     pub hops: Vec<Hop>,
     /// The value's type.
-    pub kind: ScalarKind,
+    pub kind: Scalar,
     /// The field has explicit presence (`optional`, a oneof member, proto2): left out, it has
     /// no value instead of its default.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -54,29 +56,6 @@ pub struct Hop {
     /// last occurrence counts, as protobuf reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
-}
-
-/// A protobuf scalar type, as a path's leaf holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum ScalarKind {
-    Double,
-    Float,
-    Int32,
-    Int64,
-    Uint32,
-    Uint64,
-    Sint32,
-    Sint64,
-    Fixed32,
-    Fixed64,
-    Sfixed32,
-    Sfixed64,
-    Bool,
-    String,
-    Bytes,
-    Enum,
 }
 
 /// Why a stored path cannot be used: the caller names the pointer.
@@ -102,15 +81,13 @@ const FIXED64: u8 = 1;
 const LEN: u8 = 2;
 const FIXED32: u8 = 5;
 
-impl ScalarKind {
-    /// The wire type of one unpacked value of this type.
-    fn wire_type(self) -> u8 {
-        match self {
-            Self::Double | Self::Fixed64 | Self::Sfixed64 => FIXED64,
-            Self::Float | Self::Fixed32 | Self::Sfixed32 => FIXED32,
-            Self::String | Self::Bytes => LEN,
-            _ => VARINT,
-        }
+/// The wire type of one unpacked value of type `kind`.
+fn wire_type(kind: Scalar) -> u8 {
+    match kind {
+        Scalar::Double | Scalar::Fixed64 | Scalar::Sfixed64 => FIXED64,
+        Scalar::Float | Scalar::Fixed32 | Scalar::Sfixed32 => FIXED32,
+        Scalar::String | Scalar::Bytes => LEN,
+        _ => VARINT,
     }
 }
 
@@ -130,7 +107,7 @@ impl ReplyPath {
         {
             return Err(ReplyPathError::FieldNumber(h.field));
         }
-        if self.kind != ScalarKind::Enum && !self.enum_names.is_empty() {
+        if self.kind != Scalar::Enum && !self.enum_names.is_empty() {
             return Err(ReplyPathError::NamesNotEnum);
         }
         Ok(())
@@ -151,7 +128,7 @@ impl ReplyPath {
         }
         let raw = match leaf.index {
             Some(n) => self.element(at, leaf.field, n)?,
-            None => match last(at, leaf.field, self.kind.wire_type()) {
+            None => match last(at, leaf.field, wire_type(self.kind)) {
                 Ok(Some(raw)) => raw,
                 // Malformed, or the field in another wire type than its schema's.
                 Err(()) => return None,
@@ -165,7 +142,7 @@ impl ReplyPath {
     /// Element `n` of a repeated scalar field: packed (one length-delimited run of values)
     /// or not (a field per value), or both mixed, as parsers must accept.
     fn element<'m>(&self, message: &'m [u8], field: u32, n: u32) -> Option<Raw<'m>> {
-        let own = self.kind.wire_type();
+        let own = wire_type(self.kind);
         let mut seen = 0u32;
         for item in Fields::new(message) {
             let (number, raw) = item.ok()?;
@@ -199,10 +176,10 @@ impl ReplyPath {
     fn default_value(&self) -> serde_json::Value {
         use serde_json::Value;
         match self.kind {
-            ScalarKind::String | ScalarKind::Bytes => Value::String(String::new()),
-            ScalarKind::Bool => Value::Bool(false),
-            ScalarKind::Enum => self.enum_value(0),
-            ScalarKind::Double | ScalarKind::Float => float(0.0),
+            Scalar::String | Scalar::Bytes => Value::String(String::new()),
+            Scalar::Bool => Value::Bool(false),
+            Scalar::Enum => self.enum_value(0),
+            Scalar::Double | Scalar::Float => float(0.0),
             _ => Value::from(0),
         }
     }
@@ -217,28 +194,26 @@ impl ReplyPath {
     fn value(&self, raw: Raw<'_>) -> Option<serde_json::Value> {
         use serde_json::Value;
         Some(match (self.kind, raw) {
-            (ScalarKind::String, Raw::Len(b)) => Value::String(std::str::from_utf8(b).ok()?.into()),
-            (ScalarKind::Bytes, Raw::Len(b)) => Value::String(crate::protocol::encode_base64(b)),
-            (ScalarKind::Bool, Raw::Varint(v)) => Value::Bool(v != 0),
+            (Scalar::String, Raw::Len(b)) => Value::String(std::str::from_utf8(b).ok()?.into()),
+            (Scalar::Bytes, Raw::Len(b)) => Value::String(crate::protocol::encode_base64(b)),
+            (Scalar::Bool, Raw::Varint(v)) => Value::Bool(v != 0),
             // Truncation to 32 bits is how protobuf reads a 32-bit varint.
-            (ScalarKind::Int32, Raw::Varint(v)) => Value::from(v as i32),
-            (ScalarKind::Int64, Raw::Varint(v)) => Value::from(v as i64),
-            (ScalarKind::Uint32, Raw::Varint(v)) => Value::from(v as u32),
-            (ScalarKind::Uint64, Raw::Varint(v)) => Value::from(v),
-            (ScalarKind::Sint32, Raw::Varint(v)) => {
+            (Scalar::Int32, Raw::Varint(v)) => Value::from(v as i32),
+            (Scalar::Int64, Raw::Varint(v)) => Value::from(v as i64),
+            (Scalar::Uint32, Raw::Varint(v)) => Value::from(v as u32),
+            (Scalar::Uint64, Raw::Varint(v)) => Value::from(v),
+            (Scalar::Sint32, Raw::Varint(v)) => {
                 let v = v as u32;
                 Value::from((v >> 1) as i32 ^ -((v & 1) as i32))
             }
-            (ScalarKind::Sint64, Raw::Varint(v)) => {
-                Value::from((v >> 1) as i64 ^ -((v & 1) as i64))
-            }
-            (ScalarKind::Enum, Raw::Varint(v)) => self.enum_value(v as i32),
-            (ScalarKind::Fixed32, Raw::Fixed32(b)) => Value::from(u32::from_le_bytes(b)),
-            (ScalarKind::Sfixed32, Raw::Fixed32(b)) => Value::from(i32::from_le_bytes(b)),
-            (ScalarKind::Float, Raw::Fixed32(b)) => float(f64::from(f32::from_le_bytes(b))),
-            (ScalarKind::Fixed64, Raw::Fixed64(b)) => Value::from(u64::from_le_bytes(b)),
-            (ScalarKind::Sfixed64, Raw::Fixed64(b)) => Value::from(i64::from_le_bytes(b)),
-            (ScalarKind::Double, Raw::Fixed64(b)) => float(f64::from_le_bytes(b)),
+            (Scalar::Sint64, Raw::Varint(v)) => Value::from((v >> 1) as i64 ^ -((v & 1) as i64)),
+            (Scalar::Enum, Raw::Varint(v)) => self.enum_value(v as i32),
+            (Scalar::Fixed32, Raw::Fixed32(b)) => Value::from(u32::from_le_bytes(b)),
+            (Scalar::Sfixed32, Raw::Fixed32(b)) => Value::from(i32::from_le_bytes(b)),
+            (Scalar::Float, Raw::Fixed32(b)) => float(f64::from(f32::from_le_bytes(b))),
+            (Scalar::Fixed64, Raw::Fixed64(b)) => Value::from(u64::from_le_bytes(b)),
+            (Scalar::Sfixed64, Raw::Fixed64(b)) => Value::from(i64::from_le_bytes(b)),
+            (Scalar::Double, Raw::Fixed64(b)) => float(f64::from_le_bytes(b)),
             _ => return None,
         })
     }
@@ -385,7 +360,7 @@ fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Hop, ReplyPath, ReplyPathError, ScalarKind};
+    use super::{Hop, ReplyPath, ReplyPathError, Scalar};
     use serde_json::json;
 
     fn key(field: u32, wire: u8) -> Vec<u8> {
@@ -418,7 +393,7 @@ mod tests {
         out
     }
 
-    fn path(hops: &[(u32, Option<u32>)], kind: ScalarKind) -> ReplyPath {
+    fn path(hops: &[(u32, Option<u32>)], kind: Scalar) -> ReplyPath {
         ReplyPath {
             hops: hops
                 .iter()
@@ -450,7 +425,7 @@ mod tests {
     #[test]
     fn values_are_read_along_their_field_numbers() {
         let m = order();
-        use ScalarKind::*;
+        use Scalar::*;
         assert_eq!(path(&[(1, None)], Int64).lookup(&m), Some(json!(-7)));
         assert_eq!(
             path(&[(2, Some(1)), (1, None)], String).lookup(&m),
@@ -476,7 +451,7 @@ mod tests {
 
     #[test]
     fn absent_fields_read_as_protobuf_defines_them() {
-        use ScalarKind::*;
+        use Scalar::*;
         let m = order();
         // Left out, without presence: the default.
         assert_eq!(path(&[(9, None)], Int32).lookup(&m), Some(json!(0)));
@@ -493,7 +468,7 @@ mod tests {
 
     #[test]
     fn hostile_bytes_yield_no_value_and_never_panic() {
-        use ScalarKind::*;
+        use Scalar::*;
         let p = path(&[(2, Some(0)), (1, None)], String);
         // A length past the end, a varint of 11 bytes, a group, field number 0.
         let cases: Vec<Vec<u8>> = vec![
@@ -520,7 +495,7 @@ mod tests {
 
     #[test]
     fn stored_paths_are_checked() {
-        use ScalarKind::*;
+        use Scalar::*;
         assert_eq!(path(&[], Int32).check(), Err(ReplyPathError::Empty));
         assert_eq!(
             path(&[(0, None)], Int32).check(),

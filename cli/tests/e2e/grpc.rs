@@ -17,9 +17,23 @@ pub(crate) const PROTO: &str = concat!(
 /// The real gRPC target on a port of its own: the server (for its counters), its
 /// `grpc://` URL, and the guard that stops it.
 pub(crate) async fn grpc_target() -> (GrpcServer, String, Stop) {
+    grpc_target_with(GrpcConfig::default()).await
+}
+
+/// The real gRPC target that keeps its first 1,000 Echo requests, for tests that check what
+/// each call carried.
+pub(crate) async fn grpc_target_keeping_echoes() -> (GrpcServer, String, Stop) {
+    grpc_target_with(GrpcConfig {
+        keep_echoes: 1000,
+        ..GrpcConfig::default()
+    })
+    .await
+}
+
+async fn grpc_target_with(config: GrpcConfig) -> (GrpcServer, String, Stop) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("grpc://{}", l.local_addr().unwrap());
-    let server = GrpcServer::new(GrpcConfig::default()).unwrap();
+    let server = GrpcServer::new(config).unwrap();
     let stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
     (server, url, stop)
 }
@@ -172,14 +186,7 @@ async fn grpcs_speaks_h2_over_verified_tls() {
 /// error kind, before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn templated_messages_carry_each_sessions_values() {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("grpc://{}", l.local_addr().unwrap());
-    let server = GrpcServer::new(GrpcConfig {
-        keep_echoes: 1000,
-        ..GrpcConfig::default()
-    })
-    .unwrap();
-    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let (server, url, _stop) = grpc_target_keeping_echoes().await;
     let dir = tempfile::tempdir().unwrap();
     let names = [
         "ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jay",

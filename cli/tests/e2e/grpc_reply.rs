@@ -3,11 +3,8 @@
 //! without a descriptor, and the values extracted reach the next calls, as the target's kept
 //! echoes show.
 
-use stampede_target_servers::grpc::{GrpcConfig, GrpcServer};
-use tokio::net::TcpListener;
-
-use crate::grpc::{run, PROTO};
-use crate::{serve_until_dropped, BIN};
+use crate::grpc::{grpc_target_keeping_echoes, run, PROTO};
+use crate::BIN;
 
 /// 20 sessions in 1 s over the real gRPC target's schema, each running `session`.
 fn scenario(target: &str, session: &str) -> String {
@@ -22,14 +19,7 @@ fn scenario(target: &str, session: &str) -> String {
 /// one read; each value comes back in the next call; a failed check fails only its own call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_values_are_extracted_and_checked_without_a_descriptor() {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("grpc://{}", l.local_addr().unwrap());
-    let server = GrpcServer::new(GrpcConfig {
-        keep_echoes: 1000,
-        ..GrpcConfig::default()
-    })
-    .unwrap();
-    let _stop = serve_until_dropped(|shutdown| server.clone().serve(l, shutdown));
+    let (server, url, _stop) = grpc_target_keeping_echoes().await;
     let dir = tempfile::tempdir().unwrap();
     let session = "  - name: first
     grpc:

@@ -133,7 +133,12 @@ async fn a_bad_message_field_is_named_before_any_load() {
         &format!("{{ proto_files: [{PROTO}] }}"),
         "  - grpc: { method: stampede.target.v1.Target/Echo, message: { text: hi, inner: { score: high } } }\n",
     );
-    let path = dir.path().join("bad.yaml");
+    refused_before_any_load(dir.path(), &text, "session[0].grpc.message.inner.score: ");
+}
+
+/// `validate` and `run --local` both refuse the scenario `text` (exit 2) with `why` on stderr.
+pub(crate) fn refused_before_any_load(dir: &std::path::Path, text: &str, why: &str) {
+    let path = dir.join("bad.yaml");
     std::fs::write(&path, text).unwrap();
     for args in [&["validate"][..], &["run", "--local", "--quiet"]] {
         let out = std::process::Command::new(BIN)
@@ -143,10 +148,7 @@ async fn a_bad_message_field_is_named_before_any_load() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("session[0].grpc.message.inner.score: "),
-            "{args:?}: {stderr}"
-        );
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
     }
 }
 

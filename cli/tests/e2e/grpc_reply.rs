@@ -3,8 +3,7 @@
 //! without a descriptor, and the values extracted reach the next calls, as the target's kept
 //! echoes show.
 
-use crate::grpc::{grpc_target_keeping_echoes, run, PROTO};
-use crate::BIN;
+use crate::grpc::{grpc_target_keeping_echoes, refused_before_any_load, run, PROTO};
 
 /// 20 sessions in 1 s over the real gRPC target's schema, each running `session`.
 fn scenario(target: &str, session: &str) -> String {
@@ -98,17 +97,6 @@ async fn a_pointer_the_reply_lacks_is_named_before_any_load() {
                 "  - grpc: {{ method: stampede.target.v1.Target/Echo, message: {{ text: hi }} }}\n{reading}"
             ),
         );
-        let path = dir.path().join("bad.yaml");
-        std::fs::write(&path, text).unwrap();
-        for args in [&["validate"][..], &["run", "--local", "--quiet"]] {
-            let out = std::process::Command::new(BIN)
-                .args(args)
-                .arg(&path)
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-            assert!(stderr.contains(why), "{args:?}: {stderr}");
-        }
+        refused_before_any_load(dir.path(), &text, why);
     }
 }

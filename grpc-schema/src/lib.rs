@@ -143,7 +143,7 @@ pub fn encode_all(s: &mut Scenario, pool: &DescriptorPool) -> Result<usize, Sche
             let path = reply::compile(&output, &pointer).map_err(|why| SchemaError::Call {
                 path: step.clone(),
                 field: field.clone(),
-                why,
+                why: why.to_string(),
             })?;
             call.reply.insert(pointer, path);
         }

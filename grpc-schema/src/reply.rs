@@ -6,61 +6,81 @@
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 use stampede_core::grpc::reply::{Hop, ReplyPath, MAX_HOPS};
 
-/// The path of `pointer` in `reply`; the error says why it names no scalar value.
-pub(crate) fn compile(reply: &MessageDescriptor, pointer: &str) -> Result<ReplyPath, String> {
+/// Why a JSON Pointer names no scalar value of a reply: the message says what the pointer
+/// meets instead (the caller names the step's field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct PointerError(String);
+
+impl PointerError {
+    #[cfg(test)]
+    fn contains(&self, text: &str) -> bool {
+        self.0.contains(text)
+    }
+}
+
+/// The path of `pointer` in `reply`.
+pub(crate) fn compile(reply: &MessageDescriptor, pointer: &str) -> Result<ReplyPath, PointerError> {
     let whole = || {
-        format!(
+        PointerError(format!(
             "`{pointer}` names the whole reply ({}): point at one of its fields",
             reply.full_name()
-        )
+        ))
     };
     if pointer.is_empty() {
         return Err(whole());
     }
     let Some(rest) = pointer.strip_prefix('/') else {
-        return Err(format!(
+        return Err(PointerError(format!(
             "`{pointer}` is not a JSON Pointer (it starts with /)"
-        ));
+        )));
     };
     let mut segments = rest.split('/').map(unescape).peekable();
     let mut message = reply.clone();
     let mut hops = Vec::new();
     while let Some(name) = segments.next() {
         if hops.len() >= MAX_HOPS {
-            return Err(format!("`{pointer}` goes deeper than {MAX_HOPS} fields"));
+            return Err(PointerError(format!(
+                "`{pointer}` goes deeper than {MAX_HOPS} fields"
+            )));
         }
         let field = field_of(&message, &name).ok_or_else(|| {
             let known: Vec<String> = message.fields().map(|f| f.name().to_string()).collect();
-            format!(
+            PointerError(format!(
                 "`{pointer}`: {} has no field `{name}` (it has: {})",
                 message.full_name(),
                 known.join(", ")
-            )
+            ))
         })?;
         let at = || format!("`{pointer}` at `{name}`");
         if field.is_map() {
-            return Err(format!(
+            return Err(PointerError(format!(
                 "{}: a map field cannot be read yet (read a message or scalar field)",
                 at()
-            ));
+            )));
         }
         if field.is_group() {
-            return Err(format!("{}: proto2 groups cannot be read", at()));
+            return Err(PointerError(format!(
+                "{}: proto2 groups cannot be read",
+                at()
+            )));
         }
-        let index =
-            if field.is_list() {
-                let Some(i) = segments.next() else {
-                    return Err(format!(
-                        "{}: a repeated field: give the element's index (`/{name}/0`)",
-                        at()
-                    ));
-                };
-                Some(i.parse::<u32>().map_err(|_| {
-                    format!("{}: `{i}` is not an index of the repeated field", at())
-                })?)
-            } else {
-                None
+        let index = if field.is_list() {
+            let Some(i) = segments.next() else {
+                return Err(PointerError(format!(
+                    "{}: a repeated field: give the element's index (`/{name}/0`)",
+                    at()
+                )));
             };
+            Some(i.parse::<u32>().map_err(|_| {
+                PointerError(format!(
+                    "{}: `{i}` is not an index of the repeated field",
+                    at()
+                ))
+            })?)
+        } else {
+            None
+        };
         hops.push(Hop {
             field: field.number(),
             index,
@@ -68,21 +88,21 @@ pub(crate) fn compile(reply: &MessageDescriptor, pointer: &str) -> Result<ReplyP
         match field.kind() {
             Kind::Message(inner) => {
                 if segments.peek().is_none() {
-                    return Err(format!(
+                    return Err(PointerError(format!(
                         "{}: a message ({}): point at one of its fields",
                         at(),
                         inner.full_name()
-                    ));
+                    )));
                 }
                 message = inner;
             }
             kind => {
                 if let Some(next) = segments.next() {
-                    return Err(format!(
+                    return Err(PointerError(format!(
                         "{}: a {} value has no field `{next}`",
                         at(),
                         kind_name(&kind)
-                    ));
+                    )));
                 }
                 return Ok(leaf(&field, hops, kind));
             }

@@ -25,6 +25,10 @@
 #   h2c          the same in cleartext (prior knowledge)
 #   sessions     a login with a data row, its token extracted from JSON and sent on three checked
 #                requests: sessions per CPU-second, beside Locust (FastHttpUser) and Artillery
+#   ws           WebSocket echo round trips (16-byte text) over 50 connections to the project's
+#                target: messages per CPU-second, beside its HTTP/1.1 keep-alive GET
+#   sse          server-sent events, 100 per reply, over 50 connections: events per CPU-second,
+#                beside the same HTTP/1.1 reference
 #
 # Usage: bench/vs-peers.sh [CASE ...]
 # Environment: DURATION (10), REPS (3), SERVER_CPU (0), LOAD_CPU (1), NGINX_PORT (18090),

@@ -23,6 +23,12 @@ Cases:
   tls-full     the same with a full handshake each (Stampede `tls: { resumption: false }`)
   h2           h2 over TLS, 10 connections x 10 streams each: requests per CPU-second
   h2c          the same in cleartext, by prior knowledge
+  ws           WebSocket round trips against `stampede target http`'s /ws echo, 50 connections, a
+               16-byte text message and its echo at a time: messages per CPU-second, beside the same
+               target's HTTP/1.1 keep-alive GET as Stampede runs it (closed-fast's load), the cost of
+               a message against a request's
+  sse          server-sent events from `stampede target http`'s /sse, 50 connections, 100 events per
+               reply sent at once: events per CPU-second, beside the same HTTP/1.1 reference
   sessions     a realistic session against `stampede target http`, 50 users back to back: a login
                (POST /echo with a data row, the token taken from its JSON answer, its status
                checked) and three GET /data?bytes=100 carrying the token, each body checked:
@@ -107,7 +113,12 @@ CASES = {
     "h2": (TLS_PORT, 10, None, False, "h2"),
     "h2c": (H2C_PORT, 10, None, False, "h2c"),
     "sessions": (FAST_PORT, 50, None, False, "sessions"),
+    "ws": (FAST_PORT, 50, None, False, "ws"),
+    "sse": (FAST_PORT, 50, None, False, "sse"),
 }
+# A WebSocket session's round trips after its connect, and an SSE reply's events.
+WS_ROUNDS = 1000
+SSE_EVENTS = 100
 # The sessions case's users: a data file of this many rows.
 USERS = 10_000
 # Streams in flight on each h2 connection.
@@ -182,7 +193,7 @@ session:
 
 
 def scenario(tag, port, load, new_connection=False, proto="http"):
-    scheme = "https" if proto in ("tls", "tls-full", "h2") else "http"
+    scheme = "https" if proto in ("tls", "tls-full", "h2") else "ws" if proto == "ws" else "http"
     extra = ""
     if scheme == "https":
         extra += f"tls: {{ ca_file: {TLS_CA}" + (", resumption: false" if proto == "tls-full" else "") + " }\n"
@@ -190,6 +201,12 @@ def scenario(tag, port, load, new_connection=False, proto="http"):
         extra += 'http_version: "2"\n'
     if proto == "sessions":
         session = SESSION.format(users=users_file())
+    elif proto == "ws":
+        session = ("session:\n  - name: open\n    ws: { connect: { path: /ws } }\n"
+                   "  - name: echo\n    ws: { send: { text: 0123456789abcdef }, receive: 1 }\n"
+                   f"    repeat: {WS_ROUNDS}\n")
+    elif proto == "sse":
+        session = f"session:\n  - http: {{ method: GET, path: '/sse?events={SSE_EVENTS}&gap_ms=0', stream: sse }}\n"
     else:
         step = "  - http: { method: GET, path: / }" + ("\n    new_connection: true" if new_connection else "")
         session = f"session:\n{step}\n"
@@ -202,9 +219,12 @@ def scenario(tag, port, load, new_connection=False, proto="http"):
 def report_metrics(path):
     d = json.loads(Path(path).read_text())
     t, rt, st = d["totals"], d["latency"]["response_time"], d["latency"]["service_time"]
+    # WebSocket messages are the echo step's round trips; SSE events are the streamed step's.
+    messages = sum(s["completed"] for s in d.get("steps", []) if s["name"] == "echo")
+    events = sum((s.get("stream") or {}).get("events", 0) for s in d.get("steps", []))
     return {"requests": t["completed"], "rps": t["throughput_rps"], "p99": rt["p99_us"] / 1000,
             "svc_p99": st["p99_us"] / 1000, "errors": sum(t["errors"].values()),
-            "sessions": t["sessions"]["completed"]}
+            "sessions": t["sessions"]["completed"], "messages": messages, "events": events}
 
 
 def stampede_local(tag, port, load, new_connection=False, proto="http"):
@@ -419,6 +439,12 @@ def runners(case):
         lo = lo[:-2] + f", streams_per_connection: {H2_STREAMS} }}"
     out = [("stampede-local", lambda t: stampede_local(t, port, lo, close, proto)),
            ("stampede-agent", lambda t: stampede_agent(t, port, lo, close, proto))]
+    if proto in ("ws", "sse"):
+        # No peer here loads WebSocket or SSE free of coordinated omission; the reference is the
+        # same target's HTTP/1.1 keep-alive GET, run by Stampede in the same repeat.
+        ref = load("closed", conns)
+        out.append(("http1-reference", lambda t: stampede_local(t, port, ref, False, "http")))
+        return out, port
     if proto == "sessions":
         if TOOLS["locust"]:
             out.append(("locust", lambda t: locust(t, port, conns)))
@@ -503,7 +529,7 @@ def ms(v):
 
 # The peers a row is compared with, in this order where they ran, and their column names.
 PEERS = {"wrk": "wrk", "h2load": "h2load", "locust": "locust", "openssl-s_time": "s_time", "oha": "oha",
-         "artillery": "artill.", "floor-mingen": "floor"}
+         "artillery": "artill.", "floor-mingen": "floor", "http1-reference": "http1"}
 
 
 def table(results):
@@ -519,6 +545,11 @@ def table(results):
     heads.update({c: ("req per CPU-s", per_cpu, True) for c in ("tls", "h2", "h2c")})
     heads.update({c: ("conn per CPU-s", per_cpu, True) for c in ("tls-newconn", "tls-full")})
     heads["sessions"] = ("sessions/CPU-s", lambda r: r["sessions"] / r["cpu"] if r["cpu"] else None, True)
+    # A WebSocket round trip or an SSE event against an HTTP/1.1 request (the reference row's).
+    heads["ws"] = ("msg per CPU-s",
+                   lambda r: (r["messages"] or r["requests"]) / r["cpu"] if r["cpu"] else None, True)
+    heads["sse"] = ("events/CPU-s",
+                    lambda r: (r["events"] or r["requests"]) / r["cpu"] if r["cpu"] else None, True)
     for case in dict.fromkeys(r["case"] for r in results):
         title, f, higher = heads[case]
         rs = [r for r in results if r["case"] == case]

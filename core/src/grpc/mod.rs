@@ -28,6 +28,7 @@ pub mod message;
 pub mod program;
 pub mod reply;
 pub mod streaming;
+mod wire;
 
 use std::collections::BTreeMap;
 

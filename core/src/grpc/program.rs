@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::wire::{put_key, put_varint, varint_into, I32, I64, LEN, MAX_FIELD, VARINT};
 use super::{MAX_MESSAGE, PREFIX};
 use crate::template::Template;
 
@@ -322,14 +323,6 @@ pub struct Encoder {
     literal: usize,
 }
 
-/// Largest field number protobuf allows.
-const MAX_FIELD: u32 = (1 << 29) - 1;
-
-const VARINT: u8 = 0;
-const I64: u8 = 1;
-const LEN: u8 = 2;
-const I32: u8 = 5;
-
 impl Encoder {
     /// Decodes `program`; the error says what is wrong with it (it is written by the CLI, so
     /// only a hand-edited or hostile scenario gets one).
@@ -447,7 +440,7 @@ impl Encoder {
                     let start = starts[depth];
                     let len = out.len() - start;
                     let mut v = [0u8; 10];
-                    let n = varint(len as u64, &mut v);
+                    let n = varint_into(len as u64, &mut v);
                     if n > 1 {
                         out.resize(out.len() + n - 1, 0);
                         out.copy_within(start..start + len, start + n - 1);
@@ -463,30 +456,6 @@ impl Encoder {
         out[1..PREFIX].copy_from_slice(&len.to_be_bytes());
         Ok(())
     }
-}
-
-/// Writes `v` as a varint into `buf`; returns its length.
-fn varint(mut v: u64, buf: &mut [u8; 10]) -> usize {
-    let mut i = 0;
-    loop {
-        if v < 0x80 {
-            buf[i] = v as u8;
-            return i + 1;
-        }
-        buf[i] = (v as u8 & 0x7f) | 0x80;
-        v >>= 7;
-        i += 1;
-    }
-}
-
-fn put_varint(v: u64, out: &mut Vec<u8>) {
-    let mut b = [0u8; 10];
-    let n = varint(v, &mut b);
-    out.extend_from_slice(&b[..n]);
-}
-
-fn put_key(number: u32, wire: u8, out: &mut Vec<u8>) {
-    put_varint((u64::from(number) << 3) | u64::from(wire), out);
 }
 
 /// Encodes the field `number` of type `scalar` from its rendered `text`, leaving out a default

@@ -21,6 +21,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::program::Scalar;
+use super::wire::{read_varint, wire_type, I32, I64, LEN, MAX_FIELD, VARINT};
 
 /// The compiled pointers of one call: pointer → path.
 pub type ReplyPaths = BTreeMap<String, ReplyPath>;
@@ -68,27 +69,11 @@ pub enum ReplyPathError {
     #[error("the path has {0} fields, more than {MAX_HOPS}")]
     TooDeep(usize),
     /// A field number protobuf cannot have.
-    #[error("field number {0} is not between 1 and 536870911")]
+    #[error("field number {0} is not between 1 and {MAX_FIELD}")]
     FieldNumber(u32),
     /// Value names for a type that is not an enum.
     #[error("enum_names is only for kind: enum")]
     NamesNotEnum,
-}
-
-/// Wire types of the protobuf encoding.
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
-const LEN: u8 = 2;
-const FIXED32: u8 = 5;
-
-/// The wire type of one unpacked value of type `kind`.
-fn wire_type(kind: Scalar) -> u8 {
-    match kind {
-        Scalar::Double | Scalar::Fixed64 | Scalar::Sfixed64 => FIXED64,
-        Scalar::Float | Scalar::Fixed32 | Scalar::Sfixed32 => FIXED32,
-        Scalar::String | Scalar::Bytes => LEN,
-        _ => VARINT,
-    }
 }
 
 impl ReplyPath {
@@ -103,7 +88,7 @@ impl ReplyPath {
         if let Some(h) = self
             .hops
             .iter()
-            .find(|h| !(1..=536_870_911).contains(&h.field))
+            .find(|h| !(1..=MAX_FIELD).contains(&h.field))
         {
             return Err(ReplyPathError::FieldNumber(h.field));
         }
@@ -242,9 +227,9 @@ impl<'a> Raw<'a> {
     fn wire_type(self) -> u8 {
         match self {
             Raw::Varint(_) => VARINT,
-            Raw::Fixed64(_) => FIXED64,
+            Raw::Fixed64(_) => I64,
             Raw::Len(_) => LEN,
-            Raw::Fixed32(_) => FIXED32,
+            Raw::Fixed32(_) => I32,
         }
     }
 
@@ -309,7 +294,7 @@ impl<'a> Iterator for Fields<'a> {
             return None;
         }
         let item = (|| {
-            let (tag, rest) = varint(self.rest)?;
+            let (tag, rest) = read_varint(self.rest)?;
             let number = u32::try_from(tag >> 3).ok().filter(|n| *n > 0)?;
             let (raw, rest) = read_value(rest, (tag & 7) as u8)?;
             self.rest = rest;
@@ -327,17 +312,17 @@ impl<'a> Iterator for Fields<'a> {
 /// (wire types 3 and 4, long deprecated) are refused.
 fn read_value(bytes: &[u8], wire: u8) -> Option<(Raw<'_>, &[u8])> {
     match wire {
-        VARINT => varint(bytes).map(|(v, rest)| (Raw::Varint(v), rest)),
-        FIXED64 => {
+        VARINT => read_varint(bytes).map(|(v, rest)| (Raw::Varint(v), rest)),
+        I64 => {
             let (head, rest) = bytes.split_first_chunk::<8>()?;
             Some((Raw::Fixed64(*head), rest))
         }
-        FIXED32 => {
+        I32 => {
             let (head, rest) = bytes.split_first_chunk::<4>()?;
             Some((Raw::Fixed32(*head), rest))
         }
         LEN => {
-            let (len, rest) = varint(bytes)?;
+            let (len, rest) = read_varint(bytes)?;
             let len = usize::try_from(len).ok().filter(|l| *l <= rest.len())?;
             let (value, rest) = rest.split_at(len);
             Some((Raw::Len(value), rest))
@@ -346,50 +331,24 @@ fn read_value(bytes: &[u8], wire: u8) -> Option<(Raw<'_>, &[u8])> {
     }
 }
 
-/// A base-128 varint of at most 10 bytes, and what follows it.
-fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut v = 0u64;
-    for (i, b) in bytes.iter().take(10).enumerate() {
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((v, &bytes[i + 1..]));
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::wire::{put_key, put_varint, I64, LEN, VARINT};
     use super::{Hop, ReplyPath, ReplyPathError, Scalar};
     use serde_json::json;
 
-    fn key(field: u32, wire: u8) -> Vec<u8> {
-        varint_bytes(u64::from(field << 3 | u32::from(wire)))
-    }
-
-    fn varint_bytes(mut v: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return out;
-            }
-            out.push(b | 0x80);
-        }
-    }
-
     fn len_field(field: u32, body: &[u8]) -> Vec<u8> {
-        let mut out = key(field, 2);
-        out.extend(varint_bytes(body.len() as u64));
+        let mut out = Vec::new();
+        put_key(field, LEN, &mut out);
+        put_varint(body.len() as u64, &mut out);
         out.extend_from_slice(body);
         out
     }
 
     fn var_field(field: u32, v: u64) -> Vec<u8> {
-        let mut out = key(field, 0);
-        out.extend(varint_bytes(v));
+        let mut out = Vec::new();
+        put_key(field, VARINT, &mut out);
+        put_varint(v, &mut out);
         out
     }
 
@@ -417,7 +376,7 @@ mod tests {
         m.extend(len_field(5, &[6, 3]));
         // An unpacked element after the packed run: both are read, in order.
         m.extend(var_field(5, 1));
-        m.extend(key(6, 1));
+        put_key(6, I64, &mut m);
         m.extend(2.5f64.to_le_bytes());
         m
     }

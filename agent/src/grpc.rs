@@ -172,11 +172,7 @@ impl DynamicCall {
     /// The call's error kind: its reply's, else the first failed check or missing value of
     /// the message it kept (the values go into the session's slots).
     pub fn verdict<'s>(&'s self, reply: &Reply, vars: &mut SessionVars) -> Option<&'s str> {
-        match (reply.error, &self.judge) {
-            (Some(kind), _) => Some(kind),
-            (None, Some(j)) => j.judge(vars),
-            (None, None) => None,
-        }
+        ReplyJudge::verdict(self.judge.as_ref(), reply.error, Some(vars))
     }
 
     /// Renders and sends one call on a new stream of `conn`: (bytes sent, its reply). A
@@ -361,11 +357,7 @@ async fn exchange(
             let chunk = chunk.map_err(|e| h2_failure(&e))?;
             reply.received += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
-            let fed = match keep.as_deref_mut() {
-                Some(k) => scan.feed_keeping(&chunk, k),
-                None => scan.feed(&chunk),
-            };
-            if fed.is_err() {
+            if scan.feed_keeping(&chunk, keep.as_deref_mut()).is_err() {
                 // Dropping the stream resets it: nothing more of a hostile body is read.
                 reply.error = Some(error_kind::PROTOCOL);
                 return Ok(reply);

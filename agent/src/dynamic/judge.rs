@@ -47,6 +47,15 @@ impl Judge {
         })
     }
 
+    /// The verdict on a reply that has nothing but its payload to judge: the first failed
+    /// check, else the first value missing (the values go into their slots).
+    pub(super) fn verdict(&self, seen: &Seen<'_>, values: &mut [Option<String>]) -> Option<&str> {
+        if let Some(kind) = self.check(seen) {
+            return Some(kind);
+        }
+        self.extract(seen, values)
+    }
+
     /// Takes every value into its slot; the error kind of the first one missing.
     pub(super) fn extract(&self, seen: &Seen<'_>, values: &mut [Option<String>]) -> Option<&str> {
         for (slot, e, kind) in &self.extract {
@@ -89,18 +98,28 @@ impl ReplyJudge {
         &mut vars.reply
     }
 
-    /// Judges the message the call kept: the error kind of the first failed check or missing
-    /// value; the values go into the session's slots.
-    pub fn judge(&self, vars: &mut super::SessionVars) -> Option<&str> {
-        let seen = Seen {
-            status: 200,
-            headers: &[],
-            body: &vars.reply,
-            protobuf: Some(&self.paths),
-        };
-        if let Some(kind) = self.judge.check(&seen) {
-            return Some(kind);
+    /// A call's error kind: its reply's (`error`), else, when the step reads its reply, the
+    /// first failed check or missing value of the message the call kept (the values go into
+    /// the session's slots). A reading step without the session's values (which cannot
+    /// happen: such a step makes the run dynamic) is `protocol`.
+    pub fn verdict<'s>(
+        judge: Option<&'s Self>,
+        error: Option<&'static str>,
+        vars: Option<&mut super::SessionVars>,
+    ) -> Option<&'s str> {
+        match (error, judge, vars) {
+            (Some(kind), _, _) => Some(kind),
+            (None, None, _) => None,
+            (None, Some(_), None) => Some(stampede_core::stats::error_kind::PROTOCOL),
+            (None, Some(j), Some(vars)) => {
+                let seen = Seen {
+                    status: 200,
+                    headers: &[],
+                    body: &vars.reply,
+                    protobuf: Some(&j.paths),
+                };
+                j.judge.verdict(&seen, &mut vars.values)
+            }
         }
-        self.judge.extract(&seen, &mut vars.values)
     }
 }

@@ -75,10 +75,7 @@ impl DynamicSend {
             body: &vars.reply,
             protobuf: None,
         };
-        if let Some(kind) = self.judge.check(&seen) {
-            return Some(kind);
-        }
-        self.judge.extract(&seen, &mut vars.values)
+        self.judge.verdict(&seen, &mut vars.values)
     }
 
     fn outcome(&self, sent: u64, received: u64, vars: &mut SessionVars) -> Outcome<'_> {

@@ -165,12 +165,7 @@ impl StreamCall {
     /// The call's error kind: its reply's, else the first failed check or missing value of
     /// the last server message (the values go into the session's slots).
     pub fn verdict<'s>(&'s self, reply: &Reply, vars: Option<&mut SessionVars>) -> Option<&'s str> {
-        match (reply.error, &self.judge, vars) {
-            (Some(kind), _, _) => Some(kind),
-            (None, Some(j), Some(v)) => j.judge(v),
-            (None, Some(_), None) => Some(error_kind::PROTOCOL),
-            (None, None, _) => None,
-        }
+        ReplyJudge::verdict(self.judge.as_ref(), reply.error, vars)
     }
 
     /// Runs one call on a new stream of `conn`: renders its messages and metadata (a value
@@ -307,11 +302,7 @@ impl StreamCall {
             reply.received += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
             let before = scan.messages();
-            let fed = match keep.as_deref_mut() {
-                Some(k) => scan.feed_keeping(&chunk, k),
-                None => scan.feed(&chunk),
-            };
-            if fed.is_err() {
+            if scan.feed_keeping(&chunk, keep.as_deref_mut()).is_err() {
                 // Dropping the stream resets it: nothing more of a hostile body is read.
                 reply.error = Some(error_kind::PROTOCOL);
                 return Ok((reply, None, None));

@@ -81,17 +81,13 @@ impl FrameScanner {
 
     /// Reads the next chunk of the body.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
-        self.feed_into(chunk, None)
+        self.feed_keeping(chunk, None)
     }
 
     /// Reads the next chunk of the body, keeping the bytes of the message being read in
-    /// `last` (its first [`MAX_CAPTURED_BODY`] bytes, without its prefix): once the body
-    /// has ended, `last` holds its last message, for extraction and checks.
-    pub fn feed_keeping(&mut self, chunk: &[u8], last: &mut Vec<u8>) -> Result<(), FrameError> {
-        self.feed_into(chunk, Some(last))
-    }
-
-    fn feed_into(
+    /// `keep` when given (its first [`MAX_CAPTURED_BODY`] bytes, without its prefix): once
+    /// the body has ended, `keep` holds its last message, for extraction and checks.
+    pub fn feed_keeping(
         &mut self,
         mut chunk: &[u8],
         mut keep: Option<&mut Vec<u8>>,

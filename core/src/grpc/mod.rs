@@ -413,21 +413,25 @@ pub struct CallMut<'a> {
 /// Every gRPC call of the scenario: the CLI's resolution fills their frames.
 pub fn calls_mut(s: &mut Scenario) -> impl Iterator<Item = CallMut<'_>> {
     s.step_lists_mut().into_iter().flat_map(|(path, steps)| {
-        steps.iter_mut().enumerate().filter_map(move |(i, st)| {
-            let reads = st
-                .json_pointers()
-                .into_iter()
-                .map(|(p, f)| (p.to_string(), f))
-                .collect();
-            match &mut st.kind {
-                StepKind::Grpc(g) => Some(CallMut {
+        steps
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, st)| matches!(st.kind, StepKind::Grpc(_)))
+            .filter_map(move |(i, st)| {
+                let reads = st
+                    .json_pointers()
+                    .into_iter()
+                    .map(|(p, f)| (p.to_string(), f))
+                    .collect();
+                let StepKind::Grpc(call) = &mut st.kind else {
+                    return None;
+                };
+                Some(CallMut {
                     step: format!("{path}[{i}]"),
-                    call: g,
+                    call,
                     reads,
-                }),
-                _ => None,
-            }
-        })
+                })
+            })
     })
 }
 

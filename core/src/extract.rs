@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-mod pointer;
+pub mod pointer;
 
 /// Most bytes of a body examined by extraction and checks; the rest is read and discarded.
 pub const MAX_CAPTURED_BODY: usize = 1 << 20;

@@ -27,15 +27,12 @@ pub(crate) fn compile(reply: &MessageDescriptor, pointer: &str) -> Result<ReplyP
             reply.full_name()
         ))
     };
-    if pointer.is_empty() {
-        return Err(whole());
-    }
-    let Some(rest) = pointer.strip_prefix('/') else {
+    let Some(tokens) = stampede_core::extract::pointer::tokens(pointer) else {
         return Err(PointerError(format!(
             "`{pointer}` is not a JSON Pointer (it starts with /)"
         )));
     };
-    let mut segments = rest.split('/').map(unescape).peekable();
+    let mut segments = tokens.into_iter().peekable();
     let mut message = reply.clone();
     let mut hops = Vec::new();
     while let Some(name) = segments.next() {
@@ -116,11 +113,6 @@ fn field_of(message: &MessageDescriptor, name: &str) -> Option<FieldDescriptor> 
     message
         .get_field_by_name(name)
         .or_else(|| message.get_field_by_json_name(name))
-}
-
-/// RFC 6901: `~1` is `/`, `~0` is `~`.
-fn unescape(segment: &str) -> String {
-    segment.replace("~1", "/").replace("~0", "~")
 }
 
 fn leaf(field: &FieldDescriptor, hops: Vec<Hop>, kind: Kind) -> ReplyPath {

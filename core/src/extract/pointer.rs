@@ -19,8 +19,9 @@ pub(crate) fn lookup(body: &[u8], pointer: &str) -> Option<Value> {
 }
 
 /// The pointer's reference tokens, unescaped (`~1` is `/`, `~0` is `~`); `None` when it is
-/// not a pointer.
-fn tokens(pointer: &str) -> Option<Vec<String>> {
+/// not a pointer. The empty pointer has none: it names the whole document. A gRPC step's
+/// pointers are cut by the same rule where the CLI compiles them.
+pub fn tokens(pointer: &str) -> Option<Vec<String>> {
     if pointer.is_empty() {
         return Some(Vec::new());
     }

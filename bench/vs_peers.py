@@ -545,11 +545,12 @@ def table(results):
     heads.update({c: ("req per CPU-s", per_cpu, True) for c in ("tls", "h2", "h2c")})
     heads.update({c: ("conn per CPU-s", per_cpu, True) for c in ("tls-newconn", "tls-full")})
     heads["sessions"] = ("sessions/CPU-s", lambda r: r["sessions"] / r["cpu"] if r["cpu"] else None, True)
-    # A WebSocket round trip or an SSE event against an HTTP/1.1 request (the reference row's).
-    heads["ws"] = ("msg per CPU-s",
-                   lambda r: (r["messages"] or r["requests"]) / r["cpu"] if r["cpu"] else None, True)
-    heads["sse"] = ("events/CPU-s",
-                    lambda r: (r["events"] or r["requests"]) / r["cpu"] if r["cpu"] else None, True)
+    # A WebSocket round trip or an SSE event against an HTTP/1.1 request: the reference row has
+    # neither, so its requests count.
+    def per_cpu_of(key):
+        return lambda r: (r[key] or r["requests"]) / r["cpu"] if r["cpu"] else None
+    heads["ws"] = ("msg per CPU-s", per_cpu_of("messages"), True)
+    heads["sse"] = ("events/CPU-s", per_cpu_of("events"), True)
     for case in dict.fromkeys(r["case"] for r in results):
         title, f, higher = heads[case]
         rs = [r for r in results if r["case"] == case]

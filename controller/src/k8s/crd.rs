@@ -388,6 +388,9 @@ mod tests {
             "\"definitions\"",
             "\"anyOf\"",
             "\"oneOf\"",
+            "\"patternProperties\"",
+            "\"dependencies\"",
+            "\"additionalItems\"",
         ] {
             assert!(!text.contains(bad), "generated CRD contains {bad}");
         }

@@ -43,7 +43,10 @@ pub struct ReplyPath {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub presence: bool,
     /// An enum's value names by number: a value reads as its name, as in protobuf's JSON.
+    // JSON keys are strings, and the schema says so: `patternProperties` for numeric keys is
+    // not structural, and the API server refuses a CRD that has it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub enum_names: BTreeMap<i32, String>,
 }
 

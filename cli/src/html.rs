@@ -406,6 +406,13 @@ pub fn html(r: &Report) -> Result<String, String> {
         }
         let _ = write!(o, "\n<h2>{title}</h2><div class=\"chart\">{svg}</div>");
     }
+    o.push_str(&crate::html_target::target_html(
+        r,
+        &crate::html_target::Axis {
+            x_range: (0.0, x_max),
+            marks: &marks,
+        },
+    )?);
     o.push_str("\n<h2>Phases</h2><div class=\"scroll\"><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
     for p in &r.phases {
         let l = &p.latency.response_time;

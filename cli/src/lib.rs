@@ -30,6 +30,7 @@ pub mod debug_print;
 pub mod export;
 pub mod grpc;
 pub mod html;
+mod html_target;
 pub mod kube;
 pub mod local;
 pub mod plan;

@@ -189,6 +189,50 @@ impl PodsObserved {
     }
 }
 
+/// One change to what is seen of a Service's pods, in the order it happened. The controller
+/// keeps these in its checkpoint: replayed through [`PodsObserved::apply`] they rebuild what a
+/// previous controller saw, so a re-adopted run keeps its target's samples from before the
+/// restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PodEvent {
+    /// One look at a pod ([`PodsObserved::add`]).
+    Sample {
+        /// The pod's name.
+        pod: String,
+        /// What the look found.
+        sample: PodSample,
+    },
+    /// The count of ready replicas at one look ([`PodsObserved::ready_count`]).
+    Ready(ReadyReplicas),
+    /// Why the pods' figures cannot be read; the first reason is kept.
+    Unavailable(String),
+}
+
+impl PodsObserved {
+    /// Applies one change; applying a run's events in order gives what was seen. Returns
+    /// whether it changed anything (a count of ready replicas seen again, or a second reason,
+    /// does not), so only changes need keeping.
+    pub fn apply(&mut self, event: PodEvent) -> bool {
+        match event {
+            PodEvent::Sample { pod, sample } => {
+                self.add(&pod, sample);
+                true
+            }
+            PodEvent::Ready(r) => {
+                let before = self.ready_replicas.len();
+                self.ready_count(r.at_s, r.ready, r.pods);
+                self.ready_replicas.len() != before
+            }
+            PodEvent::Unavailable(why) => {
+                let first = self.unavailable.is_none();
+                self.unavailable.get_or_insert(why);
+                first
+            }
+        }
+    }
+}
+
 /// The count of a Service's pods that were ready, from `at_s` on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadyReplicas {
@@ -505,6 +549,74 @@ mod tests {
                 ready: 2,
                 pods: 3
             }
+        );
+    }
+
+    #[test]
+    fn events_replayed_rebuild_what_was_seen() {
+        let sample = |at_s: f64, stamp: i64, ready: bool| PodSample {
+            at_s,
+            counters: PodCounters {
+                cpu_seconds: Some(at_s * 0.5),
+                stamp_ms: Some(stamp),
+                ..PodCounters::default()
+            },
+            restarts: 0,
+            ready,
+        };
+        let events = [
+            PodEvent::Ready(ReadyReplicas {
+                at_s: 0.0,
+                ready: 1,
+                pods: 2,
+            }),
+            PodEvent::Sample {
+                pod: "a".into(),
+                sample: sample(0.0, 10, true),
+            },
+            PodEvent::Sample {
+                pod: "a".into(),
+                sample: sample(1.0, 10, false),
+            },
+            PodEvent::Sample {
+                pod: "a".into(),
+                sample: sample(2.0, 20, true),
+            },
+            PodEvent::Ready(ReadyReplicas {
+                at_s: 1.0,
+                ready: 1,
+                pods: 2,
+            }),
+            PodEvent::Unavailable("forbidden".into()),
+            PodEvent::Unavailable("later".into()),
+        ];
+        let mut direct = PodsObserved::default();
+        direct.ready_count(0.0, 1, 2);
+        direct.add("a", sample(0.0, 10, true));
+        direct.add("a", sample(1.0, 10, false));
+        direct.add("a", sample(2.0, 20, true));
+        direct.ready_count(1.0, 1, 2);
+        direct.unavailable = Some("forbidden".into());
+        let json: Vec<String> = events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        let mut replayed = PodsObserved::default();
+        let changed: Vec<bool> = json
+            .iter()
+            .map(|line| replayed.apply(serde_json::from_str(line).unwrap()))
+            .collect();
+        assert_eq!(changed, [true, true, true, true, false, true, false]);
+        assert_eq!(replayed, direct);
+        assert_eq!(
+            replayed.pods["a"].len(),
+            2,
+            "the same stamp updates, not adds"
+        );
+        assert_eq!(
+            replayed.ready_replicas.len(),
+            1,
+            "an unchanged count is kept once"
         );
     }
 }

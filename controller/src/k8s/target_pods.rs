@@ -18,7 +18,9 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::ListParams;
 use kube::Api;
-use stampede_core::pods::{parse_kubelet, PodCounters, PodSample, PodsObserved, MAX_METRICS_BYTES};
+use stampede_core::pods::{
+    parse_kubelet, PodCounters, PodEvent, PodSample, PodsObserved, ReadyReplicas, MAX_METRICS_BYTES,
+};
 use stampede_core::service::ServiceRef;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -105,25 +107,47 @@ pub async fn kubelet_text(
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// What the sampling saw so far, shared by the sampling task and the run's driver.
+#[derive(Default)]
+struct Seen {
+    observed: PodsObserved,
+    /// Changes not yet handed to the checkpoint.
+    fresh: Vec<PodEvent>,
+}
+
+impl Seen {
+    fn record(&mut self, event: PodEvent) {
+        if self.observed.apply(event.clone()) {
+            self.fresh.push(event);
+        }
+    }
+}
+
 /// The sampling task of one run's Service.
 pub(crate) struct PodObserver {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
-    observed: Arc<Mutex<PodsObserved>>,
+    observed: Arc<Mutex<Seen>>,
 }
 
 impl PodObserver {
     /// Starts sampling the pods of `service` at `t0` (`t0_unix_ms` on the wall clock, which
-    /// cAdvisor's stamps are in), then every `interval`.
+    /// cAdvisor's stamps are in), then every `interval`, after what a previous controller saw
+    /// (`before`, a re-adopted run's checkpoint).
     pub(crate) fn start(
         client: kube::Client,
         namespace: String,
         service: ServiceRef,
         (t0, t0_unix_ms): (Instant, u64),
         interval: Duration,
+        before: Vec<PodEvent>,
     ) -> Self {
         let stop = CancellationToken::new();
-        let observed = Arc::new(Mutex::new(PodsObserved::default()));
+        let mut seen = Seen::default();
+        for e in before {
+            seen.observed.apply(e);
+        }
+        let observed = Arc::new(Mutex::new(seen));
         let task = tokio::spawn(sample(
             Target {
                 client,
@@ -142,11 +166,16 @@ impl PodObserver {
         }
     }
 
+    /// The changes since the last call, for the checkpoint.
+    pub(crate) fn take_fresh(&self) -> Vec<PodEvent> {
+        std::mem::take(&mut crate::lock(&self.observed).fresh)
+    }
+
     /// Stops after one last look and returns what was seen.
     pub(crate) async fn finish(self) -> PodsObserved {
         self.stop.cancel();
         let _ = self.task.await;
-        crate::lock(&self.observed).clone()
+        crate::lock(&self.observed).observed.clone()
     }
 }
 
@@ -161,11 +190,11 @@ async fn sample(
     (t0, t0_unix_ms): (Instant, u64),
     interval: Duration,
     stop: CancellationToken,
-    observed: Arc<Mutex<PodsObserved>>,
+    observed: Arc<Mutex<Seen>>,
 ) {
     let say = |why: String| {
         tracing::warn!(service = %target.service.name, %why, "the target's pods are not sampled");
-        crate::lock(&observed).unavailable.get_or_insert(why);
+        crate::lock(&observed).record(PodEvent::Unavailable(why));
     };
     let svc = Api::<Service>::namespaced(target.client.clone(), &target.namespace)
         .get(&target.service.name)
@@ -203,33 +232,36 @@ async fn sample(
                     // Forbidden or not found does not get better during a run: asked once.
                     metrics_ok = false;
                     tracing::warn!(service = %target.service.name, %why, "the kubelet's metrics cannot be read");
-                    o.unavailable
-                        .get_or_insert(format!("the kubelet's metrics cannot be read: {why}"));
+                    o.record(PodEvent::Unavailable(format!(
+                        "the kubelet's metrics cannot be read: {why}"
+                    )));
                 }
                 let ready = look.pods.iter().filter(|p| p.ready).count() as u32;
-                o.ready_count(at_s, ready, look.pods.len() as u32);
+                o.record(PodEvent::Ready(ReadyReplicas {
+                    at_s,
+                    ready,
+                    pods: look.pods.len() as u32,
+                }));
                 for p in look.pods {
                     let sample_at = p
                         .counters
                         .stamp_ms
                         .map(|ms| (ms - t0_unix_ms as i64) as f64 / 1000.0)
                         .unwrap_or(at_s);
-                    o.add(
-                        &p.name,
-                        PodSample {
+                    o.record(PodEvent::Sample {
+                        pod: p.name,
+                        sample: PodSample {
                             at_s: sample_at,
                             counters: p.counters,
                             restarts: p.restarts,
                             ready: p.ready,
                         },
-                    );
+                    });
                 }
             }
             Ok(Err(why)) => {
                 tracing::warn!(service = %target.service.name, %why, "the target's pods cannot be listed");
-                crate::lock(&observed)
-                    .unavailable
-                    .get_or_insert(why.to_string());
+                crate::lock(&observed).record(PodEvent::Unavailable(why.to_string()));
             }
             Err(_) => {
                 tracing::warn!(service = %target.service.name, "a look at the target's pods took over {LOOK_TIMEOUT:?}")

@@ -14,10 +14,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::checkpoint::{self, MemberEntry, MemberRecord, RunRecord, SetupRecord};
+use super::checkpoint::{self, MemberEntry, MemberRecord, RunRecord, SetupRecord, TargetSeen};
 use super::member::{Books, Member, MemberState};
+use super::target_watch::TargetWatch;
 use super::{assign, running, spawn_supervised, Driver, Failure, RunHandle, RunState, Status};
-use crate::observe::{Observation, Observer};
 use crate::renew::Renewals;
 use crate::{lock, unix_ns, Inner};
 
@@ -27,8 +27,8 @@ use crate::{lock, unix_ns, Inner};
 pub(super) struct Resumed {
     /// How the run was ending when the previous controller stopped.
     pub(super) failure: Option<Failure>,
-    /// What the previous controller scraped of the target.
-    pub(super) observed: Vec<Observation>,
+    /// What the previous controller saw of the target.
+    pub(super) observed: TargetSeen,
 }
 
 impl Driver {
@@ -82,10 +82,10 @@ impl Driver {
         members: &[Member],
         renewals: &Renewals,
         failure: Option<&Failure>,
-        observer: &Observer,
+        watch: &TargetWatch,
     ) {
         // Taken even without a checkpoint: they would pile up otherwise.
-        let observed = observer.take_fresh();
+        let observed = watch.take_fresh();
         let Some(c) = checkpoint else { return };
         c.observed(observed);
         if let Err(e) = c.flush(entries(members), self.run_record(failure)) {
@@ -258,6 +258,7 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
     } = header.state.clone();
     if let Some((index, _)) = saved
         .observed
+        .scrapes
         .iter()
         .find(|(i, _)| *i >= scenario.observe.len())
     {

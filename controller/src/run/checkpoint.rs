@@ -6,8 +6,10 @@
 //!   merged them: `[member u32 LE][length u32 LE][the Progress, protobuf]`. Merging is
 //!   deterministic, so replaying the log into a fresh accumulator rebuilds the merged state
 //!   exactly, histograms included, in the wire's own codec.
-//! - `<run>.observe`, an append-only log of the target's scrapes (`observe:`), one JSON line
-//!   each: the source's index and what the scrape found (nothing when it failed).
+//! - `<run>.observe`, an append-only log of what was seen of the target, one JSON line each:
+//!   a scrape (`observe:`: the source's index and what it found, nothing when it failed) or a
+//!   change to what is seen of the pods behind its Service (a pod's sample, the ready
+//!   replicas, why they cannot be read).
 //! - `<run>.json`, the header: the format's version, the scenario as agents receive it, the
 //!   seed (the plan follows from it), T0, each member's state, how the run is ending once it
 //!   is (an abort, a live threshold breach, the agent-loss policy), the newest setup values,
@@ -28,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use stampede_core::observe::Scrape;
+use stampede_core::pods::PodEvent;
 use stampede_core::report::ThresholdAbort;
 use stampede_proto::v1;
 
@@ -115,7 +118,7 @@ pub(crate) enum LogError {
         record: usize,
         error: prost::DecodeError,
     },
-    /// An observe line that is not a scrape.
+    /// An observe line that is neither a scrape nor a change to the pods.
     #[error("observe line {line}: {error}")]
     Observe {
         line: usize,
@@ -194,18 +197,33 @@ pub(crate) struct SetupRecord {
 
 /// One line of the observe log.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct ObserveLine {
-    source: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    scrape: Option<Scrape>,
+#[serde(untagged)]
+enum ObserveLine {
+    /// A change to what is seen of the target's pods.
+    Pod { pod: PodEvent },
+    /// A scrape of source `source`.
+    Scrape {
+        source: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scrape: Option<Scrape>,
+    },
+}
+
+/// What was seen of the target, in order: what a re-adopted run's watchers start from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TargetSeen {
+    /// The scrapes of its Prometheus sources.
+    pub(crate) scrapes: Vec<Observation>,
+    /// The changes to what is seen of its Service's pods.
+    pub(crate) pods: Vec<PodEvent>,
 }
 
 /// A checkpoint read back: its header and the Progress it merged, in order, by member index.
 pub(crate) struct Saved {
     pub(crate) header: Header,
     pub(crate) progress: Vec<(usize, v1::Progress)>,
-    /// The scrapes of the target, in order.
-    pub(crate) observed: Vec<Observation>,
+    /// What was seen of the target.
+    pub(crate) observed: TargetSeen,
 }
 
 /// The checkpoints' folder in a data directory.
@@ -307,12 +325,15 @@ impl Writer {
         progress.encode(&mut self.pending).unwrap_or_default();
     }
 
-    /// Adds scrapes of the target (written at the next flush).
-    pub(crate) fn observed(&mut self, scrapes: Vec<Observation>) {
-        for (source, scrape) in scrapes {
-            if serde_json::to_writer(&mut self.observe_pending, &ObserveLine { source, scrape })
-                .is_ok()
-            {
+    /// Adds what was seen of the target (written at the next flush).
+    pub(crate) fn observed(&mut self, seen: TargetSeen) {
+        let scrapes = seen
+            .scrapes
+            .into_iter()
+            .map(|(source, scrape)| ObserveLine::Scrape { source, scrape });
+        let pods = seen.pods.into_iter().map(|pod| ObserveLine::Pod { pod });
+        for line in scrapes.chain(pods) {
+            if serde_json::to_writer(&mut self.observe_pending, &line).is_ok() {
                 self.observe_pending.push(b'\n');
             }
         }
@@ -459,7 +480,7 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
     }
     let progress = decode_log(&bytes, header.members.len()).map_err(log_err)?;
     let observed = match header.state.observe_len {
-        0 => Vec::new(),
+        0 => TargetSeen::default(),
         len => {
             let observe_err = |why: LogError| CheckpointError::Log {
                 path: observe_path.clone(),
@@ -490,18 +511,19 @@ pub(crate) fn load(data_dir: &Path, run_id: &str) -> Result<Saved, CheckpointErr
     })
 }
 
-/// The lines of an observe log, each a scrape record.
-fn decode_observe(bytes: &[u8]) -> Result<Vec<Observation>, LogError> {
-    bytes
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .enumerate()
-        .map(|(line, l)| {
-            serde_json::from_slice::<ObserveLine>(l)
-                .map(|o| (o.source, o.scrape))
-                .map_err(|error| LogError::Observe { line, error })
-        })
-        .collect()
+/// The lines of an observe log, each a scrape or a change to the pods.
+fn decode_observe(bytes: &[u8]) -> Result<TargetSeen, LogError> {
+    let mut seen = TargetSeen::default();
+    let lines = bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    for (line, l) in lines.enumerate() {
+        match serde_json::from_slice::<ObserveLine>(l)
+            .map_err(|error| LogError::Observe { line, error })?
+        {
+            ObserveLine::Scrape { source, scrape } => seen.scrapes.push((source, scrape)),
+            ObserveLine::Pod { pod } => seen.pods.push(pod),
+        }
+    }
+    Ok(seen)
 }
 
 /// The records of a log: each member index below `members`, each length within the bytes
@@ -588,7 +610,15 @@ mod tests {
         w.record(1, &progress(0));
         w.record(0, &progress(1));
         let members = header("run-1").members;
-        w.observed(vec![(0, None)]);
+        let ready = PodEvent::Ready(stampede_core::pods::ReadyReplicas {
+            at_s: 0.0,
+            ready: 2,
+            pods: 3,
+        });
+        w.observed(TargetSeen {
+            scrapes: vec![(0, None)],
+            pods: vec![ready.clone()],
+        });
         let state = RunRecord {
             ending: Some(Failure::Aborted("by a user".into())),
             setup: Some(SetupRecord {
@@ -610,7 +640,8 @@ mod tests {
         assert_eq!(got, [(0, 0), (1, 0), (0, 1)]);
         assert_eq!(saved.header.state.ending, state.ending);
         assert_eq!(saved.header.state.setup, state.setup);
-        assert_eq!(saved.observed, [(0, None)]);
+        assert_eq!(saved.observed.scrapes, [(0, None)]);
+        assert_eq!(saved.observed.pods, std::slice::from_ref(&ready));
         // A torn tail past the durable length is cut when the run is resumed.
         drop(w);
         let log = dir.path().join("checkpoints/run-1.progress");
@@ -629,12 +660,25 @@ mod tests {
                 resident_bytes: None,
             },
         };
-        w.observed(vec![(1, Some(scrape))]);
+        let sample = PodEvent::Sample {
+            pod: "web-1".into(),
+            sample: stampede_core::pods::PodSample {
+                at_s: 1.0,
+                restarts: 1,
+                ready: true,
+                ..Default::default()
+            },
+        };
+        w.observed(TargetSeen {
+            scrapes: vec![(1, Some(scrape))],
+            pods: vec![sample.clone()],
+        });
         w.flush(members, state).unwrap();
         let again = load(dir.path(), "run-1").unwrap();
         assert_eq!(again.progress.len(), 4);
         assert_eq!(again.progress[3].1.interval, 2);
-        assert_eq!(again.observed, [(0, None), (1, Some(scrape))]);
+        assert_eq!(again.observed.scrapes, [(0, None), (1, Some(scrape))]);
+        assert_eq!(again.observed.pods, [ready, sample]);
         assert_eq!(
             again.header.state.ending,
             Some(Failure::Aborted("by a user".into()))
@@ -660,6 +704,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("truncated"));
+        for line in [
+            &b"{\"pod\":{\"nope\":1}}\n"[..],
+            b"{\"scrape\":null}\n",
+            b"[1]\n",
+        ] {
+            assert!(decode_observe(line)
+                .unwrap_err()
+                .to_string()
+                .contains("observe line 0"));
+        }
         let dir = tempfile::tempdir().unwrap();
         let mut h = header("run-2");
         h.version = 99;

@@ -22,6 +22,7 @@ mod received;
 mod running;
 mod service;
 mod state;
+mod target_watch;
 
 pub(crate) use adopt::adopt_all;
 pub(crate) use state::{RunState, Status};

@@ -218,12 +218,6 @@ impl Driver {
             mut failure,
             observed,
         } = resumed;
-        let observer = crate::observe::Observer::start(
-            &self.scenario.observe,
-            t0,
-            self.inner.cfg.interval,
-            observed,
-        );
         let silence = crate::renew::silence_limit(self.inner.cfg.lease, self.inner.cfg.interval);
         // Silent this long, an agent got no renewals for a lease: its load has stopped.
         let silent_lost = silence + self.inner.cfg.lease;
@@ -243,7 +237,7 @@ impl Driver {
                 }
             }
         }
-        let target_pods = self.observe_pods((t0, started_at)).await;
+        let watch = self.watch_target((t0, started_at), observed).await;
         // Renewals go out from their own task: a slow merge here cannot delay them.
         let renewals = Renewals::start(
             members
@@ -310,7 +304,7 @@ impl Driver {
                         &members,
                         &renewals,
                         failure.as_ref(),
-                        &observer,
+                        &watch,
                     );
                 }
             }
@@ -337,7 +331,7 @@ impl Driver {
                     self.forward_service_set(&members, set);
                 }
                 _ = snap.tick() => {
-                    self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                    self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
                     // Silence (a stopped process, a link that carries nothing) ends in a loss
                     // once renewals were withheld for a lease; a closed stream does not wait.
                     let silent: Vec<String> = members
@@ -406,7 +400,7 @@ impl Driver {
                                     break; // acknowledged once the report is stored
                                 }
                                 // Its Done is acknowledged once the checkpoint holds it.
-                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
                                 self.ack_done(&members[i]);
                             }
                             if !members.iter().any(Member::outstanding) {
@@ -461,7 +455,7 @@ impl Driver {
                         RunInput::SetupValues { agent_id, values } => {
                             if self.take_setup(&members, &agent_id, values) {
                                 // Durable before any other agent has them.
-                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &observer);
+                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
                                 self.pass_on_setup(&members);
                             }
                         }
@@ -475,7 +469,7 @@ impl Driver {
                 }
                 _ = self.inner.shutdown.cancelled(), if !matches!(failure, Some(Failure::Aborted(_))) => {
                     if failure.is_none() && !self.inner.cfg.restart_grace.is_zero() {
-                        self.flush_checkpoint(&mut checkpoint, &members, &renewals, None, &observer);
+                        self.flush_checkpoint(&mut checkpoint, &members, &renewals, None, &watch);
                         if checkpoint.is_some() {
                             // The next controller on this data directory re-adopts the run;
                             // its agents ride out the restart grace meanwhile.
@@ -523,14 +517,7 @@ impl Driver {
             message = Some(format!("{head}{}", gaps.join("; ")));
         }
         self.release();
-        self.target_resources = observer.finish().await;
-        if let Some(pods) = target_pods {
-            let seen = pods.finish().await;
-            self.target_resources = Some(stampede_core::pods::with_pods(
-                self.target_resources.take(),
-                &seen,
-            ));
-        }
+        self.target_resources = watch.finish().await;
         self.finish(acc, outcome, message, started_at, duration_s);
         if let Some(c) = checkpoint {
             c.remove();

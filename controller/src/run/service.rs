@@ -35,6 +35,7 @@ impl Driver {
     pub(super) async fn observe_pods(
         &self,
         t0: (tokio::time::Instant, u64),
+        before: Vec<stampede_core::pods::PodEvent>,
     ) -> Option<crate::k8s::target_pods::PodObserver> {
         let service = ServiceRef::from_target(self.scenario.target.as_ref()?).ok()?;
         let kube = self.inner.kube.get().cloned();
@@ -62,6 +63,7 @@ impl Driver {
             service,
             t0,
             self.inner.cfg.interval,
+            before,
         ))
     }
 

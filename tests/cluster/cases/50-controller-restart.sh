@@ -9,7 +9,7 @@
 #     out the restart within their lease and restart grace and re-attach.
 #  3. The LoadTest is never marked failed meanwhile and ends Succeeded; the report's books balance
 #     (started = completed + failed + interrupted) and count every request the target served on /data (its
-#     stampede_target_http_requests_total), within 3. Prints `restart:` figures: served vs counted, how long the
+#     stampede_target_http_requests_total), within 3; the target pod's samples from before the restart are kept. Prints `restart:` figures: served vs counted, how long the
 #     controller was away and how long the agents took to come back.
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -134,6 +134,11 @@ served_n=$((served_after - served_before))
   fail "the books do not balance: started $started, completed $completed + failed $failed + interrupted $interrupted"
 [ $((completed + failed + interrupted)) -ge $((served_n - 3)) ] && [ "$completed" -le $((served_n + 3)) ] ||
   fail "the target served $served_n requests on /data, the report counts $completed completed, $failed failed, $interrupted interrupted"
+# What the first controller saw of the target's pods is in the report too: their rows start before the delete
+# (6 s into the run), which only the checkpoint can carry across the restart.
+first_pod_s=$(jq '[.target_resources.pods[]?.intervals[]?.start_s] | min // empty' "$tmp/report.json")
+[ -n "$first_pod_s" ] && awk -v f="$first_pod_s" 'BEGIN { exit !(f < 5) }' ||
+  fail "the target's pod samples from before the restart are lost (first interval at ${first_pod_s:-none} s): $(jq -c '.target_resources | {pods_unavailable, pods: [.pods[]? | {pod, n: (.intervals | length)}]}' "$tmp/report.json")"
 # Back: the new pod's first line about the run, and the last agent that resumed it (RFC 3339 timestamps).
 secs() { date -d "$1" +%s.%N; }
 adopted_at=$(grep -m1 "re-adopted" "$tmp/new.log" | cut -d' ' -f1)
@@ -142,5 +147,6 @@ away=$(echo "$(secs "$adopted_at") - $t_del" | bc)
 back=""
 [ -n "$resumed_at" ] && back=$(echo "$(secs "$resumed_at") - $t_del" | bc)
 say "restart: served $served_n on /data, counted completed $completed failed $failed interrupted $interrupted (started $started);" \
-  "re-adopted ${away} s after the delete (pod ready $(echo "$t_ready - $t_del" | bc) s), agents back ${back:-?} s after it; outcome $outcome"
+  "re-adopted ${away} s after the delete (pod ready $(echo "$t_ready - $t_del" | bc) s), agents back ${back:-?} s after it; outcome $outcome;" \
+  "target pod samples from ${first_pod_s} s"
 say "controller-restart case passed"

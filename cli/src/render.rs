@@ -18,7 +18,9 @@ pub fn us(v: u64) -> String {
 
 /// The live line: at most [`LIVE_WIDTH`] columns (a wider line breaks on every redraw in an
 /// 80-column terminal). It shows time, the phase, the achieved rate against the planned one,
-/// completed and failed requests with the commonest error, and p99.
+/// completed and failed requests with the commonest error, and p99; then, while they fit,
+/// an agent past 90 % of its CPU and the target's cores now (when it is watched), so a rate
+/// that falls short says live whether the generator or the target is working hard.
 pub fn progress_line(s: &v1::LiveSnapshot, scenario: &stampede_core::Scenario) -> String {
     let (phase, planned) = planned_at(scenario, s.elapsed_s);
     let rate = match planned {
@@ -36,7 +38,19 @@ pub fn progress_line(s: &v1::LiveSnapshot, scenario: &stampede_core::Scenario) -
         short(s.completed as f64),
         us(s.p99_us),
     );
-    line.chars().take(LIVE_WIDTH).collect()
+    let mut line: String = line.chars().take(LIVE_WIDTH).collect();
+    let target = s.target_cpu_cores.map(|c| format!(" target cpu {c:.2}"));
+    let busy_agent = s
+        .busiest_agent_cpu_pct
+        .filter(|pct| *pct >= stampede_core::report::CPU_LIMIT_SHARE * 100.0)
+        .map(|pct| format!(" agent cpu {pct:.0}%"));
+    // The generator near its limit says more about a short rate than the target's cores.
+    for extra in [busy_agent, target].into_iter().flatten() {
+        if line.chars().count() + extra.chars().count() <= LIVE_WIDTH {
+            line.push_str(&extra);
+        }
+    }
+    line
 }
 
 /// Widest live line, in columns.
@@ -610,6 +624,34 @@ mod tests {
         assert!(line.contains("warm-up-and-"), "{line}");
         assert!(line.contains("150/150/s"), "{line}");
         assert!(line.contains("err 98.77M connect_refused"), "{line}");
+        // No room for the target's cores on so full a line: left out, never cut.
+        let watched = v1::LiveSnapshot {
+            target_cpu_cores: Some(1.618),
+            busiest_agent: "a-2".into(),
+            busiest_agent_cpu_pct: Some(97.4),
+            ..snap.clone()
+        };
+        assert_eq!(progress_line(&watched, &s), line);
+        let quiet = v1::LiveSnapshot {
+            failed: 0,
+            errors: Default::default(),
+            ..watched.clone()
+        };
+        let line = progress_line(&quiet, &s);
+        assert!(line.chars().count() <= LIVE_WIDTH, "{line}");
+        assert!(line.ends_with(" p99 1.23s agent cpu 97%"), "{line}");
+        let small = v1::LiveSnapshot {
+            completed: 1_234,
+            ..quiet.clone()
+        };
+        let line = progress_line(&small, &s);
+        assert!(line.chars().count() <= LIVE_WIDTH, "{line}");
+        assert!(line.ends_with(" agent cpu 97% target cpu 1.62"), "{line}");
+        let idle_agent = v1::LiveSnapshot {
+            busiest_agent_cpu_pct: Some(40.0),
+            ..quiet
+        };
+        assert!(progress_line(&idle_agent, &s).ends_with(" p99 1.23s target cpu 1.62"));
     }
 
     /// Every line of a full report (two phases with long names, a workload mix, steps,

@@ -96,6 +96,12 @@ impl Observer {
         std::mem::take(&mut crate::lock(&self.observed).fresh)
     }
 
+    /// The cores the sources used between their last two scrapes (`None` before two).
+    pub(crate) fn latest_cores(&self) -> Option<f64> {
+        let o = crate::lock(&self.observed);
+        stampede_core::observe::latest_cores(o.seen.iter().map(|(_, s)| s.as_slice()))
+    }
+
     /// Stops scraping after one last scrape and returns what was seen (`None` without
     /// sources).
     pub(crate) async fn finish(self) -> Option<TargetResources> {

@@ -184,19 +184,8 @@ pub fn resources(sources: &[(String, Vec<Scrape>)], failed_scrapes: u64) -> Targ
                 .collect()
         })
         .collect();
-    let used = |series: &[(f64, f64)]| -> f64 {
-        series
-            .windows(2)
-            .map(|w| {
-                let d = w[1].1 - w[0].1;
-                if d >= 0.0 {
-                    d
-                } else {
-                    w[1].1
-                }
-            })
-            .sum()
-    };
+    let used =
+        |series: &[(f64, f64)]| -> f64 { series.windows(2).map(|w| rise(w[0].1, w[1].1)).sum() };
     let mut total = 0.0;
     for s in &cpu_series {
         if let (Some(a), Some(b)) = (s.first(), s.last()) {
@@ -237,6 +226,39 @@ pub fn resources(sources: &[(String, Vec<Scrape>)], failed_scrapes: u64) -> Targ
     }
 }
 
+/// How much a counter rose from `a` to `b`; one that went down (its process restarted)
+/// counts from zero again.
+pub fn rise(a: f64, b: f64) -> f64 {
+    if b >= a {
+        b - a
+    } else {
+        b
+    }
+}
+
+/// A counter's rate between its last two readings `(at_s, value)`, given in time order;
+/// `None` before two, or when they are not in time order. The live view's "cores now".
+pub fn latest_rate(readings: impl DoubleEndedIterator<Item = (f64, f64)>) -> Option<f64> {
+    let mut last = readings.rev();
+    let (b, a) = (last.next()?, last.next()?);
+    (b.0 > a.0).then(|| rise(a.1, b.1) / (b.0 - a.0))
+}
+
+/// The cores the sources used between each one's last two scrapes with a CPU figure, added
+/// up; `None` before any source has two.
+pub fn latest_cores<'a>(sources: impl IntoIterator<Item = &'a [Scrape]>) -> Option<f64> {
+    sources
+        .into_iter()
+        .filter_map(|scrapes| {
+            latest_rate(
+                scrapes
+                    .iter()
+                    .filter_map(|x| Some((x.at_s, x.sample.cpu_seconds?))),
+            )
+        })
+        .reduce(|a, b| a + b)
+}
+
 /// A series' mean rate between `start` and `end`: its CPU seconds over the span of its own
 /// scrapes that overlap the window, weighted by the overlap.
 fn rate_within(series: &[(f64, f64)], start: f64, end: f64) -> f64 {
@@ -248,9 +270,7 @@ fn rate_within(series: &[(f64, f64)], start: f64, end: f64) -> f64 {
         }
         let overlap = (b.min(end) - a.max(start)).max(0.0);
         if overlap > 0.0 {
-            let d = w[1].1 - w[0].1;
-            let d = if d >= 0.0 { d } else { w[1].1 };
-            cpu += d * overlap / (b - a);
+            cpu += rise(w[0].1, w[1].1) * overlap / (b - a);
         }
     }
     cpu / (end - start)
@@ -311,6 +331,26 @@ mod tests {
 
     /// Two sources, one at half a core and one at a quarter: 0.75 cores in total and in each
     /// interval; a restart (the counter going down) counts from zero.
+    #[test]
+    fn the_latest_cores_are_each_sources_last_two_scrapes_added() {
+        let failed = Scrape {
+            at_s: 3.0,
+            sample: ProcessSample::default(),
+        };
+        let a = [scrape(0.0, 1.0), scrape(1.0, 1.5), scrape(2.0, 2.5), failed];
+        let b = [scrape(0.0, 4.0), scrape(2.0, 1.0)];
+        assert_eq!(
+            latest_cores([&a[..], &b[..]]),
+            Some(1.5),
+            "1 core, and 0.5 after a restart"
+        );
+        assert_eq!(latest_cores([&a[..1]]), None);
+        assert_eq!(
+            latest_cores([&[scrape(1.0, 1.0), scrape(1.0, 2.0)][..]]),
+            None
+        );
+    }
+
     #[test]
     fn cores_are_a_rate_of_the_counters_added_over_sources() {
         let a = vec![scrape(0.0, 10.0), scrape(1.0, 10.5), scrape(2.0, 11.0)];

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::observe::text::samples;
-use crate::observe::{CpuCores, ProcessSample, Scrape, TargetResources};
+use crate::observe::{latest_rate, rise, CpuCores, ProcessSample, Scrape, TargetResources};
 
 /// Most bytes of one node's metrics text read (the cAdvisor text of a node of 100 pods is a
 /// few MiB).
@@ -189,6 +189,23 @@ impl PodsObserved {
     }
 }
 
+impl PodsObserved {
+    /// The cores the pods used between each one's last two samples with a CPU figure, added
+    /// up; `None` before any pod has two.
+    pub fn latest_cores(&self) -> Option<f64> {
+        self.pods
+            .values()
+            .filter_map(|samples| {
+                latest_rate(
+                    samples
+                        .iter()
+                        .filter_map(|s| Some((s.at_s, s.counters.cpu_seconds?))),
+                )
+            })
+            .reduce(|a, b| a + b)
+    }
+}
+
 /// One change to what is seen of a Service's pods, in the order it happened. The controller
 /// keeps these in its checkpoint: replayed through [`PodsObserved::apply`] they rebuild what a
 /// previous controller saw, so a re-adopted run keeps its target's samples from before the
@@ -286,14 +303,6 @@ pub struct PodInterval {
 
 /// A counter's rise between two samples; a counter that went down (the container restarted)
 /// counts from zero again.
-fn rise(a: f64, b: f64) -> f64 {
-    if b >= a {
-        b - a
-    } else {
-        b
-    }
-}
-
 /// Throttled periods over periods between two samples; `None` when no period was counted
 /// (no CPU limit, or a node whose cAdvisor does not see the pod's cgroup).
 fn throttled_between(a: &PodCounters, b: &PodCounters) -> Option<f64> {

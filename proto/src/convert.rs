@@ -574,6 +574,13 @@ impl From<&LiveSnapshot> for v1::LiveSnapshot {
             active_agents: s.active_agents,
             planned_duration_s: 0.0,
             errors: s.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            busiest_agent: s
+                .busiest_agent
+                .as_ref()
+                .map(|a| a.agent.clone())
+                .unwrap_or_default(),
+            busiest_agent_cpu_pct: s.busiest_agent.as_ref().map(|a| a.cpu_pct),
+            target_cpu_cores: s.target_cpu_cores,
         }
     }
 }

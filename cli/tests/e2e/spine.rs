@@ -403,11 +403,27 @@ async fn live_snapshots_arrive_while_the_run_goes_on() {
     let mut c = client::connect(&cluster.url(), Some(&cluster.token))
         .await
         .unwrap();
-    let text = scenario(&target.url, "  - { duration: 3s, arrival_rate: 50 }\n", "");
+    let observe = format!(
+        "observe: [ {{ prometheus: \"{}/metrics\" }} ]\n",
+        target.url
+    );
+    let text = scenario(
+        &target.url,
+        "  - { duration: 3s, arrival_rate: 50 }\n",
+        &observe,
+    );
     let mut snapshots = Vec::new();
+    let mut watched = Vec::new();
     let mut states = Vec::new();
     let r = client::run_and_watch(&mut c, &text, Some(1), None, |l| match l {
-        Live::Snapshot(s) => snapshots.push(s.completed),
+        Live::Snapshot(s) => {
+            snapshots.push(s.completed);
+            watched.push((
+                s.target_cpu_cores,
+                s.busiest_agent.clone(),
+                s.busiest_agent_cpu_pct,
+            ));
+        }
         Live::State(s) => states.push(s.state.clone()),
         Live::Debug(_) => {}
     })
@@ -415,6 +431,16 @@ async fn live_snapshots_arrive_while_the_run_goes_on() {
     .unwrap();
     assert_eq!(r.totals.completed, 150);
     assert!(snapshots.len() >= 2, "{snapshots:?}");
+    // The live view carries the target's cores (from its scrapes) and the busiest agent's CPU.
+    let agent = &r.agents[0].id;
+    assert!(
+        watched.iter().any(|(cores, busiest, pct)| {
+            cores.is_some_and(|c| c.is_finite() && c >= 0.0)
+                && busiest == agent
+                && pct.is_some_and(|p| (0.0..=1_000.0).contains(&p))
+        }),
+        "{watched:?}"
+    );
     assert!(snapshots.windows(2).all(|w| w[0] <= w[1]));
     assert!(
         states.contains(&"running".to_string()) && states.last() == Some(&"done".to_string()),

@@ -171,6 +171,11 @@ impl PodObserver {
         std::mem::take(&mut crate::lock(&self.observed).fresh)
     }
 
+    /// The cores the pods used between their last two samples (`None` before two).
+    pub(crate) fn latest_cores(&self) -> Option<f64> {
+        crate::lock(&self.observed).observed.latest_cores()
+    }
+
     /// Stops after one last look and returns what was seen.
     pub(crate) async fn finish(self) -> PodsObserved {
         self.stop.cancel();

@@ -345,7 +345,8 @@ impl Driver {
                         self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), policy, &mut failure, &mut deadline).await;
                     }
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
-                    if let Ok(s) = acc.snapshot(elapsed) {
+                    if let Ok(mut s) = acc.snapshot(elapsed) {
+                        s.target_cpu_cores = watch.latest_cores();
                         let mut w = v1::LiveSnapshot::from(&s);
                         w.planned_duration_s = planned.as_secs_f64();
                         let _ = self.h.events.send(v1::RunEvent { event: Some(v1::run_event::Event::Snapshot(w)) });

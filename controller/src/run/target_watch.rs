@@ -45,6 +45,14 @@ impl TargetWatch {
         }
     }
 
+    /// The cores the target uses now, for the live view: the `observe:` sources' when there
+    /// are any (as in the report), else its pods'.
+    pub(super) fn latest_cores(&self) -> Option<f64> {
+        self.scrapes
+            .latest_cores()
+            .or_else(|| self.pods.as_ref()?.latest_cores())
+    }
+
     /// Stops watching after one last look and returns what was seen, the pods' rows beside
     /// the scrapes (`None` with neither).
     pub(super) async fn finish(self) -> Option<TargetResources> {

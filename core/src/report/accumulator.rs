@@ -613,6 +613,8 @@ impl RunAccumulator {
             p99_us,
             active_agents: self.agents.iter().filter(|a| !a.lost).count() as u32,
             errors: t.counters.errors.clone(),
+            busiest_agent: self.busiest_agent(),
+            target_cpu_cores: None,
         })
     }
 

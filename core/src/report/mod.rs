@@ -775,6 +775,21 @@ pub struct LiveSnapshot {
     pub active_agents: u32,
     /// Failed requests so far, by error kind.
     pub errors: BTreeMap<String, u64>,
+    /// The agent with the highest CPU in the newest figures: near its cores' limit, the
+    /// generator rather than the target may be what holds the rate back.
+    pub busiest_agent: Option<AgentCpu>,
+    /// The cores the target used between its last two readings (`observe:` sources, or else
+    /// the pods of its Service), set by the controller, which watches the target.
+    pub target_cpu_cores: Option<f64>,
+}
+
+/// One agent's CPU, in percent of the cores it may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCpu {
+    /// The agent's id.
+    pub agent: String,
+    /// Its CPU, percent of its cores.
+    pub cpu_pct: f64,
 }
 
 #[cfg(test)]

@@ -172,6 +172,20 @@ impl RunAccumulator {
         Ok(())
     }
 
+    /// The agent with the highest CPU in the newest interval any agent reported it for.
+    pub(super) fn busiest_agent(&self) -> Option<crate::report::AgentCpu> {
+        let (_, row) = self.cpu_rows.last_key_value()?;
+        let (i, cpu_pct) = row
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, (*p)?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some(crate::report::AgentCpu {
+            agent: self.agents.get(i)?.id.clone(),
+            cpu_pct,
+        })
+    }
+
     /// Each agent's CPU in `interval`, in percent (`None`: it sent none), for its row.
     pub(super) fn agent_cpu(&self, interval: u64) -> Vec<Option<f64>> {
         self.cpu_rows.get(&interval).cloned().unwrap_or_default()

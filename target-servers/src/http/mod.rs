@@ -655,7 +655,7 @@ async fn connection(
     let io = match &shared.cfg.tls {
         None => tokio_util::either::Either::Left(stream),
         Some(tls) => {
-            let handshake = tls.acceptor().accept(stream);
+            let handshake = tls.acceptor().accept(stream).into_fallible();
             match tokio::time::timeout(shared.cfg.read_timeout, handshake).await {
                 Ok(Ok(s)) => {
                     if s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
@@ -663,12 +663,15 @@ async fn connection(
                     }
                     tokio_util::either::Either::Right(s)
                 }
-                failed => {
-                    // A failed or timed-out handshake; the guard closes the connection's slot.
+                Ok(Err((e, stream))) => {
                     shared.metrics.error("tls");
-                    if let Ok(Err(e)) = failed {
-                        tracing::debug!(peer = %peer, error = %e, "tls handshake failed");
-                    }
+                    tracing::debug!(peer = %peer, error = %e, "tls handshake failed");
+                    linger(stream, shared.cfg.read_timeout).await;
+                    return;
+                }
+                Err(_) => {
+                    // A timed-out handshake; the guard closes the connection's slot.
+                    shared.metrics.error("tls");
                     return;
                 }
             }
@@ -692,6 +695,21 @@ async fn connection(
         tracing::debug!(peer = %peer, error = %e, "http connection error");
     }
     drop(slot);
+}
+
+/// Closes a connection whose handshake failed without resetting it. The alert naming the
+/// failure has been written, but with TLS 1.3 a client that finished its side already sent its
+/// first request: closing with those bytes unread would send a reset, which can overtake the
+/// alert, so the client would see `reset` instead of the refusal. A FIN after the alert, then
+/// reading until the client closes (or `within`), keeps the alert readable.
+async fn linger(mut stream: TcpStream, within: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(within.min(Duration::from_secs(2)), async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 fn version_str(v: hyper::Version) -> &'static str {

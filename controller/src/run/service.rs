@@ -39,7 +39,9 @@ impl Driver {
     ) -> Option<crate::k8s::target_pods::PodObserver> {
         let service = ServiceRef::from_target(self.scenario.target.as_ref()?).ok()?;
         let kube = self.inner.kube.get().cloned();
-        if self.service.is_none() && kube.is_none() {
+        // A re-adopted run goes on sampling what the previous controller sampled, also when
+        // it is re-adopted before this controller's Kubernetes side is up.
+        if self.service.is_none() && kube.is_none() && before.is_empty() {
             return None;
         }
         let (client, namespace) = crate::k8s::endpoints::client_for(kube.as_deref())

@@ -494,6 +494,14 @@ fn report_lines(r: &Report, wide: bool) -> String {
             }
         }
     }
+    // Several targets: each one's workloads together, what `target(NAME)` thresholds judge.
+    if !r.targets.is_empty() {
+        let _ = writeln!(o, "Targets");
+        phase_header(&mut o, wide);
+        for t in &r.targets {
+            phase_line(&mut o, &t.figures, wide);
+        }
+    }
     if r.steps.len() > 1 || r.steps.iter().any(|s| s.stream.is_some()) {
         let _ = writeln!(o, "Steps");
         for s in &r.steps {
@@ -660,7 +668,7 @@ mod tests {
     #[test]
     fn a_full_report_fits_80_columns() {
         use stampede_core::report::{
-            AgentReport, PhaseReport, SessionTypeReport, StepReport, WorkloadReport,
+            AgentReport, PhaseReport, SessionTypeReport, StepReport, TargetReport, WorkloadReport,
         };
         use stampede_core::threshold::ThresholdResult;
         let lat = |base: u64| {
@@ -739,6 +747,10 @@ mod tests {
             session_types: vec![t("browse-the-catalogue"), t("buy")],
             ..Default::default()
         }];
+        r.targets = vec![TargetReport {
+            figures: phase(0, "auth.shop.example.internal:8443"),
+            ..Default::default()
+        }];
         r.steps = ["web/browse/step-1-with-a-name", "login"]
             .iter()
             .map(|n| StepReport {
@@ -790,6 +802,8 @@ mod tests {
             "Phases",
             "warm-up-with-…",
             "Steps",
+            "Targets",
+            "auth.shop.exa…",
             "Thresholds",
             "status_500",
             "p99.9",

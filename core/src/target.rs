@@ -162,6 +162,13 @@ impl Target {
         (self.transport != Transport::Unix).then(|| format!("{}:{}", self.host, self.port))
     }
 
+    /// What a `target(NAME)` threshold and the report's targets call it: `host:port` with the
+    /// default port filled in (two URLs on one service name it alike), or a unix socket's path.
+    pub fn scope_name(&self) -> String {
+        self.socket_authority()
+            .unwrap_or_else(|| self.unix_path.clone())
+    }
+
     /// The authority as the URL wrote it: the HTTP `Host` header and `:authority`.
     pub fn authority(&self) -> String {
         if self.explicit_port {

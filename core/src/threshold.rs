@@ -39,6 +39,9 @@ pub enum Scope {
     /// One endpoint by its `ip:port`, or every endpoint ([`ALL_ENDPOINTS`]): each must pass,
     /// because a merged percentile hides one slow backend.
     Endpoint(String),
+    /// The workloads aimed at one target, by its `host:port` (a `unix://` target by its
+    /// path): with an auth service and an API in one run, each has its own latency budget.
+    Target(String),
 }
 
 /// The `endpoint(*)` scope: every endpoint of the run.

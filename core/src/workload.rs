@@ -130,6 +130,22 @@ impl TypeView<'_> {
     }
 }
 
+/// The targets `views` load, each once by [`Target::scope_name`], in the order the workloads
+/// first name them: what `target(NAME)` scopes and the report's targets call them.
+pub fn target_names(views: &[View<'_>]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for name in views
+        .iter()
+        .filter_map(|w| w.target)
+        .map(Target::scope_name)
+    {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// The name of the one workload of a scenario without `workloads:`.
 pub const DEFAULT_NAME: &str = "default";
 

@@ -121,6 +121,11 @@ async fn logged_target(dir: &std::path::Path, name: &str) -> (Target, std::path:
     (target, log)
 }
 
+/// A target URL's `host:port`, what a `target()` scope names.
+fn host_port(url: &str) -> &str {
+    url.strip_prefix("http://").unwrap_or(url)
+}
+
 /// Waits until `log` holds `n` requests (it is flushed by the server), then counts them.
 async fn served_at_least(log: &std::path::Path, n: u64) -> BTreeMap<String, u64> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -151,8 +156,12 @@ workloads:
     target: {}
     phases: [ {{ duration: 2s, arrival_rate: 20 }} ]
     session: [ {{ http: {{ method: GET, path: /api }} }} ]
+thresholds: [ \"target({}).error_rate < 1%\", \"target({}).p99 < 5s\" ]
 ",
-        auth.url, api.url
+        auth.url,
+        api.url,
+        host_port(&auth.url),
+        host_port(&api.url)
     );
     let (url, token) = (cluster.url(), cluster.token.clone());
     let r = run(&url, &token, &text, 2).await;
@@ -182,6 +191,36 @@ workloads:
             ("api", api.url.as_str(), 40)
         ]
     );
+    // Each target has its row, what `target(host:port)` judges.
+    let targets: Vec<(&str, &str, u64, &[String])> = r
+        .targets
+        .iter()
+        .map(|t| {
+            (
+                t.figures.name.as_str(),
+                t.url.as_str(),
+                t.figures.completed,
+                t.workloads.as_slice(),
+            )
+        })
+        .collect();
+    let (auth_name, api_name) = (host_port(&auth.url), host_port(&api.url));
+    assert_eq!(
+        targets,
+        [
+            (auth_name, auth.url.as_str(), 60, &["auth".to_string()][..]),
+            (api_name, api.url.as_str(), 40, &["api".to_string()][..])
+        ]
+    );
+    let judged: Vec<(&str, bool)> = r
+        .thresholds
+        .iter()
+        .filter(|t| t.expr.starts_with("target("))
+        .map(|t| (t.measured_text.as_str(), t.passed))
+        .collect();
+    assert_eq!(judged.len(), 2, "{:?}", r.thresholds);
+    assert_eq!(judged[0], ("0.000%", true), "{:?}", r.thresholds);
+    assert!(judged[1].1, "{:?}", r.thresholds);
     // Each target's address has its row.
     let mut endpoints: Vec<(String, u64)> = r
         .endpoints

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 mod accumulator;
 mod stages;
+mod targets;
 mod windows;
 mod workloads;
 pub use accumulator::{
@@ -20,6 +21,7 @@ pub use accumulator::{
     CPU_LIMIT_SHARE, INSECURE_TLS_WARNING, MAX_DESTINATIONS, MAX_OPEN_INTERVALS, PORTS_LIMIT_SHARE,
 };
 pub use stages::{StageConnects, StageReport};
+pub use targets::TargetReport;
 pub use workloads::{SessionTypeReport, WorkloadReport};
 
 use crate::hist::{self, HistSpec, SparseHist};
@@ -597,6 +599,10 @@ pub struct Report {
     /// achieved (one entry, `default`, for a scenario without `workloads:`).
     #[serde(default)]
     pub workloads: Vec<WorkloadReport>,
+    /// Each target apart when the workloads load several (warm-up phases left out); empty
+    /// for a run of one target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetReport>,
     /// Every request step, in the scenario's order.
     pub steps: Vec<StepReport>,
     /// Every agent of the run, in shard order.

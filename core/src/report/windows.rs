@@ -106,9 +106,14 @@ impl Windows {
                     Scope::Phase(n) => {
                         Selector::Phases(names.phases.iter().map(|p| p == n).collect())
                     }
-                    Scope::Workload(n) => {
+                    Scope::Workload(_) | Scope::Target(_) => {
+                        let aimed = |w: &crate::workload::View<'_>| match &t.scope {
+                            Scope::Workload(n) => w.name == n,
+                            Scope::Target(n) => w.target.is_some_and(|t| &t.scope_name() == n),
+                            _ => false,
+                        };
                         let mut m = vec![false; phases.len()];
-                        for w in views.iter().filter(|w| w.name == n) {
+                        for w in views.iter().filter(|w| aimed(w)) {
                             for (i, slot) in m
                                 .iter_mut()
                                 .enumerate()

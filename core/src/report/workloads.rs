@@ -78,25 +78,18 @@ pub(super) fn reports(
         .iter()
         .map(|p| p.warmup)
         .collect();
-    let measured = |i: &usize| !warm.get(*i).copied().unwrap_or(false);
     scenario
         .workload_views()
         .iter()
         .map(|w| {
-            let range = w.phase_base..w.phase_base + w.phase_count();
-            let mut merged = SparseStats::default();
-            for i in range.clone().filter(measured) {
-                if let Some(p) = phases.get(i) {
-                    merged.add(p);
-                }
-            }
-            let rows: Vec<&PhaseReport> = range
-                .filter(measured)
-                .filter_map(|i| phase_rows.get(i))
-                .collect();
-            let sum =
-                |f: fn(&PhaseReport) -> u64| rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)));
-            let c = &merged.counters;
+            let merged = Merged::of(
+                std::iter::once(w.phase_base..w.phase_base + w.phase_count()),
+                &warm,
+                phase_rows,
+                phases,
+            );
+            let sum = |f: fn(&PhaseReport) -> u64| merged.sum(f);
+            let c = &merged.stats.counters;
             let duration_s = w.duration().as_secs_f64();
             let total_weight: u64 = w.types.iter().map(|t| u64::from(t.weight)).sum();
             let closed = w.is_closed();
@@ -154,22 +147,12 @@ pub(super) fn reports(
                 })
                 .collect();
             WorkloadReport {
-                figures: PhaseReport {
-                    index: w.index as u32,
-                    name: w.name.to_string(),
-                    start_s: w.start.as_secs_f64(),
+                figures: merged.figures(
+                    w.index as u32,
+                    w.name.to_string(),
+                    w.start.as_secs_f64(),
                     duration_s,
-                    planned: sum(|r| r.planned),
-                    started: c.requests_started,
-                    completed: c.requests_completed,
-                    failed: c.requests_failed,
-                    interrupted: c.requests_interrupted,
-                    errors: c.errors.clone(),
-                    sessions_planned: sum(|r| r.sessions_planned),
-                    throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
-                    latency: Latency::of(&merged),
-                    warmup: false,
-                },
+                ),
                 target: w
                     .target
                     .map(|t| super::accumulator::without_userinfo(t.as_str()))
@@ -192,7 +175,7 @@ pub(super) fn reports(
                     failed: c.sessions_failed,
                     interrupted: c.sessions_interrupted,
                     dropped: c.dropped_arrivals,
-                    started_late: merged.lag.count_above(super::UNDELIVERED_LAG_US),
+                    started_late: merged.stats.lag.count_above(super::UNDELIVERED_LAG_US),
                 },
                 session_types,
             }
@@ -206,4 +189,68 @@ fn type_counts(c: &crate::stats::Counters, t: usize) -> crate::stats::TypeCounts
         .and_then(|t| c.session_types.get(&t))
         .copied()
         .unwrap_or_default()
+}
+
+/// Measured phases merged into one row: a workload's, or a target's (its workloads').
+/// Warm-up phases are left out, as of the run's headline.
+pub(super) struct Merged<'a> {
+    /// The phases' data, merged.
+    pub(super) stats: SparseStats,
+    /// The phases' report rows.
+    rows: Vec<&'a PhaseReport>,
+}
+
+impl<'a> Merged<'a> {
+    /// The measured phases of `ranges` (global phase indexes).
+    pub(super) fn of(
+        ranges: impl Iterator<Item = std::ops::Range<usize>>,
+        warm: &[bool],
+        phase_rows: &'a [PhaseReport],
+        phases: &[SparseStats],
+    ) -> Self {
+        let mut stats = SparseStats::default();
+        let mut rows = Vec::new();
+        for i in ranges.flatten() {
+            if warm.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            if let Some(p) = phases.get(i) {
+                stats.add(p);
+            }
+            rows.extend(phase_rows.get(i));
+        }
+        Self { stats, rows }
+    }
+
+    /// A figure summed over the phases' rows.
+    pub(super) fn sum(&self, f: fn(&PhaseReport) -> u64) -> u64 {
+        self.rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)))
+    }
+
+    /// The merged row, named and placed as the caller's row.
+    pub(super) fn figures(
+        &self,
+        index: u32,
+        name: String,
+        start_s: f64,
+        duration_s: f64,
+    ) -> PhaseReport {
+        let c = &self.stats.counters;
+        PhaseReport {
+            index,
+            name,
+            start_s,
+            duration_s,
+            planned: self.sum(|r| r.planned),
+            started: c.requests_started,
+            completed: c.requests_completed,
+            failed: c.requests_failed,
+            interrupted: c.requests_interrupted,
+            errors: c.errors.clone(),
+            sessions_planned: self.sum(|r| r.sessions_planned),
+            throughput_rps: c.requests_completed as f64 / duration_s.max(1e-9),
+            latency: Latency::of(&self.stats),
+            warmup: false,
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Threshold scopes checked against the scenario before any load: a `phase()`, `step()`,
-//! `session()` or `workload()` that names nothing would otherwise fail only after the whole
-//! run. The error lists the names that exist, so a typo is fixed in one go.
+//! `session()`, `workload()`, `endpoint()` or `target()` that names nothing would otherwise
+//! fail only after the whole run. The error lists the names that exist, so a typo is fixed
+//! in one go.
 
 use super::{Scenario, ScenarioError};
 use crate::threshold::{Scope, Threshold};
@@ -19,6 +20,8 @@ pub struct ScopeNames {
     pub sessions: Vec<String>,
     /// The scenario's `endpoints:`, as `ip:port`.
     pub endpoints: Vec<String>,
+    /// The targets the workloads load, by [`crate::target::Target::scope_name`], each once.
+    pub targets: Vec<String>,
     /// The target is a host name, whose addresses are known only when it is resolved.
     pub named_target: bool,
 }
@@ -34,7 +37,18 @@ impl ScopeNames {
                 sessions.push(t.name.to_string());
             }
         }
+        let mut targets: Vec<String> = Vec::new();
+        for name in views
+            .iter()
+            .filter_map(|w| w.target)
+            .map(|t| t.scope_name())
+        {
+            if !targets.contains(&name) {
+                targets.push(name);
+            }
+        }
         Self {
+            targets,
             phases: s
                 .effective_phases()
                 .iter()
@@ -65,6 +79,7 @@ impl ScopeNames {
             Scope::Step(n) => ("step", "request steps", n, &self.steps),
             Scope::Workload(n) => ("workload", "workloads", n, &self.workloads),
             Scope::Session(n) => ("session", "session types", n, &self.sessions),
+            Scope::Target(n) => ("target", "targets", n, &self.targets),
             // A host name's addresses are known once it is resolved; a scope naming none of
             // them fails in the report.
             Scope::Endpoint(_) if self.endpoints.is_empty() && self.named_target => return None,
@@ -186,6 +201,27 @@ mod tests {
         assert!(refused(&with("phase(steady).p99 < 1s"))
             .to_string()
             .ends_with("phases are api/steady"));
+    }
+
+    /// `target(NAME)` names a workload's target by `host:port`, the default port filled in.
+    #[test]
+    fn target_scopes_name_a_workloads_host_and_port() {
+        let text = "name: t\ntarget: http://auth.test\nworkloads:\n  - name: auth\n    phases: [ { duration: 1s, arrival_rate: 5 } ]\n    session: [ { http: { path: /login } } ]\n  - name: api\n    target: https://api.test:8443/v1\n    phases: [ { duration: 1s, arrival_rate: 5 } ]\n    session: [ { http: { path: /items } } ]\n";
+        let with = |t: &str| format!("{text}thresholds: [ \"{t}\" ]\n");
+        for good in [
+            "target(auth.test:80).p99 < 1s",
+            "target(api.test:8443).error_rate < 1%",
+            "window(2s).target(api.test:8443).p99 < 1s",
+        ] {
+            if let Err(e) = Scenario::from_yaml(&with(good)) {
+                panic!("{good}: {e}");
+            }
+        }
+        assert_eq!(
+            refused(&with("target(api.test).p99 < 1s")).to_string(),
+            "thresholds[0]: target(api.test): no such target; targets are auth.test:80, \
+             api.test:8443"
+        );
     }
 
     /// A capacity search replaces the phases: the base file's phase scopes are not judged

@@ -149,7 +149,13 @@ impl Threshold {
                 failed as f64 / n as f64
             }
         };
-        match &self.scope {
+        // A run of one target has no target rows: its figures are the run's (the name was
+        // checked against the scenario's targets before the run).
+        let scope = match &self.scope {
+            Scope::Target(_) if r.targets.is_empty() => &Scope::Run,
+            s => s,
+        };
+        match scope {
             Scope::Run => Some(match self.metric {
                 Metric::Latency { service, stat } => latency(
                     if service {
@@ -164,14 +170,17 @@ impl Threshold {
                 Metric::Throughput => r.totals.throughput_rps,
                 Metric::ThroughputOfPlanned => r.totals.achieved_ratio,
             }),
-            Scope::Phase(_) | Scope::Workload(_) => {
-                let p = match &self.scope {
+            Scope::Phase(_) | Scope::Workload(_) | Scope::Target(_) => {
+                let p = match scope {
                     Scope::Phase(name) => r.phases.iter().find(|p| &p.name == name)?,
                     Scope::Workload(name) => {
                         &r.workloads
                             .iter()
                             .find(|w| &w.figures.name == name)?
                             .figures
+                    }
+                    Scope::Target(name) => {
+                        &r.targets.iter().find(|t| &t.figures.name == name)?.figures
                     }
                     _ => return None,
                 };
@@ -281,6 +290,14 @@ impl Threshold {
                 .map(|w| w.figures.completed.saturating_add(w.figures.failed)),
             Scope::Session(name) => session_type(r, name)
                 .map(|t| t.requests_completed.saturating_add(t.requests_failed)),
+            Scope::Target(_) if r.targets.is_empty() => {
+                Some(r.totals.completed.saturating_add(r.totals.failed))
+            }
+            Scope::Target(name) => r
+                .targets
+                .iter()
+                .find(|t| &t.figures.name == name)
+                .map(|t| t.figures.completed.saturating_add(t.figures.failed)),
             Scope::Endpoint(which) => {
                 let mut rows = r
                     .endpoints

@@ -92,9 +92,16 @@ impl Threshold {
             _ => Op::Ge,
         };
         let (mut window_s, lhs) = strip_window(expr, lhs)?;
-        let scoped = ["phase(", "step(", "workload(", "session(", "endpoint("]
-            .iter()
-            .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
+        let scoped = [
+            "phase(",
+            "step(",
+            "workload(",
+            "session(",
+            "endpoint(",
+            "target(",
+        ]
+        .iter()
+        .find_map(|p| lhs.strip_prefix(p).map(|rest| (*p, rest)));
         let (scope, metric_text) = if let Some((kind, rest)) = scoped {
             let (name, tail) = rest
                 .split_once(").")
@@ -107,6 +114,7 @@ impl Threshold {
                 "phase(" => Scope::Phase(name),
                 "step(" => Scope::Step(name),
                 "workload(" => Scope::Workload(name),
+                "target(" => Scope::Target(name),
                 "endpoint(" if name == ALL_ENDPOINTS => Scope::Endpoint(name),
                 "endpoint(" => Scope::Endpoint(
                     name.parse::<std::net::SocketAddr>()

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use super::super::{
-    workloads, AgentReport, Generator, Latency, LoadSummary, Percentiles, PhaseReport, Report,
-    RunOutcome, SessionTotals, StepReport, TimelineRow, Totals,
+    targets, workloads, AgentReport, Generator, Latency, LoadSummary, Percentiles, PhaseReport,
+    Report, RunOutcome, SessionTotals, StepReport, TimelineRow, Totals,
 };
 use super::{MergeError, RunAccumulator};
 use crate::hist;
@@ -275,6 +275,7 @@ impl RunAccumulator {
                 &self.phases,
                 &totals_stats,
             ),
+            targets: targets::reports(scenario, &phases, &self.phases),
             phases,
             steps,
             lost_share: self.lost_share(),

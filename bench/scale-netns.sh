@@ -14,6 +14,8 @@
 #   THINK_MIN=5s THINK_MAX=15s, PORT_RANGE="1024 65535" (the agents' ip_local_port_range: with
 #   the default 28,232 ports, connect()'s port probing took most of the agents' CPU in the
 #   kernel and starved their control streams), LEASE=10s (the controller's agent lease),
+#   PROTO=ws (each connection a WebSocket to the targets' /ws echo: one upgrade, then an echo
+#   every THINK_MIN-THINK_MAX; prints the agents' RSS per held connection above their idle RSS),
 #   STAMPEDE_BIN (default target/release/stampede, built with
 #   `cargo build --release -p stampede` when missing), KEEP=1 keeps the work directory.
 #
@@ -48,6 +50,12 @@ THINK_MIN=${THINK_MIN:-5s}
 THINK_MAX=${THINK_MAX:-15s}
 if [ "$MODE" = shared-ip ]; then DURATION=${DURATION:-5s}; else DURATION=${DURATION:-30s}; fi
 RAMP=${RAMP:-} # e.g. 20s: open the connections over a ramp instead of all at T0
+PROTO=${PROTO:-http}
+case $PROTO in http | ws) ;; *)
+    echo "PROTO is http or ws" >&2
+    exit 2
+    ;;
+esac
 case $MODE in spread | shared-ip) ;; *)
     echo "usage: $0 [spread|shared-ip]" >&2
     exit 2
@@ -192,22 +200,41 @@ done
 attached() { [ "$(in_t timeout 5 "$BIN" agents --controller "http://$CTRL" --output json | jq length)" -ge "$AGENTS" ]; }
 wait_for 30 "$AGENTS agents" attached
 echo "$AGENTS agents in ${n_ns} namespace(s), $TARGETS target processes on $TARGET_IP:$TARGET_PORT (--reuse-port)"
+# The agents' resident memory before any load: what a held connection adds is measured above it.
+idle_kib=0
+for p in "${agent_pids[@]}"; do
+    idle_kib=$((idle_kib + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status")))
+done
 
 if [ -n "$RAMP" ]; then
     load="load: { model: closed, stages: [ { connections: $CONNS, duration: $RAMP }, { connections: $CONNS, duration: $DURATION } ] }"
 else
     load="load: { model: closed, connections: $CONNS, duration: $DURATION }"
 fi
+if [ "$PROTO" = ws ]; then
+    # One upgrade, then echoes far apart: the connections are held, and mostly idle. The session
+    # outlasts the run, so nothing reconnects.
+    session="  - name: connect
+    ws: { connect: { path: /ws } }"
+    for _ in $(seq 1 12); do
+        session+="
+  - think_time: { min: $THINK_MIN, max: $THINK_MAX }
+  - name: echo
+    ws: { send: { text: 0123456789abcdef }, receive: 1 }"
+    done
+else
+    session="  - name: hello
+    http: { method: GET, path: / }
+  - think_time: { min: $THINK_MIN, max: $THINK_MAX }"
+fi
 cat >"$work/scale.yaml" <<YAML
 name: scale-netns-$MODE
-target: http://$TARGET_IP:$TARGET_PORT
+target: $PROTO://$TARGET_IP:$TARGET_PORT
 agents: $AGENTS
 request_timeout: 30s
 $load
 session:
-  - name: hello
-    http: { method: GET, path: / }
-  - think_time: { min: $THINK_MIN, max: $THINK_MAX }
+$session
 YAML
 
 # ------------------------------------------------------------------ the run
@@ -248,6 +275,12 @@ peak=$(jq '.connections.peak_open' "$work/report.json")
 [ -n "$RAMP" ] && jq -r '"stages: \(.load.stages)"' "$work/report.json"
 jq -r '"report: opened \(.connections.opened), peak_open \(.connections.peak_open), per agent \([.agents[].peak_open]), errors \(.totals.errors), completed \(.totals.completed)"' "$work/report.json"
 echo "held $peak concurrent connections to $TARGET_IP:$TARGET_PORT"
+hwm_kib=0
+for p in "${agent_pids[@]}"; do
+    hwm_kib=$((hwm_kib + $(awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+done
+[ "$peak" -gt 0 ] && awk -v h="$hwm_kib" -v i="$idle_kib" -v n="$peak" -v p="$PROTO" \
+    'BEGIN { printf "agents: %.0f MiB idle, %.0f MiB at peak: %.2f KiB per held %s connection\n", i / 1024, h / 1024, (h - i) / n, p }'
 echo "ss saw $ss_max"
 if [ "$MODE" = shared-ip ]; then
     echo "shared-ip: NOT refused up front by this build: $AGENTS agents on one source IP held $peak of $CONNS;" \

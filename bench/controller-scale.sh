@@ -4,11 +4,13 @@
 # Progress with non-empty histograms of a 5-step session. Samples the controller's CPU
 # (/proc/PID/stat) and peak RSS (VmHWM) over the run and prints exactly one line:
 #
-#   controller agents=N cpu_pct=X rss_mib=Y exact=yes|no
+#   controller agents=N cpu_pct=X rss_mib=Y exact=yes|no us_per_agent_interval=Z
 #
-# cpu_pct is % of one core from submission to the report; exact=yes when the report's totals
-# (requests completed and failed, response/service/step histogram counts) equal what the fleet
-# sent. Exits non-zero on any failure. Everything runs on loopback; the scenario's target
+# cpu_pct is % of one core from submission to the report; us_per_agent_interval is the
+# controller's CPU over the same span divided by the agent-intervals merged (the fleet's
+# Progress messages), the figure to compare builds by (bench/controller-ab.sh); exact=yes
+# when the report's totals (requests completed and failed, response/service/step histogram
+# counts) equal what the fleet sent. Exits non-zero on any failure. Everything runs on loopback; the scenario's target
 # (127.0.0.1:9) is never contacted.
 #
 #   bench/controller-scale.sh [AGENTS] [DURATION_S]       (defaults: 1000 60)
@@ -92,6 +94,9 @@ fleet_line=$(grep '^fleet agents=' "$work/fleet.out")
 cpu_pct=$(awk -v a="$ticks0" -v b="$ticks1" -v s="$t0" -v e="$t1" -v hz="$hz" \
     'BEGIN { printf "%.1f", (b - a) / hz / (e - s) * 100 }')
 rss_mib=$((rss_kib / 1024))
+progress=$(sed -n 's/.* progress=\([0-9]*\).*/\1/p' <<<"$fleet_line")
+us_per=$(awk -v a="$ticks0" -v b="$ticks1" -v hz="$hz" -v n="${progress:-0}" \
+    'BEGIN { if (n > 0) printf "%.1f", (b - a) / hz * 1e6 / n; else print "nan" }')
 
 exact=no
 if [ -s "$work/report.json" ]; then
@@ -110,7 +115,7 @@ PY
     [ "$exact" = yes ] || echo "report: $got; fleet sent: $want" >&2
 fi
 echo "$fleet_line" >&2
-echo "controller agents=$agents cpu_pct=$cpu_pct rss_mib=$rss_mib exact=$exact"
+echo "controller agents=$agents cpu_pct=$cpu_pct rss_mib=$rss_mib exact=$exact us_per_agent_interval=$us_per"
 
 [ "$run_rc" -eq 0 ] || { echo "stampede run exited $run_rc" >&2; tail "$work/run.err" >&2; exit 1; }
 [ "$exact" = yes ] || exit 1

@@ -25,18 +25,14 @@ pub struct TargetReport {
 }
 
 /// Every target's row, in the order the workloads first name them; empty when the run loads
-/// one target (its figures are the run's).
+/// one target (its figures are the run's). `warm` marks the warm-up phases, left out.
 pub(super) fn reports(
     scenario: &Scenario,
     phase_rows: &[PhaseReport],
     phases: &[SparseStats],
+    warm: &[bool],
 ) -> Vec<TargetReport> {
     let views = scenario.workload_views();
-    let warm: Vec<bool> = scenario
-        .effective_phases()
-        .iter()
-        .map(|p| p.warmup)
-        .collect();
     let names = crate::workload::target_names(&views);
     if names.len() < 2 {
         return Vec::new();
@@ -53,7 +49,7 @@ pub(super) fn reports(
                 aimed
                     .iter()
                     .map(|w| w.phase_base..w.phase_base + w.phase_count()),
-                &warm,
+                warm,
                 phase_rows,
                 phases,
             );

@@ -97,6 +97,21 @@ impl Windows {
         let measured: Vec<bool> = phases.iter().map(|p| !p.warmup).collect();
         let views = scenario.workload_views();
         let interval_s = interval_s.max(1e-3);
+        // The measured phases of the workloads `aimed` picks.
+        let workloads_phases = |aimed: &dyn Fn(&crate::workload::View<'_>) -> bool| {
+            let mut m = vec![false; phases.len()];
+            for w in views.iter().filter(|w| aimed(w)) {
+                for (i, slot) in m
+                    .iter_mut()
+                    .enumerate()
+                    .skip(w.phase_base)
+                    .take(w.phase_count())
+                {
+                    *slot = measured[i];
+                }
+            }
+            Selector::Phases(m)
+        };
         let tracks = thresholds
             .into_iter()
             .filter_map(|t| {
@@ -106,24 +121,9 @@ impl Windows {
                     Scope::Phase(n) => {
                         Selector::Phases(names.phases.iter().map(|p| p == n).collect())
                     }
-                    Scope::Workload(_) | Scope::Target(_) => {
-                        let aimed = |w: &crate::workload::View<'_>| match &t.scope {
-                            Scope::Workload(n) => w.name == n,
-                            Scope::Target(n) => w.target.is_some_and(|t| &t.scope_name() == n),
-                            _ => false,
-                        };
-                        let mut m = vec![false; phases.len()];
-                        for w in views.iter().filter(|w| aimed(w)) {
-                            for (i, slot) in m
-                                .iter_mut()
-                                .enumerate()
-                                .skip(w.phase_base)
-                                .take(w.phase_count())
-                            {
-                                *slot = measured[i];
-                            }
-                        }
-                        Selector::Phases(m)
+                    Scope::Workload(n) => workloads_phases(&|w| w.name == n),
+                    Scope::Target(n) => {
+                        workloads_phases(&|w| w.target.is_some_and(|t| &t.scope_name() == n))
                     }
                     Scope::Step(n) => Selector::Steps {
                         steps: names

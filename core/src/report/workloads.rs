@@ -62,29 +62,24 @@ pub struct SessionTypeReport {
 }
 
 /// Every workload's report, from the run's phase rows, step rows, merged per-phase data and
-/// totals.
+/// totals; `warm` marks the warm-up phases, left out of a workload's figures as of the run's.
 pub(super) fn reports(
     scenario: &Scenario,
     plan: &Plan,
     phase_rows: &[PhaseReport],
     phases: &[SparseStats],
     totals: &SparseStats,
+    warm: &[bool],
 ) -> Vec<WorkloadReport> {
     let planned_types = plan.sessions_per_type();
     let named = scenario.named_workloads();
-    // Warm-up phases are left out of a workload's figures, as of the run's.
-    let warm: Vec<bool> = scenario
-        .effective_phases()
-        .iter()
-        .map(|p| p.warmup)
-        .collect();
     scenario
         .workload_views()
         .iter()
         .map(|w| {
             let merged = Merged::of(
                 std::iter::once(w.phase_base..w.phase_base + w.phase_count()),
-                &warm,
+                warm,
                 phase_rows,
                 phases,
             );

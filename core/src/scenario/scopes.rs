@@ -37,18 +37,8 @@ impl ScopeNames {
                 sessions.push(t.name.to_string());
             }
         }
-        let mut targets: Vec<String> = Vec::new();
-        for name in views
-            .iter()
-            .filter_map(|w| w.target)
-            .map(|t| t.scope_name())
-        {
-            if !targets.contains(&name) {
-                targets.push(name);
-            }
-        }
         Self {
-            targets,
+            targets: crate::workload::target_names(&views),
             phases: s
                 .effective_phases()
                 .iter()

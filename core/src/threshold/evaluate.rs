@@ -149,12 +149,7 @@ impl Threshold {
                 failed as f64 / n as f64
             }
         };
-        // A run of one target has no target rows: its figures are the run's (the name was
-        // checked against the scenario's targets before the run).
-        let scope = match &self.scope {
-            Scope::Target(_) if r.targets.is_empty() => &Scope::Run,
-            s => s,
-        };
+        let scope = self.judged_scope(r);
         match scope {
             Scope::Run => Some(match self.metric {
                 Metric::Latency { service, stat } => latency(
@@ -268,9 +263,19 @@ fn quantile(p: &Percentiles, q: f64) -> f64 {
 }
 
 impl Threshold {
+    /// The scope whose figures `r` judges: a run of one target has no target rows, so a
+    /// `target()` scope reads the run's (its name was checked against the scenario's targets
+    /// before the run).
+    fn judged_scope(&self, r: &Report) -> &Scope {
+        match &self.scope {
+            Scope::Target(_) if r.targets.is_empty() => &Scope::Run,
+            s => s,
+        }
+    }
+
     /// Finished requests in this threshold's scope; `None` when the scope does not exist.
     pub fn scope_samples(&self, r: &Report) -> Option<u64> {
-        match &self.scope {
+        match self.judged_scope(r) {
             // Saturating: the counts come from agents (as the report's own totals).
             Scope::Run => Some(r.totals.completed.saturating_add(r.totals.failed)),
             Scope::Phase(name) => r
@@ -290,9 +295,6 @@ impl Threshold {
                 .map(|w| w.figures.completed.saturating_add(w.figures.failed)),
             Scope::Session(name) => session_type(r, name)
                 .map(|t| t.requests_completed.saturating_add(t.requests_failed)),
-            Scope::Target(_) if r.targets.is_empty() => {
-                Some(r.totals.completed.saturating_add(r.totals.failed))
-            }
             Scope::Target(name) => r
                 .targets
                 .iter()

@@ -1,32 +1,37 @@
 //! The WebSocket driver: the upgrade written and read here, over the agent's own connection
-//! (`net::connect_http`: source addresses, TLS, error kinds), then tungstenite's framing
-//! (client frames masked, control frames answered as they are read). Each operation is one
-//! step's exchange; the session times it from the step's intended send.
+//! (`net::connect_http`: source addresses, TLS, error kinds), then frames ([`frames`]:
+//! client frames masked, pings answered as they are read, nothing buffered while idle). Each
+//! operation is one step's exchange; the session times it from the step's intended send.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{ready, Poll};
 
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
 use stampede_core::stats::error_kind;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::WebSocketStream;
 
 use crate::net::{self, io_failure, Failure};
 use crate::tls::{Io, TlsClient};
+
+mod frames;
+
+use frames::{Kind, Taken};
 
 /// Largest upgrade response head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// Headers of an upgrade response read.
 const MAX_HEADERS: usize = 64;
 
-/// An open WebSocket, client side.
+/// An open WebSocket, client side: the connection, and the bytes the server sent past the
+/// last frame read (no allocation when there are none, as between a step's exchanges).
 pub struct WsConn {
-    ws: WebSocketStream<Io>,
+    io: Io,
+    ahead: Vec<u8>,
+    /// A close was sent (a step's `close`): the connection carries nothing more.
+    closing: bool,
 }
 
 impl std::fmt::Debug for WsConn {
@@ -59,21 +64,9 @@ pub struct Received {
     pub wire: u64,
 }
 
-/// The frame limits: a message the scenario may send or expect, with a small read buffer
-/// and writes flushed as they are made. The read buffer stays allocated while a connection
-/// idles, and held connections are what WebSocket loads have most of: at 4 KiB it was half
-/// of an agent's memory per held connection. A larger message reserves its whole length
-/// and is read in reads of this size.
-fn config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
-        .max_message_size(Some(stampede_core::ws::MAX_MESSAGE))
-        .max_frame_size(Some(stampede_core::ws::MAX_MESSAGE))
-}
-
-/// A connection's read buffer (see [`config`]).
-const READ_BUFFER: usize = 1024;
+/// Bytes read at once while no frame's length is known (into the stack, so nothing is held
+/// while the connection waits); a frame known to be longer is read straight into its buffer.
+const READ_CHUNK: usize = 4096;
 
 /// Bytes of a frame of `len` payload bytes: its header (with the client's mask when
 /// `masked`) and payload.
@@ -84,15 +77,6 @@ pub fn frame_bytes(len: usize, masked: bool) -> u64 {
         _ => 8,
     };
     (2 + ext + if masked { 4 } else { 0 } + len) as u64
-}
-
-fn ws_failure(e: &WsError) -> Failure {
-    match e {
-        WsError::ConnectionClosed | WsError::AlreadyClosed => Failure(error_kind::WS_CLOSED),
-        WsError::Io(io) => io_failure(io, false),
-        WsError::Tls(_) => Failure(error_kind::TLS),
-        _ => Failure(error_kind::PROTOCOL),
-    }
 }
 
 /// Writes the upgrade request: `GET target` with the upgrade headers, `headers` (rendered,
@@ -165,6 +149,23 @@ pub fn parse_answer(buf: &[u8], key: &str) -> Result<Answer, Failure> {
     Ok(Answer::Upgraded { len })
 }
 
+/// Reads what has come (at most [`READ_CHUNK`] bytes) and appends it to `into`. The read
+/// goes to the stack inside the poll, so a connection waiting for bytes (every one of a
+/// run's connections at once while they upgrade, or while they wait for a message) holds no
+/// buffer; only what came is kept.
+fn read_some<'a>(
+    io: &'a mut Io,
+    into: &'a mut Vec<u8>,
+) -> impl std::future::Future<Output = std::io::Result<usize>> + 'a {
+    std::future::poll_fn(move |cx| {
+        let mut chunk = [0u8; READ_CHUNK];
+        let mut read = ReadBuf::new(&mut chunk);
+        ready!(Pin::new(&mut *io).poll_read(cx, &mut read))?;
+        into.extend_from_slice(read.filled());
+        Poll::Ready(Ok(read.filled().len()))
+    })
+}
+
 impl WsConn {
     /// Connects to `addr` (over TLS when `tls`), sends `request` (from [`upgrade_request`]
     /// with `key`) and reads the answer. Bytes after the head (frames the server sent at
@@ -184,7 +185,7 @@ impl WsConn {
         io.write_all(request)
             .await
             .map_err(|e| io_failure(&e, true))?;
-        let mut buf = Vec::with_capacity(512);
+        let mut buf = Vec::new();
         loop {
             match parse_answer(&buf, key)? {
                 Answer::Partial => {}
@@ -197,86 +198,132 @@ impl WsConn {
                     })
                 }
                 Answer::Upgraded { len } => {
-                    let rest = buf.split_off(len);
-                    let ws = WebSocketStream::from_partially_read(
-                        io,
-                        rest,
-                        Role::Client,
-                        Some(config()),
-                    )
-                    .await;
+                    let ahead = buf.split_off(len);
                     return Ok(Upgrade {
                         status: 101,
-                        conn: Some(Self { ws }),
+                        conn: Some(Self {
+                            io,
+                            ahead,
+                            closing: false,
+                        }),
                         sent: request.len() as u64,
                         received: len as u64,
                     });
                 }
             }
-            let mut chunk = [0u8; 2048];
-            let n = io
-                .read(&mut chunk)
+            let n = read_some(&mut io, &mut buf)
                 .await
                 .map_err(|e| io_failure(&e, false))?;
             if n == 0 {
                 return Err(Failure(error_kind::RESET));
             }
-            buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    /// Writes one frame of `kind` with `payload`, masked. Bytes on the wire.
+    async fn write(&mut self, kind: Kind, payload: &[u8]) -> Result<u64, Failure> {
+        let frame = frames::encode(kind, payload, rand::random());
+        self.io
+            .write_all(&frame)
+            .await
+            .map_err(|e| io_failure(&e, true))?;
+        Ok(frame.len() as u64)
     }
 
     /// Sends one message: text when `text`, else binary. Bytes on the wire.
     pub async fn send(&mut self, payload: Vec<u8>, text: bool) -> Result<u64, Failure> {
-        let wire = frame_bytes(payload.len(), true);
-        let msg = if text {
-            let s = String::from_utf8(payload).map_err(|_| Failure(error_kind::TEMPLATE))?;
-            Message::text(s)
-        } else {
-            Message::binary(payload)
-        };
-        self.ws.send(msg).await.map_err(|e| ws_failure(&e))?;
-        Ok(wire)
+        if self.closing {
+            return Err(Failure(error_kind::WS_CLOSED));
+        }
+        if text && std::str::from_utf8(&payload).is_err() {
+            return Err(Failure(error_kind::TEMPLATE));
+        }
+        let kind = if text { Kind::Text } else { Kind::Binary };
+        self.write(kind, &payload).await
     }
 
-    /// The next message of any kind; the connection's end is `ws_closed`.
-    async fn next_message(&mut self) -> Result<Message, Failure> {
-        self.ws
-            .next()
-            .await
-            .ok_or(Failure(error_kind::WS_CLOSED))?
-            .map_err(|e| ws_failure(&e))
-    }
-
-    /// The next text or binary message (pings are answered, pongs skipped, on the way). A
-    /// close from the server, or the connection's end, is `ws_closed`.
-    pub async fn receive(&mut self) -> Result<Received, Failure> {
+    /// Reads until one whole frame is buffered, and takes it. While no frame's length is
+    /// known the read goes to the stack and only what came is kept; a longer frame is read
+    /// straight into its place. The connection's end is `ws_closed`.
+    async fn frame(&mut self) -> Result<frames::Frame, Failure> {
         loop {
-            let m = self.next_message().await?;
-            match m {
-                Message::Text(t) => {
-                    let payload = Bytes::from(t);
-                    let wire = frame_bytes(payload.len(), false);
-                    return Ok(Received {
-                        payload,
-                        text: true,
-                        wire,
-                    });
+            let need = match frames::take(&mut self.ahead, stampede_core::ws::MAX_MESSAGE)? {
+                Taken::Frame(f) => return Ok(f),
+                Taken::Need(n) => n,
+            };
+            let n = if need > READ_CHUNK {
+                self.ahead.reserve_exact(need);
+                self.io.read_buf(&mut self.ahead).await
+            } else {
+                read_some(&mut self.io, &mut self.ahead).await
+            }
+            .map_err(|e| io_failure(&e, false))?;
+            if n == 0 {
+                return Err(Failure(error_kind::WS_CLOSED));
+            }
+        }
+    }
+
+    /// The next frame that is not a ping: a ping is answered with a pong carrying its
+    /// payload as soon as it is read. A close from the server is answered (unless this side
+    /// closed first) and is `ws_closed`. Bytes of the pings read are added to `received`.
+    async fn next_frame(&mut self, received: &mut u64) -> Result<frames::Frame, Failure> {
+        loop {
+            let f = self.frame().await?;
+            match f.kind {
+                Kind::Ping => {
+                    *received += f.wire;
+                    self.write(Kind::Pong, &f.payload).await?;
                 }
-                Message::Binary(payload) => {
-                    let wire = frame_bytes(payload.len(), false);
-                    return Ok(Received {
-                        payload,
-                        text: false,
-                        wire,
-                    });
+                Kind::Close => {
+                    if !self.closing {
+                        self.closing = true;
+                        let code = f.payload.get(..2).unwrap_or_default().to_vec();
+                        let _ = self.write(Kind::Close, &code).await;
+                    }
+                    return Err(Failure(error_kind::WS_CLOSED));
                 }
-                Message::Close(_) => return Err(Failure(error_kind::WS_CLOSED)),
-                // A ping's pong is queued by tungstenite as it reads; sent with the next
-                // write or flush.
-                Message::Ping(_) => {
-                    self.ws.flush().await.map_err(|e| ws_failure(&e))?;
+                _ => return Ok(f),
+            }
+        }
+    }
+
+    /// The next text or binary message, its fragments joined (pings are answered, pongs
+    /// skipped, on the way). A close from the server, or the connection's end, is
+    /// `ws_closed`; a message longer than the frame limit, fragments out of order, or text
+    /// that is not UTF-8 is a protocol error.
+    pub async fn receive(&mut self) -> Result<Received, Failure> {
+        let protocol = Failure(error_kind::PROTOCOL);
+        let mut wire = 0;
+        let mut message: Option<(bool, Vec<u8>)> = None;
+        loop {
+            let f = self.next_frame(&mut wire).await?;
+            wire += f.wire;
+            match (f.kind, &mut message) {
+                (Kind::Pong, _) => continue,
+                (Kind::Text | Kind::Binary, None) => {
+                    message = Some((f.kind == Kind::Text, f.payload))
                 }
-                Message::Pong(_) | Message::Frame(_) => {}
+                (Kind::Continue, Some((_, joined))) => {
+                    if joined.len() + f.payload.len() > stampede_core::ws::MAX_MESSAGE {
+                        return Err(protocol);
+                    }
+                    joined.extend_from_slice(&f.payload);
+                }
+                _ => return Err(protocol),
+            }
+            if f.fin {
+                let Some((text, payload)) = message else {
+                    return Err(protocol);
+                };
+                if text && std::str::from_utf8(&payload).is_err() {
+                    return Err(protocol);
+                }
+                return Ok(Received {
+                    payload: Bytes::from(payload),
+                    text,
+                    wire,
+                });
             }
         }
     }
@@ -284,24 +331,16 @@ impl WsConn {
     /// Sends a ping and waits for its pong (messages that come first are read and dropped:
     /// a step that pings measures the round trip, not a feed). Bytes sent and received.
     pub async fn ping(&mut self, payload: &[u8]) -> Result<(u64, u64), Failure> {
-        let sent = frame_bytes(payload.len(), true);
-        self.ws
-            .send(Message::Ping(Bytes::copy_from_slice(payload)))
-            .await
-            .map_err(|e| ws_failure(&e))?;
+        if self.closing {
+            return Err(Failure(error_kind::WS_CLOSED));
+        }
+        let sent = self.write(Kind::Ping, payload).await?;
         let mut received = 0;
         loop {
-            let m = self.next_message().await?;
-            match m {
-                Message::Pong(p) if p.as_ref() == payload => {
-                    return Ok((sent, received + frame_bytes(p.len(), false)))
-                }
-                Message::Close(_) => return Err(Failure(error_kind::WS_CLOSED)),
-                Message::Text(t) => received += frame_bytes(t.len(), false),
-                Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => {
-                    received += frame_bytes(b.len(), false)
-                }
-                Message::Frame(_) => {}
+            let f = self.next_frame(&mut received).await?;
+            received += f.wire;
+            if f.kind == Kind::Pong && f.payload == payload {
+                return Ok((sent, received));
             }
         }
     }
@@ -309,22 +348,24 @@ impl WsConn {
     /// The close handshake: sends a close with `code` and `reason`, then reads until the
     /// server's close (or its end of the connection). Bytes sent.
     pub async fn close(&mut self, code: u16, reason: &str) -> Result<u64, Failure> {
-        let sent = frame_bytes(2 + reason.len(), true);
-        let frame = CloseFrame {
-            code: CloseCode::from(code),
-            reason: reason.to_string().into(),
-        };
-        match self.ws.close(Some(frame)).await {
-            Ok(()) | Err(WsError::ConnectionClosed | WsError::AlreadyClosed) => {}
-            Err(e) => return Err(ws_failure(&e)),
+        if self.closing {
+            return Err(Failure(error_kind::WS_CLOSED));
         }
+        self.closing = true;
+        let mut payload = code.to_be_bytes().to_vec();
+        payload.extend_from_slice(reason.as_bytes());
+        let sent = match self.write(Kind::Close, &payload).await {
+            Ok(n) => n,
+            // The server closed first: the close is done.
+            Err(Failure(error_kind::RESET)) => return Ok(frame_bytes(payload.len(), true)),
+            Err(e) => return Err(e),
+        };
+        let mut ignored = 0;
         loop {
-            match self.ws.next().await {
-                None | Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => {
-                    return Ok(sent)
-                }
-                Some(Err(e)) => return Err(ws_failure(&e)),
-                Some(Ok(_)) => {}
+            match self.next_frame(&mut ignored).await {
+                Ok(_) => {}
+                Err(Failure(error_kind::WS_CLOSED | error_kind::RESET)) => return Ok(sent),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -332,6 +373,7 @@ impl WsConn {
 
 #[cfg(test)]
 mod tests {
+    use futures::{SinkExt, StreamExt};
     use proptest::prelude::*;
 
     use super::*;
@@ -428,5 +470,80 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// A server of raw frames: a text message in two fragments with a ping between them, a
+    /// binary message longer than a read, then a close. The client joins the fragments,
+    /// answers the ping with a masked pong of its payload, reads the long frame whole, and
+    /// answers the close.
+    #[tokio::test]
+    async fn fragments_pings_long_frames_and_a_server_close() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut b = [0u8; 1];
+                tcp.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            let key = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                .unwrap();
+            let accept = derive_accept_key(key.trim().as_bytes());
+            let mut out = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                 Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            )
+            .into_bytes();
+            out.extend_from_slice(&[0x01, 3, b'h', b'e', b'l']);
+            out.extend_from_slice(&[0x89, 2, b'p', b'!']);
+            out.extend_from_slice(&[0x80, 2, b'l', b'o']);
+            out.extend_from_slice(&[0x82, 127]);
+            out.extend_from_slice(&(100_000u64).to_be_bytes());
+            out.extend(std::iter::repeat_n(9u8, 100_000));
+            out.extend_from_slice(&[0x88, 2, 0x03, 0xe8]);
+            tcp.write_all(&out).await.unwrap();
+            // The pong, masked, then the close's answer.
+            let mut pong = [0u8; 8];
+            tcp.read_exact(&mut pong).await.unwrap();
+            let mut close = [0u8; 8];
+            tcp.read_exact(&mut close).await.unwrap();
+            (pong, close)
+        });
+        let key = new_key();
+        let req = upgrade_request(b"/", &addr.to_string(), &key, b"");
+        let mut c = WsConn::connect(&addr, None, &req, &key)
+            .await
+            .unwrap()
+            .conn
+            .unwrap();
+        let r = c.receive().await.unwrap();
+        assert_eq!((&r.payload[..], r.text), (&b"hello"[..], true));
+        // Both fragments and the ping between them.
+        assert_eq!(r.wire, 5 + 4 + 4);
+        let r = c.receive().await.unwrap();
+        assert_eq!((r.payload.len(), r.text, r.wire), (100_000, false, 100_010));
+        assert!(r.payload.iter().all(|&b| b == 9));
+        assert_eq!(c.receive().await, Err(Failure(error_kind::WS_CLOSED)));
+        assert!(
+            c.ahead.capacity() == 0,
+            "nothing is held after the last frame"
+        );
+        let (pong, close) = server.await.unwrap();
+        assert_eq!(&pong[..2], &[0x8A, 0x82]);
+        let clear: Vec<u8> = (0..2).map(|i| pong[6 + i] ^ pong[2 + i]).collect();
+        assert_eq!(clear, b"p!");
+        assert_eq!(&close[..2], &[0x88, 0x82]);
+        let code: Vec<u8> = (0..2).map(|i| close[6 + i] ^ close[2 + i]).collect();
+        assert_eq!(code, [0x03, 0xe8]);
+        // A closed connection carries nothing more.
+        assert_eq!(
+            c.send(b"x".to_vec(), true).await,
+            Err(Failure(error_kind::WS_CLOSED))
+        );
     }
 }

@@ -92,7 +92,9 @@ pub struct SessionVars {
     /// until the first such request).
     reads: Vec<u64>,
     values: Vec<Option<String>>,
-    rng: Option<rand_chacha::ChaCha8Rng>,
+    /// Boxed on first use: its 336 bytes would be part of every session's variables, and
+    /// most sessions (every held WebSocket of a plain echo load) never draw from it.
+    rng: Option<Box<rand_chacha::ChaCha8Rng>>,
     cookies: Vec<(String, String)>,
     out: Vec<u8>,
     body: Vec<u8>,
@@ -521,9 +523,9 @@ impl Compiled {
                     template::apply_filter(*filter, v, out);
                 }
                 Part::Gen(g, filter) => {
-                    let rng = vars
-                        .rng
-                        .get_or_insert_with(|| template::session_rng(ctx.seed, vars.index));
+                    let rng = vars.rng.get_or_insert_with(|| {
+                        Box::new(template::session_rng(ctx.seed, vars.index))
+                    });
                     if filter.is_none() {
                         template::generate(*g, vars.index, rng, out);
                     } else {

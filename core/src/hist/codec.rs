@@ -266,7 +266,7 @@ fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
             }
             let n = n as u64;
             total = total.checked_add(n).ok_or(HistError::CountOverflow)?;
-            h.add_at(index as u32, n);
+            h.push_above(index as u32, n);
         }
         // Saturating: runs of zeros may have taken the index to usize::MAX.
         index = index.saturating_add(1);

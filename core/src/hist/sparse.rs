@@ -179,6 +179,35 @@ impl SparseHist {
         self.total = self.total.saturating_add(n);
     }
 
+    /// Adds `n` at bucket `index` when it is above every bucket held, as a decoder's walk
+    /// up the buckets gives them: appended without a search (a merge of a fleet's interval
+    /// decodes one histogram per agent and scope, bucket by bucket). Any other index takes
+    /// [`add_at`](Self::add_at)'s way.
+    pub(super) fn push_above(&mut self, index: u32, n: u64) {
+        let (k, j) = (
+            (index as usize / PAGE) as u8,
+            (index as usize % PAGE) as u16,
+        );
+        match self.pages.last_mut() {
+            None => self.pages.push((k, Page::List(vec![(j, n)]))),
+            Some((last, _)) if *last < k => self.pages.push((k, Page::List(vec![(j, n)]))),
+            Some((last, page))
+                if *last == k
+                    && matches!(&*page, Page::List(l) if l.last().is_none_or(|b| b.0 < j)) =>
+            {
+                if let Page::List(l) = page {
+                    l.push((j, n));
+                }
+                page.maybe_dense();
+            }
+            Some((last, Page::Dense(d))) if *last == k => {
+                d[j as usize] = d[j as usize].saturating_add(n);
+            }
+            _ => return self.add_at(index, n),
+        }
+        self.total = self.total.saturating_add(n);
+    }
+
     /// Total count.
     pub fn len(&self) -> u64 {
         self.total
@@ -424,6 +453,43 @@ mod tests {
             }
             list_add(&mut l, &o);
             assert_eq!(l, want.into_iter().collect::<Vec<_>>(), "{x:?} + {y:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Pushing buckets gives the histogram adding them gives, whether they come in a
+        /// decoder's ascending order (the fast way), out of order, or past a page's list
+        /// limit (the page turned dense on the way).
+        #[test]
+        fn pushing_buckets_adds_them(
+            buckets in proptest::collection::vec((0u32..super::super::COUNTS_LEN as u32, 1u64..1000), 0..600),
+            sorted in proptest::bool::ANY,
+        ) {
+            let mut buckets = buckets;
+            if sorted {
+                buckets.sort_by_key(|b| b.0);
+                buckets.dedup_by_key(|b| b.0);
+            }
+            let (mut pushed, mut added) = (SparseHist::default(), SparseHist::default());
+            for &(i, n) in &buckets {
+                pushed.push_above(i, n);
+                added.add_at(i, n);
+            }
+            proptest::prop_assert_eq!(&pushed, &added);
+            proptest::prop_assert_eq!(pushed.len(), added.len());
+        }
+
+        /// A dense page past the list limit keeps taking pushed buckets.
+        #[test]
+        fn a_dense_page_takes_pushes(extra in 1u16..700) {
+            let mut h = SparseHist::default();
+            let mut reference = SparseHist::default();
+            for j in 0..(LIST_MAX as u32 + 1 + u32::from(extra)) {
+                h.push_above(j, 2);
+                reference.add_at(j, 2);
+            }
+            proptest::prop_assert!(matches!(h.pages[0].1, Page::Dense(_)));
+            proptest::prop_assert_eq!(h, reference);
         }
     }
 }

@@ -413,17 +413,7 @@ pub fn html(r: &Report) -> Result<String, String> {
             marks: &marks,
         },
     )?);
-    o.push_str("\n<h2>Phases</h2><div class=\"scroll\"><table><tr><th>phase</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
-    for p in &r.phases {
-        let l = &p.latency.response_time;
-        let _ = write!(
-            o,
-            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(if p.name.is_empty() { "-" } else { &p.name }), p.start_s, p.duration_s, p.planned, p.completed, p.failed, p.throughput_rps,
-            ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
-        );
-    }
-    o.push_str("</table></div>");
+    phases_table(&mut o, "Phases", "phase", r.phases.iter());
     if r.workloads.len() > 1 || r.workloads.iter().any(|w| w.session_types.len() > 1) {
         o.push_str("\n<h2>Workloads</h2><div class=\"scroll\"><table><tr><th>workload / session type</th><th>start s</th><th>sessions planned</th><th>started</th><th>share asked</th><th>share run</th><th>requests completed</th><th>failed</th><th>p50 ms</th><th>p99 ms</th></tr>");
         for w in &r.workloads {
@@ -445,6 +435,15 @@ pub fn html(r: &Report) -> Result<String, String> {
             }
         }
         o.push_str("</table></div>");
+    }
+    // Several targets: each one's workloads together, what `target(NAME)` thresholds judge.
+    if !r.targets.is_empty() {
+        phases_table(
+            &mut o,
+            "Targets",
+            "target",
+            r.targets.iter().map(|t| &t.figures),
+        );
     }
     o.push_str("\n<h2>Steps</h2><div class=\"scroll\"><table><tr><th>step</th><th>completed</th><th>failed</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>");
     for s in &r.steps {
@@ -474,6 +473,31 @@ pub fn html(r: &Report) -> Result<String, String> {
 
 /// The answers' figures the text report prints: status codes, gRPC statuses, sizes,
 /// connections and the service time beside the response time.
+/// A table of phase rows under `title`, the first column headed `first`: the phases, and
+/// the targets of a run that loads several (each one's workloads together, as one row).
+fn phases_table<'a>(
+    o: &mut String,
+    title: &str,
+    first: &str,
+    rows: impl Iterator<Item = &'a stampede_core::report::PhaseReport>,
+) {
+    let _ = write!(
+        o,
+        "\n<h2>{title}</h2><div class=\"scroll\"><table id=\"{}\"><tr><th>{first}</th><th>start s</th><th>duration s</th><th>planned</th><th>completed</th><th>failed</th><th>throughput</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>",
+        title.to_ascii_lowercase()
+    );
+    for p in rows {
+        let l = &p.latency.response_time;
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(if p.name.is_empty() { "-" } else { &p.name }), p.start_s, p.duration_s, p.planned, p.completed, p.failed, p.throughput_rps,
+            ms(l.p50_us), ms(l.p99_us), ms(l.max_us)
+        );
+    }
+    o.push_str("</table></div>");
+}
+
 fn answers_html(r: &Report) -> String {
     let t = &r.totals;
     let mut o = String::from("\n<h2>Answers</h2><div class=\"tables\">");
@@ -631,5 +655,28 @@ mod tests {
             let page = html(&r).unwrap();
             assert!(page.contains("<svg"), "{last}");
         }
+    }
+
+    /// A run that loads several targets shows each one's row, named by its `host:port`; a
+    /// run of one target has no such table.
+    #[test]
+    fn several_targets_have_a_table_of_their_own() {
+        let mut r = Report::default();
+        assert!(!html(&r).unwrap().contains("id=\"targets\""));
+        for (name, completed) in [("auth:8443", 60), ("api:8080", 40)] {
+            r.targets.push(stampede_core::report::TargetReport {
+                figures: stampede_core::report::PhaseReport {
+                    name: name.into(),
+                    completed,
+                    ..Default::default()
+                },
+                url: format!("http://{name}"),
+                workloads: vec![],
+            });
+        }
+        let page = html(&r).unwrap();
+        let table = &page[page.find("id=\"targets\"").expect("a targets table")..];
+        assert!(table.contains("<td>auth:8443</td>") && table.contains("<td>api:8080</td>"));
+        assert!(table.contains("<td>60</td>") && table.contains("<td>40</td>"));
     }
 }

@@ -90,12 +90,17 @@ pub(crate) fn take(buf: &mut Vec<u8>, max: usize) -> Result<Taken, Failure> {
     if buf.len() < total {
         return Ok(Taken::Need(total - buf.len()));
     }
-    let payload = buf[head..total].to_vec();
-    if total == buf.len() {
-        *buf = Vec::new();
+    // The frame is all of `buf` when nothing came past it (the usual case, and always for a
+    // frame read straight into its buffer): its allocation becomes the payload, not a copy.
+    let payload = if total == buf.len() {
+        let mut whole = std::mem::take(buf);
+        whole.drain(..head);
+        whole
     } else {
+        let payload = buf[head..total].to_vec();
         buf.drain(..total);
-    }
+        payload
+    };
     Ok(Taken::Frame(Frame {
         kind,
         fin: header.is_final,

@@ -114,9 +114,12 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
     crate::grpc::resolve(&mut base, dir)
         .await
         .with_context(|| format!("{}", a.scenario.display()))?;
-    for (i, slo) in a.slos.iter().enumerate() {
-        Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}"))?;
-    }
+    let slos = a
+        .slos
+        .iter()
+        .enumerate()
+        .map(|(i, slo)| Threshold::parse(slo).map_err(|e| anyhow::anyhow!("--slo[{i}]: {e}")))
+        .collect::<Result<Vec<_>>>()?;
     let names: Vec<&str> = base.workloads.iter().map(|w| w.name.as_str()).collect();
     let varied = resolve(a.vary.as_deref(), a.workload.as_deref(), &names)?;
     let spec = SearchSpec::new(
@@ -137,13 +140,13 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
             (&base, &varied),
             spec,
             agents,
-            (&a, &mut signals),
+            (&a, &slos, &mut signals),
         )
         .await;
         cluster.stop().await;
         r?
     } else {
-        let conn = (&a, &mut signals);
+        let conn = (&a, &slos[..], &mut signals);
         let base = (&base, &varied);
         search(&a.controller, a.token.as_deref(), base, spec, agents, conn).await?
     };
@@ -169,7 +172,8 @@ pub async fn command(a: CapacityArgs) -> Result<i32> {
                 &a.slos,
                 agents,
                 a.step_duration,
-                &outcome.search
+                &outcome.search,
+                &outcome.sides
             )
         );
         for line in capacity::findings(&outcome.search, &outcome.sides) {
@@ -191,7 +195,7 @@ async fn search(
     (base, varied): (&Scenario, &Varied),
     spec: SearchSpec,
     agents: u32,
-    (a, signals): (&CapacityArgs, &mut Interrupts),
+    (a, slos, signals): (&CapacityArgs, &[Threshold], &mut Interrupts),
 ) -> Result<Outcome> {
     let mut c = client::connect(url, token).await?;
     let min_achieved = spec.min_achieved;
@@ -274,9 +278,14 @@ async fn search(
         if !a.quiet {
             eprintln!("  {}", row(axis, &v));
         }
-        sides.push(capacity::TargetSide::of(
-            narrowed.as_ref().unwrap_or(&report),
-        ));
+        // A varied workload's narrowing keeps every target's rows: each is judged.
+        let side = capacity::TargetSide::of(narrowed.as_ref().unwrap_or(&report), slos);
+        if !a.quiet {
+            for t in &side.targets {
+                eprintln!("    {}", target_row(t));
+            }
+        }
+        sides.push(side);
         search.record(v);
         parts.push((name, report));
     }
@@ -377,7 +386,14 @@ fn summary(s: &Search) -> String {
 
 /// The result as text: the per-step table, the sustainable level and the first failing one,
 /// and where the generator stopped the search.
-pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search) -> String {
+pub fn text(
+    name: &str,
+    slos: &[String],
+    agents: u32,
+    step: Duration,
+    s: &Search,
+    sides: &[capacity::TargetSide],
+) -> String {
     let axis = s.spec.axis;
     let mut o = String::new();
     let _ = writeln!(
@@ -460,7 +476,48 @@ pub fn text(name: &str, slos: &[String], agents: u32, step: Duration, s: &Search
     if let Some(g) = generator_text(s) {
         let _ = writeln!(o, "Generator limited: {g}");
     }
+    let per_target = capacity::targets::capacities(s, &capacity::per_step_targets(sides));
+    if !per_target.is_empty() {
+        let _ = writeln!(
+            o,
+            "Per target (latency and error SLOs on each target's own requests):"
+        );
+        for c in &per_target {
+            let _ = writeln!(o, "  {}", target_capacity_text(axis, c));
+        }
+    }
     o
+}
+
+/// One target's row under a step's: its requests and latency, and the SLOs it failed.
+fn target_row(t: &capacity::targets::TargetStep) -> String {
+    format!(
+        "target {:<24} {:>9} {:>7} {:>9} {:>9}  {}",
+        t.name,
+        t.completed,
+        t.failed,
+        us(t.p50_us),
+        us(t.p99_us),
+        t.failing
+            .as_ref()
+            .map_or_else(|| "holds".to_string(), |f| format!("FAILS: {f}"))
+    )
+}
+
+/// What the search found for one target, in a line.
+fn target_capacity_text(axis: Axis, c: &capacity::targets::TargetCapacity) -> String {
+    let held = match (c.sustainable, c.sustainable_p99_us) {
+        (Some(l), Some(p99)) => format!("holds to {} (p99 {})", axis.fmt(l), us(p99)),
+        _ => "held at no step".to_string(),
+    };
+    match &c.first_failing {
+        Some((l, why)) => format!("{:<24} {held}; fails at {}: {why}", c.name, axis.fmt(*l)),
+        None => format!(
+            "{:<24} {held}; met the SLOs at every step, up to {}",
+            c.name,
+            axis.fmt(c.highest)
+        ),
+    }
 }
 
 fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
@@ -485,6 +542,35 @@ fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
             "generator_limited": v.generator.is_some(),
         })
     };
+    let target_rows = |i: usize| {
+        let rows = sides.get(i).map_or(&[][..], |t| t.targets.as_slice());
+        rows.iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "completed": t.completed,
+                    "failed": t.failed,
+                    "p50_us": t.p50_us,
+                    "p99_us": t.p99_us,
+                    "holds": t.holds(),
+                    "reason": t.failing,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let targets: Vec<_> = capacity::targets::capacities(s, &capacity::per_step_targets(sides))
+        .into_iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name,
+                format!("sustainable_{key}"): c.sustainable,
+                "sustainable_p99_us": c.sustainable_p99_us,
+                format!("first_failing_{key}"): c.first_failing.as_ref().map(|f| f.0),
+                "first_failing_reason": c.first_failing.as_ref().map(|f| f.1.clone()),
+                format!("highest_{key}"): c.highest,
+            })
+        })
+        .collect();
     let generator = s.generator_stop().and_then(|v| {
         let g = v.generator.as_ref()?;
         let agent = match &g.cause {
@@ -510,6 +596,16 @@ fn json(s: &Search, sides: &[capacity::TargetSide]) -> serde_json::Value {
         "generator_limited": generator,
         "findings": capacity::findings(s, sides),
         "target_cpu_cores": sides.iter().map(|t| t.cpu_cores).collect::<Vec<_>>(),
-        "steps": s.verdicts.iter().map(step).collect::<Vec<_>>(),
+        "targets": targets,
+        "steps": s
+            .verdicts
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut row = step(v);
+                row["targets"] = target_rows(i).into();
+                row
+            })
+            .collect::<Vec<_>>(),
     })
 }

@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 
 mod findings;
 pub mod generator;
-pub use findings::{findings, TargetSide};
+pub mod targets;
+pub use findings::{findings, per_step_targets, TargetSide};
 pub use generator::{GeneratorCause, GeneratorLimit};
 
 use crate::hist;

@@ -459,3 +459,82 @@ async fn a_cpu_bound_agent_is_the_limit_never_a_knee() {
     assert!(findings.contains("not the target's knee"), "{findings}");
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
 }
+
+/// Two targets in one search: an auth service of 2 workers at 20 ms a request (100 req/s at
+/// most) whose workload the search varies, and an API of many fast workers held at 20/s.
+/// The unscoped SLO judges each target on its own requests: auth fails at 140/s, where its
+/// queue grows, and the API meets it at every step; the finding names auth first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_target_gets_its_own_capacity() {
+    let (auth, _auth) = spawn_pool_server(2, Duration::from_millis(20)).await;
+    let (api, _api) = spawn_pool_server(64, Duration::from_millis(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: two\ntarget: http://{api}\nrequest_timeout: 5s\nworkloads:\n  \
+             - name: login\n    target: http://{auth}\n    session: [ {{ http: {{ path: /token }} }} ]\n  \
+             - name: orders\n    phases: [ {{ duration: 2s, arrival_rate: 20 }} ]\n    \
+             session: [ {{ http: {{ path: /orders }} }} ]\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "capacity",
+            "--local",
+            "--agents",
+            "1",
+            "--workload",
+            "login",
+        ])
+        .args(["--slo", "p99 < 100ms", "--start", "20", "--step", "60"])
+        .args(["--max", "200", "--step-duration", "2s", "--bisect", "0"])
+        .args(["--output", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}\n{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let targets = v["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 2, "{v}");
+    let by = |name: &str| {
+        targets
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no target {name}: {v}"))
+    };
+    let (a, b) = (by(&auth), by(&api));
+    assert_eq!(a["first_failing_rate"], 140.0, "{v}");
+    assert_eq!(a["sustainable_rate"], 80.0, "{v}");
+    let why = a["first_failing_reason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("target({auth}).p99 < 100ms")),
+        "{why}"
+    );
+    assert!(b["first_failing_rate"].is_null(), "{v}");
+    assert_eq!(b["highest_rate"], 140.0, "{v}");
+    assert_eq!(b["sustainable_rate"], 140.0, "{v}");
+    // Each step has both targets' rows, with the requests each one served.
+    let steps = v["steps"].as_array().unwrap();
+    // 20 and 80/s hold; 140/s is past auth's 100/s, so the search stops there.
+    assert_eq!(steps.len(), 3, "{v}");
+    for s in steps {
+        let rows = s["targets"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{s}");
+        assert!(
+            rows.iter().all(|r| r["completed"].as_u64() > Some(0)),
+            "{s}"
+        );
+    }
+    let findings = v["findings"].to_string();
+    assert!(
+        findings.contains(&format!("the first target to fail: {auth} at 140/s"))
+            && findings.contains(&format!("{api} held at every step")),
+        "{findings}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+}

@@ -21,11 +21,15 @@ pub struct TargetSide {
     /// The pod behind a cluster target throttled in the largest share of its CFS periods,
     /// when notable (`stampede_core::pods::THROTTLED_NOTABLE`): (pod, share).
     pub throttled_pod: Option<(String, f64)>,
+    /// Each target's figures and verdict, when the step loaded several
+    /// ([`super::targets`]).
+    pub targets: Vec<super::targets::TargetStep>,
 }
 
 impl TargetSide {
-    /// The target's side of one step's report.
-    pub fn of(report: &crate::report::Report) -> Self {
+    /// The target's side of one step's report; `slos` (as given to the search) judge each
+    /// target of a run that loads several.
+    pub fn of(report: &crate::report::Report, slos: &[crate::threshold::Threshold]) -> Self {
         Self {
             cpu_cores: report
                 .target_resources
@@ -37,6 +41,7 @@ impl TargetSide {
             throttled_pod: report.target_resources.as_ref().and_then(|t| {
                 crate::pods::most_throttled(&t.pods).map(|(p, share)| (p.to_string(), share))
             }),
+            targets: super::targets::judge(report, slos),
         }
     }
 }
@@ -80,6 +85,8 @@ pub fn findings(search: &Search, sides: &[TargetSide]) -> Vec<String> {
     if let Some(g) = search.generator_stop() {
         out.push(generator_line(search, g));
     }
+    let per_target = super::targets::capacities(search, &per_step_targets(sides));
+    out.extend(super::targets::finding(search, &per_target));
     let Some(f) = search.first_failing() else {
         return out;
     };
@@ -131,6 +138,11 @@ pub fn findings(search: &Search, sides: &[TargetSide]) -> Vec<String> {
         _ => {}
     }
     out
+}
+
+/// Each step's target rows, in the search's order.
+pub fn per_step_targets(sides: &[TargetSide]) -> Vec<&[super::targets::TargetStep]> {
+    sides.iter().map(|s| s.targets.as_slice()).collect()
 }
 
 /// The search stopped at `g`, the generator its limit: which agent, and how many agents

@@ -23,6 +23,7 @@ use stampede_core::template::{self, Builtin, Filter, Generator, Ref, Segment, Te
 use crate::http1::Capture;
 
 mod http_step;
+mod jar;
 mod judge;
 mod send;
 mod ws_step;
@@ -95,7 +96,7 @@ pub struct SessionVars {
     /// Boxed on first use: its 336 bytes would be part of every session's variables, and
     /// most sessions (every held WebSocket of a plain echo load) never draw from it.
     rng: Option<Box<rand_chacha::ChaCha8Rng>>,
-    cookies: Vec<(String, String)>,
+    cookies: jar::Jar,
     out: Vec<u8>,
     body: Vec<u8>,
     capture: Capture,
@@ -205,7 +206,7 @@ impl Context {
             setup: self.setup_now(),
             values: vec![None; self.slots],
             rng: None,
-            cookies: Vec::new(),
+            cookies: jar::Jar::default(),
             out: Vec::new(),
             body: Vec::new(),
             capture: Capture::default(),
@@ -242,7 +243,7 @@ impl Context {
             setup: Arc::new(vec![String::new(); n]),
             values: vec![None; n],
             rng: None,
-            cookies: Vec::new(),
+            cookies: jar::Jar::default(),
             out: Vec::new(),
             body: Vec::new(),
             capture: Capture::default(),

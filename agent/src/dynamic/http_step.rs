@@ -3,6 +3,7 @@
 //! for the judge when it extracts or checks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use stampede_core::extract::{Check, Extract, Response as Seen, MAX_CAPTURED_BODY};
@@ -36,6 +37,8 @@ pub struct DynamicHttp {
     judge: Judge,
     capture_body: bool,
     cookies: bool,
+    /// The host its cookies are kept and sent under (the authority's, without the port).
+    jar_host: Arc<str>,
     /// The `per: request` sources the request reads: each binds its next row per request.
     pub(super) per_request: Vec<usize>,
     /// About how long the rendered HTTP/1.1 request is: a session's buffer is sized once.
@@ -127,6 +130,7 @@ impl DynamicHttp {
             judge,
             capture_body,
             cookies: scenario.cookies,
+            jar_host: super::jar::host_of(authority),
             per_request,
             size_hint,
             stream: req.stream,
@@ -179,9 +183,9 @@ impl DynamicHttp {
             if !self.has_ua {
                 out.extend_from_slice(b"User-Agent: stampede\r\n");
             }
-            if self.cookies && !vars.cookies.is_empty() {
+            if self.cookies && vars.cookies.has(&self.jar_host) {
                 out.extend_from_slice(b"Cookie: ");
-                for (i, (k, v)) in vars.cookies.iter().enumerate() {
+                for (i, (k, v)) in vars.cookies.for_host(&self.jar_host).enumerate() {
                     if i > 0 {
                         out.extend_from_slice(b"; ");
                     }
@@ -227,10 +231,7 @@ impl DynamicHttp {
         };
         if self.cookies {
             for (name, value) in stampede_core::extract::set_cookies(seen.headers) {
-                match vars.cookies.iter_mut().find(|(n, _)| n == name) {
-                    Some(c) => c.1 = value.to_string(),
-                    None => vars.cookies.push((name.to_string(), value.to_string())),
-                }
+                vars.cookies.set(&self.jar_host, name, value);
             }
         }
         if let Some(kind) = self.judge.check(&seen) {
@@ -351,10 +352,10 @@ impl DynamicHttp {
                 http::HeaderValue::from_static("stampede"),
             );
         }
-        if self.cookies && !vars.cookies.is_empty() {
+        if self.cookies && vars.cookies.has(&self.jar_host) {
             let jar = vars
                 .cookies
-                .iter()
+                .for_host(&self.jar_host)
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join("; ");

@@ -56,6 +56,7 @@ pub(crate) async fn prepare(
     let several_targets = scenario.targets().len() > 1;
     let mut built: Vec<target::Built> = Vec::new();
     let mut of_workload = Vec::with_capacity(views.len());
+    let mut away_of_workload: Vec<Vec<usize>> = Vec::with_capacity(views.len());
     // `endpoints: service`: the controller's addresses of the Service's ready pods, for the
     // scenario's own target; its name (one virtual address) is looked up nowhere.
     let service = if scenario.endpoints.is_service() {
@@ -96,6 +97,28 @@ pub(crate) async fn prepare(
             }
         };
         of_workload.push(i);
+        // The targets its steps name besides its own, each built once for the run.
+        let mut away = Vec::new();
+        for t in &w.types {
+            for (j, s) in t.steps.iter().enumerate() {
+                let Some(url) = &s.target else { continue };
+                let k = match built.iter().position(|b| &b.url == url) {
+                    Some(k) => k,
+                    None => {
+                        let field = format!("{}[{j}].target", t.path);
+                        built.push(
+                            target::build(cfg, &scenario, url, &field, target::Listed::None, true)
+                                .await?,
+                        );
+                        built.len() - 1
+                    }
+                };
+                if !away.contains(&k) {
+                    away.push(k);
+                }
+            }
+        }
+        away_of_workload.push(away);
     }
     // Setup steps run against the scenario's own target.
     let setup_target = match &scenario.target {
@@ -140,15 +163,12 @@ pub(crate) async fn prepare(
     };
     let mut any_dynamic = false;
     let mut types = Vec::with_capacity(views.len());
-    for (w, &t) in views.iter().zip(&of_workload) {
-        let b = &built[t];
+    for ((w, &t), away) in views.iter().zip(&of_workload).zip(&away_of_workload) {
         let compiler = Compiler {
             scenario: &scenario,
             slots: &slots,
-            host_header: &b.host_header,
-            prefix: b.url.prefix(),
-            https: b.https,
-            http2: b.http2,
+            home: &built[t],
+            away: away.iter().map(|&k| &built[k]).collect(),
         };
         let mut compiled = Vec::with_capacity(w.types.len());
         for t in &w.types {
@@ -174,7 +194,12 @@ pub(crate) async fn prepare(
     let dynamic = (any_dynamic || !context_is_empty(&scenario)).then(|| Arc::new(context));
     let n_phases: usize = views.iter().map(|w| w.phase_count()).sum();
     let mut workloads = Vec::with_capacity(views.len());
-    for ((w, types), &t) in views.iter().zip(types).zip(&of_workload) {
+    for (((w, types), &t), away) in views
+        .iter()
+        .zip(types)
+        .zip(&of_workload)
+        .zip(&away_of_workload)
+    {
         let mode = match w.load {
             None => runner::Mode::Arrivals,
             Some(load) => {
@@ -236,6 +261,13 @@ pub(crate) async fn prepare(
             filter,
             target: built[t].endpoint.clone(),
             endpoints: built[t].endpoints.clone(),
+            away: away
+                .iter()
+                .map(|&k| runner::Away {
+                    target: built[k].endpoint.clone(),
+                    endpoints: built[k].endpoints.clone(),
+                })
+                .collect(),
             types,
             mix,
             mix_offset,
@@ -285,10 +317,10 @@ fn share_of(connections: u32, a: &v1::Assign) -> (u64, u64) {
 struct Compiler<'a> {
     scenario: &'a Scenario,
     slots: &'a std::collections::BTreeMap<String, usize>,
-    host_header: &'a str,
-    prefix: &'a str,
-    https: bool,
-    http2: bool,
+    /// The workload's target (Host header, prefix, HTTP version).
+    home: &'a target::Built,
+    /// The targets its steps name besides it: a step's `via` is its place here.
+    away: Vec<&'a target::Built>,
 }
 
 impl Compiler<'_> {
@@ -299,18 +331,24 @@ impl Compiler<'_> {
         t: &stampede_core::workload::TypeView<'_>,
         any_dynamic: &mut bool,
     ) -> Result<Vec<StepPlan>, Box<StepError>> {
-        let Self {
-            scenario,
-            slots,
-            host_header,
-            prefix,
-            https,
-            http2,
-        } = *self;
+        let (scenario, slots) = (self.scenario, self.slots);
         let mut ordinal = t.step_base;
         let mut steps = Vec::with_capacity(t.steps.len());
         for (i, s) in t.steps.iter().enumerate() {
             let at = || format!("{}[{i}]", t.path);
+            // A step with a target of its own is compiled for it (its Host, prefix, scheme).
+            let via = s
+                .target
+                .as_ref()
+                .and_then(|u| self.away.iter().position(|b| &b.url == u));
+            let b = via.map_or(self.home, |k| self.away[k]);
+            let via = match via.map(u8::try_from) {
+                None => None,
+                Some(Ok(k)) => Some(k),
+                Some(Err(_)) => return Err(StepError::TooManyTargets { at: at() }.into()),
+            };
+            let (host_header, prefix, https, http2) =
+                (b.host_header.as_str(), b.url.prefix(), b.https, b.http2);
             let (repeat, new_connection) = (s.repeat(), s.new_connection);
             let plan = match &s.kind {
                 StepKind::Http(h)
@@ -342,6 +380,7 @@ impl Compiler<'_> {
                         ),
                         repeat,
                         new_connection,
+                        via,
                     }
                 }
                 StepKind::Http(h) => StepPlan::Http {
@@ -358,6 +397,7 @@ impl Compiler<'_> {
                     expect: h.expect_status.clone(),
                     repeat,
                     new_connection,
+                    via,
                 },
                 StepKind::Tcp(tcp) => {
                     let send = dynamic_send(s, &tcp.send, scenario, slots, any_dynamic)

@@ -27,7 +27,7 @@ mod start;
 
 pub use endpoints::{EndpointSet, EndpointSlot};
 use models::drop_queued;
-pub use plan::{Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
+pub use plan::{Away, Endpoint, Link, Mode, RunSpec, ShardRun, StepPlan};
 pub use recorder::{empty_buffers, progress, Recorder, Slot};
 use recorder::{final_interval, interval_index, send_parts};
 use start::start_workload;
@@ -51,9 +51,13 @@ pub async fn execute(
 ) -> RunEnd {
     // One set per target, shared by the workloads that name it.
     let mut sets: Vec<Arc<EndpointSet>> = Vec::new();
-    for w in &run.workloads {
-        if !sets.iter().any(|s| Arc::ptr_eq(s, &w.endpoints)) {
-            sets.push(w.endpoints.clone());
+    for set in run
+        .workloads
+        .iter()
+        .flat_map(|w| std::iter::once(&w.endpoints).chain(w.away.iter().map(|a| &a.endpoints)))
+    {
+        if !sets.iter().any(|s| Arc::ptr_eq(s, set)) {
+            sets.push(set.clone());
         }
     }
     let endpoints = endpoints::EndpointSets(sets);

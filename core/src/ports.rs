@@ -10,7 +10,8 @@
 //! - **closed** load: its share of `connections` (one each, for the whole run);
 //! - **constant** load: its share of the pool's `connections`;
 //! - **arrival phases**: every session holds one connection (a `new_connection` step replaces
-//!   it; it never holds two) for at most the worst-case session length — every request taking
+//!   it; it never holds two to one destination, and one more to each step's own `target:`)
+//!   for at most the worst-case session length — every request taking
 //!   the full `request_timeout`, every think time at its maximum. The bound is the largest
 //!   number of the agent's own arrivals within any window of that length, walking the exact
 //!   (seeded) schedule, and never more than the agent's session capacity.
@@ -160,47 +161,35 @@ pub fn demand(
     // closed and constant loads' connections. Each workload spends ports towards its own
     // target; the scenario's `endpoints:` split those of the scenario's target.
     let several = scenario.named_workloads();
-    // (host:port, whether it is the scenario's target, sessions, pooled per agent)
-    let mut groups: Vec<(String, bool, u64, Vec<u64>)> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     for w in scenario.workload_views() {
-        let Some(target) = w.target.and_then(endpoint) else {
-            continue;
-        };
-        let top = !w.own_target() || w.target == scenario.target.as_ref();
-        let g = match groups.iter().position(|g| g.0 == target) {
-            Some(i) => &mut groups[i],
-            None => {
-                groups.push((target, top, 0, vec![0u64; agents as usize]));
-                groups.last_mut().expect("just pushed")
+        // Where its sessions hold connections: its target, and each step's own target (a
+        // session keeps one connection to each it calls, beside its own).
+        let mut places: Vec<(String, bool)> = Vec::new();
+        if let Some(target) = w.target.and_then(endpoint) {
+            places.push((
+                target,
+                !w.own_target() || w.target == scenario.target.as_ref(),
+            ));
+        }
+        for t in w
+            .types
+            .iter()
+            .flat_map(|t| t.steps)
+            .filter_map(|s| s.target.as_ref())
+        {
+            let top = scenario.target.as_ref() == Some(t);
+            if let Some(place) = endpoint(t).filter(|p| !places.iter().any(|(q, _)| q == p)) {
+                places.push((place, top));
             }
-        };
-        g.1 |= top;
-        match w.load {
-            Some(load) => {
-                for (a, c) in
-                    g.3.iter_mut()
-                        .zip(split_evenly(u64::from(load.connections), agents))
-                {
-                    *a = a.saturating_add(c);
-                }
-            }
-            None => {
-                let schedule = Schedule::new(
-                    &w.effective_phases(false),
-                    scenario.arrival,
-                    w.seed(seed, several),
-                );
-                let hold = w
-                    .types
-                    .iter()
-                    .map(|t| worst_case_steps(scenario, t.steps))
-                    .max()
-                    .unwrap_or_default();
-                let peak = schedule.peak_in_window(hold.as_secs_f64());
-                // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals
-                // gives one agent at most ⌈peak / n⌉ of them.
-                g.2 = g.2.saturating_add(peak.div_ceil(u64::from(agents)));
-            }
+        }
+        for (target, top) in places {
+            add_demand(
+                &mut groups,
+                &w,
+                (target, top),
+                (scenario, agents, seed, several),
+            );
         }
     }
     let mut out = Vec::new();
@@ -228,6 +217,54 @@ pub fn demand(
         }));
     }
     Ok(out)
+}
+
+/// Per destination: `host:port`, whether it is the scenario's target, the arrival sessions
+/// and the pooled connections per agent.
+type Group = (String, bool, u64, Vec<u64>);
+
+/// Adds what workload `w` holds open at once towards `target` to its group.
+fn add_demand(
+    groups: &mut Vec<Group>,
+    w: &crate::workload::View<'_>,
+    (target, top): (String, bool),
+    (scenario, agents, seed, several): (&Scenario, u32, u64, bool),
+) {
+    let g = match groups.iter().position(|g| g.0 == target) {
+        Some(i) => &mut groups[i],
+        None => {
+            groups.push((target, top, 0, vec![0u64; agents as usize]));
+            groups.last_mut().expect("just pushed")
+        }
+    };
+    g.1 |= top;
+    match w.load {
+        Some(load) => {
+            for (a, c) in
+                g.3.iter_mut()
+                    .zip(split_evenly(u64::from(load.connections), agents))
+            {
+                *a = a.saturating_add(c);
+            }
+        }
+        None => {
+            let schedule = Schedule::new(
+                &w.effective_phases(false),
+                scenario.arrival,
+                w.seed(seed, several),
+            );
+            let hold = w
+                .types
+                .iter()
+                .map(|t| worst_case_steps(scenario, t.steps))
+                .max()
+                .unwrap_or_default();
+            let peak = schedule.peak_in_window(hold.as_secs_f64());
+            // Arrival i goes to agent i mod n: any run of `peak` consecutive arrivals
+            // gives one agent at most ⌈peak / n⌉ of them.
+            g.2 = g.2.saturating_add(peak.div_ceil(u64::from(agents)));
+        }
+    }
 }
 
 /// Checks every demand against the agents (in shard order): the agents that share a source
@@ -367,6 +404,28 @@ mod tests {
                 ("10.0.0.6:80", &[3, 3][..]),
                 ("10.0.0.2:7", &[17, 17][..]),
             ]
+        );
+    }
+
+    /// A session keeps a connection to each step's own target beside its workload's: each
+    /// destination is counted the connections that hold one there, a step target named
+    /// twice once.
+    #[test]
+    fn a_steps_own_target_is_a_destination_of_its_own() {
+        let s = Scenario::from_yaml(
+            "name: p\ntarget: http://10.0.0.1:80\nload: { model: closed, connections: 10, duration: 1s }\n\
+             session:\n  - { target: \"http://10.0.0.9:8080\", http: { path: /login } }\n\
+             \x20 - { http: { path: / } }\n  - { target: \"http://10.0.0.9:8080\", http: { path: /me } }\n",
+        )
+        .unwrap();
+        let d = demand(&s, 2, 0, &[]).unwrap();
+        let got: Vec<(&str, &[u64])> = d
+            .iter()
+            .map(|d| (d.target.as_str(), d.per_agent.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            [("10.0.0.1:80", &[5, 5][..]), ("10.0.0.9:8080", &[5, 5][..])]
         );
     }
 

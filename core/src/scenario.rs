@@ -33,6 +33,9 @@ pub const MAX_REQUEST_STEPS: usize = 4_096;
 /// Most per-step statistics the controller holds for a run: phases × request steps (every
 /// phase keeps an entry per request step of the run).
 pub const MAX_PHASE_STEPS: usize = 100_000;
+/// Most targets in one run (the scenario's, workloads' and steps' own, each counted once):
+/// every agent resolves and checks each, and a session keeps a connection to each it calls.
+pub const MAX_TARGETS: usize = 64;
 /// Most thresholds in one scenario.
 pub const MAX_THRESHOLDS: usize = 100;
 /// Most arrivals one run may plan in total: 1e7/s for over three years. Far above any real

@@ -128,22 +128,70 @@ impl TypeView<'_> {
     pub fn request_steps(&self) -> usize {
         self.steps.iter().filter(|s| s.requests() > 0).count()
     }
+
+    /// Each request step's global ordinal with where it goes: its own target, else
+    /// `workload`'s (the workload's target).
+    pub fn aimed<'t>(
+        &'t self,
+        workload: Option<&'t Target>,
+    ) -> impl Iterator<Item = (usize, Option<&'t Target>)> + 't {
+        self.steps
+            .iter()
+            .filter(|s| s.requests() > 0)
+            .enumerate()
+            .map(move |(i, s)| (self.step_base + i, s.target.as_ref().or(workload)))
+    }
 }
 
 /// The targets `views` load, each once by [`Target::scope_name`], in the order the workloads
-/// first name them: what `target(NAME)` scopes and the report's targets call them.
+/// first name them (a workload's own, then its steps' own): what `target(NAME)` scopes and
+/// the report's targets call them. A workload all of whose requests go to steps' own targets
+/// does not name its own.
 pub fn target_names(views: &[View<'_>]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for name in views
-        .iter()
-        .filter_map(|w| w.target)
-        .map(Target::scope_name)
-    {
+    let mut add = |t: &Target| {
+        let name = t.scope_name();
         if !names.contains(&name) {
             names.push(name);
         }
+    };
+    for w in views {
+        let aimed: Vec<Option<&Target>> = w
+            .types
+            .iter()
+            .flat_map(|t| t.aimed(w.target))
+            .map(|(_, t)| t)
+            .collect();
+        let own_used = aimed.is_empty() || aimed.contains(&w.target);
+        if let Some(t) = w.target.filter(|_| own_used) {
+            add(t);
+        }
+        for t in aimed.into_iter().flatten() {
+            add(t);
+        }
     }
     names
+}
+
+/// Whether some step of `views` names a target of its own: a target's figures are then its
+/// steps', since one session's requests go to several.
+pub fn steps_have_targets(views: &[View<'_>]) -> bool {
+    views
+        .iter()
+        .flat_map(|w| &w.types)
+        .flat_map(|t| t.steps)
+        .any(|s| s.target.is_some())
+}
+
+/// The global ordinals of the request steps aimed at the target called `name`: those with
+/// it as their own target, and those without one in workloads that load it.
+pub fn target_steps(views: &[View<'_>], name: &str) -> Vec<usize> {
+    views
+        .iter()
+        .flat_map(|w| w.types.iter().flat_map(|t| t.aimed(w.target)))
+        .filter(|(_, t)| t.is_some_and(|t| t.scope_name() == name))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The name of the one workload of a scenario without `workloads:`.

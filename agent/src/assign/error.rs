@@ -127,4 +127,8 @@ pub(crate) enum StepError {
     UdpSend { at: String, error: SendCompileError },
     #[error("{at}.udp.{error}")]
     Udp { at: String, error: RequestError },
+    /// More step targets in one workload than a step can index (the scenario's limit is
+    /// far lower, so only a scenario the CLI did not check gets here).
+    #[error("{at}.target: a workload's steps name more than 255 targets")]
+    TooManyTargets { at: String },
 }

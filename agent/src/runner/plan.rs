@@ -31,6 +31,8 @@ pub enum StepPlan {
         repeat: u32,
         /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
+        /// The step's own target (an index into [`RunSpec::away`]); `None`: the workload's.
+        via: Option<u8>,
     },
     /// An HTTP request rendered per session (templates, cookies), or whose response is
     /// captured (extract, check): see [`crate::dynamic`].
@@ -43,6 +45,8 @@ pub enum StepPlan {
         repeat: u32,
         /// Each run of the step opens a fresh connection, dropping the session's current one.
         new_connection: bool,
+        /// The step's own target (an index into [`RunSpec::away`]); `None`: the workload's.
+        via: Option<u8>,
     },
     /// A framed request/response over the session's TCP or Unix stream.
     Tcp {
@@ -114,6 +118,24 @@ impl StepPlan {
             StepPlan::Think(_) => None,
         }
     }
+
+    /// The step's own target, an index into [`RunSpec::away`]; `None`: the workload's.
+    pub fn via(&self) -> Option<u8> {
+        match self {
+            StepPlan::Http { via, .. } | StepPlan::HttpDynamic { via, .. } => *via,
+            _ => None,
+        }
+    }
+}
+
+/// A target that steps name besides their workload's (a login service inside an API's
+/// sessions): where a session's second connection opens.
+#[derive(Debug, Clone)]
+pub struct Away {
+    /// Where connections go when it has no endpoints to pick from.
+    pub target: Endpoint,
+    /// Its addresses, as its workload's are (shared with any workload that loads it).
+    pub endpoints: Arc<super::endpoints::EndpointSet>,
 }
 
 /// Where the target is, resolved once per run; the scheme picks the driver.
@@ -348,6 +370,18 @@ impl RunSpec {
     pub fn endpoint<'a>(&'a self, to: &'a super::endpoints::Pick) -> &'a Endpoint {
         to.as_ref().map_or(&self.target, |s| &s.endpoint)
     }
+
+    /// Where `step`'s connection to endpoint `to` opens: its own target's when it has one.
+    pub fn endpoint_of<'a>(
+        &'a self,
+        step: &StepPlan,
+        to: &'a super::endpoints::Pick,
+    ) -> &'a Endpoint {
+        match step.via().and_then(|k| self.away.get(usize::from(k))) {
+            Some(a) => to.as_ref().map_or(&a.target, |s| &s.endpoint),
+            None => self.endpoint(to),
+        }
+    }
 }
 
 impl ShardRun {
@@ -393,6 +427,9 @@ pub struct RunSpec {
     pub filter: Option<ShardFilter>,
     /// Where connections go when the run has no `endpoints:` to pick from.
     pub target: Endpoint,
+    /// The targets its steps name besides `target` (`StepPlan::via` indexes it); empty for a
+    /// workload whose steps all go to its own.
+    pub away: Arc<[Away]>,
     /// The scenario's `endpoints:`, or the target name's addresses as last resolved (empty
     /// for a target that is one address): the connection or session with global index `i`
     /// goes to the `i mod n`-th. Shared by the workloads loading the same target.

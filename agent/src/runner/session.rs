@@ -127,6 +127,42 @@ pub(super) struct Line<'a, 't> {
     pub(super) conn: Option<Tracked<'a>>,
     pub(super) timer: RequestTimer<'t>,
     pub(super) ticks: Option<std::sync::Arc<crate::ticked::Ticks>>,
+    /// The connections to steps' own targets while another is `conn` (`None` until a step
+    /// names one: a pointer's worth in every other line).
+    pub(super) parked: Option<Box<Parked<'a>>>,
+}
+
+/// The connections a line keeps to the targets its steps name, one each: `conn` is the one to
+/// `active`, the others wait here with the time they were parked.
+#[derive(Default)]
+pub(super) struct Parked<'a> {
+    /// Whose connection `conn` is: `None` for the workload's target, else a step's
+    /// [`StepPlan::via`].
+    active: Option<u8>,
+    slots: Vec<(Option<u8>, Tracked<'a>, Instant)>,
+}
+
+/// Makes `conn` the connection to `to` (`None`: the workload's target), parking the one in
+/// use. A connection parked long enough to have been closed by its server is checked as an
+/// idle one is ([`forget_if_gone`]).
+fn switch<'a>(
+    conn: &mut Option<Tracked<'a>>,
+    parked: &mut Option<Box<Parked<'a>>>,
+    to: Option<u8>,
+) {
+    if parked.as_ref().and_then(|p| p.active) == to {
+        return;
+    }
+    let p = parked.get_or_insert_with(Box::default);
+    if let Some(c) = conn.take() {
+        p.slots.push((p.active, c, Instant::now()));
+    }
+    p.active = to;
+    if let Some(i) = p.slots.iter().position(|(t, _, _)| *t == to) {
+        let (_, c, since) = p.slots.swap_remove(i);
+        *conn = Some(c);
+        forget_if_gone(conn, || since.elapsed());
+    }
 }
 
 impl<'a, 't> Line<'a, 't> {
@@ -139,6 +175,7 @@ impl<'a, 't> Line<'a, 't> {
             conn,
             timer: RequestTimer::new(sleep),
             ticks: None,
+            parked: None,
         }
     }
 }
@@ -155,7 +192,16 @@ pub(super) fn session<'a, 's, 'l, 't>(
     line: &'l mut Line<'a, 't>,
 ) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't> {
     async move {
-        let Line { conn, timer, ticks } = line;
+        let Line {
+            conn,
+            timer,
+            ticks,
+            parked,
+        } = line;
+        // A session begins on its workload's target, whatever the last one ended on.
+        if parked.is_some() {
+            switch(conn, parked, None);
+        }
         let At {
             intended,
             phase,
@@ -174,7 +220,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                 s.counters_mut().dropped_arrivals += 1;
             })
         };
-        let endpoint = spec.endpoint_index(connection);
+        let mut endpoint = spec.endpoint_index(connection);
         // The endpoint set moved this connection elsewhere (a name re-resolved): the session
         // opens a connection to its new endpoint, and the old one closes with nothing in flight.
         let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
@@ -269,6 +315,23 @@ pub(super) fn session<'a, 's, 'l, 't>(
                     new_connection,
                     ..
                 } => {
+                    // A step with a target of its own runs on its connection there, with an
+                    // endpoint of that target's (picked again only when the target changes:
+                    // nothing more is held across the request's awaits).
+                    let via = step.via();
+                    if via.is_some() || parked.is_some() {
+                        if parked.as_ref().and_then(|p| p.active) != via {
+                            endpoint = match via.and_then(|k| spec.away.get(usize::from(k))) {
+                                None => spec.endpoint_index(connection),
+                                Some(a) => a.endpoints.pick(connection),
+                            };
+                        }
+                        switch(conn, parked, via);
+                        let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
+                        if conn.as_ref().is_some_and(|c| c.endpoint != to) {
+                            *conn = None;
+                        }
+                    }
                     for r in 0..*repeat {
                         if *new_connection {
                             *conn = None;

@@ -26,6 +26,7 @@ mod samples;
 mod security;
 mod sessions;
 mod spine;
+mod step_targets;
 mod stops;
 mod streams;
 mod tls;

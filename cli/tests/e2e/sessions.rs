@@ -33,7 +33,12 @@ pub(crate) struct LoginServer {
 
 impl LoginServer {
     pub(crate) async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// On `addr` (another loopback address is another host to a cookie jar).
+    pub(crate) async fn start_on(addr: &str) -> Self {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}/api", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let issued = Arc::new(Mutex::new(BTreeSet::new()));

@@ -1,7 +1,8 @@
 //! The report's view of each target of a run whose workloads load several: the workloads
 //! aimed at one `host:port` merged into one row, so an auth service and an API each get
 //! their own latency, error rate and `target(NAME)` thresholds. Built from the per-phase
-//! data the accumulator already holds, as the workloads' rows are.
+//! data the accumulator already holds, as the workloads' rows are; when steps name targets
+//! of their own (a login service inside an API's session), from those steps' figures.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,22 +38,37 @@ pub(super) fn reports(
     if names.len() < 2 {
         return Vec::new();
     }
+    // A session whose steps go to several targets: each target's figures are its steps'.
+    let by_steps = crate::workload::steps_have_targets(&views);
     names
         .into_iter()
         .enumerate()
         .map(|(index, name)| {
+            let steps = crate::workload::target_steps(&views, &name);
             let aimed: Vec<_> = views
                 .iter()
-                .filter(|w| w.target.is_some_and(|t| t.scope_name() == name))
+                .filter(|w| {
+                    w.types
+                        .iter()
+                        .flat_map(|t| t.aimed(w.target))
+                        .any(|(i, _)| steps.contains(&i))
+                })
                 .collect();
-            let merged = Merged::of(
-                aimed
-                    .iter()
-                    .map(|w| w.phase_base..w.phase_base + w.phase_count()),
-                warm,
-                phase_rows,
-                phases,
-            );
+            let merged = if by_steps {
+                Merged::of_steps(&steps, warm, phases)
+            } else {
+                Merged::of(
+                    aimed
+                        .iter()
+                        .map(|w| w.phase_base..w.phase_base + w.phase_count()),
+                    warm,
+                    phase_rows,
+                    phases,
+                )
+            };
+            let url = url_of(&views, &name)
+                .map(|t| super::accumulator::without_userinfo(t.as_str()))
+                .unwrap_or_default();
             let start = aimed.iter().map(|w| w.start).min().unwrap_or_default();
             let end = aimed
                 .iter()
@@ -66,13 +82,26 @@ pub(super) fn reports(
                     start.as_secs_f64(),
                     end.saturating_sub(start).as_secs_f64(),
                 ),
-                url: aimed
-                    .first()
-                    .and_then(|w| w.target)
-                    .map(|t| super::accumulator::without_userinfo(t.as_str()))
-                    .unwrap_or_default(),
+                url,
                 workloads: aimed.iter().map(|w| w.name.to_string()).collect(),
             }
         })
         .collect()
+}
+
+/// The first URL that names the target called `name`: a workload's or a step's.
+fn url_of<'a>(
+    views: &[crate::workload::View<'a>],
+    name: &str,
+) -> Option<&'a crate::target::Target> {
+    views.iter().find_map(|w| {
+        w.target
+            .into_iter()
+            .chain(
+                w.types
+                    .iter()
+                    .flat_map(|t| t.steps.iter().filter_map(|s| s.target.as_ref())),
+            )
+            .find(|t| t.scope_name() == name)
+    })
 }

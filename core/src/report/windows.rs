@@ -122,6 +122,13 @@ impl Windows {
                         Selector::Phases(names.phases.iter().map(|p| p == n).collect())
                     }
                     Scope::Workload(n) => workloads_phases(&|w| w.name == n),
+                    // Steps with targets of their own: a target's requests are its steps'.
+                    Scope::Target(n) if crate::workload::steps_have_targets(&views) => {
+                        Selector::Steps {
+                            steps: crate::workload::target_steps(&views, n),
+                            phases: measured.clone(),
+                        }
+                    }
                     Scope::Target(n) => {
                         workloads_phases(&|w| w.target.is_some_and(|t| &t.scope_name() == n))
                     }

@@ -217,6 +217,41 @@ impl<'a> Merged<'a> {
         Self { stats, rows }
     }
 
+    /// The requests of `steps` (global ordinals) over the measured phases, as one unit: the
+    /// figures of a target that a session's steps share with others. It has no rows, so no
+    /// plan of its own: its `planned` is what it started.
+    pub(super) fn of_steps(steps: &[usize], warm: &[bool], phases: &[SparseStats]) -> Self {
+        let mut stats = SparseStats::default();
+        for (i, p) in phases.iter().enumerate() {
+            if warm.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            for s in steps.iter().filter_map(|&o| p.steps.get(o)) {
+                let c = &mut stats.counters;
+                let begun = s
+                    .requests_completed
+                    .saturating_add(s.requests_failed)
+                    .saturating_add(s.requests_interrupted);
+                c.requests_started = c.requests_started.saturating_add(begun);
+                c.requests_completed = c.requests_completed.saturating_add(s.requests_completed);
+                c.requests_failed = c.requests_failed.saturating_add(s.requests_failed);
+                c.requests_interrupted = c
+                    .requests_interrupted
+                    .saturating_add(s.requests_interrupted);
+                for (k, v) in &s.errors {
+                    let e = c.errors.entry(k.clone()).or_default();
+                    *e = e.saturating_add(*v);
+                }
+                stats.response.add(&s.response);
+                stats.service.add(&s.service);
+            }
+        }
+        Self {
+            stats,
+            rows: Vec::new(),
+        }
+    }
+
     /// A figure summed over the phases' rows.
     pub(super) fn sum(&self, f: fn(&PhaseReport) -> u64) -> u64 {
         self.rows.iter().fold(0u64, |a, r| a.saturating_add(f(r)))
@@ -236,7 +271,11 @@ impl<'a> Merged<'a> {
             name,
             start_s,
             duration_s,
-            planned: self.sum(|r| r.planned),
+            planned: if self.rows.is_empty() {
+                c.requests_started
+            } else {
+                self.sum(|r| r.planned)
+            },
             started: c.requests_started,
             completed: c.requests_completed,
             failed: c.requests_failed,

@@ -24,6 +24,10 @@ pub struct Step {
     pub repeat: Option<u32>,
     /// Open a new connection for each request of this step instead of reusing the session's.
     pub new_connection: bool,
+    /// Where this step's requests go when not to the workload's target: a login service
+    /// beside the API a session then calls. An `http` step's only; the session keeps one
+    /// connection to it, beside its own, and its cookies apart by host.
+    pub target: Option<crate::target::Target>,
     /// Values taken from the response, read as `${NAME}` by later steps of the session. A
     /// value that is missing fails the request with the error kind `extract.NAME`.
     pub extract: BTreeMap<String, Extract>,
@@ -104,6 +108,11 @@ struct RawStep {
     /// Open a new connection for each request of this step instead of reusing the session's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     new_connection: bool,
+    /// Where this step's requests go when not to the workload's target (an `http://` or
+    /// `https://` URL, for an `http` step): a login service beside the API a session then
+    /// calls. The session keeps one connection to it beside its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target: Option<crate::target::Target>,
     /// Values taken from the response, read as `${NAME}` by later steps of the session. A
     /// value that is missing fails the request with the error kind `extract.NAME`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -154,6 +163,7 @@ impl TryFrom<RawStep> for Step {
             kind,
             repeat: raw.repeat,
             new_connection: raw.new_connection,
+            target: raw.target,
             extract: raw.extract,
             check: raw.check,
         })
@@ -166,6 +176,7 @@ impl From<Step> for RawStep {
             name: step.name,
             repeat: step.repeat,
             new_connection: step.new_connection,
+            target: step.target,
             extract: step.extract,
             check: step.check,
             ..RawStep::default()
@@ -200,6 +211,7 @@ impl Step {
             kind,
             repeat: None,
             new_connection: false,
+            target: None,
             extract: BTreeMap::new(),
             check: None,
         }

@@ -132,6 +132,12 @@ impl Scenario {
                 self.validate_steps(&t.path, t.steps, &w)?;
             }
         }
+        if let Some((field, _)) = self.targets().get(super::MAX_TARGETS) {
+            return Err(ScenarioError::invalid(
+                field.clone(),
+                format!("more than {} targets in one run", super::MAX_TARGETS),
+            ));
+        }
         crate::grpc::check_scenario(self)?;
         if let Some(v) = &self.max_error_rate {
             let v = v.trim();
@@ -261,8 +267,10 @@ impl Scenario {
         let mut defined = std::collections::BTreeSet::new();
         for (i, step) in steps.iter().enumerate() {
             let at = format!("{path}[{i}]");
-            if step.kind.is_request() {
-                check_step_transport(w, &at, step.kind.key())?;
+            match &step.target {
+                Some(t) => check_own_target(&at, step, t)?,
+                None if step.kind.is_request() => check_step_transport(w, &at, step.kind.key())?,
+                None => {}
             }
             let field = |f: &str, why: String| {
                 ScenarioError::invalid(format!("{at}.{}.{f}", step.kind.key()), why)
@@ -329,7 +337,7 @@ impl Scenario {
     }
 
     /// Every target the run loads, once each, with the field that gives it: the
-    /// scenario's `target` first, then each workload's own.
+    /// scenario's `target` first, then each workload's own, then the steps' own.
     pub fn targets(&self) -> Vec<(String, &Target)> {
         let mut out: Vec<(String, &Target)> = Vec::new();
         let top = self.target.iter().map(|t| ("target".to_string(), t));
@@ -338,7 +346,13 @@ impl Scenario {
             .iter()
             .enumerate()
             .filter_map(|(i, w)| Some((format!("workloads[{i}].target"), w.target.as_ref()?)));
-        for (field, t) in top.chain(own) {
+        let steps = self.step_lists().into_iter().flat_map(|(path, steps)| {
+            steps
+                .iter()
+                .enumerate()
+                .filter_map(move |(i, s)| Some((format!("{path}[{i}].target"), s.target.as_ref()?)))
+        });
+        for (field, t) in top.chain(own).chain(steps) {
             if !out.iter().any(|(_, seen)| *seen == t) {
                 out.push((field, t));
             }
@@ -355,6 +369,27 @@ impl Scenario {
         }
         Ok(targets.iter().any(|(_, t)| f(t.transport())))
     }
+}
+
+/// A step's own `target:` is an `http` step's, and an `http://` or `https://` URL: the
+/// session opens a second connection for it, which only HTTP steps know how to.
+fn check_own_target(at: &str, step: &Step, t: &Target) -> Result<(), ScenarioError> {
+    if !matches!(step.kind, StepKind::Http(_)) {
+        return Err(ScenarioError::invalid(
+            format!("{at}.target"),
+            format!(
+                "a step's own target is for http steps (this is a {} step): give its workload the target instead",
+                step.kind.key()
+            ),
+        ));
+    }
+    if t.transport().step_kind() != "http" {
+        return Err(ScenarioError::invalid(
+            format!("{at}.target"),
+            format!("an http step's target is an http:// or https:// URL, not `{t}`"),
+        ));
+    }
+    Ok(())
 }
 
 /// A step of `kind` needs its workload's target, whose scheme runs that kind.

@@ -51,6 +51,12 @@ impl Scenario {
             if step.repeat == Some(0) {
                 return Err(ScenarioError::invalid(field(".repeat"), "must be >= 1"));
             }
+            if step.target.is_some() {
+                return Err(ScenarioError::invalid(
+                    field(".target"),
+                    "setup steps run against the scenario's target: drop the step's own target",
+                ));
+            }
             http.check()
                 .map_err(|(f, why)| ScenarioError::invalid(field(&format!(".http.{f}")), why))?;
             for (f, t) in step.templates() {

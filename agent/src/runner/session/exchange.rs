@@ -98,7 +98,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
             // Boxed: connecting (a TLS or h2 handshake especially) needs a large future, and
             // inline it would make every session task that large for its whole life, though a
             // kept-alive connection opens once.
-            let target = spec.endpoint(endpoint);
+            let target = spec.endpoint_of(step, endpoint);
             let opened = Box::pin(Link::open_sending(target, first, ticks)).await?;
             rec.endpoints.opened(endpoint);
             rec.connects.record(opened.began, opened.at);

@@ -274,3 +274,66 @@ fn http_version_parses_and_only_applies_to_http() {
         "http_version: only applies to http:// and https:// targets"
     );
 }
+
+/// A step's own target is an http step's, an http(s) URL, never a setup step's; it is one
+/// of the run's targets, under the step's field, and its requests are its target's.
+#[test]
+fn a_steps_own_target_is_checked_and_counted() {
+    let base = "name: t\ntarget: http://127.0.0.1:1\nphases: [ { duration: 1s, arrival_rate: 1 } ]\nsession:\n";
+    let two = format!(
+        "{base}  - {{ target: 'http://127.0.0.2:9', http: {{ path: /login }} }}\n  - {{ http: {{ path: /a }} }}\n  - {{ think_time: 1s }}\n  - {{ target: 'http://127.0.0.2:9', http: {{ path: /me }} }}\n"
+    );
+    let s = Scenario::from_yaml(&two).unwrap();
+    let fields: Vec<String> = s.targets().into_iter().map(|(f, _)| f).collect();
+    assert_eq!(fields, ["target", "session[0].target"]);
+    let views = s.workload_views();
+    assert_eq!(
+        crate::workload::target_names(&views),
+        ["127.0.0.1:1", "127.0.0.2:9"]
+    );
+    assert!(crate::workload::steps_have_targets(&views));
+    assert_eq!(crate::workload::target_steps(&views, "127.0.0.2:9"), [0, 2]);
+    assert_eq!(crate::workload::target_steps(&views, "127.0.0.1:1"), [1]);
+    // Every request elsewhere: the workload's own target is not one the run loads.
+    let away = two.replace("  - { http: { path: /a } }\n", "");
+    let s = Scenario::from_yaml(&away).unwrap();
+    assert_eq!(
+        crate::workload::target_names(&s.workload_views()),
+        ["127.0.0.2:9"]
+    );
+
+    let cases = [
+        (
+            format!("{base}  - {{ target: 'tcp://127.0.0.2:9', http: {{ path: / }} }}\n"),
+            "session[0].target",
+            "an http step's target is an http:// or https:// URL",
+        ),
+        (
+            format!("{base}  - {{ target: 'http://127.0.0.2:9', think_time: 1s }}\n"),
+            "session[0].target",
+            "a step's own target is for http steps (this is a think_time step)",
+        ),
+        (
+            format!(
+                "{base}  - {{ http: {{ path: / }} }}\nsetup:\n  - {{ target: 'http://127.0.0.2:9', http: {{ path: /t }} }}\n"
+            ),
+            "setup[0].target",
+            "setup steps run against the scenario's target",
+        ),
+        (
+            format!(
+                "{base}{}",
+                (0..64)
+                    .map(|i| format!("  - {{ target: 'http://127.0.1.{i}:9', http: {{ path: / }} }}\n"))
+                    .collect::<String>()
+            ),
+            "session[63].target",
+            "more than 64 targets in one run",
+        ),
+    ];
+    for (text, path, why) in cases {
+        let e = err(&text);
+        assert_eq!(e.path(), path, "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+}

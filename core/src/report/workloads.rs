@@ -221,31 +221,27 @@ impl<'a> Merged<'a> {
     /// figures of a target that a session's steps share with others. It has no rows, so no
     /// plan of its own: its `planned` is what it started.
     pub(super) fn of_steps(steps: &[usize], warm: &[bool], phases: &[SparseStats]) -> Self {
-        let mut stats = SparseStats::default();
+        let mut sum = crate::stats::SparseStepStats::default();
         for (i, p) in phases.iter().enumerate() {
             if warm.get(i).copied().unwrap_or(false) {
                 continue;
             }
             for s in steps.iter().filter_map(|&o| p.steps.get(o)) {
-                let c = &mut stats.counters;
-                let begun = s
-                    .requests_completed
-                    .saturating_add(s.requests_failed)
-                    .saturating_add(s.requests_interrupted);
-                c.requests_started = c.requests_started.saturating_add(begun);
-                c.requests_completed = c.requests_completed.saturating_add(s.requests_completed);
-                c.requests_failed = c.requests_failed.saturating_add(s.requests_failed);
-                c.requests_interrupted = c
-                    .requests_interrupted
-                    .saturating_add(s.requests_interrupted);
-                for (k, v) in &s.errors {
-                    let e = c.errors.entry(k.clone()).or_default();
-                    *e = e.saturating_add(*v);
-                }
-                stats.response.add(&s.response);
-                stats.service.add(&s.service);
+                sum.add(s);
             }
         }
+        let mut stats = SparseStats::default();
+        let c = &mut stats.counters;
+        c.requests_started = sum
+            .requests_completed
+            .saturating_add(sum.requests_failed)
+            .saturating_add(sum.requests_interrupted);
+        c.requests_completed = sum.requests_completed;
+        c.requests_failed = sum.requests_failed;
+        c.requests_interrupted = sum.requests_interrupted;
+        c.errors = sum.errors;
+        stats.response = sum.response;
+        stats.service = sum.service;
         Self {
             stats,
             rows: Vec::new(),

@@ -107,8 +107,15 @@ pub(crate) async fn prepare(
                     None => {
                         let field = format!("{}[{j}].target", t.path);
                         built.push(
-                            target::build(cfg, &scenario, url, &field, target::Listed::None, true)
-                                .await?,
+                            target::build(
+                                cfg,
+                                &scenario,
+                                url,
+                                &field,
+                                target::Listed::None,
+                                several_targets,
+                            )
+                            .await?,
                         );
                         built.len() - 1
                     }

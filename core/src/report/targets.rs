@@ -47,11 +47,13 @@ pub(super) fn reports(
             let steps = crate::workload::target_steps(&views, &name);
             let aimed: Vec<_> = views
                 .iter()
-                .filter(|w| {
-                    w.types
+                .filter(|w| match by_steps {
+                    true => w
+                        .types
                         .iter()
                         .flat_map(|t| t.aimed(w.target))
-                        .any(|(i, _)| steps.contains(&i))
+                        .any(|(i, _)| steps.contains(&i)),
+                    false => w.target.is_some_and(|t| t.scope_name() == name),
                 })
                 .collect();
             let merged = if by_steps {

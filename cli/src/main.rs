@@ -50,7 +50,9 @@ fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
 /// size classes are aligned and cached). A connection per request spends about 11 % fewer
 /// user instructions per connection (`bench/instructions.sh newconn`); the closed and
 /// constant-rate models, which allocate nothing per request, the same; and the peak RSS of
-/// 10,000 connections is unchanged (mimalloc doubled it: docs/performance.md).
+/// 10,000 connections is unchanged (mimalloc doubled it: docs/performance.md). Without the
+/// `jemalloc` feature the system's allocator stays, for heap profilers that follow it.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

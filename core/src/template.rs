@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 mod render;
 mod text;
 
-pub use render::{apply_filter, generate, session_rng, think_rng, write_time};
+pub use render::{apply_filter, generate, session_rng, think_fraction, write_time};
 
 /// Longest template accepted (the largest body a request step may carry).
 pub const MAX_TEMPLATE: usize = 1 << 20;

@@ -59,6 +59,27 @@ impl<'t> RequestTimer<'t> {
     }
 }
 
+impl<'t> RequestTimer<'t> {
+    /// Waits until `until` (`true`) or the stop (`false`). Between requests the timer is
+    /// free, so a think time needs no timer of its own (one less in the task's future, and
+    /// none inserted into the wheel); the next request's [`within`](Self::within) finds it
+    /// earlier than its deadline and moves it.
+    pub(super) fn pause<'s>(
+        &'s mut self,
+        until: Instant,
+        stop: &'s tokio_util::sync::CancellationToken,
+    ) -> impl Future<Output = bool> + use<'s, 't> {
+        self.sleep.as_mut().reset(until);
+        let sleep = self.sleep.as_mut();
+        async move {
+            tokio::select! {
+                () = sleep => true,
+                () = stop.cancelled() => false,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -124,5 +145,32 @@ mod tests {
         let r = timer.within(t0, pin!(tokio::task::yield_now())).await;
         assert_eq!(r, None);
         assert_eq!(Instant::now(), t0 + Duration::from_secs(1));
+    }
+
+    /// A pause waits on the timer until its end or the stop, and a request after it is
+    /// still bounded by its own deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_ends_at_its_time_or_at_the_stop_and_frees_the_timer() {
+        let t0 = Instant::now();
+        let sleep = pin!(tokio::time::sleep_until(t0 + Duration::from_secs(60)));
+        let mut timer = RequestTimer::new(sleep);
+        let stop = tokio_util::sync::CancellationToken::new();
+        assert!(timer.pause(t0 + Duration::from_secs(3), &stop).await);
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(3));
+        let r = timer
+            .within(
+                t0 + Duration::from_secs(8),
+                pin!(std::future::pending::<()>()),
+            )
+            .await;
+        assert_eq!(r, None);
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(8));
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stopper.cancel();
+        });
+        assert!(!timer.pause(t0 + Duration::from_secs(100), &stop).await);
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(9));
     }
 }

@@ -8,7 +8,6 @@ mod tally;
 
 use std::time::Duration;
 
-use rand::Rng as _;
 use stampede_core::scenario::ThinkTime;
 use stampede_core::stats::error_kind;
 use tokio::time::Instant;
@@ -40,27 +39,19 @@ fn latencies(done: Instant, due: Instant, sent: Instant) -> (u64, u64) {
     (response, service)
 }
 
-/// Pauses for a think time; a range draws from the session's own generator (seeded from the
-/// run seed and the arrival index, so a rerun pauses the same). The pause made; `None` when
-/// stopped.
-pub(super) async fn think(
-    t: &ThinkTime,
-    rng: &mut Option<Box<rand_chacha::ChaCha8Rng>>,
-    (seed, index): (u64, u64),
-    stop: &CancellationToken,
-) -> Option<Duration> {
-    let d = match *t {
+/// The length of a think time. A range takes the session's `draws`-th value of its think
+/// stream (seeded from the run seed and the arrival index, so a rerun pauses the same): a
+/// count, where a generator kept for the session would be 300 bytes more in every held
+/// connection. The pause itself waits on the line's request timer ([`RequestTimer::pause`]).
+pub(super) fn think_time(t: &ThinkTime, draws: &mut u32, (seed, index): (u64, u64)) -> Duration {
+    match *t {
         ThinkTime::Fixed(d) => d.0,
         ThinkTime::Range { min, max } => {
             let span = max.0.saturating_sub(min.0);
-            let rng = rng
-                .get_or_insert_with(|| Box::new(stampede_core::template::think_rng(seed, index)));
-            min.0 + span.mul_f64(rng.random::<f64>())
+            let f = stampede_core::template::think_fraction(seed, index, *draws);
+            *draws = draws.wrapping_add(1);
+            min.0 + span.mul_f64(f)
         }
-    };
-    tokio::select! {
-        _ = tokio::time::sleep(d) => Some(d),
-        _ = stop.cancelled() => None,
     }
 }
 
@@ -191,93 +182,81 @@ pub(super) fn session<'a, 's, 'l, 't>(
     stop: &'s CancellationToken,
     line: &'l mut Line<'a, 't>,
 ) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't> {
+    // The tally holds the recorder, the phase and the intended start: the future keeps them
+    // once, there, and the line and `at` are read in place, never copied into locals, since
+    // every value held across an await is part of every connection task.
+    let mut tally = Tally {
+        rec,
+        phase: at.phase,
+        plan: at.plan,
+        intended: at.intended,
+        opened: false,
+        kind: spec.count_types.map_or(NONE, |base| base + at.kind),
+        ended: false,
+        in_request: NONE,
+    };
+    let At {
+        index,
+        connection,
+        kind,
+        fresh,
+        ..
+    } = at;
     async move {
-        let Line {
-            conn,
-            timer,
-            ticks,
-            parked,
-        } = line;
         // A session begins on its workload's target, whatever the last one ended on.
-        if parked.is_some() {
-            switch(conn, parked, None);
+        if line.parked.is_some() {
+            switch(&mut line.conn, &mut line.parked, None);
         }
-        let At {
-            intended,
-            phase,
-            index,
-            connection,
-            kind,
-            plan,
-            fresh,
-        } = at;
-        // A session that cannot start: planned (where the closed model plans it) and dropped.
-        let dropped = || {
-            rec.with(phase, |s| {
-                if plan {
-                    s.counters_mut().sessions_planned += 1;
-                }
-                s.counters_mut().dropped_arrivals += 1;
-            })
-        };
         let mut endpoint = spec.endpoint_index(connection);
         // The endpoint set moved this connection elsewhere (a name re-resolved): the session
         // opens a connection to its new endpoint, and the old one closes with nothing in flight.
-        let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
-        if conn.as_ref().is_some_and(|c| c.endpoint != to) {
-            *conn = None;
+        {
+            let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
+            if line.conn.as_ref().is_some_and(|c| c.endpoint != to) {
+                line.conn = None;
+            }
         }
         let Some(steps) = spec.types.get(kind as usize) else {
             // Not a type of this run (cannot happen).
-            dropped();
-            return Ended::Ran(intended);
+            tally.drop_unstarted();
+            return Ended::Ran(tally.intended);
         };
         let mut vars = match &spec.dynamic {
             None => None,
             Some(ctx) => match ctx.session(index, connection) {
                 Some(v) => Some(Box::new(v)),
                 None => {
-                    dropped();
+                    tally.drop_unstarted();
                     return Ended::Exhausted;
                 }
             },
         };
-        // Boxed when first drawn from: a generator is 300 bytes, and inline it would be in every
-        // session's future (10,000 connections are 10,000 of them), think time or not.
-        let mut rng = None;
-        let mut tally = Tally {
-            rec,
-            phase,
-            plan,
-            intended,
-            opened: false,
-            kind: spec.count_types.map_or(NONE, |base| base + kind),
-            ended: false,
-            in_request: NONE,
-        };
-        let last_step = steps.len().saturating_sub(1);
+        // The think times drawn so far.
+        let mut draws = 0u32;
         // The time the next request should have been sent: the arrival for the first request,
         // then the end of the previous step. It is also the last time read from the clock.
-        let mut due = intended;
+        let mut due = tally.intended;
         // The clock's latest reading while nothing has been awaited since it was taken: the
         // next request's send time, without reading the clock again.
-        let mut clock = fresh.then_some(intended);
+        let mut clock = fresh.then_some(tally.intended);
         for (i, step) in steps.iter().enumerate() {
-            match step {
-                StepPlan::Think(t) => {
+            // By value: what the loop holds across its awaits is part of every connection task.
+            match *step {
+                StepPlan::Think(ref t) => {
                     if !tally.opened {
                         let now = Instant::now();
-                        rec.with(phase, |s| tally.open(s, now));
+                        tally.rec.with(tally.phase, |s| tally.open(s, now));
                     }
-                    let Some(paused) = think(t, &mut rng, (spec.seed, index), stop).await else {
+                    let paused = think_time(t, &mut draws, (spec.seed, index));
+                    if !line.timer.pause(Instant::now() + paused, stop).await {
                         return Ended::Ran(due);
-                    };
+                    }
                     due = Instant::now();
                     clock = Some(due);
                     // The connection sat idle for the pause at least: checked as a pool's is
                     // (the pause stands in for the time since its last request, which the
                     // session would otherwise hold across the wait).
-                    forget_if_gone(conn, || paused);
+                    forget_if_gone(&mut line.conn, || paused);
                 }
                 StepPlan::Http {
                     ordinal,
@@ -319,22 +298,22 @@ pub(super) fn session<'a, 's, 'l, 't>(
                     // endpoint of that target's (picked again only when the target changes:
                     // nothing more is held across the request's awaits).
                     let via = step.via();
-                    if via.is_some() || parked.is_some() {
-                        if parked.as_ref().and_then(|p| p.active) != via {
+                    if via.is_some() || line.parked.is_some() {
+                        if line.parked.as_ref().and_then(|p| p.active) != via {
                             endpoint = match via.and_then(|k| spec.away.get(usize::from(k))) {
                                 None => spec.endpoint_index(connection),
                                 Some(a) => a.endpoints.pick(connection),
                             };
                         }
-                        switch(conn, parked, via);
+                        switch(&mut line.conn, &mut line.parked, via);
                         let to = endpoint.as_ref().map_or(NO_ENDPOINT, |s| s.id);
-                        if conn.as_ref().is_some_and(|c| c.endpoint != to) {
-                            *conn = None;
+                        if line.conn.as_ref().is_some_and(|c| c.endpoint != to) {
+                            line.conn = None;
                         }
                     }
-                    for r in 0..*repeat {
-                        if *new_connection {
-                            *conn = None;
+                    for r in 0..repeat {
+                        if new_connection {
+                            line.conn = None;
                         }
                         // After a stop no request starts: the session ends here, interrupted
                         // if it had started (its tally's drop counts it), dropped if not. An
@@ -342,147 +321,156 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         // stop is over.
                         if stop.is_cancelled() {
                             if !tally.opened {
-                                dropped();
+                                tally.drop_unstarted();
                             }
                             return Ended::Ran(due);
                         }
-                        let last = last_on_connection(steps, i, r + 1 < *repeat);
+                        let last = last_on_connection(steps, i, r + 1 < repeat);
                         // The session's start lag is counted from its first request's start. A
                         // request on an open connection reads the clock once, at its end: it is
                         // sent at the end of the one before it, or of the session before it on
                         // a closed connection (a connect adds a reading, at its end).
                         let started = clock.take().unwrap_or_else(Instant::now);
-                        rec.with(phase, |s| {
+                        tally.rec.with(tally.phase, |s| {
                             tally.open(s, started);
                             s.counters_mut().requests_started += 1;
                         });
                         // Step ordinals are below the run's step count, far below u32::MAX.
-                        tally.in_request = u32::try_from(*ordinal).unwrap_or(NONE);
+                        tally.in_request = u32::try_from(ordinal).unwrap_or(NONE);
                         let deadline = started + spec.request_timeout;
                         // One timer for the connect and the request together. No wait on the
                         // stop here: the caller drops the session when the run stops.
                         let mut sent = started;
                         let request = exchange(
                             (spec, &endpoint),
-                            rec,
-                            conn,
+                            tally.rec,
+                            &mut line.conn,
                             step,
                             &mut vars,
                             (last, deadline),
-                            (&mut sent, ticks.as_ref()),
+                            (&mut sent, line.ticks.as_ref()),
                         );
-                        let answered = timer.within(deadline, std::pin::pin!(request)).await;
-                        let result = answered.unwrap_or_else(|| {
-                            // A connection left mid-request cannot carry another one.
-                            let connected = conn.take().is_some();
-                            Err(Failure(if connected {
-                                error_kind::TIMEOUT
-                            } else {
-                                error_kind::CONNECT_TIMEOUT
-                            }))
-                        });
-                        let done = arrival(conn, sent).unwrap_or_else(Instant::now);
-                        // Answered (or failed): recorded below, before any other await.
-                        tally.in_request = NONE;
-                        match result {
-                            Ok(answer) => {
-                                let fails = answer.error.is_some();
-                                let ends = fails || (i == last_step && r + 1 == *repeat);
-                                rec.with(phase, |s| {
-                                    s.counters_mut().bytes_sent += answer.sent;
-                                    s.counters_mut().bytes_received += answer.received;
-                                    if let Some(v) = vars.as_deref_mut() {
-                                        let (wire, decoded) = v.take_decoded();
-                                        s.counters_mut().bytes_compressed += wire;
-                                        s.counters_mut().bytes_decoded += decoded;
-                                    }
-                                    if let Some(code) = answer.grpc {
-                                        s.counters_mut().count_grpc(code);
-                                    } else if answer.status != 0 {
-                                        s.counters_mut().count_status(answer.status);
-                                    }
-                                    match answer.error {
-                                        None => {
-                                            let (response, service) = latencies(done, due, sent);
-                                            rec.endpoints.record(&endpoint, Some(response));
-                                            s.record_success(*ordinal, response, service);
-                                            if let Some(a) = &answer.arrivals {
-                                                // From the intended send, as the response time.
-                                                let first = a
-                                                    .first
-                                                    .map(|t| us(t.saturating_duration_since(due)));
-                                                s.record_stream(*ordinal, first, &a.gaps_us);
+                        let answered = line.timer.within(deadline, std::pin::pin!(request)).await;
+                        // The answer's own scope ends before any await: only what follows it is
+                        // held across the wait for a server's close.
+                        let (done, keep_alive, ends) = {
+                            let result = answered.unwrap_or_else(|| {
+                                // A connection left mid-request cannot carry another one.
+                                let connected = line.conn.take().is_some();
+                                Err(Failure(if connected {
+                                    error_kind::TIMEOUT
+                                } else {
+                                    error_kind::CONNECT_TIMEOUT
+                                }))
+                            });
+                            let done = arrival(&mut line.conn, sent).unwrap_or_else(Instant::now);
+                            // Answered (or failed): recorded below, before any other await.
+                            tally.in_request = NONE;
+                            match result {
+                                Ok(answer) => {
+                                    let fails = answer.error.is_some();
+                                    let ends = fails || (i + 1 >= steps.len() && r + 1 == repeat);
+                                    tally.rec.with(tally.phase, |s| {
+                                        s.counters_mut().bytes_sent += answer.sent;
+                                        s.counters_mut().bytes_received += answer.received;
+                                        if let Some(v) = vars.as_deref_mut() {
+                                            let (wire, decoded) = v.take_decoded();
+                                            s.counters_mut().bytes_compressed += wire;
+                                            s.counters_mut().bytes_decoded += decoded;
+                                        }
+                                        if let Some(code) = answer.grpc {
+                                            s.counters_mut().count_grpc(code);
+                                        } else if answer.status != 0 {
+                                            s.counters_mut().count_status(answer.status);
+                                        }
+                                        match answer.error {
+                                            None => {
+                                                let (response, service) =
+                                                    latencies(done, due, sent);
+                                                tally
+                                                    .rec
+                                                    .endpoints
+                                                    .record(&endpoint, Some(response));
+                                                s.record_success(ordinal, response, service);
+                                                if let Some(a) = &answer.arrivals {
+                                                    // From the intended send, as the response time.
+                                                    let first = a.first.map(|t| {
+                                                        us(t.saturating_duration_since(due))
+                                                    });
+                                                    s.record_stream(ordinal, first, &a.gaps_us);
+                                                }
+                                            }
+                                            Some(kind) => {
+                                                tally.rec.endpoints.record(&endpoint, None);
+                                                s.record_failure(ordinal, kind)
                                             }
                                         }
-                                        Some(kind) => {
-                                            rec.endpoints.record(&endpoint, None);
-                                            s.record_failure(*ordinal, kind)
+                                        if ends {
+                                            tally.close(s, !fails, done);
                                         }
-                                    }
-                                    if ends {
-                                        tally.close(s, !fails, done);
-                                    }
-                                });
-                                let failed = Failed {
-                                    // Empty for a success; `grpc_ok` for a call's.
-                                    kind: answer.error.unwrap_or(if answer.grpc.is_some() {
-                                        "grpc_ok"
-                                    } else {
-                                        ""
-                                    }),
-                                    // A gRPC call's HTTP 200 says nothing; its kind names
-                                    // the grpc-status.
-                                    status: if answer.grpc.is_some() {
-                                        0
-                                    } else {
-                                        answer.status
-                                    },
-                                    done,
-                                    grpc_message: match conn.as_ref().map(|c| &c.conn) {
-                                        Some(Link::H2(h)) => h.grpc_message.as_deref(),
-                                        _ => None,
-                                    },
-                                };
-                                let on = (spec.dynamic.as_deref(), vars.as_deref());
-                                rec.samples.debug(step, on, failed);
-                                if fails {
-                                    rec.samples.note(step, on, failed);
-                                }
-                                if !answer.keep_alive {
-                                    close_after_server(conn, spec.request_timeout).await;
-                                }
-                                if ends {
-                                    // Closing the connection (and waiting for the server's FIN)
-                                    // takes time of its own: the session ends after it.
-                                    let end = if answer.keep_alive {
-                                        done
-                                    } else {
-                                        Instant::now()
+                                    });
+                                    let failed = Failed {
+                                        // Empty for a success; `grpc_ok` for a call's.
+                                        kind: answer.error.unwrap_or(if answer.grpc.is_some() {
+                                            "grpc_ok"
+                                        } else {
+                                            ""
+                                        }),
+                                        // A gRPC call's HTTP 200 says nothing; its kind names
+                                        // the grpc-status.
+                                        status: if answer.grpc.is_some() {
+                                            0
+                                        } else {
+                                            answer.status
+                                        },
+                                        done,
+                                        grpc_message: match line.conn.as_ref().map(|c| &c.conn) {
+                                            Some(Link::H2(h)) => h.grpc_message.as_deref(),
+                                            _ => None,
+                                        },
                                     };
-                                    return Ended::Ran(end);
+                                    let on = (spec.dynamic.as_deref(), vars.as_deref());
+                                    tally.rec.samples.debug(step, on, failed);
+                                    if fails {
+                                        tally.rec.samples.note(step, on, failed);
+                                    }
+                                    (done, answer.keep_alive, ends)
                                 }
-                                // After a wait for the server's FIN the reading is stale: the
-                                // next request reads the clock again.
-                                clock = answer.keep_alive.then_some(done);
+                                Err(Failure(kind)) => {
+                                    let failed = Failed {
+                                        kind,
+                                        status: 0,
+                                        done,
+                                        grpc_message: None,
+                                    };
+                                    let on = (spec.dynamic.as_deref(), vars.as_deref());
+                                    tally.rec.samples.debug(step, on, failed);
+                                    tally.rec.samples.note(step, on, failed);
+                                    tally.rec.endpoints.record(&endpoint, None);
+                                    tally.rec.with(tally.phase, |s| {
+                                        s.record_failure(ordinal, kind);
+                                        tally.close(s, false, done);
+                                    });
+                                    return Ended::Ran(done);
+                                }
                             }
-                            Err(Failure(kind)) => {
-                                let failed = Failed {
-                                    kind,
-                                    status: 0,
-                                    done,
-                                    grpc_message: None,
-                                };
-                                let on = (spec.dynamic.as_deref(), vars.as_deref());
-                                rec.samples.debug(step, on, failed);
-                                rec.samples.note(step, on, failed);
-                                rec.endpoints.record(&endpoint, None);
-                                rec.with(phase, |s| {
-                                    s.record_failure(*ordinal, kind);
-                                    tally.close(s, false, done);
-                                });
-                                return Ended::Ran(done);
-                            }
+                        };
+                        if !keep_alive {
+                            close_after_server(
+                                &mut line.conn,
+                                &mut line.timer,
+                                spec.request_timeout,
+                            )
+                            .await;
                         }
+                        if ends {
+                            // Closing the connection (and waiting for the server's FIN) takes
+                            // time of its own: the session ends after it.
+                            return Ended::Ran(if keep_alive { done } else { Instant::now() });
+                        }
+                        // After a wait for the server's FIN the reading is stale: the next
+                        // request reads the clock again.
+                        clock = keep_alive.then_some(done);
                         due = done;
                     }
                 }
@@ -490,7 +478,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
         }
         // A session that ends on a think time (or has no steps) ends here.
         if !tally.ended {
-            rec.with(phase, |s| tally.close(s, true, due));
+            tally.rec.with(tally.phase, |s| tally.close(s, true, due));
         }
         Ended::Ran(due)
     }

@@ -93,10 +93,17 @@ pub fn session_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
     keyed_rng(seed, index, b"sessions")
 }
 
-/// The generator of a session's think times: like [`session_rng`], but a stream of its own,
-/// so adding a think time does not change the values the session generates.
-pub fn think_rng(seed: u64, index: u64) -> rand_chacha::ChaCha8Rng {
-    keyed_rng(seed, index, b"thinking")
+/// The `draw`-th value in [0, 1) of session `index`'s think times: a stream of its own beside
+/// [`session_rng`]'s, so adding a think time does not change the values the session generates.
+/// Each draw seeks the stream (ChaCha is a counter mode: a seek is one block's work) instead
+/// of a session keeping a 300-byte generator for as long as it runs, which a held
+/// connection in a think time would carry only to count its pauses.
+pub fn think_fraction(seed: u64, index: u64, draw: u32) -> f64 {
+    use rand::Rng as _;
+    let mut rng = keyed_rng(seed, index, b"thinking");
+    // Each draw takes one u64: two of the stream's 32-bit words.
+    rng.set_word_pos(u128::from(draw) * 2);
+    rng.random::<f64>()
 }
 
 fn keyed_rng(seed: u64, index: u64, domain: &[u8; 8]) -> rand_chacha::ChaCha8Rng {
@@ -131,6 +138,23 @@ pub fn generate(g: Generator, index: u64, rng: &mut impl rand::Rng, out: &mut Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seeking the think stream gives the values a generator kept for the session would
+    /// have given in turn, so a rerun of an older scenario pauses as it did.
+    #[test]
+    fn a_think_draw_is_the_streams_value_at_its_position() {
+        use rand::Rng as _;
+        let mut kept = keyed_rng(7, 3, b"thinking");
+        for draw in 0..200 {
+            assert_eq!(
+                think_fraction(7, 3, draw),
+                kept.random::<f64>(),
+                "draw {draw}"
+            );
+        }
+        assert_ne!(think_fraction(7, 3, 0), think_fraction(7, 4, 0));
+        assert_ne!(think_fraction(7, 3, 0), think_fraction(8, 3, 0));
+    }
 
     #[test]
     fn the_time_is_written_in_each_format() {

@@ -67,6 +67,17 @@ impl Drop for Tally<'_> {
 }
 
 impl Tally<'_> {
+    /// Counts a session that cannot start: planned (where the closed model plans it) and
+    /// dropped.
+    pub(super) fn drop_unstarted(&self) {
+        self.rec.with(self.phase, |s| {
+            if self.plan {
+                s.counters_mut().sessions_planned += 1;
+            }
+            s.counters_mut().dropped_arrivals += 1;
+        });
+    }
+
     /// Counts the start, once, as at `now`.
     pub(super) fn open(&mut self, s: &mut IntervalStats, now: Instant) {
         if std::mem::replace(&mut self.opened, true) {

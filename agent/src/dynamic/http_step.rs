@@ -213,8 +213,9 @@ impl DynamicHttp {
         // A compressed body is decoded for the checks and extraction that read it.
         if self.capture_body {
             let cap = crate::decode::MAX_DECODED_BODY;
-            let wire = vars.capture.body.len() as u64;
-            match crate::decode::decode_capture(&mut vars.capture, cap) {
+            let captured = super::capture(&mut vars.capture);
+            let wire = captured.body.len() as u64;
+            match crate::decode::decode_capture(captured, cap) {
                 Ok(Some(decoded)) => {
                     vars.decoded.0 += wire;
                     vars.decoded.1 += decoded;
@@ -223,10 +224,11 @@ impl DynamicHttp {
                 Err(kind) => return Some(kind),
             }
         }
+        let captured = super::capture(&mut vars.capture);
         let seen = Seen {
             status,
-            headers: &vars.capture.headers,
-            body: &vars.capture.body,
+            headers: &captured.headers,
+            body: &captured.body,
             protobuf: None,
         };
         if self.cookies {
@@ -281,15 +283,16 @@ impl DynamicHttp {
         let mut arrivals = None;
         let resp = if let Some(mode) = self.stream {
             // Boxed: only streamed steps pay for the reader's future.
-            vars.capture.clear(self.capture_limit());
-            let mut sink = Streamed::new(&mut vars.capture, mode);
+            let captured = super::capture(&mut vars.capture);
+            captured.clear(self.capture_limit());
+            let mut sink = Streamed::new(captured, mode);
             let resp = Box::pin(conn.exchange(&vars.out, self.head, &mut sink)).await?;
             arrivals = Some(Box::new(sink.arrivals));
             resp
         } else if self.wants_capture() {
-            vars.capture.clear(self.capture_limit());
-            conn.exchange(&vars.out, self.head, &mut vars.capture)
-                .await?
+            let captured = super::capture(&mut vars.capture);
+            captured.clear(self.capture_limit());
+            conn.exchange(&vars.out, self.head, captured).await?
         } else {
             let mut excerpt = Excerpt::new(true, &self.expect);
             let resp = conn.exchange(&vars.out, self.head, &mut excerpt).await?;
@@ -368,8 +371,9 @@ impl DynamicHttp {
         }
         sent += body.len() as u64;
         let resp = if self.wants_capture() {
-            vars.capture.clear(self.capture_limit());
-            conn.send(req, Bytes::from(body), &mut vars.capture).await?
+            let captured = super::capture(&mut vars.capture);
+            captured.clear(self.capture_limit());
+            conn.send(req, Bytes::from(body), captured).await?
         } else {
             let mut excerpt = Excerpt::new(true, &self.expect);
             let resp = conn.send(req, Bytes::from(body), &mut excerpt).await?;

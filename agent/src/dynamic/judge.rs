@@ -94,8 +94,9 @@ impl ReplyJudge {
 
     /// The buffer a call keeps its last reply message in: cleared here, filled by the call.
     pub fn buffer(vars: &mut super::SessionVars) -> &mut Vec<u8> {
-        vars.reply.clear();
-        &mut vars.reply
+        let body = &mut super::capture(&mut vars.capture).body;
+        body.clear();
+        body
     }
 
     /// A call's error kind: its reply's (`error`), else, when the step reads its reply, the
@@ -115,7 +116,7 @@ impl ReplyJudge {
                 let seen = Seen {
                     status: 200,
                     headers: &[],
-                    body: &vars.reply,
+                    body: vars.capture.as_deref().map_or(&[], |c| &c.body),
                     protobuf: Some(&j.paths),
                 };
                 j.judge.verdict(&seen, &mut vars.values)

@@ -72,7 +72,7 @@ impl DynamicSend {
         let seen = Seen {
             status: 0,
             headers: &[],
-            body: &vars.reply,
+            body: vars.capture.as_deref().map_or(&[], |c| &c.body),
             protobuf: None,
         };
         self.judge.verdict(&seen, &mut vars.values)
@@ -103,7 +103,12 @@ impl DynamicSend {
     ) -> Result<Outcome<'s>, Failure> {
         let capture = !self.judge.is_empty();
         let mut out = std::mem::take(&mut vars.out);
-        let mut reply = std::mem::take(&mut vars.reply);
+        // A step that neither checks nor extracts reads its reply into no buffer.
+        let mut reply = if capture {
+            std::mem::take(&mut super::capture(&mut vars.capture).body)
+        } else {
+            Vec::new()
+        };
         // A static payload goes out as the step framed it once; only a template is framed here.
         let framed = if self.render(ctx, vars) {
             req.frame(&vars.body, &mut out).map(|()| true)
@@ -120,7 +125,9 @@ impl DynamicSend {
             Err(f) => Err(f),
         };
         vars.out = out;
-        vars.reply = reply;
+        if capture {
+            super::capture(&mut vars.capture).body = reply;
+        }
         let (sent, received) = exchanged?;
         Ok(self.outcome(sent, received, vars))
     }
@@ -135,7 +142,12 @@ impl DynamicSend {
         vars: &mut SessionVars,
     ) -> Result<Outcome<'s>, Failure> {
         let capture = !self.judge.is_empty();
-        let mut reply = std::mem::take(&mut vars.reply);
+        // A step that neither checks nor extracts reads its reply into no buffer.
+        let mut reply = if capture {
+            std::mem::take(&mut super::capture(&mut vars.capture).body)
+        } else {
+            Vec::new()
+        };
         let received = if self.render(ctx, vars) {
             conn.exchange(&vars.body, req, deadline, capture.then_some(&mut reply))
                 .await
@@ -143,7 +155,9 @@ impl DynamicSend {
             conn.exchange(req.bytes(), req, deadline, capture.then_some(&mut reply))
                 .await
         };
-        vars.reply = reply;
+        if capture {
+            super::capture(&mut vars.capture).body = reply;
+        }
         let sent = if self.send.is_some() {
             vars.body.len()
         } else {

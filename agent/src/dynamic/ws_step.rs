@@ -56,8 +56,8 @@ pub struct DynamicWs {
 pub enum After {
     /// As it was (open, or none).
     Same,
-    /// A new WebSocket, from a `connect` (boxed: the framing's state is large).
-    Opened(Box<WsConn>),
+    /// A new WebSocket, from a `connect`.
+    Opened(WsConn),
     /// Closed: the session has no WebSocket any more.
     Closed,
 }
@@ -196,7 +196,7 @@ impl DynamicWs {
             out.received = up.received;
             out.status = up.status;
             return Ok(match up.conn {
-                Some(c) => (out, After::Opened(Box::new(c))),
+                Some(c) => (out, After::Opened(c)),
                 None => {
                     out.error = stampede_core::scenario::status_error(Some(&[101]), up.status);
                     out.keep_alive = false;

@@ -169,9 +169,9 @@ pub enum Link {
     Stream(StreamConn),
     /// A connected UDP socket.
     Udp(UdpConn),
-    /// Boxed: the framing's state is far larger than the other links, and a `Link` is part
-    /// of every session's connection.
-    Ws(Box<crate::ws::WsConn>),
+    /// A WebSocket: held inline (64 bytes, within the largest link's size), since a held
+    /// WebSocket is what a connection is for most of its life.
+    Ws(crate::ws::WsConn),
 }
 
 impl Link {

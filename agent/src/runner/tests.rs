@@ -405,5 +405,11 @@ mod future_size {
         assert!(task <= 912, "a closed connection's future is {task} bytes");
         // Held by every connection at once while a large closed run connects.
         assert!(connect <= 256, "connecting takes {connect} bytes");
+        // Inline in every task, and a WebSocket's framing within it.
+        let link = std::mem::size_of::<super::super::Link>();
+        assert!(link <= 80, "a link is {link} bytes");
+        // Boxed once per session of a dynamic run: jemalloc's next class is 224 bytes.
+        let vars = std::mem::size_of::<crate::dynamic::SessionVars>();
+        assert!(vars <= 192, "a session's variables are {vars} bytes");
     }
 }

@@ -310,7 +310,7 @@ async fn websocket<'a, 's>(
         *conn = None;
     }
     let open = conn.as_mut().and_then(|c| match &mut c.conn {
-        Link::Ws(w) => Some(&mut **w),
+        Link::Ws(w) => Some(w),
         _ => None,
     });
     let (outcome, after) = match step.run(open, (addr, tls.as_deref()), ctx, v).await {

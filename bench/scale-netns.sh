@@ -15,7 +15,8 @@
 #   the default 28,232 ports, connect()'s port probing took most of the agents' CPU in the
 #   kernel and starved their control streams), LEASE=10s (the controller's agent lease),
 #   PROTO=ws (each connection a WebSocket to the targets' /ws echo: one upgrade, then an echo
-#   every THINK_MIN-THINK_MAX; prints the agents' RSS per held connection above their idle RSS),
+#   every THINK_MIN-THINK_MAX; prints the agents' RSS per held connection above their idle RSS,
+#   and their anonymous memory per held connection, without the code pages a first run maps),
 #   STAMPEDE_BIN (default target/release/stampede, built with
 #   `cargo build --release -p stampede` when missing), KEEP=1 keeps the work directory.
 #
@@ -201,10 +202,18 @@ attached() { [ "$(in_t timeout 5 "$BIN" agents --controller "http://$CTRL" --out
 wait_for 30 "$AGENTS agents" attached
 echo "$AGENTS agents in ${n_ns} namespace(s), $TARGETS target processes on $TARGET_IP:$TARGET_PORT (--reuse-port)"
 # The agents' resident memory before any load: what a held connection adds is measured above it.
-idle_kib=0
-for p in "${agent_pids[@]}"; do
-    idle_kib=$((idle_kib + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status")))
-done
+# Their anonymous memory too (RSS less the binary's pages): the first run also pages in the
+# code of the load path, a few MiB per agent once, whatever the number of connections.
+sum_status() { # sum_status FIELD: FIELD of /proc/PID/status (kB) summed over the agents
+    local total=0 p v
+    for p in "${agent_pids[@]}"; do
+        v=$(awk -v f="$1:" '$1 == f {print $2}' "/proc/$p/status" 2>/dev/null)
+        total=$((total + ${v:-0}))
+    done
+    echo $total
+}
+idle_kib=$(sum_status VmRSS)
+idle_anon_kib=$(sum_status RssAnon)
 
 if [ -n "$RAMP" ]; then
     load="load: { model: closed, stages: [ { connections: $CONNS, duration: $RAMP }, { connections: $CONNS, duration: $DURATION } ] }"
@@ -244,8 +253,13 @@ ip netns exec $NS_T timeout 300 "$BIN" run "$work/scale.yaml" --controller "http
 run_pid=$!
 pids+=($run_pid)
 ss_max=0
+anon_max=0
+held_anon=() # the agents' anonymous memory while every connection is held
 while kill -0 $run_pid 2>/dev/null; do
+    a=$(sum_status RssAnon)
+    [ "$a" -gt "$anon_max" ] && anon_max=$a
     n=$(in_t timeout 20 ss -Htn state established "( sport = :$TARGET_PORT )" | wc -l)
+    [ "$n" -ge "$CONNS" ] && held_anon+=("$a")
     [ "$n" -gt "$ss_max" ] && ss_max=$n &&
         printf '  ss: %d established on :%d at %.0f s\n' "$n" $TARGET_PORT "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { print n - s }')"
     sleep 2
@@ -281,6 +295,16 @@ for p in "${agent_pids[@]}"; do
 done
 [ "$peak" -gt 0 ] && awk -v h="$hwm_kib" -v i="$idle_kib" -v n="$peak" -v p="$PROTO" \
     'BEGIN { printf "agents: %.0f MiB idle, %.0f MiB at peak: %.2f KiB per held %s connection\n", i / 1024, h / 1024, (h - i) / n, p }'
+# Sampled every 2 s with the `ss` count above: the connections are held for the whole run.
+[ "$peak" -gt 0 ] && awk -v h="$anon_max" -v i="$idle_anon_kib" -v n="$peak" -v t="$hwm_kib" -v ti="$idle_kib" -v a="$AGENTS" \
+    'BEGIN { printf "agents: anonymous memory %.0f MiB idle, %.0f MiB at peak: %.2f KiB per held connection (the rest of the peak, %.1f MiB per agent, is mostly the code pages of the run)\n", i / 1024, h / 1024, (h - i) / n, ((t - ti) - (h - i)) / 1024 / a }'
+# Once every connection is up and waiting between its echoes (the peak above is the connection
+# storm, when every connection is also mid-connect): the median of those samples.
+if [ "$peak" -gt 0 ] && [ ${#held_anon[@]} -gt 0 ]; then
+    med=$(printf '%s\n' "${held_anon[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    awk -v m="$med" -v i="$idle_anon_kib" -v n="$peak" -v k=${#held_anon[@]} \
+        'BEGIN { printf "agents: anonymous memory with every connection held (median of %d samples) %.0f MiB: %.2f KiB per idle connection\n", k, m / 1024, (m - i) / n }'
+fi
 echo "ss saw $ss_max"
 if [ "$MODE" = shared-ip ]; then
     echo "shared-ip: NOT refused up front by this build: $AGENTS agents on one source IP held $peak of $CONNS;" \

@@ -75,3 +75,31 @@ async fn a_failed_check_names_itself() {
     assert_eq!(echo.errors.get("check.body_contains"), Some(&5));
     assert_eq!(target.server.stats().ws.received, 5);
 }
+
+/// A ramp of held WebSockets: each connection's connect and upgrade is timed in the stage it
+/// began in, as an HTTP connection's connect is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ramps_websockets_are_timed_per_stage() {
+    let target = Target::start(0).await;
+    let url = target.url.replace("http://", "ws://");
+    let cluster = LocalCluster::start(1, None).await.unwrap();
+    // The think time outlasts the run: each connection upgrades once.
+    let text = format!(
+        "name: ws-ramp\ntarget: {url}\n\
+         load: {{ model: closed, stages: [ {{ connections: 10, duration: 1s }}, {{ connections: 10, duration: 1s }} ] }}\n\
+         session:\n\
+         \x20 - name: connect\n\
+         \x20   ws: {{ connect: {{ path: /ws }} }}\n\
+         \x20 - name: echo\n\
+         \x20   ws: {{ send: {{ text: hello }}, receive: 1 }}\n\
+         \x20 - think_time: 10s\n"
+    );
+    let r = run(&cluster.url(), &cluster.token, &text, 1).await;
+    cluster.stop().await;
+    assert!(r.totals.errors.is_empty(), "{:?}", r.totals.errors);
+    let load = r.load.as_ref().expect("a load block");
+    let connects: Vec<u64> = load.stages.iter().map(|s| s.connect.count).collect();
+    assert_eq!(connects, [10, 0], "connect times per stage");
+    assert!(load.stages[0].connect.max_us > 0, "{:?}", load.stages[0]);
+    assert_eq!(target.server.stats().ws.received, 10);
+}

@@ -306,7 +306,10 @@ async fn websocket<'a, 's>(
     let crate::runner::Endpoint::Ws(addr, tls) = spec.endpoint(endpoint) else {
         return Err(Failure(error_kind::PROTOCOL));
     };
-    if step.connects() {
+    // A connect's time, for the connect times of a ramp's stages: the TCP connect, the TLS
+    // handshake and the upgrade, which is a WebSocket's handshake.
+    let began = step.connects().then(Instant::now);
+    if began.is_some() {
         *conn = None;
     }
     let open = conn.as_mut().and_then(|c| match &mut c.conn {
@@ -324,6 +327,9 @@ async fn websocket<'a, 's>(
         After::Same => {}
         After::Opened(w) => {
             rec.endpoints.opened(endpoint);
+            if let Some(began) = began {
+                rec.connects.record(began, Instant::now());
+            }
             *conn = Some(rec.connections.track(Link::Ws(w)));
         }
         After::Closed => *conn = None,

@@ -116,6 +116,12 @@ fn capture(c: &mut Option<Box<Capture>>) -> &mut Capture {
     c.get_or_insert_with(Box::default)
 }
 
+/// The body a session's capture holds (empty before its first use), for the same reason a
+/// function of the field.
+fn captured(c: &Option<Box<Capture>>) -> &[u8] {
+    c.as_deref().map_or(&[], |c| &c.body)
+}
+
 /// What a dynamic exchange brought back.
 pub struct Outcome<'a> {
     /// Bytes written for the request, head and body.
@@ -301,7 +307,25 @@ impl SessionVars {
 
     /// The body of the last answer captured (at most its start).
     pub fn captured_body(&self) -> &[u8] {
-        self.capture.as_deref().map_or(&[], |c| &c.body)
+        captured(&self.capture)
+    }
+
+    /// The buffer a tcp or udp step reads its reply into, taken from the capture while the
+    /// exchange borrows the other variables; empty, and no capture made, when the step does
+    /// not read its reply (`wanted` false). Given back with [`Self::put_reply`].
+    fn take_reply(&mut self, wanted: bool) -> Vec<u8> {
+        if wanted {
+            std::mem::take(&mut capture(&mut self.capture).body)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Gives back what [`Self::take_reply`] took (nothing when not `wanted`).
+    fn put_reply(&mut self, reply: Vec<u8>, wanted: bool) {
+        if wanted {
+            capture(&mut self.capture).body = reply;
+        }
     }
 
     /// Keeps `body` as the last answer's captured body (an uncaptured step's failure excerpt).

@@ -116,7 +116,7 @@ impl ReplyJudge {
                 let seen = Seen {
                     status: 200,
                     headers: &[],
-                    body: vars.capture.as_deref().map_or(&[], |c| &c.body),
+                    body: super::captured(&vars.capture),
                     protobuf: Some(&j.paths),
                 };
                 j.judge.verdict(&seen, &mut vars.values)

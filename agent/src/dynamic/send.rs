@@ -72,7 +72,7 @@ impl DynamicSend {
         let seen = Seen {
             status: 0,
             headers: &[],
-            body: vars.capture.as_deref().map_or(&[], |c| &c.body),
+            body: super::captured(&vars.capture),
             protobuf: None,
         };
         self.judge.verdict(&seen, &mut vars.values)
@@ -103,12 +103,7 @@ impl DynamicSend {
     ) -> Result<Outcome<'s>, Failure> {
         let capture = !self.judge.is_empty();
         let mut out = std::mem::take(&mut vars.out);
-        // A step that neither checks nor extracts reads its reply into no buffer.
-        let mut reply = if capture {
-            std::mem::take(&mut super::capture(&mut vars.capture).body)
-        } else {
-            Vec::new()
-        };
+        let mut reply = vars.take_reply(capture);
         // A static payload goes out as the step framed it once; only a template is framed here.
         let framed = if self.render(ctx, vars) {
             req.frame(&vars.body, &mut out).map(|()| true)
@@ -125,9 +120,7 @@ impl DynamicSend {
             Err(f) => Err(f),
         };
         vars.out = out;
-        if capture {
-            super::capture(&mut vars.capture).body = reply;
-        }
+        vars.put_reply(reply, capture);
         let (sent, received) = exchanged?;
         Ok(self.outcome(sent, received, vars))
     }
@@ -142,12 +135,7 @@ impl DynamicSend {
         vars: &mut SessionVars,
     ) -> Result<Outcome<'s>, Failure> {
         let capture = !self.judge.is_empty();
-        // A step that neither checks nor extracts reads its reply into no buffer.
-        let mut reply = if capture {
-            std::mem::take(&mut super::capture(&mut vars.capture).body)
-        } else {
-            Vec::new()
-        };
+        let mut reply = vars.take_reply(capture);
         let received = if self.render(ctx, vars) {
             conn.exchange(&vars.body, req, deadline, capture.then_some(&mut reply))
                 .await
@@ -155,9 +143,7 @@ impl DynamicSend {
             conn.exchange(req.bytes(), req, deadline, capture.then_some(&mut reply))
                 .await
         };
-        if capture {
-            super::capture(&mut vars.capture).body = reply;
-        }
+        vars.put_reply(reply, capture);
         let sent = if self.send.is_some() {
             vars.body.len()
         } else {

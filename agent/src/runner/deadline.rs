@@ -57,9 +57,7 @@ impl<'t> RequestTimer<'t> {
             }
         })
     }
-}
 
-impl<'t> RequestTimer<'t> {
     /// Waits until `until` (`true`) or the stop (`false`). Between requests the timer is
     /// free, so a think time needs no timer of its own (one less in the task's future, and
     /// none inserted into the wheel); the next request's [`within`](Self::within) finds it

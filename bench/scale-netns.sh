@@ -255,11 +255,13 @@ pids+=($run_pid)
 ss_max=0
 anon_max=0
 held_anon=() # the agents' anonymous memory while every connection is held
+held_rss=()  # and their whole resident memory then
 while kill -0 $run_pid 2>/dev/null; do
     a=$(sum_status RssAnon)
+    r=$(sum_status VmRSS)
     [ "$a" -gt "$anon_max" ] && anon_max=$a
     n=$(in_t timeout 20 ss -Htn state established "( sport = :$TARGET_PORT )" | wc -l)
-    [ "$n" -ge "$CONNS" ] && held_anon+=("$a")
+    [ "$n" -ge "$CONNS" ] && held_anon+=("$a") && held_rss+=("$r")
     [ "$n" -gt "$ss_max" ] && ss_max=$n &&
         printf '  ss: %d established on :%d at %.0f s\n' "$n" $TARGET_PORT "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { print n - s }')"
     sleep 2
@@ -301,9 +303,14 @@ done
 # Once every connection is up and waiting between its echoes (the peak above is the connection
 # storm, when every connection is also mid-connect): the median of those samples.
 if [ "$peak" -gt 0 ] && [ ${#held_anon[@]} -gt 0 ]; then
-    med=$(printf '%s\n' "${held_anon[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+    med=$(median "${held_anon[@]}")
     awk -v m="$med" -v i="$idle_anon_kib" -v n="$peak" -v k=${#held_anon[@]} \
         'BEGIN { printf "agents: anonymous memory with every connection held (median of %d samples) %.0f MiB: %.2f KiB per idle connection\n", k, m / 1024, (m - i) / n }'
+    # The same for the whole RSS: the anonymous memory and the code pages the run mapped.
+    med=$(median "${held_rss[@]}")
+    awk -v m="$med" -v i="$idle_kib" -v n="$peak" -v k=${#held_rss[@]} \
+        'BEGIN { printf "agents: RSS with every connection held (median of %d samples) %.0f MiB: %.2f KiB per idle connection\n", k, m / 1024, (m - i) / n }'
 fi
 echo "ss saw $ss_max"
 if [ "$MODE" = shared-ip ]; then

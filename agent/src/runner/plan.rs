@@ -382,6 +382,15 @@ impl RunSpec {
             None => self.endpoint(to),
         }
     }
+
+    /// Whether a session of this workload may run a static HTTP/1.1 step (`StepPlan::Http`),
+    /// whose exchange its connections then keep inline (`session::Http1Path`).
+    pub fn has_static_http1(&self) -> bool {
+        self.types
+            .iter()
+            .flatten()
+            .any(|s| matches!(s, StepPlan::Http { .. }))
+    }
 }
 
 impl ShardRun {

@@ -19,6 +19,7 @@ use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 use crate::net::NO_ENDPOINT;
 use exchange::{arrival, close_after_server, exchange};
+pub(super) use exchange::{Boxed, Http1Path, Inline};
 use tally::{Tally, NONE};
 
 pub(super) fn us(d: Duration) -> u64 {
@@ -171,17 +172,17 @@ impl<'a, 't> Line<'a, 't> {
     }
 }
 
-/// One virtual client: runs the steps over `line`'s connection. An async block, not an
-/// `async fn`, whose future would hold its arguments twice: it is part of every connection
-/// task's future.
+/// One virtual client: runs the steps over `line`'s connection, its static HTTP/1.1
+/// exchanges by `P` ([`Http1Path`]). An async block, not an `async fn`, whose future would
+/// hold its arguments twice: it is part of every connection task's future.
 #[allow(clippy::manual_async_fn)] // the arguments held once: see above
-pub(super) fn session<'a, 's, 'l, 't>(
+pub(super) fn session<'a, 's, 'l, 't, P: Http1Path>(
     spec: &'s RunSpec,
     rec: &'a Recorder,
     at: At,
     stop: &'s CancellationToken,
     line: &'l mut Line<'a, 't>,
-) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't> {
+) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't, P> {
     // The tally holds the recorder, the phase and the intended start: the future keeps them
     // once, there, and the line and `at` are read in place, never copied into locals, since
     // every value held across an await is part of every connection task.
@@ -341,7 +342,7 @@ pub(super) fn session<'a, 's, 'l, 't>(
                         // One timer for the connect and the request together. No wait on the
                         // stop here: the caller drops the session when the run stops.
                         let mut sent = started;
-                        let request = exchange(
+                        let request = exchange::<P>(
                             (spec, &endpoint),
                             tally.rec,
                             &mut line.conn,
@@ -597,7 +598,7 @@ mod tests {
         };
         let timer = std::pin::pin!(tokio::time::sleep_until(t0));
         let mut line = Line::new(None, timer);
-        let ended = session(&spec, &rec, at, &stop, &mut line).await;
+        let ended = session::<super::Inline>(&spec, &rec, at, &stop, &mut line).await;
         assert_eq!(ended, Ended::Ran(t0 + HANDSHAKE));
         // The paused clock moves only for the target's wait: every other time is 0 µs, which
         // the histograms keep as their lowest value, 1 µs.

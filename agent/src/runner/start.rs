@@ -14,7 +14,7 @@ use super::models::{
     pooled_streams, ramped_pooled_connection, ticked_pool, MAX_QUEUED_SLOTS,
 };
 use super::recorder::InFlight;
-use super::session::{session, At, Line};
+use super::session::{session, At, Boxed, Http1Path, Inline, Line};
 use super::{Mode, Recorder, RunSpec};
 use crate::pool::{Closer, SlotQueue};
 
@@ -76,8 +76,9 @@ pub(super) fn start_workload(
                         // session's request in flight has the graceful stop to finish (it
                         // starts no other), and is counted interrupted if it does not.
                         {
-                            let mut running =
-                                std::pin::pin!(session(&spec, &rec, at, &stop, &mut line));
+                            let mut running = std::pin::pin!(session::<Inline>(
+                                &spec, &rec, at, &stop, &mut line
+                            ));
                             let stopped = tokio::select! {
                                 biased;
                                 _ = stop.cancelled() => true,
@@ -100,6 +101,9 @@ pub(super) fn start_workload(
             total,
             streams,
         } => {
+            // Without static HTTP/1.1 steps, a session's task boxes that exchange and is a size
+            // class smaller ([`Http1Path`]).
+            let boxed = !spec.has_static_http1();
             for c in 0..connections {
                 let (rec, spec, stop) = (rec.clone(), spec.clone(), stop.clone());
                 let stripe = (first + c as u64, total.max(1));
@@ -110,12 +114,11 @@ pub(super) fn start_workload(
                         stages,
                         stampede_core::ramp::rank(*shard, *shards, c as u64),
                     );
-                    tracker.spawn(async move {
-                        for (from, to) in spans {
-                            let (spec, rec, stop) = (spec.clone(), rec.clone(), stop.clone());
-                            closed_connection(spec, rec, t0 + from, t0 + to, stripe, stop).await;
-                        }
-                    })
+                    if boxed {
+                        tracker.spawn(ramped_closed::<Boxed>(spec, rec, t0, spans, stripe, stop))
+                    } else {
+                        tracker.spawn(ramped_closed::<Inline>(spec, rec, t0, spans, stripe, stop))
+                    }
                 } else if streams > 1 {
                     tracker.spawn(closed_streams(
                         spec,
@@ -125,14 +128,13 @@ pub(super) fn start_workload(
                         streams,
                         stop,
                     ))
+                } else if boxed {
+                    let end = t0 + duration;
+                    tracker.spawn(closed_connection::<Boxed>(spec, rec, t0, end, stripe, stop))
                 } else {
-                    tracker.spawn(closed_connection(
-                        spec,
-                        rec,
-                        t0,
-                        t0 + duration,
-                        stripe,
-                        stop,
+                    let end = t0 + duration;
+                    tracker.spawn(closed_connection::<Inline>(
+                        spec, rec, t0, end, stripe, stop,
                     ))
                 };
                 tasks.push(task.abort_handle());
@@ -209,5 +211,20 @@ pub(super) fn start_workload(
         arrivals,
         queue,
         cutoff,
+    }
+}
+
+/// A ramped closed connection: open for each of its `spans` of the run (from `t0`) in turn.
+async fn ramped_closed<P: Http1Path>(
+    spec: Arc<RunSpec>,
+    rec: Arc<Recorder>,
+    t0: Instant,
+    spans: Vec<(std::time::Duration, std::time::Duration)>,
+    stripe: (u64, u64),
+    stop: CancellationToken,
+) {
+    for (from, to) in spans {
+        let (spec, rec, stop) = (spec.clone(), rec.clone(), stop.clone());
+        closed_connection::<P>(spec, rec, t0 + from, t0 + to, stripe, stop).await;
     }
 }

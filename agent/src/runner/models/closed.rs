@@ -9,16 +9,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{open_shared, stream_handle};
-use crate::runner::session::{session, At, Ended, Line};
+use crate::runner::session::{session, At, Ended, Http1Path, Inline, Line};
 use crate::runner::{Recorder, RunSpec, Tracked};
 
 /// One connection of a closed load: runs the session back to back, keeping the connection
 /// between sessions, until `end` (a session running at `end` finishes). `stripe` is the
 /// connection's global index and the stride between its sessions' indexes (the number of
 /// connections); with a mix, the connection's `k`-th session runs the type at `k` plus the
-/// connection's own offset in the table.
+/// connection's own offset in the table. `P` runs its static HTTP/1.1 exchanges
+/// ([`Http1Path`]): boxed in a run without them, so that its held connections are smaller.
 #[allow(clippy::manual_async_fn)] // the arguments held once: see the body
-pub(in crate::runner) fn closed_connection(
+pub(in crate::runner) fn closed_connection<P: Http1Path>(
     spec: Arc<RunSpec>,
     rec: Arc<Recorder>,
     t0: Instant,
@@ -46,7 +47,7 @@ pub(in crate::runner) fn closed_connection(
             (offset, own),
             &stop,
         ) {
-            match session(&spec, &rec, at, &stop, &mut line).await {
+            match session::<P>(&spec, &rec, at, &stop, &mut line).await {
                 Ended::Ran(t) => now = t,
                 Ended::Exhausted => break,
             }
@@ -129,7 +130,7 @@ async fn closed_loop<'a>(
         (offset, own),
         stop,
     ) {
-        match session(spec, rec, at, stop, &mut line).await {
+        match session::<Inline>(spec, rec, at, stop, &mut line).await {
             Ended::Ran(t) => now = t,
             Ended::Exhausted => break,
         }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{open_shared, stream_handle};
 use crate::pool::{RateSlot, SlotQueue};
-use crate::runner::session::{forget_if_gone, session, At, Ended, Line};
+use crate::runner::session::{forget_if_gone, session, At, Ended, Inline, Line};
 use crate::runner::{Endpoint, Recorder, RunSpec, StepPlan, Tracked};
 use crate::ticked::Ticks;
 
@@ -191,7 +191,7 @@ async fn pooled_loop<'a>(
             kind,
             fresh: false,
         };
-        idle_from = match session(spec, rec, at, stop, &mut line).await {
+        idle_from = match session::<Inline>(spec, rec, at, stop, &mut line).await {
             Ended::Ran(t) => Some(t),
             Ended::Exhausted => idle_from,
         };

@@ -54,6 +54,76 @@ pub(super) async fn close_after_server(
     *conn = None;
 }
 
+/// How a session instance runs a static HTTP/1.1 exchange: inline in its task ([`Inline`]) or
+/// boxed per request ([`Boxed`]). Every held connection is a task of the session's size, and
+/// the inline exchange (a response's parser and its reads) is most of it: a run with static
+/// HTTP/1.1 steps keeps it inline, for an allocation fewer per request, and every other run
+/// (a WebSocket's, a stream's) gets tasks a size class smaller. A trait and not a `const`
+/// flag: a future's layout is fixed before a constant is known, so both paths would count.
+pub(in crate::runner) trait Http1Path {
+    /// [`crate::http1::Conn::request_as`] on a plain or TLS connection.
+    fn plain<'c>(
+        c: &'c mut crate::http1::Conn,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c;
+
+    /// The same on a connection read at ticks.
+    fn ticked<'c>(
+        c: &'c mut crate::http1::Conn<crate::ticked::Ticked>,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c;
+}
+
+/// The exchange inline in the session's task.
+pub(in crate::runner) struct Inline;
+
+/// The exchange boxed per request.
+pub(in crate::runner) struct Boxed;
+
+impl Http1Path for Inline {
+    fn plain<'c>(
+        c: &'c mut crate::http1::Conn,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c {
+        c.request_as(request, last, ahead)
+    }
+
+    fn ticked<'c>(
+        c: &'c mut crate::http1::Conn<crate::ticked::Ticked>,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c {
+        c.request_as(request, last, ahead)
+    }
+}
+
+impl Http1Path for Boxed {
+    fn plain<'c>(
+        c: &'c mut crate::http1::Conn,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c {
+        Box::pin(c.request_as(request, last, ahead))
+    }
+
+    fn ticked<'c>(
+        c: &'c mut crate::http1::Conn<crate::ticked::Ticked>,
+        request: &'c crate::http1::PreparedRequest,
+        last: bool,
+        ahead: usize,
+    ) -> impl std::future::Future<Output = Result<crate::http1::Response, Failure>> + 'c {
+        Box::pin(c.request_as(request, last, ahead))
+    }
+}
+
 /// What one request brought back.
 pub(super) struct Answer<'s> {
     pub(super) sent: u64,
@@ -82,7 +152,7 @@ pub(super) struct Answer<'s> {
 /// part of every connection task's future.
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // the arguments held once: see above
-pub(super) fn exchange<'a, 's, 'c, 'v>(
+pub(super) fn exchange<'a, 's, 'c, 'v, P: Http1Path>(
     (spec, endpoint): (&'s RunSpec, &'c crate::runner::endpoints::Pick),
     rec: &'a Recorder,
     conn: &'c mut Option<Tracked<'a>>,
@@ -93,7 +163,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
         &'c mut Instant,
         Option<&'c std::sync::Arc<crate::ticked::Ticks>>,
     ),
-) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v> {
+) -> impl std::future::Future<Output = Result<Answer<'s>, Failure>> + use<'a, 's, 'c, 'v, P> {
     async move {
         if let StepPlan::Ws { step, .. } = step {
             // Boxed like the other drivers: a static session keeps its size.
@@ -130,7 +200,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
                     request, expect, ..
                 },
             ) => {
-                let resp = c.request_as(request, last, ahead).await;
+                let resp = P::plain(c, request, last, ahead).await;
                 resp.map(|r| Answer::http1(request.bytes(last), expect, r))
             }
             // The same exchange on a connection read at ticks.
@@ -140,7 +210,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v>(
                     request, expect, ..
                 },
             ) => {
-                let resp = c.request_as(request, last, ahead).await;
+                let resp = P::ticked(c, request, last, ahead).await;
                 resp.map(|r| Answer::http1(request.bytes(last), expect, r))
             }
             // The other drivers' futures are boxed so that the HTTP/1.1 one sets the size of every

@@ -10,6 +10,7 @@ use stampede_core::hist::{self, HistError, HistSpec};
 use stampede_core::report::{LiveSnapshot, MergeError, RunAccumulator};
 use stampede_core::stats::{Counters, SparseStats, SparseStepStats, Stats};
 
+use crate::path::Path;
 use crate::v1;
 
 /// Most distinct error kinds one sample may carry.
@@ -54,9 +55,9 @@ impl From<MergeError> for ConvertError {
 }
 
 impl ConvertError {
-    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: impl std::fmt::Display, reason: impl Into<String>) -> Self {
         Self::Invalid {
-            field: field.into(),
+            field: field.to_string(),
             reason: reason.into(),
         }
     }
@@ -86,7 +87,7 @@ pub fn check_spec(field: &str, spec: Option<&v1::HistSpec>) -> Result<(), Conver
 }
 
 fn errors_from_wire(
-    field: &str,
+    field: Path<'_>,
     m: &std::collections::HashMap<String, u64>,
 ) -> Result<BTreeMap<String, u64>, ConvertError> {
     if m.len() > MAX_ERROR_KINDS {
@@ -165,7 +166,7 @@ impl From<&Counters> for v1::Counters {
 /// beyond that the map is refused, so it stays small. The run's own bound is checked when
 /// the sample is merged.
 fn session_types_from_wire(
-    field: &str,
+    field: Path<'_>,
     m: &std::collections::HashMap<u32, v1::SessionTypeCounts>,
 ) -> Result<BTreeMap<u32, stampede_core::stats::TypeCounts>, ConvertError> {
     const MAX: u32 = (stampede_core::workload::MAX_WORKLOADS
@@ -193,7 +194,7 @@ fn session_types_from_wire(
 
 /// Status codes are three digits; anything else is refused, so the map stays small.
 fn status_codes_from_wire(
-    field: &str,
+    field: Path<'_>,
     m: &std::collections::HashMap<u32, u64>,
 ) -> Result<BTreeMap<u16, u64>, ConvertError> {
     m.iter()
@@ -209,7 +210,7 @@ fn status_codes_from_wire(
 
 /// gRPC status codes are 0 to 16; anything else is refused, so the map stays small.
 fn grpc_statuses_from_wire(
-    field: &str,
+    field: Path<'_>,
     m: &std::collections::HashMap<u32, u64>,
 ) -> Result<BTreeMap<u8, u64>, ConvertError> {
     m.iter()
@@ -223,10 +224,10 @@ fn grpc_statuses_from_wire(
         .collect()
 }
 
-fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, ConvertError> {
+fn counters_from_wire(field: Path<'_>, c: &v1::Counters) -> Result<Counters, ConvertError> {
     if c.peak_open_connections > MAX_OPEN_CONNECTIONS {
         return Err(ConvertError::invalid(
-            format!("{field}.peak_open_connections"),
+            field.field("peak_open_connections"),
             format!(
                 "{} is more connections than one agent can hold (at most {MAX_OPEN_CONNECTIONS})",
                 c.peak_open_connections
@@ -243,7 +244,7 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         requests_completed: c.requests_completed,
         requests_failed: c.requests_failed,
         requests_interrupted: c.requests_interrupted,
-        errors: errors_from_wire(&format!("{field}.errors"), &c.errors)?,
+        errors: errors_from_wire(field.field("errors"), &c.errors)?,
         late_arrivals: c.late_arrivals,
         dropped_arrivals: c.dropped_arrivals,
         out_of_range: c.out_of_range,
@@ -253,15 +254,9 @@ fn counters_from_wire(field: &str, c: &v1::Counters) -> Result<Counters, Convert
         bytes_decoded: c.bytes_decoded,
         connections_opened: c.connections_opened,
         peak_open_connections: c.peak_open_connections,
-        status_codes: status_codes_from_wire(&format!("{field}.status_codes"), &c.status_codes)?,
-        grpc_statuses: grpc_statuses_from_wire(
-            &format!("{field}.grpc_statuses"),
-            &c.grpc_statuses,
-        )?,
-        session_types: session_types_from_wire(
-            &format!("{field}.session_types"),
-            &c.session_types,
-        )?,
+        status_codes: status_codes_from_wire(field.field("status_codes"), &c.status_codes)?,
+        grpc_statuses: grpc_statuses_from_wire(field.field("grpc_statuses"), &c.grpc_statuses)?,
+        session_types: session_types_from_wire(field.field("session_types"), &c.session_types)?,
     })
 }
 
@@ -289,14 +284,14 @@ fn enc_sparse_opt(field: &str, h: &SparseHist) -> Result<Vec<u8>, ConvertError> 
 }
 
 /// The reverse of [`enc_sparse_opt`]: no bytes is an empty histogram.
-fn dec_opt(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
+fn dec_opt(field: Path<'_>, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
     if bytes.is_empty() {
         return Ok(SparseHist::default());
     }
     dec(field, bytes)
 }
 
-fn dec(field: &str, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
+fn dec(field: Path<'_>, bytes: &[u8]) -> Result<SparseHist, ConvertError> {
     hist::decode_sparse(bytes).map_err(|error| ConvertError::Hist {
         field: field.to_string(),
         error,
@@ -332,11 +327,11 @@ pub fn sample_to_wire(phase: u32, s: &Stats) -> Result<v1::PhaseSample, ConvertE
 }
 
 /// A sample's steps, from its `first_step` on, within the scenario's `max_steps`.
-fn check_steps(field: &str, w: &v1::PhaseSample, max_steps: usize) -> Result<(), ConvertError> {
+fn check_steps(field: Path<'_>, w: &v1::PhaseSample, max_steps: usize) -> Result<(), ConvertError> {
     let last = (w.first_step as usize).saturating_add(w.steps.len());
     if last > max_steps {
         return Err(ConvertError::invalid(
-            format!("{field}.steps"),
+            field.field("steps"),
             format!(
                 "{} steps from step {}, but the scenario has {max_steps} request steps",
                 w.steps.len(),
@@ -350,7 +345,7 @@ fn check_steps(field: &str, w: &v1::PhaseSample, max_steps: usize) -> Result<(),
 /// Decodes one phase sample from the wire, straight into sparse histograms (the controller
 /// never builds the 184 KiB dense form). `max_steps` bounds the per-step list.
 pub fn sample_from_wire(
-    field: &str,
+    field: Path<'_>,
     w: &v1::PhaseSample,
     max_steps: usize,
 ) -> Result<(u32, SparseStats), ConvertError> {
@@ -358,7 +353,7 @@ pub fn sample_from_wire(
     let counters = w
         .counters
         .as_ref()
-        .ok_or_else(|| ConvertError::invalid(format!("{field}.counters"), "missing"))?;
+        .ok_or_else(|| ConvertError::invalid(field.field("counters"), "missing"))?;
     let steps = w
         .steps
         .iter()
@@ -368,17 +363,14 @@ pub fn sample_from_wire(
                 requests_completed: st.requests_completed,
                 requests_failed: st.requests_failed,
                 requests_interrupted: st.requests_interrupted,
-                errors: errors_from_wire(&format!("{field}.steps[{i}].errors"), &st.errors)?,
+                errors: errors_from_wire(field.at("steps", i).field("errors"), &st.errors)?,
                 response: dec(
-                    &format!("{field}.steps[{i}].response_hist"),
+                    field.at("steps", i).field("response_hist"),
                     &st.response_hist,
                 )?,
-                service: dec(
-                    &format!("{field}.steps[{i}].service_hist"),
-                    &st.service_hist,
-                )?,
-                ttfb: dec_opt(&format!("{field}.steps[{i}].ttfb_hist"), &st.ttfb_hist)?,
-                gap: dec_opt(&format!("{field}.steps[{i}].gap_hist"), &st.gap_hist)?,
+                service: dec(field.at("steps", i).field("service_hist"), &st.service_hist)?,
+                ttfb: dec_opt(field.at("steps", i).field("ttfb_hist"), &st.ttfb_hist)?,
+                gap: dec_opt(field.at("steps", i).field("gap_hist"), &st.gap_hist)?,
             })
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;
@@ -390,10 +382,10 @@ pub fn sample_from_wire(
     Ok((
         w.phase,
         SparseStats {
-            counters: counters_from_wire(&format!("{field}.counters"), counters)?,
-            response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
-            service: dec(&format!("{field}.service_hist"), &w.service_hist)?,
-            lag: dec(&format!("{field}.lag_hist"), &w.lag_hist)?,
+            counters: counters_from_wire(field.field("counters"), counters)?,
+            response: dec(field.field("response_hist"), &w.response_hist)?,
+            service: dec(field.field("service_hist"), &w.service_hist)?,
+            lag: dec(field.field("lag_hist"), &w.lag_hist)?,
             steps,
         },
     ))
@@ -439,6 +431,7 @@ pub fn progress_from_wire(
             ),
         ));
     }
+    let progress = Path::root("progress");
     // One sample per phase: a second one for the same phase would be merged twice.
     let mut seen: Vec<u32> = p.samples.iter().map(|w| w.phase).collect();
     seen.sort_unstable();
@@ -455,12 +448,12 @@ pub fn progress_from_wire(
                 format!("phase {} is not one of the run's {phases}", w.phase),
             ));
         }
-        check_steps(&format!("progress.samples[{k}]"), w, max_steps)?;
+        check_steps(progress.at("samples", k), w, max_steps)?;
     }
     p.samples
         .iter()
         .enumerate()
-        .map(|(k, w)| sample_from_wire(&format!("progress.samples[{k}]"), w, max_steps))
+        .map(|(k, w)| sample_from_wire(progress.at("samples", k), w, max_steps))
         .collect()
 }
 
@@ -521,12 +514,13 @@ pub fn endpoints_from_wire(
         .iter()
         .enumerate()
         .map(|(k, w)| {
-            let field = format!("progress.endpoints[{k}]");
+            let progress = Path::root("progress");
+            let field = progress.at("endpoints", k);
             let address = if w.address.is_empty() {
                 let i = w.endpoint as usize;
                 *listed.get(i).ok_or_else(|| {
                     ConvertError::invalid(
-                        format!("{field}.endpoint"),
+                        field.field("endpoint"),
                         format!("endpoint {i} is not one of the scenario's {}", listed.len()),
                     )
                 })?
@@ -536,7 +530,7 @@ pub fn endpoints_from_wire(
                     (true, Some(Ok(a))) => a,
                     _ => {
                         return Err(ConvertError::invalid(
-                            format!("{field}.address"),
+                            field.field("address"),
                             "not an ip:port address".to_string(),
                         ))
                     }
@@ -544,7 +538,7 @@ pub fn endpoints_from_wire(
             };
             if !seen.insert(address) {
                 return Err(ConvertError::invalid(
-                    format!("{field}.address"),
+                    field.field("address"),
                     format!("two samples for endpoint {address}"),
                 ));
             }
@@ -554,7 +548,7 @@ pub fn endpoints_from_wire(
                     completed: w.completed,
                     failed: w.failed,
                     connections: w.connections_opened,
-                    response: dec(&format!("{field}.response_hist"), &w.response_hist)?,
+                    response: dec(field.field("response_hist"), &w.response_hist)?,
                 },
             ))
         })
@@ -599,7 +593,7 @@ mod tests {
         s.counters.connections_opened = 3;
         s.counters.peak_open_connections = 2;
         let w = sample_to_wire(1, &s).unwrap();
-        let (phase, back) = sample_from_wire("progress.samples[0]", &w, 2).unwrap();
+        let (phase, back) = sample_from_wire(Path::root("progress.samples[0]"), &w, 2).unwrap();
         assert_eq!(phase, 1);
         assert_eq!(back, SparseStats::from(&s));
     }
@@ -609,19 +603,19 @@ mod tests {
         let s = Stats::with_steps(1);
         let mut w = sample_to_wire(0, &s).unwrap();
         w.service_hist = vec![1, 2, 3];
-        let e = sample_from_wire("samples[3]", &w, 1).unwrap_err();
+        let e = sample_from_wire(Path::root("samples[3]"), &w, 1).unwrap_err();
         assert!(
             e.to_string().starts_with("samples[3].service_hist: "),
             "{e}"
         );
 
         let mut w = sample_to_wire(0, &s).unwrap();
-        assert!(sample_from_wire("s", &w, 0)
+        assert!(sample_from_wire(Path::root("s"), &w, 0)
             .unwrap_err()
             .to_string()
             .starts_with("s.steps: "));
         w.counters = None;
-        assert!(sample_from_wire("s", &w, 1)
+        assert!(sample_from_wire(Path::root("s"), &w, 1)
             .unwrap_err()
             .to_string()
             .contains("s.counters: missing"));
@@ -632,17 +626,19 @@ mod tests {
                 c.errors.insert(format!("kind{i}"), 1);
             }
         }
-        assert!(sample_from_wire("s", &w, 1).is_err());
+        assert!(sample_from_wire(Path::root("s"), &w, 1).is_err());
 
         let mut w = sample_to_wire(0, &s).unwrap();
         if let Some(c) = w.counters.as_mut() {
             c.peak_open_connections = MAX_OPEN_CONNECTIONS;
         }
-        assert!(sample_from_wire("s", &w, 1).is_ok());
+        assert!(sample_from_wire(Path::root("s"), &w, 1).is_ok());
         if let Some(c) = w.counters.as_mut() {
             c.peak_open_connections = u64::MAX;
         }
-        let e = sample_from_wire("s", &w, 1).unwrap_err().to_string();
+        let e = sample_from_wire(Path::root("s"), &w, 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("s.counters.peak_open_connections: "), "{e}");
     }
 

@@ -10,6 +10,7 @@
 //! - [`resources`]: an agent's own CPU, memory, files and ports, bounded and validated.
 //! - [`connects`]: connect times per stage of a connection ramp.
 //! - [`parts`]: an interval too big for one message, split into parts.
+//! - [`path`]: a field's path in a message, written out only for an error.
 //! - [`service`]: a Kubernetes Service's ready endpoints, sent to agents.
 //! - [`data`]: an agent's share of the data sources on the wire.
 //! - [`tls`]: the TLS settings the agent and the CLI dial a controller with.
@@ -29,6 +30,7 @@ pub mod connects;
 pub mod convert;
 pub mod data;
 pub mod parts;
+pub mod path;
 pub mod resources;
 pub mod samples;
 pub mod service;

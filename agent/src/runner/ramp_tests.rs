@@ -89,7 +89,12 @@ async fn a_closed_ramp_opens_its_connections_at_its_slope() {
         while let Ok(m) = messages.try_recv() {
             if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
                 for w in &p.samples {
-                    let (_, s) = stampede_proto::convert::sample_from_wire("s", w, 1).unwrap();
+                    let (_, s) = stampede_proto::convert::sample_from_wire(
+                        stampede_proto::path::Path::root("s"),
+                        w,
+                        1,
+                    )
+                    .unwrap();
                     completed += s.counters.requests_completed;
                     assert_eq!(s.counters.requests_failed, 0, "{:?}", s.counters.errors);
                     agent_opened += s.counters.connections_opened;
@@ -159,7 +164,12 @@ async fn a_constant_rate_pool_ramps_and_serves_every_slot() {
         while let Ok(m) = messages.try_recv() {
             if let Some(v1::agent_message::Msg::Progress(p)) = m.msg {
                 for w in &p.samples {
-                    let (_, s) = stampede_proto::convert::sample_from_wire("s", w, 1).unwrap();
+                    let (_, s) = stampede_proto::convert::sample_from_wire(
+                        stampede_proto::path::Path::root("s"),
+                        w,
+                        1,
+                    )
+                    .unwrap();
                     let c = &s.counters;
                     assert_eq!(c.requests_failed, 0, "{:?}", c.errors);
                     completed += c.requests_completed;

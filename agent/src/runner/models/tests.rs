@@ -55,7 +55,12 @@ pub(super) async fn run_to_end(
     while let Ok(m) = messages.try_recv() {
         if let Some(stampede_proto::v1::agent_message::Msg::Progress(p)) = m.msg {
             for w in &p.samples {
-                let (_, s) = stampede_proto::convert::sample_from_wire("s", w, 1).unwrap();
+                let (_, s) = stampede_proto::convert::sample_from_wire(
+                    stampede_proto::path::Path::root("s"),
+                    w,
+                    1,
+                )
+                .unwrap();
                 match total.as_mut() {
                     Some(t) => t.add(&s),
                     None => total = Some(s),

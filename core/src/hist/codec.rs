@@ -251,27 +251,39 @@ fn sparse_from_v2(inner: &[u8]) -> Result<SparseHist, HistError> {
         return Err(HistError::Normalized);
     }
     let counts = &inner[V2_HEADER_SIZE..];
-    let (mut h, mut total) = (SparseHist::default(), 0u64);
-    let (mut at, mut index) = (0usize, 0usize);
-    while at < counts.len() {
-        let zz = varint(counts, &mut at)?;
-        let n = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
-        if n < 0 {
-            index = index.saturating_add(usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX));
-            continue;
-        }
-        if n > 0 {
-            if index >= COUNTS_LEN {
-                return Err(HistError::IndexOutOfRange(index));
+    BUCKETS.with_borrow_mut(|buckets| {
+        buckets.clear();
+        let mut total = 0u64;
+        let (mut at, mut index) = (0usize, 0usize);
+        while at < counts.len() {
+            let zz = varint(counts, &mut at)?;
+            let n = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+            if n < 0 {
+                index =
+                    index.saturating_add(usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX));
+                continue;
             }
-            let n = n as u64;
-            total = total.checked_add(n).ok_or(HistError::CountOverflow)?;
-            h.push_above(index as u32, n);
+            if n > 0 {
+                if index >= COUNTS_LEN {
+                    return Err(HistError::IndexOutOfRange(index));
+                }
+                let n = n as u64;
+                total = total.checked_add(n).ok_or(HistError::CountOverflow)?;
+                buckets.push((index as u32, n));
+            }
+            // Saturating: runs of zeros may have taken the index to usize::MAX.
+            index = index.saturating_add(1);
         }
-        // Saturating: runs of zeros may have taken the index to usize::MAX.
-        index = index.saturating_add(1);
-    }
-    Ok(h)
+        // Every count moves the index on: the buckets ascend strictly.
+        Ok(SparseHist::from_ascending(buckets))
+    })
+}
+
+thread_local! {
+    /// A decode's buckets, one buffer per thread reused across decodes: the histogram is
+    /// then built with every page at its size, where pushing bucket by bucket grew each
+    /// page's list a reallocation at a time (most of a fleet merge's allocations).
+    static BUCKETS: RefCell<Vec<(u32, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]

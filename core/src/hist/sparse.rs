@@ -179,33 +179,34 @@ impl SparseHist {
         self.total = self.total.saturating_add(n);
     }
 
-    /// Adds `n` at bucket `index` when it is above every bucket held, as a decoder's walk
-    /// up the buckets gives them: appended without a search (a merge of a fleet's interval
-    /// decodes one histogram per agent and scope, bucket by bucket). Any other index takes
-    /// [`add_at`](Self::add_at)'s way.
-    pub(super) fn push_above(&mut self, index: u32, n: u64) {
-        let (k, j) = (
-            (index as usize / PAGE) as u8,
-            (index as usize % PAGE) as u16,
-        );
-        match self.pages.last_mut() {
-            None => self.pages.push((k, Page::List(vec![(j, n)]))),
-            Some((last, _)) if *last < k => self.pages.push((k, Page::List(vec![(j, n)]))),
-            Some((last, page))
-                if *last == k
-                    && matches!(&*page, Page::List(l) if l.last().is_none_or(|b| b.0 < j)) =>
-            {
-                if let Page::List(l) = page {
-                    l.push((j, n));
+    /// The histogram of `buckets` (bucket index below [`COUNTS_LEN`](super::COUNTS_LEN),
+    /// count), strictly ascending by index and without zero counts, as a decoder reads them:
+    /// each page allocated once at its size, dense past [`LIST_MAX`] buckets as
+    /// [`push_above`](Self::push_above) would have made it.
+    pub(super) fn from_ascending(buckets: &[(u32, u64)]) -> Self {
+        let page_of = |b: &(u32, u64)| (b.0 as usize / PAGE) as u8;
+        let n_pages = buckets.chunk_by(|a, b| page_of(a) == page_of(b)).count();
+        let mut pages = Vec::with_capacity(n_pages);
+        let mut total = 0u64;
+        for run in buckets.chunk_by(|a, b| page_of(a) == page_of(b)) {
+            let k = page_of(&run[0]);
+            let page = if run.len() > LIST_MAX {
+                let mut d = vec![0u64; PAGE].into_boxed_slice();
+                for &(i, n) in run {
+                    d[i as usize % PAGE] = n;
                 }
-                page.maybe_dense();
-            }
-            Some((last, Page::Dense(d))) if *last == k => {
-                d[j as usize] = d[j as usize].saturating_add(n);
-            }
-            _ => return self.add_at(index, n),
+                Page::Dense(d)
+            } else {
+                Page::List(
+                    run.iter()
+                        .map(|&(i, n)| ((i as usize % PAGE) as u16, n))
+                        .collect(),
+                )
+            };
+            total = run.iter().fold(total, |t, b| t.saturating_add(b.1));
+            pages.push((k, page));
         }
-        self.total = self.total.saturating_add(n);
+        Self { pages, total }
     }
 
     /// Total count.
@@ -457,37 +458,34 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Pushing buckets gives the histogram adding them gives, whether they come in a
-        /// decoder's ascending order (the fast way), out of order, or past a page's list
-        /// limit (the page turned dense on the way).
+        /// Buckets in a decoder's ascending order make the histogram adding them one by one
+        /// makes, across pages and past a page's list limit.
         #[test]
-        fn pushing_buckets_adds_them(
+        fn ascending_buckets_make_the_histogram_adding_them_makes(
             buckets in proptest::collection::vec((0u32..super::super::COUNTS_LEN as u32, 1u64..1000), 0..600),
-            sorted in proptest::bool::ANY,
         ) {
             let mut buckets = buckets;
-            if sorted {
-                buckets.sort_by_key(|b| b.0);
-                buckets.dedup_by_key(|b| b.0);
-            }
-            let (mut pushed, mut added) = (SparseHist::default(), SparseHist::default());
+            buckets.sort_by_key(|b| b.0);
+            buckets.dedup_by_key(|b| b.0);
+            let mut added = SparseHist::default();
             for &(i, n) in &buckets {
-                pushed.push_above(i, n);
                 added.add_at(i, n);
             }
-            proptest::prop_assert_eq!(&pushed, &added);
-            proptest::prop_assert_eq!(pushed.len(), added.len());
+            let built = SparseHist::from_ascending(&buckets);
+            proptest::prop_assert_eq!(built.len(), added.len());
+            proptest::prop_assert_eq!(&built, &added);
         }
 
-        /// A dense page past the list limit keeps taking pushed buckets.
+        /// A page of more buckets than a list holds is built dense, and counts as before.
         #[test]
-        fn a_dense_page_takes_pushes(extra in 1u16..700) {
-            let mut h = SparseHist::default();
+        fn a_full_page_is_built_dense(extra in 1u16..700) {
+            let buckets: Vec<(u32, u64)> =
+                (0..(LIST_MAX as u32 + 1 + u32::from(extra))).map(|j| (j, 2)).collect();
             let mut reference = SparseHist::default();
-            for j in 0..(LIST_MAX as u32 + 1 + u32::from(extra)) {
-                h.push_above(j, 2);
-                reference.add_at(j, 2);
+            for &(j, n) in &buckets {
+                reference.add_at(j, n);
             }
+            let h = SparseHist::from_ascending(&buckets);
             proptest::prop_assert!(matches!(h.pages[0].1, Page::Dense(_)));
             proptest::prop_assert_eq!(h, reference);
         }

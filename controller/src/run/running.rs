@@ -33,6 +33,10 @@ pub(super) const RECONNECT_WINDOW: Duration = Duration::from_secs(3);
 /// What a stopped run's agents have, past their graceful stop, to send their last data.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
+/// Most Dones acknowledged by one checkpoint flush: past this many waiting, a flush is made
+/// though more are queued.
+const MAX_UNACKED_DONES: usize = 64;
+
 /// How long an agent whose stream closed may take to come back: its lease and restart grace
 /// (its load goes on until then) plus time for its backoff and registration.
 pub(super) fn away_grace(cfg: &crate::ControllerConfig) -> Duration {
@@ -288,11 +292,28 @@ impl Driver {
 
         // Per lost agent whose books stay partial: what may be missing from them.
         let mut gaps: Vec<String> = Vec::new();
-        while members.iter().any(Member::outstanding) {
-            self.close_due_books(&mut members, &mut acc, (t0, Instant::now()), &mut gaps);
-            if !members.iter().any(Member::outstanding) {
-                break;
+        // The members are scanned (books due, what is outstanding, the next time one is
+        // overdue) after anything that may have moved one: not after a Progress, which
+        // changes no member's state. Scanning a thousand members per Progress made the
+        // loop quadratic in the fleet. A book due meanwhile is closed when `away` fires.
+        let (mut scan, mut away) = (true, None);
+        // Members whose Done waits for the next flush to be acknowledged.
+        let mut unacked: Vec<usize> = Vec::new();
+        loop {
+            if scan {
+                if !members.iter().any(Member::outstanding) {
+                    break;
+                }
+                self.close_due_books(&mut members, &mut acc, (t0, Instant::now()), &mut gaps);
+                if !members.iter().any(Member::outstanding) {
+                    break;
+                }
+                away = members
+                    .iter()
+                    .filter_map(|m| m.away_until().or(m.books_awaited()))
+                    .min();
             }
+            scan = true;
             if failure.is_some() {
                 renewals.stop();
                 if !ending_saved {
@@ -308,10 +329,6 @@ impl Driver {
                     );
                 }
             }
-            let away = members
-                .iter()
-                .filter_map(|m| m.away_until().or(m.books_awaited()))
-                .min();
             tokio::select! {
                 _ = tokio::time::sleep_until(away.unwrap_or(deadline)), if away.is_some() => {
                     let now = Instant::now();
@@ -332,6 +349,9 @@ impl Driver {
                 }
                 _ = snap.tick() => {
                     self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
+                    for j in unacked.drain(..) {
+                        self.ack_done(&members[j]);
+                    }
                     // Silence (a stopped process, a link that carries nothing) ends in a loss
                     // once renewals were withheld for a lease; a closed stream does not wait.
                     let silent: Vec<String> = members
@@ -363,6 +383,7 @@ impl Driver {
                     let Some(input) = input else { break };
                     match input {
                         RunInput::Progress { agent_id, progress } => {
+                            scan = false;
                             let Some(&i) = index.get(&agent_id) else { continue };
                             let delivery = members[i].received.insert(&progress);
                             if delivery.is_new() {
@@ -400,9 +421,17 @@ impl Driver {
                                 if !members.iter().any(Member::outstanding) {
                                     break; // acknowledged once the report is stored
                                 }
-                                // Its Done is acknowledged once the checkpoint holds it.
-                                self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
-                                self.ack_done(&members[i]);
+                                // Its Done is acknowledged once the checkpoint holds it: one
+                                // flush (and its fsyncs) for the Dones that came together, as a
+                                // fleet's do at the end (a flush each was most of a thousand-
+                                // agent run's last second). The interval's flush takes the rest.
+                                unacked.push(i);
+                                if self.rx.is_empty() || unacked.len() >= MAX_UNACKED_DONES {
+                                    self.flush_checkpoint(&mut checkpoint, &members, &renewals, failure.as_ref(), &watch);
+                                    for j in unacked.drain(..) {
+                                        self.ack_done(&members[j]);
+                                    }
+                                }
                             }
                             if !members.iter().any(Member::outstanding) {
                                 break;

@@ -73,6 +73,10 @@ pub struct RunAccumulator {
     pub endpoints: crate::endpoints::EndpointAccumulator,
     /// The first failure samples of each step and error kind, as agents send them.
     pub samples: crate::samples::SampleMerge,
+    /// The least interval every live agent has reported through, as last taken (`None`: to
+    /// be taken again), so that [`RunAccumulator::reported_through`] takes it only when it
+    /// may have moved.
+    horizon: Option<u64>,
     /// Connect times per stage of the load's connection ramp, as agents send them.
     pub stage_connects: super::StageConnects,
 }
@@ -176,6 +180,7 @@ impl RunAccumulator {
             endpoints: Default::default(),
             samples: Default::default(),
             stage_connects: super::StageConnects::new(scenario.ramp_stages().len()),
+            horizon: None,
             max_interval: (horizon_s / interval_s.max(1e-3))
                 .ceil()
                 .min(u64::MAX as f64) as u64,
@@ -401,14 +406,23 @@ impl RunAccumulator {
             .agents
             .get_mut(agent)
             .ok_or(MergeError::UnknownAgent(agent))?;
-        a.reported_through = Some(a.reported_through.map_or(interval, |r| r.max(interval)));
-        let horizon = self
-            .agents
-            .iter()
-            .filter(|a| !a.lost)
-            .map(|a| a.reported_through)
-            .min()
-            .flatten();
+        let before = a.reported_through;
+        a.reported_through = Some(before.map_or(interval, |r| r.max(interval)));
+        // The least of the live agents' moves only when the agent that held it reports: a
+        // thousand agents' minimum taken at every Progress made a fleet's merge quadratic.
+        let horizon = match (self.horizon, before) {
+            (Some(h), Some(b)) if b > h => Some(h),
+            _ => {
+                self.horizon = self
+                    .agents
+                    .iter()
+                    .filter(|a| !a.lost)
+                    .map(|a| a.reported_through)
+                    .min()
+                    .flatten();
+                self.horizon
+            }
+        };
         if let Some(h) = horizon {
             self.close_through(Some(h))?;
         }
@@ -428,6 +442,8 @@ impl RunAccumulator {
     pub fn mark_lost(&mut self, agent: usize) {
         if let Some(a) = self.agents.get_mut(agent) {
             a.lost = true;
+            // The least of the live agents may move up without it: taken again.
+            self.horizon = None;
         }
     }
 

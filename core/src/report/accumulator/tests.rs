@@ -202,3 +202,36 @@ fn a_run_that_delivered_nothing_is_failed_and_errors_breach_the_default_verdict(
         .to_string()
         .contains("max_error_rate"));
 }
+
+/// Timeline rows close once every live agent has reported them: when the agent that held
+/// the others back reports, not when one ahead of it does, and without a lost agent.
+#[test]
+fn rows_close_through_the_least_live_agent_only() {
+    let s = closed(3);
+    let plan = Plan::new(&s, 3, &[], 0).unwrap();
+    let agents = vec!["a".into(), "b".into(), "c".into()];
+    let mut acc = RunAccumulator::new(&s, plan, agents, 1.0);
+    let report = |acc: &mut RunAccumulator, agent: usize, interval: u64| {
+        acc.add_progress(agent, interval, &[(0, counted(1, 0))])
+            .unwrap();
+    };
+    for i in 0..3 {
+        report(&mut acc, 0, i);
+    }
+    report(&mut acc, 1, 0);
+    assert_eq!(acc.closed_rows(), 0, "c has reported nothing");
+    report(&mut acc, 2, 0);
+    assert_eq!(acc.closed_rows(), 1, "all three through 0");
+    report(&mut acc, 0, 3);
+    assert_eq!(acc.closed_rows(), 1, "a was ahead already");
+    report(&mut acc, 2, 1);
+    assert_eq!(acc.closed_rows(), 1, "b still at 0");
+    report(&mut acc, 1, 1);
+    assert_eq!(acc.closed_rows(), 2, "all three through 1");
+    // c is lost at 1: rows close on a and b alone.
+    acc.mark_lost(2);
+    report(&mut acc, 1, 2);
+    assert_eq!(acc.closed_rows(), 3, "a and b through 2");
+    report(&mut acc, 1, 3);
+    assert_eq!(acc.closed_rows(), 4, "a and b through 3");
+}

@@ -24,7 +24,16 @@ duration=${2:-60}
 source "$(dirname "$0")/common.sh"
 # The whole bench is bounded: the run itself, plus set-up and the report.
 limit=$((duration + 300))
-( sleep "$limit"; echo "controller-scale: timed out after ${limit}s" >&2; kill -TERM $$ ) &
+# Its sleep ends with it: a sleep left behind would hold this script's output open, and a
+# caller reading it (bench/controller-ab.sh) would wait out the whole limit after every run.
+(
+    trap 'kill "$s" 2>/dev/null; exit 0' TERM
+    sleep "$limit" &
+    s=$!
+    wait "$s"
+    echo "controller-scale: timed out after ${limit}s" >&2
+    kill -TERM $$
+) &
 watchdog=$!
 pids+=("$watchdog")
 

@@ -341,8 +341,18 @@ mod tests {
     /// once, then reset.
     #[test]
     fn real_sockets_are_counted_toward_their_destination() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let dest = listener.local_addr().unwrap();
+        // A port the connections of other tests went to may still have their TIME_WAIT
+        // toward it (binding it again is allowed): the test takes one without any.
+        let (listener, dest) = (0..50)
+            .find_map(|_| {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let dest = listener.local_addr().unwrap();
+                let probe = Registry::new();
+                probe.dialed(&dest);
+                let waiting = probe.sample().first().map_or(0, |s| s.time_wait);
+                (waiting == 0).then_some((listener, dest))
+            })
+            .expect("a loopback port without TIME_WAIT sockets toward it");
         let reg = Registry::new();
         reg.dialed(&dest);
         reg.dialed(&dest);

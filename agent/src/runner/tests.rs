@@ -369,6 +369,21 @@ mod future_size {
         std::mem::size_of::<F>()
     }
 
+    /// The size of a closed connection's future whose session runs HTTP/1.1 by `P`.
+    #[allow(unreachable_code)]
+    fn closed_task<P: super::super::session::Http1Path>() -> usize {
+        size_of_future(&|| {
+            super::super::models::closed_connection::<P>(
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+                unreachable!(),
+            )
+        })
+    }
+
     /// A closed connection's task is allocated once per connection for the whole run: 10,000
     /// connections are 10,000 of them, so what its future holds across awaits (the connect,
     /// a TLS or h2 handshake, a think-time generator, a chunked body's reader) is boxed or
@@ -382,26 +397,8 @@ mod future_size {
     #[test]
     #[allow(unreachable_code)]
     fn a_connection_task_stays_small() {
-        let task = size_of_future(&|| {
-            super::super::models::closed_connection::<super::super::session::Inline>(
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-            )
-        });
-        let boxed = size_of_future(&|| {
-            super::super::models::closed_connection::<super::super::session::Boxed>(
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-                unreachable!(),
-            )
-        });
+        let task = closed_task::<super::super::session::Inline>();
+        let boxed = closed_task::<super::super::session::Boxed>();
         let connect = size_of_future(&|| super::super::Link::open(unreachable!()));
         eprintln!(
             "closed connection task {task} B ({boxed} B boxing HTTP/1.1), connect {connect} B"

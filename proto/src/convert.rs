@@ -359,18 +359,16 @@ pub fn sample_from_wire(
         .iter()
         .enumerate()
         .map(|(i, st)| {
+            let step = field.at("steps", i);
             Ok(SparseStepStats {
                 requests_completed: st.requests_completed,
                 requests_failed: st.requests_failed,
                 requests_interrupted: st.requests_interrupted,
-                errors: errors_from_wire(field.at("steps", i).field("errors"), &st.errors)?,
-                response: dec(
-                    field.at("steps", i).field("response_hist"),
-                    &st.response_hist,
-                )?,
-                service: dec(field.at("steps", i).field("service_hist"), &st.service_hist)?,
-                ttfb: dec_opt(field.at("steps", i).field("ttfb_hist"), &st.ttfb_hist)?,
-                gap: dec_opt(field.at("steps", i).field("gap_hist"), &st.gap_hist)?,
+                errors: errors_from_wire(step.field("errors"), &st.errors)?,
+                response: dec(step.field("response_hist"), &st.response_hist)?,
+                service: dec(step.field("service_hist"), &st.service_hist)?,
+                ttfb: dec_opt(step.field("ttfb_hist"), &st.ttfb_hist)?,
+                gap: dec_opt(step.field("gap_hist"), &st.gap_hist)?,
             })
         })
         .collect::<Result<Vec<_>, ConvertError>>()?;
@@ -510,11 +508,11 @@ pub fn endpoints_from_wire(
         ));
     }
     let mut seen = std::collections::HashSet::with_capacity(p.endpoints.len());
+    let progress = Path::root("progress");
     p.endpoints
         .iter()
         .enumerate()
         .map(|(k, w)| {
-            let progress = Path::root("progress");
             let field = progress.at("endpoints", k);
             let address = if w.address.is_empty() {
                 let i = w.endpoint as usize;

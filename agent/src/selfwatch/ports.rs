@@ -5,9 +5,12 @@
 //! fails connects while the target has plenty to spare; these figures let the report say so.
 //!
 //! Destinations are recorded as they are dialed ([`DIALED`], from `net::start_connect`): a
-//! bounded list, read under a shared lock on every connect. The sockets are counted from
-//! `/proc/net/tcp` and `/proc/net/tcp6` once per interval, streamed line by line with every
-//! line and field bounded: nothing the file says is trusted as a length.
+//! bounded list, read under a shared lock on every connect. The sockets are counted once per
+//! interval by the kernel's socket dump ([`diag`]), filtered there by destination port; where
+//! it is not to be had, from `/proc/net/tcp` and `/proc/net/tcp6`, streamed line by line with
+//! every line and field bounded: nothing the file says is trusted as a length.
+
+mod diag;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,8 +27,9 @@ pub const MAX_DESTINATIONS: usize = 64;
 /// skipped.
 const MAX_LINE: usize = 512;
 
-/// Most lines read from each file per sample: a million sockets is past what one agent
-/// holds; beyond, the count stops there rather than spend the agent's CPU on it.
+/// Most lines read from each file, or records from each dump, per sample: a million sockets
+/// is past what one agent holds; beyond, the count stops there rather than spend the agent's
+/// CPU on it.
 const MAX_LINES: usize = 1 << 20;
 
 /// TCP states, as `/proc/net/tcp` writes them.
@@ -91,11 +95,30 @@ impl Registry {
     }
 
     /// Each destination's sockets now, and its connects without a port since the last
-    /// sample, read from `files` (`/proc/net/tcp` and `tcp6`). A destination with neither
-    /// is left out and forgotten (a later connect records it again), so the list follows
-    /// what the agent dials now, not what an earlier run did. No file is read when nothing
-    /// was dialed.
+    /// sample, counted by the kernel's socket dump ([`diag`]), or from `/proc/net/tcp` and
+    /// `tcp6` where that dump cannot be had.
+    pub fn sample(&self) -> Vec<v1::DestinationPorts> {
+        self.sample_with(|addrs| {
+            diag::count(addrs, MAX_LINES).unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "counting sockets from /proc/net/tcp");
+                count_in_files(&["/proc/net/tcp", "/proc/net/tcp6"], addrs)
+            })
+        })
+    }
+
+    /// [`Self::sample`] with the sockets counted from `files` (`/proc/net/tcp` and `tcp6`).
     pub fn sample_from(&self, files: &[&str]) -> Vec<v1::DestinationPorts> {
+        self.sample_with(|addrs| count_in_files(files, addrs))
+    }
+
+    /// The sample, with each destination's sockets counted by `count` (same order). A
+    /// destination with neither sockets nor failed connects is left out and forgotten (a
+    /// later connect records it again), so the list follows what the agent dials now, not
+    /// what an earlier run did. Nothing is counted when nothing was dialed.
+    fn sample_with(
+        &self,
+        count: impl FnOnce(&[SocketAddr]) -> Vec<SocketCounts>,
+    ) -> Vec<v1::DestinationPorts> {
         let addrs: Vec<SocketAddr> = {
             let dests = self.dests.read().unwrap_or_else(|p| p.into_inner());
             dests.iter().map(|d| d.addr).collect()
@@ -103,19 +126,15 @@ impl Registry {
         if addrs.is_empty() {
             return Vec::new();
         }
-        let mut counts = vec![SocketCounts::default(); addrs.len()];
-        for path in files {
-            if let Ok(f) = std::fs::File::open(path) {
-                count_sockets(f, &addrs, &mut counts);
-            }
-        }
+        let counts = count(&addrs);
         let mut dests = self.dests.write().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
         dests.retain(|d| {
             let c = addrs
                 .iter()
                 .position(|a| *a == d.addr)
-                .map_or_else(SocketCounts::default, |i| counts[i]);
+                .and_then(|i| counts.get(i).copied())
+                .unwrap_or_default();
             let no_port = d.no_port.swap(0, Ordering::Relaxed);
             let seen = c.in_use > 0 || c.time_wait > 0 || no_port > 0;
             if seen {
@@ -130,11 +149,18 @@ impl Registry {
         });
         out
     }
+}
 
-    /// [`Self::sample_from`] this network namespace's TCP sockets.
-    pub fn sample(&self) -> Vec<v1::DestinationPorts> {
-        self.sample_from(&["/proc/net/tcp", "/proc/net/tcp6"])
+/// The sockets toward each of `addrs` (same order) in the `/proc/net/tcp`-format files that
+/// open.
+fn count_in_files(files: &[&str], addrs: &[SocketAddr]) -> Vec<SocketCounts> {
+    let mut counts = vec![SocketCounts::default(); addrs.len()];
+    for path in files {
+        if let Ok(f) = std::fs::File::open(path) {
+            count_sockets(f, addrs, &mut counts);
+        }
     }
+    counts
 }
 
 /// Sockets toward one destination.
@@ -385,6 +411,9 @@ mod tests {
             (7, 5, 0),
             "{s:?}"
         );
+        // The file, where the kernel's dump cannot be had, counts the same sockets.
+        let s = reg.sample_from(&["/proc/net/tcp", "/proc/net/tcp6"]);
+        assert_eq!((s[0].in_use, s[0].time_wait), (7, 5), "{s:?}");
         // Nothing dialed elsewhere is counted, and a destination without sockets goes.
         let idle = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         reg.dialed(&idle.local_addr().unwrap());

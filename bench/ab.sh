@@ -6,7 +6,8 @@
 # completed. Prints every run, the medians and B's median over A's.
 #
 # Usage: bench/ab.sh BIN_A BIN_B   (two release binaries, e.g. a base revision's and this one's)
-# Environment: CASE (constant: RATE/s over CONNS connections; closed: CONNS connections),
+# Environment: CASE (constant: RATE/s over CONNS connections; closed: CONNS connections; newconn:
+# CONNS closed-loop connections, a new one per request),
 # RATE (5000), CONNS (50), DURATION_S (5), REPS (5), SERVER_CPU (0), LOAD_CPU (1),
 # NGINX_PORT (18094). Loopback only; not part of CI; every process it starts is stopped by PID.
 set -euo pipefail
@@ -25,9 +26,13 @@ source "$(dirname "$0")/lib.sh"
 case $CASE in
 constant) load="{ model: constant, rate: $RATE, connections: $CONNS, duration: ${DURATION_S}s }" ;;
 closed) load="{ model: closed, connections: $CONNS, duration: ${DURATION_S}s }" ;;
+newconn)
+    load="{ model: closed, connections: $CONNS, duration: ${DURATION_S}s }"
+    extra=$'\n    new_connection: true'
+    ;;
 *) echo "unknown CASE $CASE" >&2; exit 2 ;;
 esac
-write_get_case "$work/case.yaml" "ab-$CASE" "$NGINX_PORT" "$load"
+write_get_case "$work/case.yaml" "ab-$CASE" "$NGINX_PORT" "$load" "${extra:-}"
 
 start_nginx "$NGINX_PORT" 4096
 

@@ -24,6 +24,7 @@ mod recorder;
 mod samples;
 mod session;
 mod start;
+pub(crate) mod stop;
 
 pub use endpoints::{EndpointSet, EndpointSlot};
 use models::drop_queued;
@@ -80,6 +81,7 @@ pub async fn execute(
         .map(|f| tokio::spawn(crate::resolve::follow(f.clone(), stop.clone())))
         .collect();
     let tracker = TaskTracker::new();
+    let load_stop = stop::Stop::new(stop.clone());
 
     // The interval ticker.
     let ticker_stop = CancellationToken::new();
@@ -126,7 +128,7 @@ pub async fn execute(
             &rec,
             &tracker,
             (t0, run.graceful_stop),
-            &stop,
+            &load_stop,
             &mut connections,
         );
         loops.extend(started.arrivals);
@@ -141,9 +143,10 @@ pub async fn execute(
     // finish and are recorded; a request still in flight when its task is aborted is counted
     // interrupted as its session is dropped.
     let aborter = {
-        let (stop, grace) = (stop.clone(), run.graceful_stop);
+        let (stop, grace) = (load_stop.clone(), run.graceful_stop);
         tokio::spawn(async move {
-            stop.cancelled().await;
+            // Also what sets the flag the sessions read before each request.
+            stop.fired().await;
             tokio::time::sleep(grace).await;
             for task in connections {
                 task.abort();
@@ -153,7 +156,7 @@ pub async fn execute(
     for arrivals in loops {
         if arrivals.await.is_err() {
             tracing::error!("an arrival loop panicked; stopping the run");
-            stop.cancel();
+            load_stop.stop();
         }
     }
     tracker.close();

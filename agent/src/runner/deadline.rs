@@ -65,14 +65,14 @@ impl<'t> RequestTimer<'t> {
     pub(super) fn pause<'s>(
         &'s mut self,
         until: Instant,
-        stop: &'s tokio_util::sync::CancellationToken,
+        stop: &'s super::stop::Stop,
     ) -> impl Future<Output = bool> + use<'s, 't> {
         self.sleep.as_mut().reset(until);
         let sleep = self.sleep.as_mut();
         async move {
             tokio::select! {
                 () = sleep => true,
-                () = stop.cancelled() => false,
+                () = stop.fired() => false,
             }
         }
     }
@@ -152,7 +152,8 @@ mod tests {
         let t0 = Instant::now();
         let sleep = pin!(tokio::time::sleep_until(t0 + Duration::from_secs(60)));
         let mut timer = RequestTimer::new(sleep);
-        let stop = tokio_util::sync::CancellationToken::new();
+        let token = tokio_util::sync::CancellationToken::new();
+        let stop = super::super::stop::Stop::new(token.clone());
         assert!(timer.pause(t0 + Duration::from_secs(3), &stop).await);
         assert_eq!(Instant::now(), t0 + Duration::from_secs(3));
         let r = timer
@@ -163,7 +164,7 @@ mod tests {
             .await;
         assert_eq!(r, None);
         assert_eq!(Instant::now(), t0 + Duration::from_secs(8));
-        let stopper = stop.clone();
+        let stopper = token.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             stopper.cancel();

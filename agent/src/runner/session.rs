@@ -11,10 +11,10 @@ use std::time::Duration;
 use stampede_core::scenario::ThinkTime;
 use stampede_core::stats::error_kind;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::deadline::RequestTimer;
 use super::samples::Failed;
+use super::stop::Stop;
 use super::{Link, Recorder, RunSpec, StepPlan, Tracked};
 use crate::http1::Failure;
 use crate::net::NO_ENDPOINT;
@@ -180,7 +180,7 @@ pub(super) fn session<'a, 's, 'l, 't, P: Http1Path>(
     spec: &'s RunSpec,
     rec: &'a Recorder,
     at: At,
-    stop: &'s CancellationToken,
+    stop: &'s Stop,
     line: &'l mut Line<'a, 't>,
 ) -> impl std::future::Future<Output = Ended> + use<'a, 's, 'l, 't, P> {
     // The tally holds the recorder, the phase and the intended start: the future keeps them
@@ -320,7 +320,7 @@ pub(super) fn session<'a, 's, 'l, 't, P: Http1Path>(
                         // if it had started (its tally's drop counts it), dropped if not. An
                         // atomic read, no wait: the caller drops the session when the graceful
                         // stop is over.
-                        if stop.is_cancelled() {
+                        if stop.is_stopped() {
                             if !tally.opened {
                                 tally.drop_unstarted();
                             }
@@ -585,7 +585,7 @@ mod tests {
         let run = crate::runner::tests::one_shard(scenario).await;
         let spec = run.workloads[0].clone();
         let rec = Recorder::new(run.phases, run.steps);
-        let stop = tokio_util::sync::CancellationToken::new();
+        let stop = crate::runner::stop::Stop::default();
         let t0 = Instant::now();
         let at = At {
             intended: t0,

@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use super::stop::Stop;
 
 use super::models::{
     closed_connection, closed_streams, end_queue_at, enqueue, late_start_cutoff, pooled_connection,
@@ -37,7 +38,7 @@ pub(super) fn start_workload(
     rec: &Arc<Recorder>,
     tracker: &TaskTracker,
     (t0, graceful_stop): (Instant, std::time::Duration),
-    stop: &CancellationToken,
+    stop: &Stop,
     tasks: &mut Vec<tokio::task::AbortHandle>,
 ) -> Started {
     let t0 = t0 + spec.start;
@@ -81,7 +82,7 @@ pub(super) fn start_workload(
                             ));
                             let stopped = tokio::select! {
                                 biased;
-                                _ = stop.cancelled() => true,
+                                () = stop.fired() => true,
                                 _ = running.as_mut() => false,
                             };
                             if stopped {
@@ -221,7 +222,7 @@ async fn ramped_closed<P: Http1Path>(
     t0: Instant,
     spans: Vec<(std::time::Duration, std::time::Duration)>,
     stripe: (u64, u64),
-    stop: CancellationToken,
+    stop: Stop,
 ) {
     for (from, to) in spans {
         let (spec, rec, stop) = (spec.clone(), rec.clone(), stop.clone());

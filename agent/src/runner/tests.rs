@@ -190,7 +190,7 @@ async fn think_times_are_drawn_from_the_seed_and_the_arrival() {
         min: HumanDuration(Duration::from_secs(1)),
         max: HumanDuration(Duration::from_secs(3)),
     };
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = super::stop::Stop::default();
     let sleep = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
     let mut timer = super::deadline::RequestTimer::new(sleep);
     let mut pauses = Vec::new();

@@ -6,10 +6,10 @@ use std::pin::pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::{open_shared, stream_handle};
 use crate::runner::session::{session, At, Ended, Http1Path, Inline, Line};
+use crate::runner::stop::Stop;
 use crate::runner::{Recorder, RunSpec, Tracked};
 
 /// One connection of a closed load: runs the session back to back, keeping the connection
@@ -25,7 +25,7 @@ pub(in crate::runner) fn closed_connection<P: Http1Path>(
     t0: Instant,
     end: Instant,
     (index, stride): (u64, u64),
-    stop: CancellationToken,
+    stop: Stop,
 ) -> impl Future<Output = ()> {
     // An async block, not an `async fn`: an async fn's future holds its arguments twice (as
     // passed and as moved into its body), and this future exists once per connection for
@@ -66,9 +66,9 @@ fn next_closed(
     (first, stride): (u64, u64),
     connection: u64,
     (offset, own): (u64, u64),
-    stop: &CancellationToken,
+    stop: &Stop,
 ) -> Option<At> {
-    if now >= end || stop.is_cancelled() {
+    if now >= end || stop.is_stopped() {
         return None;
     }
     Some(At {
@@ -92,7 +92,7 @@ pub(in crate::runner) async fn closed_streams(
     (t0, end): (Instant, Instant),
     (connection, total): (u64, u64),
     streams: u64,
-    stop: CancellationToken,
+    stop: Stop,
 ) {
     // A stop before `t0` aborts this task like any other time (`execute`).
     tokio::time::sleep_until(t0).await;
@@ -115,7 +115,7 @@ async fn closed_loop<'a>(
     (index, stride): (u64, u64),
     connection: u64,
     conn: Option<Tracked<'a>>,
-    stop: &CancellationToken,
+    stop: &Stop,
 ) {
     let sleep = pin!(tokio::time::sleep_until(t0));
     let mut line = Line::new(conn, sleep);

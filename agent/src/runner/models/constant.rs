@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::{open_shared, stream_handle};
 use crate::pool::{RateSlot, SlotQueue};
 use crate::runner::session::{forget_if_gone, session, At, Ended, Inline, Line};
+use crate::runner::stop::Stop;
 use crate::runner::{Endpoint, Recorder, RunSpec, StepPlan, Tracked};
 use crate::ticked::Ticks;
 
@@ -23,7 +23,7 @@ pub(in crate::runner) async fn pooled_connection(
     rec: Arc<Recorder>,
     (slots, ticks): (Arc<SlotQueue>, Option<Arc<Ticks>>),
     connection: u64,
-    stop: CancellationToken,
+    stop: Stop,
 ) {
     pooled_loop(
         &spec,
@@ -48,11 +48,11 @@ pub(in crate::runner) async fn ramped_pooled_connection(
     slots: Arc<SlotQueue>,
     (t0, spans, last): (Instant, Vec<(Duration, Duration)>, Duration),
     connection: u64,
-    stop: CancellationToken,
+    stop: Stop,
 ) {
     for (from, to) in spans {
         tokio::time::sleep_until(t0 + from).await;
-        if stop.is_cancelled() {
+        if stop.is_stopped() {
             return;
         }
         // A connect that fails now is tried again by the first slot's session, which
@@ -141,7 +141,7 @@ pub(in crate::runner) async fn pooled_streams(
     slots: Arc<SlotQueue>,
     connection: u64,
     streams: u64,
-    stop: CancellationToken,
+    stop: Stop,
 ) {
     let link = open_shared(&spec, &rec, connection).await;
     let loops = (0..streams).map(|_| {
@@ -161,7 +161,7 @@ async fn pooled_loop<'a>(
     (slots, ticks): (&SlotQueue, Option<Arc<Ticks>>),
     connection: u64,
     (conn, until): (Option<Tracked<'a>>, Option<Instant>),
-    stop: &CancellationToken,
+    stop: &Stop,
 ) {
     let sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut line = Line::new(conn, sleep);
@@ -171,7 +171,7 @@ async fn pooled_loop<'a>(
     // A stop aborts this loop's task (`execute`) once its graceful stop is over; the queue
     // closes when the arrivals end. A slot taken after the stop is never started.
     while let Some((intended, phase, index, kind)) = next_slot(slots, until).await {
-        if stop.is_cancelled() {
+        if stop.is_stopped() {
             rec.drop_arrivals(phase, 1);
             break;
         }

@@ -91,6 +91,9 @@ pub enum HistError {
     /// The compressing serializer refused.
     #[error("encoding: {0}")]
     EncodeDeflate(hdrhistogram::serialization::V2DeflateSerializeError),
+    /// Compressing the wire form failed.
+    #[error("compressing: {0}")]
+    Compress(std::io::Error),
     /// The two histograms cannot be added (a value out of the destination's range).
     #[error("merging: {0}")]
     Merge(hdrhistogram::AdditionError),

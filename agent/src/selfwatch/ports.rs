@@ -172,6 +172,17 @@ pub struct SocketCounts {
     pub time_wait: u64,
 }
 
+impl SocketCounts {
+    /// Counts one socket in `state` (as `/proc/net/tcp` and `sock_diag` number them).
+    fn add(&mut self, state: u8) {
+        if state == TIME_WAIT {
+            self.time_wait += 1;
+        } else {
+            self.in_use += 1;
+        }
+    }
+}
+
 /// Adds the sockets of one `/proc/net/tcp{,6}` file whose remote end is one of `addrs` to
 /// `counts` (same order). Lines that do not parse are skipped.
 pub fn count_sockets(file: impl Read, addrs: &[SocketAddr], counts: &mut [SocketCounts]) {
@@ -201,12 +212,7 @@ pub fn count_sockets(file: impl Read, addrs: &[SocketAddr], counts: &mut [Socket
             continue;
         }
         if let Some(i) = addrs.iter().position(|a| *a == remote) {
-            let c = &mut counts[i];
-            if state == TIME_WAIT {
-                c.time_wait += 1;
-            } else {
-                c.in_use += 1;
-            }
+            counts[i].add(state);
         }
     }
 }

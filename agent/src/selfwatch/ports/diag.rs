@@ -20,7 +20,7 @@ use netlink_packet_sock_diag::SockDiagMessage;
 use nix::sys::socket::{self as sock, sockopt};
 use nix::sys::time::TimeVal;
 
-use super::{SocketCounts, TIME_WAIT};
+use super::SocketCounts;
 
 /// Room for one datagram of a dump: the kernel sends at most 32 KiB at a time.
 const RECV_BUF: usize = 64 * 1024;
@@ -57,12 +57,7 @@ pub(super) fn count(
         dumped.push(key);
         dump(key, max_sockets, &mut buf, |remote, state| {
             if let Some(i) = addrs.iter().position(|x| *x == remote) {
-                let c = &mut counts[i];
-                if state == TIME_WAIT {
-                    c.time_wait += 1;
-                } else {
-                    c.in_use += 1;
-                }
+                counts[i].add(state);
             }
         })?;
     }

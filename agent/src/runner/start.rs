@@ -8,14 +8,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::stop::Stop;
-
 use super::models::{
     closed_connection, closed_streams, end_queue_at, enqueue, late_start_cutoff, pooled_connection,
     pooled_streams, ramped_pooled_connection, ticked_pool, MAX_QUEUED_SLOTS,
 };
 use super::recorder::InFlight;
 use super::session::{session, At, Boxed, Http1Path, Inline, Line};
+use super::stop::Stop;
 use super::{Mode, Recorder, RunSpec};
 use crate::pool::{Closer, SlotQueue};
 

@@ -275,6 +275,7 @@ pub(crate) async fn prepare(
                     endpoints: built[k].endpoints.clone(),
                 })
                 .collect(),
+            h2: RunSpec::h2_client_for(&types),
             types,
             mix,
             mix_offset,

@@ -1,6 +1,14 @@
 //! The HTTP/2 driver: h2c with prior knowledge (`http_version: "2"` on an `http://` target) or
-//! h2 negotiated by ALPN (on an `https://` target), one connection per session, one stream per request, over the `h2` crate. The request head
-//! is parsed once per step; bodies are read and their flow-control capacity released.
+//! h2 negotiated by ALPN (on an `https://` target), one stream per request. The request head
+//! is parsed once per step. A run whose HTTP/2 requests are all static takes the lean client
+//! ([`lean`]); templated steps, checks, extraction and gRPC take the `h2` crate's, whose
+//! answers come with their headers and whose streams can stay open.
+
+mod frame;
+mod hpack;
+mod lean;
+#[cfg(test)]
+mod lean_tests;
 
 use std::net::SocketAddr;
 
@@ -20,6 +28,18 @@ pub struct H2Request {
     headers: http::HeaderMap,
     body: Bytes,
     wire_len: u64,
+    /// The same request for the lean client: its header block encoded once.
+    lean: lean::LeanRequest,
+}
+
+/// Which HTTP/2 client a run's connections use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum H2Client {
+    /// The `h2` crate's: any step (templates, checks, extraction, gRPC, streams).
+    #[default]
+    General,
+    /// The lean client: static requests only, whose answers are counted, not read.
+    Lean,
 }
 
 /// Why a static http step cannot be sent over HTTP/2; the message names the field relative
@@ -115,12 +135,24 @@ impl H2Request {
                 .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
                 .sum::<u64>()
             + body.len() as u64;
+        let block = frame::request_block(
+            method.as_str(),
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str()),
+            uri.path_and_query().map_or("/", |p| p.as_str()),
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+        );
+        let lean = lean::LeanRequest {
+            block: Bytes::from(block),
+            body: body.clone(),
+        };
         Self {
             method,
             uri,
             headers,
             body,
             wire_len,
+            lean,
         }
     }
 
@@ -154,11 +186,18 @@ impl H2Request {
 /// (`streams_per_connection`).
 #[derive(Debug, Clone)]
 pub struct H2Conn {
-    send: h2::client::SendRequest<Bytes>,
+    client: Client,
     /// The last handle's drop aborts the driver.
     driver: std::sync::Arc<Driver>,
     /// The `grpc-message` of this handle's last failed gRPC call, for its failure sample.
     pub grpc_message: Option<Box<str>>,
+}
+
+/// The connection's client: the `h2` crate's, or the lean one's shared state.
+#[derive(Debug, Clone)]
+enum Client {
+    General(h2::client::SendRequest<Bytes>),
+    Lean(std::sync::Arc<lean::Shared>),
 }
 
 /// The connection's driver task, aborted when the last handle goes.
@@ -195,25 +234,54 @@ impl H2Conn {
         addr: SocketAddr,
         tls: Option<&crate::tls::TlsClient>,
     ) -> Result<Self, Failure> {
+        Self::connect_with(addr, tls, H2Client::General).await
+    }
+
+    /// [`H2Conn::connect`] with the client `client`. The lean client sends its preface and
+    /// SETTINGS with the first request, as the `h2` crate's does.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        tls: Option<&crate::tls::TlsClient>,
+        client: H2Client,
+    ) -> Result<Self, Failure> {
         let stream = net::connect_http(&addr, tls).await?;
-        let (send, conn) = h2::client::handshake(stream)
-            .await
-            .map_err(|e| h2_failure(&e))?;
-        let driver = tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let (client, driver) = match client {
+            H2Client::Lean => {
+                let (shared, driver) = lean::start(stream);
+                (Client::Lean(shared), driver)
+            }
+            H2Client::General => {
+                let (send, conn) = h2::client::handshake(stream)
+                    .await
+                    .map_err(|e| h2_failure(&e))?;
+                let driver = tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                (Client::General(send), driver)
+            }
+        };
         Ok(Self {
-            send,
+            client,
             driver: std::sync::Arc::new(Driver(driver)),
             grpc_message: None,
         })
     }
 
     /// Whether the connection has ended (the server closed it, after a GOAWAY or not), seen
-    /// without a system call: its driver, which reads it all the time, has returned. A
-    /// request on it would fail.
+    /// without a system call: its driver, which reads it all the time, has returned (or, for
+    /// the lean client, has seen a GOAWAY). A request on it would fail.
     pub fn is_closed(&self) -> bool {
         self.driver.0.is_finished()
+            || matches!(&self.client, Client::Lean(shared) if shared.is_ended())
+    }
+
+    /// The `h2` crate's handle: a run with steps beyond static requests never takes the lean
+    /// client ([`H2Client`]), so the error is not reached.
+    fn general(&mut self) -> Result<&mut h2::client::SendRequest<Bytes>, Failure> {
+        match &mut self.client {
+            Client::General(send) => Ok(send),
+            Client::Lean(_) => Err(Failure(error_kind::PROTOCOL)),
+        }
     }
 
     /// Waits until the connection may open one more stream. Polled in place rather than by
@@ -221,14 +289,18 @@ impl H2Conn {
     /// locks of the connection's shared state per request (one to count the clone, one to
     /// drop it), on a path that takes a few more.
     async fn ready(&mut self) -> Result<(), Failure> {
-        std::future::poll_fn(|cx| self.send.poll_ready(cx))
+        let send = self.general()?;
+        std::future::poll_fn(|cx| send.poll_ready(cx))
             .await
             .map_err(|e| h2_failure(&e))
     }
 
     /// Sends one request on a new stream and reads the whole response.
     pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
-        self.send(r.head(), r.body.clone(), &mut Discard).await
+        match &self.client {
+            Client::Lean(shared) => lean::request(shared, &r.lean).await,
+            Client::General(_) => self.send(r.head(), r.body.clone(), &mut Discard).await,
+        }
     }
 
     /// Sends one request on a new stream and returns the response head, its body (and
@@ -244,7 +316,7 @@ impl H2Conn {
         req: http::Request<()>,
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Failure> {
         self.ready().await?;
-        self.send
+        self.general()?
             .send_request(req, false)
             .map_err(|e| h2_failure(&e))
     }
@@ -258,7 +330,7 @@ impl H2Conn {
         self.ready().await?;
         let end = body.is_empty();
         let (response, mut stream) = self
-            .send
+            .general()?
             .send_request(req, end)
             .map_err(|e| h2_failure(&e))?;
         if !end {

@@ -224,11 +224,13 @@ pub async fn run(
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
-                        let opened =
-                            tokio::time::timeout_at(deadline, Link::open(&target.endpoint))
-                                .await
-                                .map_err(|_| failed(Failure(error_kind::CONNECT_TIMEOUT)))?
-                                .map_err(failed)?;
+                        let opened = tokio::time::timeout_at(
+                            deadline,
+                            Link::open(&target.endpoint, crate::h2::H2Client::General),
+                        )
+                        .await
+                        .map_err(|_| failed(Failure(error_kind::CONNECT_TIMEOUT)))?
+                        .map_err(failed)?;
                         conn.insert(opened)
                     }
                 };

@@ -35,7 +35,7 @@ async fn open_shared<'a>(
     let endpoint = spec.endpoint_index(connection);
     let target = spec.endpoint(&endpoint);
     let began = Instant::now();
-    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(target)))
+    let link = tokio::time::timeout(spec.request_timeout, Box::pin(Link::open(target, spec.h2)))
         .await
         .ok()?
         .ok()?;

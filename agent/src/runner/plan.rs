@@ -215,15 +215,16 @@ impl Link {
     #[allow(clippy::manual_async_fn)] // the argument held once (net::connect_tcp)
     pub(crate) fn open(
         endpoint: &Endpoint,
+        h2: crate::h2::H2Client,
     ) -> impl std::future::Future<Output = Result<Self, Failure>> + use<'_> {
         async move {
             Ok(match endpoint {
                 Endpoint::Http(a, tls) | Endpoint::Ws(a, tls) => {
                     Link::Http1(Conn::connect(a, tls.as_deref()).await?)
                 }
-                Endpoint::H2(a, tls) => {
-                    Link::H2(Box::pin(crate::h2::H2Conn::connect(*a, tls.as_deref())).await?)
-                }
+                Endpoint::H2(a, tls) => Link::H2(
+                    Box::pin(crate::h2::H2Conn::connect_with(*a, tls.as_deref(), h2)).await?,
+                ),
                 Endpoint::Tcp(a) => Link::Stream(Box::pin(StreamConn::connect_tcp(*a)).await?),
                 Endpoint::Unix(p) => Link::Stream(Box::pin(StreamConn::connect_unix(p)).await?),
                 Endpoint::Udp(a) => Link::Udp(Box::pin(UdpConn::connect(*a)).await?),
@@ -253,6 +254,7 @@ impl Link {
         endpoint: &'a Endpoint,
         first: &'a [u8],
         ticks: Option<&'a Arc<crate::ticked::Ticks>>,
+        h2: crate::h2::H2Client,
     ) -> impl std::future::Future<Output = Result<Opened, Failure>> + use<'a> {
         async move {
             let began = tokio::time::Instant::now();
@@ -272,7 +274,7 @@ impl Link {
                     began,
                 });
             }
-            let link = Link::open(endpoint).await?;
+            let link = Link::open(endpoint, h2).await?;
             Ok(Opened {
                 link,
                 ahead: 0,
@@ -360,6 +362,20 @@ pub struct ShardRun {
 }
 
 impl RunSpec {
+    /// The lean HTTP/2 client when every request step of `types` is a static HTTP request
+    /// (nothing read from its answers but the status), else the `h2` crate's.
+    pub fn h2_client_for(types: &[Vec<StepPlan>]) -> crate::h2::H2Client {
+        let general = types
+            .iter()
+            .flatten()
+            .any(|s| matches!(s, StepPlan::HttpDynamic { .. } | StepPlan::Grpc { .. }));
+        if general {
+            crate::h2::H2Client::General
+        } else {
+            crate::h2::H2Client::Lean
+        }
+    }
+
     /// The endpoint the connection or session with global index `connection` goes to
     /// (`None`: the target's one address).
     pub fn endpoint_index(&self, connection: u64) -> super::endpoints::Pick {
@@ -478,4 +494,7 @@ pub struct RunSpec {
     pub dynamic: Option<Arc<crate::dynamic::Context>>,
     /// The run's seed: with the arrival index, it seeds a session's think times.
     pub seed: u64,
+    /// The HTTP/2 client its connections take: the lean one when every request step is
+    /// static ([`RunSpec::h2_client_for`]).
+    pub h2: crate::h2::H2Client,
 }

@@ -399,7 +399,9 @@ mod future_size {
     fn a_connection_task_stays_small() {
         let task = closed_task::<super::super::session::Inline>();
         let boxed = closed_task::<super::super::session::Boxed>();
-        let connect = size_of_future(&|| super::super::Link::open(unreachable!()));
+        let connect = size_of_future(&|| {
+            super::super::Link::open(unreachable!(), crate::h2::H2Client::General)
+        });
         eprintln!(
             "closed connection task {task} B ({boxed} B boxing HTTP/1.1), connect {connect} B"
         );

@@ -181,7 +181,7 @@ pub(super) fn exchange<'a, 's, 'c, 'v, P: Http1Path>(
             // inline it would make every session task that large for its whole life, though a
             // kept-alive connection opens once.
             let target = spec.endpoint_of(step, endpoint);
-            let opened = Box::pin(Link::open_sending(target, first, ticks)).await?;
+            let opened = Box::pin(Link::open_sending(target, first, ticks, spec.h2)).await?;
             rec.endpoints.opened(endpoint);
             rec.connects.record(opened.began, opened.at);
             ahead = opened.ahead;

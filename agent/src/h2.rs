@@ -28,8 +28,12 @@ pub struct H2Request {
     headers: http::HeaderMap,
     body: Bytes,
     wire_len: u64,
-    /// The same request for the lean client: its header block encoded once.
-    lean: lean::LeanRequest,
+    /// The same request for the lean client, its header block encoded once: built for a
+    /// static step's request ([`H2Request::new`]) only, since a gRPC call's parts, rendered
+    /// per call, always go to the `h2` crate's client ([`RunSpec::h2_client_for`]).
+    ///
+    /// [`RunSpec::h2_client_for`]: crate::runner::RunSpec::h2_client_for
+    lean: Option<lean::LeanRequest>,
 }
 
 /// Which HTTP/2 client a run's connections use.
@@ -117,7 +121,9 @@ impl H2Request {
             );
         }
         let body = Bytes::from(req.body.as_ref().map(text).unwrap_or_default());
-        Ok(Self::from_parts(method, uri, headers, body))
+        let mut request = Self::from_parts(method, uri, headers, body);
+        request.lean = Some(request.lean_request());
+        Ok(request)
     }
 
     /// A request from its parts (a gRPC call's, whose body is binary).
@@ -135,24 +141,29 @@ impl H2Request {
                 .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
                 .sum::<u64>()
             + body.len() as u64;
-        let block = frame::request_block(
-            method.as_str(),
-            uri.scheme_str().unwrap_or("http"),
-            uri.authority().map_or("", |a| a.as_str()),
-            uri.path_and_query().map_or("/", |p| p.as_str()),
-            headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-        );
-        let lean = lean::LeanRequest {
-            block: Bytes::from(block),
-            body: body.clone(),
-        };
         Self {
             method,
             uri,
             headers,
             body,
             wire_len,
-            lean,
+            lean: None,
+        }
+    }
+
+    /// The request's header block for the lean client, encoded once.
+    fn lean_request(&self) -> lean::LeanRequest {
+        let uri = &self.uri;
+        let block = frame::request_block(
+            self.method.as_str(),
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str()),
+            uri.path_and_query().map_or("/", |p| p.as_str()),
+            self.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+        );
+        lean::LeanRequest {
+            block: Bytes::from(block),
+            body: self.body.clone(),
         }
     }
 
@@ -298,7 +309,11 @@ impl H2Conn {
     /// Sends one request on a new stream and reads the whole response.
     pub async fn request(&mut self, r: &H2Request) -> Result<Response, Failure> {
         match &self.client {
-            Client::Lean(shared) => lean::request(shared, &r.lean).await,
+            Client::Lean(shared) => match &r.lean {
+                Some(lean) => lean::request(shared, lean).await,
+                // Not reached: a run with gRPC steps never takes the lean client.
+                None => Err(Failure(error_kind::PROTOCOL)),
+            },
             Client::General(_) => self.send(r.head(), r.body.clone(), &mut Discard).await,
         }
     }

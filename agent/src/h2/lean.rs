@@ -182,7 +182,7 @@ impl Shared {
     /// The answer on stream `id`, once it has ended.
     fn poll_answer(&self, cx: &mut Context<'_>, id: u32) -> Poll<Result<Response, Failure>> {
         let mut s = self.lock();
-        let Some(i) = s.streams.iter().position(|x| x.id == id) else {
+        let Some(i) = s.slot(id) else {
             return Poll::Ready(Err(Failure(error_kind::PROTOCOL)));
         };
         let slot = &mut s.streams[i];
@@ -209,7 +209,7 @@ impl Shared {
     /// reset (CANCEL) and its place given to the next.
     fn abandon(&self, id: u32) {
         let mut s = self.lock();
-        let Some(i) = s.streams.iter().position(|x| x.id == id) else {
+        let Some(i) = s.slot(id) else {
             return;
         };
         let slot = s.streams.swap_remove(i);

@@ -463,7 +463,9 @@ async fn a_cpu_bound_agent_is_the_limit_never_a_knee() {
 /// Two targets in one search: an auth service of 2 workers at 20 ms a request (100 req/s at
 /// most) whose workload the search varies, and an API of many fast workers held at 20/s.
 /// The unscoped SLO judges each target on its own requests: auth fails at 140/s, where its
-/// queue grows, and the API meets it at every step; the finding names auth first.
+/// queue grows all through the step (its p99 near 800 ms), and the API meets it at every
+/// step; the finding names auth first. The bound leaves 80/s, where auth's p99 is its 20 ms
+/// of work, room for a loaded machine's pauses (a p99 of 104 ms has been seen there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_target_gets_its_own_capacity() {
     let (auth, _auth) = spawn_pool_server(2, Duration::from_millis(20)).await;
@@ -489,7 +491,7 @@ async fn each_target_gets_its_own_capacity() {
             "--workload",
             "login",
         ])
-        .args(["--slo", "p99 < 100ms", "--start", "20", "--step", "60"])
+        .args(["--slo", "p99 < 300ms", "--start", "20", "--step", "60"])
         .args(["--max", "200", "--step-duration", "2s", "--bisect", "0"])
         .args(["--output", "json"])
         .arg(&path)
@@ -512,7 +514,7 @@ async fn each_target_gets_its_own_capacity() {
     assert_eq!(a["sustainable_rate"], 80.0, "{v}");
     let why = a["first_failing_reason"].as_str().unwrap();
     assert!(
-        why.contains(&format!("target({auth}).p99 < 100ms")),
+        why.contains(&format!("target({auth}).p99 < 300ms")),
         "{why}"
     );
     assert!(b["first_failing_rate"].is_null(), "{v}");

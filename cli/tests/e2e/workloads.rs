@@ -153,11 +153,11 @@ async fn constant_rate_waits_for_a_busy_pool_and_counts_the_wait() {
     let r = run(&cluster.url(), &cluster.token, &text, 2).await;
     let (resp, serv) = (&r.latency.response_time, &r.latency.service_time);
     eprintln!(
-        "busy pool: completed {}, dropped {}, response p99 {} µs, service p99 {} µs, connections {}",
+        "busy pool: completed {}, dropped {}, response p50 {} µs, service p50 {} µs, connections {}",
         r.totals.completed,
         r.generator.dropped_arrivals,
-        resp.p99_us,
-        serv.p99_us,
+        resp.p50_us,
+        serv.p50_us,
         target.server.stats().connections_total
     );
     assert_eq!(r.outcome, RunOutcome::Succeeded, "{:?}", r.message);
@@ -165,11 +165,14 @@ async fn constant_rate_waits_for_a_busy_pool_and_counts_the_wait() {
     assert_eq!(r.totals.completed, 100);
     assert_eq!(r.generator.dropped_arrivals, 0);
     assert_eq!(target.server.stats().connections_total, 2);
+    // Medians: the median slot waits about 0.25 s for its send, nine times its 30 ms of
+    // service. Tails would compare the machine's pauses instead (with both cores busy a
+    // service p99 of 178 ms has been seen).
     assert!(
-        resp.p99_us > 5 * serv.p99_us,
-        "response p99 {} µs vs service p99 {} µs",
-        resp.p99_us,
-        serv.p99_us
+        resp.p50_us > 3 * serv.p50_us,
+        "response p50 {} µs vs service p50 {} µs",
+        resp.p50_us,
+        serv.p50_us
     );
     cluster.stop().await;
 }

@@ -36,7 +36,7 @@ async fn accept_clock(delay: Duration) -> (String, Arc<Mutex<Vec<Instant>>>, cra
 /// 200 sessions/s over two agents while the pool ramps 0 → 40 connections over 2 s and
 /// holds 40 for 2 s, against a target answering after 20 ms (4 connections carry the rate,
 /// held from 0.15 s): the target accepts 40 connections, one every 50 ms (the slope's 2 in
-/// any 100 ms, at most 4 here for the real clock's jitter) and none in a burst at T0; every
+/// any 100 ms, more after a stall of the real clock) and none in a burst at T0; every
 /// connect is timed in the rising stage; the last two seconds serve the rate; and all 800
 /// slots are started and finished, none dropped: started = completed + failed + interrupted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +68,11 @@ session: [ {{ http: {{ method: GET, path: / }} }} ]
         "accepted per 100 ms: {per_100ms:?}; last after {:?}",
         since[39]
     );
-    assert!(per_100ms.iter().all(|n| *n <= 4), "{per_100ms:?}");
+    // A stall of the machine delays connects and the ramp then catches up: with both cores
+    // busy a 100 ms held 5 after an empty one. So each 100 ms may hold up to 8, and the
+    // first 500 ms, where a burst at T0 would land, at most 15 of the 40.
+    assert!(per_100ms.iter().all(|n| *n <= 8), "{per_100ms:?}");
+    assert!(per_100ms[..5].iter().sum::<usize>() <= 15, "{per_100ms:?}");
     assert!(
         (Duration::from_millis(1700)..Duration::from_millis(2500)).contains(&since[39]),
         "the last connect {:?} after the first",
@@ -81,13 +85,20 @@ session: [ {{ http: {{ method: GET, path: / }} }} ]
     // (b) Once the pool is big enough it keeps the rate: seconds 2 and 3 of the run.
     let served: Vec<u64> = r.timeline.iter().map(|row| row.completed).collect();
     eprintln!("completed per interval: {served:?}");
-    for row in r
+    // Together they hold 400 within 5 %; a stall near the boundary between them moves
+    // completions from one to the other, so each alone gets a wider band.
+    let steady: Vec<u64> = r
         .timeline
         .iter()
         .filter(|row| (2.0..4.0).contains(&row.t_s))
-    {
-        assert!((180..=220).contains(&row.completed), "{served:?}");
-    }
+        .map(|row| row.completed)
+        .collect();
+    assert_eq!(steady.len(), 2, "{served:?}");
+    assert!(
+        (380..=420).contains(&steady.iter().sum::<u64>()),
+        "{served:?}"
+    );
+    assert!(steady.iter().all(|n| (150..=250).contains(n)), "{served:?}");
 
     // (c) The books balance: every slot started, every start ended one way.
     let t = &r.totals;

@@ -35,8 +35,9 @@ async fn compare_two_real_runs_and_render_a_local_report() {
         )
     };
     let base = cli_run_local(dir.path(), "base", &scenario(1));
-    // 150 ms more per request, so that the verdicts below rest on medians far apart: a loaded machine's pauses
-    // reach a few tail samples of a 120-request run (a base p99 of 56 ms has been seen), never its median.
+    // 150 ms more per request, so that the verdicts below rest on medians far apart: a loaded
+    // machine's pauses reach a few tail samples of a 120-request run (a base p99 of 56 ms has
+    // been seen), never its median.
     let slow = cli_run_local(dir.path(), "slow", &scenario(150));
     for r in [&base, &slow] {
         assert_eq!(r.code, Some(0), "{}", r.stderr);

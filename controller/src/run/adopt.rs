@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::checkpoint::{self, MemberEntry, MemberRecord, RunRecord, SetupRecord, TargetSeen};
 use super::member::{Books, Member, MemberState};
 use super::target_watch::TargetWatch;
-use super::{assign, running, spawn_supervised, Driver, Failure, RunHandle, RunState, Status};
+use super::{assign, loss, spawn_supervised, Driver, Failure, RunHandle, RunState, Status};
 use crate::renew::Renewals;
 use crate::{lock, unix_ns, Inner};
 
@@ -214,7 +214,7 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
     let mut acc = RunAccumulator::new(&scenario, plan, ids, inner.cfg.interval.as_secs_f64());
     // Away from the start: each agent has the lease, the restart grace and the rejoin margin,
     // counted from now, to come back.
-    let until = Instant::now() + running::away_grace(&inner.cfg);
+    let until = Instant::now() + loss::away_grace(&inner.cfg);
     let (dead_tx, _) = mpsc::channel(1);
     let mut members = Vec::with_capacity(header.members.len());
     let mut waiting = 0;
@@ -233,7 +233,7 @@ fn adopt(inner: &Arc<Inner>, run_id: &str) -> Result<(), AdoptError> {
             MemberRecord::Running => {
                 m.move_to(MemberState::Away {
                     until,
-                    window: running::away_grace(&inner.cfg),
+                    window: loss::away_grace(&inner.cfg),
                 });
                 waiting += 1;
             }

@@ -17,10 +17,13 @@ mod checkpoint;
 #[cfg(test)]
 mod driver_tests;
 mod finish;
+mod loss;
 mod member;
+mod progress;
 mod received;
 mod running;
 mod service;
+mod setup;
 mod state;
 mod target_watch;
 

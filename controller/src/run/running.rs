@@ -1,5 +1,6 @@
-//! From the synchronized start to the last Done: merge progress live, renew leases, apply the
-//! agent-loss policy and live thresholds.
+//! The run's loop from the synchronized start to the last Done: it takes each agent's input
+//! (merged in `progress`, losses judged in `loss`, setup values passed on in `setup`), renews
+//! leases, keeps the checkpoint and the live view, and applies live thresholds.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -7,19 +8,14 @@ use std::time::Duration;
 use stampede_core::plan::Plan;
 use stampede_core::report::{RunAccumulator, RunOutcome, ThresholdAbort};
 use stampede_core::scenario::AgentLossPolicy;
-use stampede_proto::convert::check_progress;
 use stampede_proto::v1::{self, controller_message::Msg as Out};
 use tokio::time::Instant;
 
+use super::loss::away_grace;
 use super::member::{agent_text, Books, Member, MemberState};
-use super::received::Delivery;
 use super::{adopt, checkpoint, Driver, Failure, RunInput, RunState, FAR_FUTURE};
 use crate::renew::Renewals;
 use crate::unix_ns;
-
-/// Beyond the lease, how long an agent whose stream closed has to reconnect before it counts
-/// as lost: its backoff's first retries and a registration.
-const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 
 /// How long an agent whose stream closed while this controller runs has to come back before
 /// it counts as lost. The restart grace is not waited for: it is the agents' allowance for a
@@ -36,18 +32,6 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 /// Most Dones acknowledged by one checkpoint flush: past this many waiting, a flush is made
 /// though more are queued.
 const MAX_UNACKED_DONES: usize = 64;
-
-/// How long an agent whose stream closed may take to come back: its lease and restart grace
-/// (its load goes on until then) plus time for its backoff and registration.
-pub(super) fn away_grace(cfg: &crate::ControllerConfig) -> Duration {
-    cfg.lease + cfg.restart_grace + REJOIN_MARGIN
-}
-
-/// How long a run waits for the books of an agent lost while its load may still run: the
-/// configured wait, else the longest its load can go on and it can take to come back.
-pub(super) fn lost_agent_wait(cfg: &crate::ControllerConfig) -> Duration {
-    cfg.lost_agent_wait.unwrap_or_else(|| away_grace(cfg))
-}
 
 impl Driver {
     pub(super) async fn abort_members(&self, members: &[Member], reason: &str) {
@@ -69,77 +53,6 @@ impl Driver {
         }
     }
 
-    /// Refreshed setup values: taken only from the agent that refreshes the setup (the first
-    /// member, or the one that took over from it), newer than the ones held and fitting the
-    /// scenario. Returns whether they were taken; values are never logged.
-    fn take_setup(&mut self, members: &[Member], from: &str, v: v1::SetupValues) -> bool {
-        if members
-            .get(self.setup_agent)
-            .is_none_or(|m| m.agent_id != from)
-        {
-            tracing::warn!(run = %self.h.run_id, agent = %from, "setup values from an agent that does not run the setup; ignored");
-            return false;
-        }
-        if v.generation <= self.setup.generation {
-            return false;
-        }
-        if let Err(why) = self.check_setup_values(&v.values) {
-            tracing::warn!(run = %self.h.run_id, agent = %from, "refreshed setup values refused: {why}");
-            return false;
-        }
-        self.setup = v;
-        tracing::info!(run = %self.h.run_id, generation = self.setup.generation, "setup values refreshed");
-        true
-    }
-
-    /// Hands the setup values held to every agent still running but the one that refreshes
-    /// them. Called once they are in the checkpoint: no agent may hold a generation that a
-    /// controller restarted on the data directory does not know (it would hand an older one
-    /// on, and a take-over would reuse the generation number for other values).
-    fn pass_on_setup(&self, members: &[Member]) {
-        let others = members
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| *i != self.setup_agent && m.pending());
-        for (_, m) in others {
-            let msg = v1::ControllerMessage {
-                msg: Some(Out::SetupValues(self.setup.clone())),
-            };
-            if m.tx.try_send(Ok(msg)).is_err() {
-                tracing::warn!(run = %self.h.run_id, agent = %m.agent_id, "could not pass on refreshed setup values");
-            }
-        }
-    }
-
-    /// The agent that refreshes the setup is lost or away and the run goes on: another member still
-    /// running (one whose stream is up, if any) takes the refresh over, so the others' values
-    /// (tokens that expire) do not go stale for the rest of the run.
-    fn hand_over_setup(&mut self, members: &[Member], lost: usize) {
-        if lost != self.setup_agent || self.scenario.setup_refresh.is_none() {
-            return;
-        }
-        let Some(next) = members
-            .iter()
-            .position(|m| m.pending() && m.away_until().is_none())
-            .or_else(|| members.iter().position(Member::pending))
-        else {
-            return;
-        };
-        let take = v1::TakeOverSetup {
-            run_id: self.h.run_id.clone(),
-            generation: self.setup.generation,
-        };
-        let msg = v1::ControllerMessage {
-            msg: Some(Out::TakeOverSetup(take)),
-        };
-        if members[next].tx.try_send(Ok(msg)).is_err() {
-            tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "could not hand the setup refresh over");
-            return;
-        }
-        self.setup_agent = next;
-        tracing::warn!(run = %self.h.run_id, agent = %members[next].agent_id, "the setup agent is lost or away; this agent refreshes the setup now");
-    }
-
     /// Upper bound of one session's length: every request timing out, every think at max.
     fn session_bound(&self) -> Duration {
         stampede_core::ports::worst_case_session(&self.scenario)
@@ -147,7 +60,7 @@ impl Driver {
 
     /// How long a stopped run waits for its agents' last data and `Done`: their graceful
     /// stop (requests in flight finish and are recorded) and five seconds to send it.
-    fn stop_wait(&self) -> Duration {
+    pub(super) fn stop_wait(&self) -> Duration {
         self.scenario.graceful_stop() + STOP_MARGIN
     }
 
@@ -620,108 +533,6 @@ impl Driver {
         }));
     }
 
-    /// Validates, decodes (once) and merges one agent's Progress. A Progress that does not
-    /// fit the run is refused whole and logged; nothing of it is counted.
-    pub(super) fn merge(
-        &self,
-        acc: &mut RunAccumulator,
-        i: usize,
-        agent_id: &str,
-        progress: &v1::Progress,
-        delivery: Delivery,
-    ) {
-        let samples = match check_progress(acc, i, progress) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress");
-                return;
-            }
-        };
-        self.inner.metrics.progress(
-            &self.h.run_id,
-            agent_id,
-            progress.interval,
-            progress.open_connections,
-            &samples,
-        );
-        // A part of an interval leaves its rows open for the parts still to come.
-        let added = if delivery == Delivery::Whole {
-            acc.add_progress(i, progress.interval, &samples)
-        } else {
-            acc.add_part(i, progress.interval, &samples)
-        };
-        if let Err(e) = added {
-            tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected progress data");
-            return;
-        }
-        // Per-endpoint figures ride the same Progress (a replayed one was refused above).
-        let listed = stampede_core::endpoints::listed(self.scenario.endpoints.list());
-        match stampede_proto::convert::endpoints_from_wire(progress, &listed) {
-            Ok(rows) => {
-                for (address, s) in rows {
-                    acc.endpoints.add(progress.interval, address, &s);
-                }
-            }
-            Err(e) => {
-                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected endpoint figures");
-            }
-        }
-        // Failure samples ride the same Progress, refused apart from the figures.
-        match stampede_proto::samples::samples_from_wire(progress, acc.step_count()) {
-            Ok(samples) => acc.samples.add(i as u32, &samples),
-            Err(e) => {
-                tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected failure samples");
-            }
-        }
-        let stages = self.scenario.ramp_stages().len();
-        let connects = stampede_proto::connects::stage_connects_from_wire(progress, stages)
-            .and_then(|all| {
-                all.iter().try_for_each(|(stage, h)| {
-                    acc.stage_connects
-                        .add(*stage, h)
-                        .map_err(stampede_proto::ConvertError::from)
-                })
-            });
-        if let Err(e) = connects {
-            tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected connect times");
-        }
-        if !progress.debug.is_empty() {
-            self.forward_debug(agent_id, progress, acc.step_count());
-        }
-        if let Some(r) = &progress.resources {
-            let added = stampede_proto::resources::resources_from_wire(r).and_then(|s| {
-                acc.add_resources(i, progress.interval, s)
-                    .map_err(stampede_proto::ConvertError::from)
-            });
-            if let Err(e) = added {
-                tracing::warn!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected resource figures");
-            }
-        }
-    }
-
-    /// `stampede run --debug N`: passes an agent's requests and answers on to the run's
-    /// watchers as they arrive, the first N of the run in all; a list that does not fit the
-    /// run is refused whole and logged.
-    fn forward_debug(&self, agent_id: &str, progress: &v1::Progress, steps: usize) {
-        use std::sync::atomic::Ordering;
-        if let Err(e) = stampede_proto::samples::debug_from_wire(progress, steps) {
-            tracing::error!(run = %self.h.run_id, agent = %agent_id, error = %e, "rejected debug exchanges");
-            return;
-        }
-        let left = self.debug_left.load(Ordering::Relaxed);
-        let n = progress.debug.len().min(left as usize);
-        if n == 0 {
-            return;
-        }
-        self.debug_left.store(left - n as u32, Ordering::Relaxed);
-        let _ = self.h.events.send(v1::RunEvent {
-            event: Some(v1::run_event::Event::Debug(v1::DebugExchanges {
-                agent: agent_id.to_string(),
-                exchanges: progress.debug[..n].to_vec(),
-            })),
-        });
-    }
-
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,
     /// records it and returns the abort message.
     fn check_live(
@@ -748,76 +559,5 @@ impl Driver {
             measured_text: breach.measured_text,
         });
         Some(msg)
-    }
-
-    /// The run is decided, and waits for a lost agent's last data: its status says so.
-    fn await_books_of(&self, m: &Member, msg: &str) {
-        if let Some(until) = m.books_awaited() {
-            let wait = until
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64();
-            self.h.set_state(
-                RunState::Finishing,
-                format!("{msg}; waiting up to {wait:.1} s for its last data"),
-            );
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn agent_lost(
-        &mut self,
-        members: &mut [Member],
-        acc: &mut RunAccumulator,
-        agent_id: &str,
-        (why, may_run): (&str, bool),
-        policy: AgentLossPolicy,
-        failure: &mut Option<Failure>,
-        deadline: &mut Instant,
-    ) {
-        let Some(i) = members.iter().position(|m| m.agent_id == agent_id) else {
-            return;
-        };
-        // An agent whose load may still run keeps the run open for its books, a bounded
-        // while; one that said it stopped has delivered them.
-        let books = if may_run {
-            Books::Awaited {
-                until: Instant::now() + lost_agent_wait(&self.inner.cfg),
-            }
-        } else {
-            Books::Complete
-        };
-        if !members[i].move_to(MemberState::Lost {
-            why: why.to_string(),
-            books,
-        }) {
-            return;
-        }
-        acc.mark_lost(i);
-        let share = acc.lost_share() * 100.0;
-        tracing::warn!(run = %self.h.run_id, agent = %agent_id, why, share, "agent lost");
-        if failure.is_some() {
-            return;
-        }
-        match policy {
-            AgentLossPolicy::Fail => {
-                let msg =
-                    format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
-                self.abort_members(members, &msg).await;
-                self.await_books_of(&members[i], &msg);
-                *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
-            }
-            AgentLossPolicy::Tolerate(pct) if share > pct => {
-                let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
-                self.abort_members(members, &msg).await;
-                self.await_books_of(&members[i], &msg);
-                *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
-            }
-            AgentLossPolicy::Tolerate(pct) => {
-                self.h.set_state(RunState::Running, format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
-                self.hand_over_setup(members, i);
-            }
-        }
     }
 }

@@ -286,9 +286,7 @@ impl Driver {
                     }
                     if failure.is_none() && !live_thresholds.is_empty() {
                         if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
-                            self.abort_members(&members, &msg).await;
-                            failure = Some(Failure::Aborted(msg));
-                            deadline = deadline.min(Instant::now() + self.stop_wait());
+                            self.abort_on_breach(&members, msg, &mut failure, &mut deadline).await;
                         }
                     }
                 }
@@ -308,9 +306,7 @@ impl Driver {
                                     closed_seen = acc.closed_rows();
                                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                                     if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
-                                        self.abort_members(&members, &msg).await;
-                                        failure = Some(Failure::Aborted(msg));
-                                        deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+                                        self.abort_on_breach(&members, msg, &mut failure, &mut deadline).await;
                                     }
                                 }
                             }
@@ -531,6 +527,21 @@ impl Driver {
         let _ = m.tx.try_send(Ok(v1::ControllerMessage {
             msg: Some(Out::Ack(ack)),
         }));
+    }
+
+    /// A live threshold was breached: every member is told to stop, and the run waits for
+    /// their last data as long as any stopped run does (their graceful stop and a margin), so
+    /// requests in flight at the abort are still recorded.
+    async fn abort_on_breach(
+        &self,
+        members: &[Member],
+        msg: String,
+        failure: &mut Option<Failure>,
+        deadline: &mut Instant,
+    ) {
+        self.abort_members(members, &msg).await;
+        *failure = Some(Failure::Aborted(msg));
+        *deadline = (*deadline).min(Instant::now() + self.stop_wait());
     }
 
     /// `abort_on_fail`: evaluates the thresholds on the merged data so far; on a breach,

@@ -40,14 +40,15 @@ impl Driver {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Counts a member lost, saying why and whether its load may still be running (then its
+    /// books are awaited a bounded while), and applies the scenario's `on_agent_loss`: the run
+    /// fails and every agent is stopped, or it goes on without that share of the load.
     pub(super) async fn agent_lost(
         &mut self,
         members: &mut [Member],
         acc: &mut RunAccumulator,
         agent_id: &str,
         (why, may_run): (&str, bool),
-        policy: AgentLossPolicy,
         failure: &mut Option<Failure>,
         deadline: &mut Instant,
     ) {
@@ -75,7 +76,7 @@ impl Driver {
         if failure.is_some() {
             return;
         }
-        match policy {
+        match self.scenario.on_agent_loss {
             AgentLossPolicy::Fail => {
                 let msg =
                     format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");

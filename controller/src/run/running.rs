@@ -253,7 +253,7 @@ impl Driver {
                     for (agent_id, window) in gone {
                         let why = format!("connection lost and not back within {:.1} s", window.as_secs_f64());
                         // Its load may go on within its lease and restart grace: its books are awaited.
-                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), policy, &mut failure, &mut deadline).await;
+                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), &mut failure, &mut deadline).await;
                     }
                     // Awaited books that are due close at the top of the loop.
                 }
@@ -275,7 +275,7 @@ impl Driver {
                     for agent_id in silent {
                         let why = format!("silent for more than {:.1} s", silent_lost.as_secs_f64());
                         // A link that carries nothing back: what it sent since may yet come.
-                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), policy, &mut failure, &mut deadline).await;
+                        self.agent_lost(&mut members, &mut acc, &agent_id, (&why, true), &mut failure, &mut deadline).await;
                     }
                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                     if let Ok(mut s) = acc.snapshot(elapsed) {
@@ -320,7 +320,7 @@ impl Driver {
                                 // Its data is complete, but it did not deliver its share: the
                                 // loss policy decides, and the run cannot be `succeeded`.
                                 let why: String = if done.reason.is_empty() { "stopped early".into() } else { agent_text(&done.reason) };
-                                self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("stopped early: {why}"), false), policy, &mut failure, &mut deadline).await;
+                                self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("stopped early: {why}"), false), &mut failure, &mut deadline).await;
                             }
                             if let Some(&i) = index.get(&agent_id) {
                                 // Done, or a lost agent's books complete (it stays lost).
@@ -351,7 +351,7 @@ impl Driver {
                         }
                         RunInput::Failed { agent_id, reason } => {
                             if let Some(&i) = index.get(&agent_id) { renewals.retire(i) }
-                            self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("agent failed: {}", agent_text(&reason)), false), policy, &mut failure, &mut deadline).await;
+                            self.agent_lost(&mut members, &mut acc, &agent_id, (&format!("agent failed: {}", agent_text(&reason)), false), &mut failure, &mut deadline).await;
                         }
                         RunInput::Disconnected { agent_id, conn_id } => {
                             // A stream it already replaced closing late changes nothing.

@@ -76,26 +76,19 @@ impl Driver {
         if failure.is_some() {
             return;
         }
-        match self.scenario.on_agent_loss {
+        let msg = match self.scenario.on_agent_loss {
             AgentLossPolicy::Fail => {
-                let msg =
-                    format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail");
-                self.abort_members(members, &msg).await;
-                self.await_books_of(&members[i], &msg);
-                *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
+                format!("agent {agent_id} was lost mid-run ({why}); on_agent_loss is fail")
             }
-            AgentLossPolicy::Tolerate(pct) if share > pct => {
-                let msg = format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%");
-                self.abort_members(members, &msg).await;
-                self.await_books_of(&members[i], &msg);
-                *failure = Some(Failure::Failed(msg));
-                *deadline = (*deadline).min(Instant::now() + self.stop_wait());
-            }
+            AgentLossPolicy::Tolerate(pct) if share > pct => format!("agent {agent_id} was lost mid-run ({why}); {share:.1}% of the load is lost, more than the tolerated {pct}%"),
             AgentLossPolicy::Tolerate(pct) => {
                 self.h.set_state(RunState::Running, format!("agent {agent_id} lost ({why}); {share:.1}% of the load lost, within the tolerated {pct}%"));
                 self.hand_over_setup(members, i);
+                return;
             }
-        }
+        };
+        self.await_books_of(&members[i], &msg);
+        self.stop_all(members, Failure::Failed(msg), failure, deadline)
+            .await;
     }
 }

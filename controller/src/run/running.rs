@@ -286,7 +286,7 @@ impl Driver {
                     }
                     if failure.is_none() && !live_thresholds.is_empty() {
                         if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
-                            self.abort_on_breach(&members, msg, &mut failure, &mut deadline).await;
+                            self.stop_all(&members, Failure::Aborted(msg), &mut failure, &mut deadline).await;
                         }
                     }
                 }
@@ -306,7 +306,7 @@ impl Driver {
                                     closed_seen = acc.closed_rows();
                                     let elapsed = Instant::now().saturating_duration_since(t0).as_secs_f64();
                                     if let Some(msg) = self.check_live(&acc, &live_thresholds, elapsed) {
-                                        self.abort_on_breach(&members, msg, &mut failure, &mut deadline).await;
+                                        self.stop_all(&members, Failure::Aborted(msg), &mut failure, &mut deadline).await;
                                     }
                                 }
                             }
@@ -529,18 +529,19 @@ impl Driver {
         }));
     }
 
-    /// A live threshold was breached: every member is told to stop, and the run waits for
-    /// their last data as long as any stopped run does (their graceful stop and a margin), so
-    /// requests in flight at the abort are still recorded.
-    async fn abort_on_breach(
+    /// Ends the run early with `why` (a lost agent the policy does not tolerate, a live
+    /// threshold breached): every member is told to stop, and the run waits for their last
+    /// data as long as any stopped run does (their graceful stop and a margin), so requests in
+    /// flight at the stop are still recorded.
+    pub(super) async fn stop_all(
         &self,
         members: &[Member],
-        msg: String,
+        why: Failure,
         failure: &mut Option<Failure>,
         deadline: &mut Instant,
     ) {
-        self.abort_members(members, &msg).await;
-        *failure = Some(Failure::Aborted(msg));
+        self.abort_members(members, why.message()).await;
+        *failure = Some(why);
         *deadline = (*deadline).min(Instant::now() + self.stop_wait());
     }
 
